@@ -1,0 +1,2 @@
+//! The `idemdb` command-line tool.
+fn main() {}

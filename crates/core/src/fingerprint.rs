@@ -1,0 +1,130 @@
+//! Request fingerprints: a 32-byte BLAKE3 hash of the canonical request, domain-separated.
+
+use core::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// BLAKE3 derive-key context for fingerprints. Changing it changes every fingerprint, so it is
+/// part of the stored format (see `docs/design.md`).
+pub const FINGERPRINT_CONTEXT: &str = "idemdb 2026-11-30 request fingerprint v1";
+
+/// Input tag for canonical JSON bodies.
+const TAG_JSON: u8 = 0x01;
+/// Input tag for requests built field by field with [`FingerprintBuilder`].
+const TAG_FIELDS: u8 = 0x02;
+
+/// A 32-byte BLAKE3 hash (derive-key mode) of a canonical request.
+///
+/// Two requests with the same fingerprint are the same intent; a key reused with a different
+/// fingerprint is a conflict. JSON bodies go through
+/// [`Canonicalizer`](crate::Canonicalizer) first; anything else through
+/// [`FingerprintBuilder`]. The two input kinds are tagged, so a JSON body never collides with
+/// a field list that happens to have the same bytes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    /// Wraps raw fingerprint bytes (read back from storage or received from a client that
+    /// computed the fingerprint itself).
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Fingerprint(bytes)
+    }
+
+    /// The raw bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Fingerprint of bytes that are already in canonical JSON form (RFC 8785).
+    ///
+    /// Prefer [`Canonicalizer::fingerprint`](crate::Canonicalizer::fingerprint), which
+    /// canonicalises first.
+    pub fn of_canonical_json(canonical: &[u8]) -> Self {
+        let mut hasher = blake3::Hasher::new_derive_key(FINGERPRINT_CONTEXT);
+        hasher.update(&[TAG_JSON]);
+        hasher.update(canonical);
+        Fingerprint(*hasher.finalize().as_bytes())
+    }
+
+    /// Lower-case hexadecimal.
+    pub fn to_hex(&self) -> String {
+        let mut out = String::with_capacity(64);
+        for byte in self.0 {
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+        out
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({})", &self.to_hex()[..16])
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// Builds a fingerprint for a non-JSON request, one field at a time.
+///
+/// Each field is written as an 8-byte big-endian length and its bytes, so the encoding is
+/// injective: `["ab", "c"]` and `["a", "bc"]` differ. Order matters: callers list the fields
+/// that define the intent in a fixed order and leave transport fields out.
+///
+/// ```
+/// use idemdb_core::FingerprintBuilder;
+/// let a = FingerprintBuilder::new().field(b"ab").field(b"c").finish();
+/// let b = FingerprintBuilder::new().field(b"a").field(b"bc").finish();
+/// assert_ne!(a, b);
+/// ```
+#[derive(Clone)]
+pub struct FingerprintBuilder {
+    hasher: blake3::Hasher,
+}
+
+impl FingerprintBuilder {
+    /// Starts an empty field list.
+    pub fn new() -> Self {
+        let mut hasher = blake3::Hasher::new_derive_key(FINGERPRINT_CONTEXT);
+        hasher.update(&[TAG_FIELDS]);
+        FingerprintBuilder { hasher }
+    }
+
+    /// Appends one field.
+    #[must_use]
+    pub fn field(mut self, bytes: &[u8]) -> Self {
+        let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        self.hasher.update(&len.to_be_bytes());
+        self.hasher.update(bytes);
+        self
+    }
+
+    /// Appends a text field.
+    #[must_use]
+    pub fn str_field(self, text: &str) -> Self {
+        self.field(text.as_bytes())
+    }
+
+    /// Finishes the fingerprint.
+    pub fn finish(&self) -> Fingerprint {
+        Fingerprint(*self.hasher.finalize().as_bytes())
+    }
+}
+
+impl Default for FingerprintBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for FingerprintBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FingerprintBuilder")
+    }
+}

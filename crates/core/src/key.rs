@@ -1,0 +1,284 @@
+//! Validated identities: [`Scope`], [`IdempotencyKey`] and their injective storage encoding.
+
+use core::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest idempotency key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 255;
+/// Longest tenant or operation name accepted, in bytes.
+pub const MAX_SCOPE_PART_LEN: usize = 128;
+
+/// Which part of an identity failed validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdentityPart {
+    /// The idempotency key.
+    Key,
+    /// The tenant of a scope.
+    Tenant,
+    /// The operation of a scope.
+    Operation,
+    /// A correlation id.
+    Correlation,
+}
+
+impl fmt::Display for IdentityPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IdentityPart::Key => "idempotency key",
+            IdentityPart::Tenant => "tenant",
+            IdentityPart::Operation => "operation",
+            IdentityPart::Correlation => "correlation id",
+        })
+    }
+}
+
+/// A key or scope part was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The value was empty.
+    #[error("{part} is empty")]
+    Empty {
+        /// Which part.
+        part: IdentityPart,
+    },
+    /// The value was longer than allowed.
+    #[error("{part} is {len} bytes long; the limit is {max}")]
+    TooLong {
+        /// Which part.
+        part: IdentityPart,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The value contained a byte outside visible ASCII (0x21..=0x7E for keys; 0x20..=0x7E for
+    /// scope parts).
+    #[error("{part} has a byte outside visible ASCII (0x{byte:02x}) at offset {offset}")]
+    InvalidByte {
+        /// Which part.
+        part: IdentityPart,
+        /// The first offending byte.
+        byte: u8,
+        /// Its offset.
+        offset: usize,
+    },
+    /// Stored identity bytes did not decode.
+    #[error("stored identity bytes are malformed")]
+    MalformedEncoding,
+}
+
+fn validate(part: IdentityPart, value: &str, max: usize, allow_space: bool) -> Result<(), KeyError> {
+    if value.is_empty() {
+        return Err(KeyError::Empty { part });
+    }
+    if value.len() > max {
+        return Err(KeyError::TooLong { part, len: value.len(), max });
+    }
+    let lowest = if allow_space { 0x20 } else { 0x21 };
+    if let Some((offset, &byte)) = value
+        .as_bytes()
+        .iter()
+        .enumerate()
+        .find(|(_, b)| !(lowest..=0x7e).contains(*b))
+    {
+        return Err(KeyError::InvalidByte { part, byte, offset });
+    }
+    Ok(())
+}
+
+/// Longest correlation id accepted, in bytes.
+pub const MAX_CORRELATION_LEN: usize = 128;
+
+/// Checks a correlation id: 1..=128 bytes of visible ASCII, like a key.
+///
+/// # Errors
+/// [`KeyError`] when it is empty, too long or has a byte outside `0x21..=0x7E`.
+pub fn validate_correlation(correlation: &str) -> Result<(), KeyError> {
+    validate(IdentityPart::Correlation, correlation, MAX_CORRELATION_LEN, false)
+}
+
+/// An idempotency key: 1..=255 bytes of visible ASCII (`0x21..=0x7E`).
+///
+/// That is the alphabet a structured-field string in the IETF `Idempotency-Key` header can
+/// carry without escapes. A key names one intent; make it once, when the intent is created,
+/// from a cryptographically secure random source (see [`IdempotencyKey::from_random_bytes`]).
+///
+/// ```
+/// use idemdb_core::IdempotencyKey;
+/// let key = IdempotencyKey::new("order-842:authorize-v1")?;
+/// assert_eq!(key.as_str(), "order-842:authorize-v1");
+/// assert!(IdempotencyKey::new("").is_err());
+/// assert!(IdempotencyKey::new("has space").is_err());
+/// # Ok::<(), idemdb_core::KeyError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Validates and wraps a key.
+    ///
+    /// # Errors
+    /// [`KeyError`] when the key is empty, longer than [`MAX_KEY_LEN`] or has a byte outside
+    /// `0x21..=0x7E`.
+    pub fn new(key: impl Into<String>) -> Result<Self, KeyError> {
+        let key = key.into();
+        validate(IdentityPart::Key, &key, MAX_KEY_LEN, false)?;
+        Ok(IdempotencyKey(key))
+    }
+
+    /// A UUID v4 key built from 16 bytes of a cryptographically secure random source.
+    ///
+    /// The core reads no randomness itself; the store crate and the WebAssembly bindings pass
+    /// bytes from the platform's CSPRNG. Never use time-ordered UUIDs (v7) for keys: their
+    /// counter makes the next key predictable.
+    ///
+    /// ```
+    /// use idemdb_core::IdempotencyKey;
+    /// let key = IdempotencyKey::from_random_bytes([7; 16]);
+    /// assert_eq!(key.as_str().len(), 36);
+    /// assert_eq!(&key.as_str()[14..15], "4"); // version nibble
+    /// ```
+    pub fn from_random_bytes(bytes: [u8; 16]) -> Self {
+        let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+        IdempotencyKey(uuid.hyphenated().to_string())
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for IdempotencyKey {
+    type Error = KeyError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        IdempotencyKey::new(value)
+    }
+}
+
+impl From<IdempotencyKey> for String {
+    fn from(value: IdempotencyKey) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    // Keys are credentials of a sort: a debug dump shows only the length.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdempotencyKey(<{} bytes>)", self.0.len())
+    }
+}
+
+/// Where a key lives: a tenant (account, customer) and an operation (`create_payment`).
+///
+/// Each part is 1..=128 bytes of printable ASCII (`0x20..=0x7E`). The identity of a record is
+/// `(scope, key)`; [`ScopedKey::encode`] turns it into storage bytes injectively, so no choice
+/// of separators in one tenant's input can name another tenant's record.
+///
+/// ```
+/// use idemdb_core::Scope;
+/// let scope = Scope::new("acme", "create_payment")?;
+/// assert_eq!(scope.tenant(), "acme");
+/// # Ok::<(), idemdb_core::KeyError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+pub struct Scope {
+    tenant: String,
+    operation: String,
+}
+
+impl Scope {
+    /// Validates and builds a scope.
+    ///
+    /// # Errors
+    /// [`KeyError`] when a part is empty, longer than [`MAX_SCOPE_PART_LEN`] or has a byte
+    /// outside `0x20..=0x7E`.
+    pub fn new(tenant: impl Into<String>, operation: impl Into<String>) -> Result<Self, KeyError> {
+        let tenant = tenant.into();
+        let operation = operation.into();
+        validate(IdentityPart::Tenant, &tenant, MAX_SCOPE_PART_LEN, true)?;
+        validate(IdentityPart::Operation, &operation, MAX_SCOPE_PART_LEN, true)?;
+        Ok(Scope { tenant, operation })
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The operation.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+}
+
+/// A `(scope, key)` pair: the unique identity of a record.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct ScopedKey {
+    /// The scope.
+    pub scope: Scope,
+    /// The key.
+    pub key: IdempotencyKey,
+}
+
+impl ScopedKey {
+    /// Pairs a scope and a key.
+    pub fn new(scope: Scope, key: IdempotencyKey) -> Self {
+        ScopedKey { scope, key }
+    }
+
+    /// The storage encoding: `len(tenant) tenant len(operation) operation len(key) key`,
+    /// each length one byte (every part is at most 255 bytes).
+    ///
+    /// The encoding is prefix-free and therefore injective: two different pairs never share
+    /// bytes, whatever separators their parts contain. Records of one tenant sort together,
+    /// then by operation, which lets a listing filter by tenant with a range scan.
+    pub fn encode(&self) -> Vec<u8> {
+        let parts = [self.scope.tenant.as_bytes(), self.scope.operation.as_bytes(), self.key.0.as_bytes()];
+        let mut out = Vec::with_capacity(3 + parts.iter().map(|p| p.len()).sum::<usize>());
+        for part in parts {
+            // Validation caps every part at 255 bytes, so the cast cannot truncate.
+            out.push(part.len() as u8);
+            out.extend_from_slice(part);
+        }
+        out
+    }
+
+    /// Decodes [`ScopedKey::encode`] output, validating every part again.
+    ///
+    /// # Errors
+    /// [`KeyError::MalformedEncoding`] when the bytes are not a complete encoding, or the
+    /// validation error of a part.
+    pub fn decode(bytes: &[u8]) -> Result<Self, KeyError> {
+        let mut rest = bytes;
+        let mut parts: [&str; 3] = [""; 3];
+        for part in &mut parts {
+            let (&len, tail) = rest.split_first().ok_or(KeyError::MalformedEncoding)?;
+            let len = usize::from(len);
+            if tail.len() < len {
+                return Err(KeyError::MalformedEncoding);
+            }
+            let (value, tail) = tail.split_at(len);
+            *part = core::str::from_utf8(value).map_err(|_| KeyError::MalformedEncoding)?;
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            return Err(KeyError::MalformedEncoding);
+        }
+        Ok(ScopedKey { scope: Scope::new(parts[0], parts[1])?, key: IdempotencyKey::new(parts[2])? })
+    }
+
+    /// The encoded prefix shared by every record of `tenant` (and, if given, `operation`).
+    pub fn prefix(tenant: &str, operation: Option<&str>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in core::iter::once(tenant).chain(operation) {
+            out.push(u8::try_from(part.len()).unwrap_or(u8::MAX));
+            out.extend_from_slice(part.as_bytes());
+        }
+        out
+    }
+}

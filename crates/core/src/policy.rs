@@ -1,0 +1,164 @@
+//! Per-operation policy: how long leases, responses and tombstones live.
+
+use core::time::Duration;
+
+/// Default lease TTL: long enough for a payment provider call with retries inside it.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+/// Default response TTL: 30 days.
+pub const DEFAULT_RESPONSE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Default tombstone TTL, counted from the response's expiry: 365 days.
+pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Default limit on a stored result or failure body: 1 MiB.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 1024 * 1024;
+
+/// What a retry that finds an in-progress record with an expired lease means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ExpiredLease {
+    /// The attempt's outcome is unknown: the record becomes *uncertain* and every retry is
+    /// refused until [`reconcile`](crate::reconcile) resolves it. The default, and the only safe
+    /// choice when the operation has an external effect (a charge, an e-mail).
+    #[default]
+    Uncertain,
+    /// The retry takes the record over with a new, higher fence; the old lease holder can no
+    /// longer complete. Opt in only when the operation's effects are local and transactional
+    /// (for example written in the same redb transaction as the completion), so an attempt that
+    /// died left no effect behind.
+    Takeover,
+}
+
+/// A policy was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The lease TTL must be at least one millisecond.
+    #[error("lease TTL must be at least 1 ms")]
+    ZeroLeaseTtl,
+    /// The result limit must be at least one byte.
+    #[error("result limit must be at least 1 byte")]
+    ZeroResultLimit,
+}
+
+/// Retention and lease rules for one operation.
+///
+/// Records keep their expiry times from the moment they were written, so changing a policy
+/// affects new writes only.
+///
+/// # Defaults, and why
+/// Retention must cover the sum of every way a retry can arrive late:
+/// *client retry window* (minutes to a day of backoff) + *queue redelivery* (message brokers
+/// commonly keep messages up to 14 days) + *offline devices* (a phone off the network for a
+/// week or two replays its outbox when it comes back) + *support replay* (an operator
+/// re-submitting a request days later). That is about a month, so responses are replayed for
+/// [30 days](DEFAULT_RESPONSE_TTL). After that only a tombstone remains (fingerprint and outcome
+/// class, no body), kept for [another year](DEFAULT_TOMBSTONE_TTL): a very late retry is refused
+/// as expired rather than executed twice, at a cost of about a hundred bytes a record.
+/// Leases default to [60 seconds](DEFAULT_LEASE_TTL) and an expired lease makes the record
+/// [uncertain](ExpiredLease::Uncertain).
+///
+/// ```
+/// use std::time::Duration;
+/// use idemdb_core::{ExpiredLease, Policy};
+/// let policy = Policy::default()
+///     .with_lease_ttl(Duration::from_secs(10))
+///     .with_response_ttl(Duration::from_secs(24 * 3600))
+///     .with_expired_lease(ExpiredLease::Takeover);
+/// assert!(policy.validate().is_ok());
+/// assert!(Policy::default().with_lease_ttl(Duration::ZERO).validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    lease_ttl: Duration,
+    response_ttl: Duration,
+    tombstone_ttl: Duration,
+    expired_lease: ExpiredLease,
+    max_result_bytes: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            lease_ttl: DEFAULT_LEASE_TTL,
+            response_ttl: DEFAULT_RESPONSE_TTL,
+            tombstone_ttl: DEFAULT_TOMBSTONE_TTL,
+            expired_lease: ExpiredLease::Uncertain,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+        }
+    }
+}
+
+impl Policy {
+    /// Sets how long a lease lasts before it must be renewed.
+    #[must_use]
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Sets how long a completed or definitively failed result is replayed.
+    #[must_use]
+    pub fn with_response_ttl(mut self, ttl: Duration) -> Self {
+        self.response_ttl = ttl;
+        self
+    }
+
+    /// Sets how long the tombstone is kept after the response expires.
+    #[must_use]
+    pub fn with_tombstone_ttl(mut self, ttl: Duration) -> Self {
+        self.tombstone_ttl = ttl;
+        self
+    }
+
+    /// Sets what an expired lease means.
+    #[must_use]
+    pub fn with_expired_lease(mut self, rule: ExpiredLease) -> Self {
+        self.expired_lease = rule;
+        self
+    }
+
+    /// Sets the largest result or failure body that may be stored.
+    #[must_use]
+    pub fn with_max_result_bytes(mut self, limit: usize) -> Self {
+        self.max_result_bytes = limit;
+        self
+    }
+
+    /// Checks the policy.
+    ///
+    /// # Errors
+    /// [`PolicyError`] for a zero lease TTL or a zero result limit.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.lease_ttl < Duration::from_millis(1) {
+            return Err(PolicyError::ZeroLeaseTtl);
+        }
+        if self.max_result_bytes == 0 {
+            return Err(PolicyError::ZeroResultLimit);
+        }
+        Ok(())
+    }
+
+    /// The lease TTL.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// The response TTL.
+    pub fn response_ttl(&self) -> Duration {
+        self.response_ttl
+    }
+
+    /// The tombstone TTL (after the response TTL).
+    pub fn tombstone_ttl(&self) -> Duration {
+        self.tombstone_ttl
+    }
+
+    /// What an expired lease means.
+    pub fn expired_lease(&self) -> ExpiredLease {
+        self.expired_lease
+    }
+
+    /// The largest storable result body.
+    pub fn max_result_bytes(&self) -> usize {
+        self.max_result_bytes
+    }
+}

@@ -1,0 +1,223 @@
+//! The stored record and its states, exactly as in the design's state table.
+
+use core::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Fingerprint, Timestamp};
+
+/// The final outcome a record reached, kept in its tombstone after the body is purged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OutcomeClass {
+    /// The operation completed and its result was stored.
+    Completed,
+    /// The operation failed definitively (for example, the card was declined).
+    Failed,
+}
+
+impl fmt::Display for OutcomeClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OutcomeClass::Completed => "completed",
+            OutcomeClass::Failed => "failed",
+        })
+    }
+}
+
+/// Why a record is uncertain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UncertainCause {
+    /// A retry found the lease expired while the record was still in progress.
+    LeaseExpired,
+    /// The lease holder reported that an external effect may have happened
+    /// (for example, a provider call timed out).
+    Reported,
+}
+
+/// Where a record is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum State {
+    /// An attempt holds the lease until `lease_expires_at`.
+    InProgress {
+        /// End of the lease (exclusive).
+        lease_expires_at: Timestamp,
+    },
+    /// Finished with a result, replayed byte for byte until `expires_at`.
+    Completed {
+        /// The stored result.
+        result: Vec<u8>,
+        /// When the result stops being replayed and becomes a tombstone.
+        expires_at: Timestamp,
+        /// When the tombstone is forgotten.
+        forget_at: Timestamp,
+    },
+    /// Failed definitively; the failure is replayed until `expires_at`.
+    Failed {
+        /// The stored failure body.
+        error: Vec<u8>,
+        /// When the failure stops being replayed and becomes a tombstone.
+        expires_at: Timestamp,
+        /// When the tombstone is forgotten.
+        forget_at: Timestamp,
+    },
+    /// Failed before any effect; a retry of the same request may reserve again.
+    Released {
+        /// When the record is forgotten.
+        forget_at: Timestamp,
+    },
+    /// The outcome of an external effect is unknown: retries are refused until reconciled.
+    Uncertain {
+        /// Why.
+        cause: UncertainCause,
+    },
+    /// The body was purged; only the outcome class is kept, so a late retry is refused.
+    Tombstone {
+        /// The outcome the record reached.
+        outcome: OutcomeClass,
+        /// When the tombstone is forgotten.
+        forget_at: Timestamp,
+    },
+}
+
+/// The name of a state, without its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum StateKind {
+    /// [`State::InProgress`].
+    InProgress,
+    /// [`State::Completed`].
+    Completed,
+    /// [`State::Failed`].
+    Failed,
+    /// [`State::Released`].
+    Released,
+    /// [`State::Uncertain`].
+    Uncertain,
+    /// [`State::Tombstone`].
+    Tombstone,
+}
+
+impl StateKind {
+    /// Every kind, in a stable order (for statistics tables).
+    pub const ALL: [StateKind; 6] = [
+        StateKind::InProgress,
+        StateKind::Completed,
+        StateKind::Failed,
+        StateKind::Released,
+        StateKind::Uncertain,
+        StateKind::Tombstone,
+    ];
+
+    /// A short lower-case name (`in_progress`, `completed`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateKind::InProgress => "in_progress",
+            StateKind::Completed => "completed",
+            StateKind::Failed => "failed",
+            StateKind::Released => "released",
+            StateKind::Uncertain => "uncertain",
+            StateKind::Tombstone => "tombstone",
+        }
+    }
+
+    /// Parses [`StateKind::as_str`] output.
+    pub fn parse(name: &str) -> Option<StateKind> {
+        StateKind::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
+impl fmt::Display for StateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl State {
+    /// The state's name.
+    pub fn kind(&self) -> StateKind {
+        match self {
+            State::InProgress { .. } => StateKind::InProgress,
+            State::Completed { .. } => StateKind::Completed,
+            State::Failed { .. } => StateKind::Failed,
+            State::Released { .. } => StateKind::Released,
+            State::Uncertain { .. } => StateKind::Uncertain,
+            State::Tombstone { .. } => StateKind::Tombstone,
+        }
+    }
+}
+
+/// One `(scope, key)` record: what was asked (fingerprint), where it is (state), and its
+/// bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Fingerprint of the request the key is bound to.
+    pub fingerprint: Fingerprint,
+    /// The state.
+    pub state: State,
+    /// Fence of the newest lease ever issued for this key (0 when none was). It only grows,
+    /// even across a forgotten tombstone, so a stale lease never matches a newer record.
+    pub fence: u64,
+    /// Number of leases issued since the key was bound to this fingerprint.
+    pub attempts: u32,
+    /// When the key was bound.
+    pub created_at: Timestamp,
+    /// When the record last changed.
+    pub updated_at: Timestamp,
+}
+
+/// What retention asks of a record at a given time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retention {
+    /// Nothing is due.
+    Keep,
+    /// The body expired: replace the record with this tombstone.
+    Tombstone(Record),
+    /// The record is past its last expiry: remove it.
+    Forget,
+}
+
+impl Record {
+    /// The next instant at which retention changes this record, if any. In-progress and
+    /// uncertain records never expire on their own: they wait for an attempt or a reconcile.
+    pub fn due_at(&self) -> Option<Timestamp> {
+        match &self.state {
+            State::Completed { expires_at, .. } | State::Failed { expires_at, .. } => Some(*expires_at),
+            State::Released { forget_at } | State::Tombstone { forget_at, .. } => Some(*forget_at),
+            State::InProgress { .. } | State::Uncertain { .. } => None,
+        }
+    }
+
+    /// Whether the record is forgotten at `now` (behaves as if absent).
+    pub fn is_forgotten(&self, now: Timestamp) -> bool {
+        match &self.state {
+            State::Completed { forget_at, .. }
+            | State::Failed { forget_at, .. }
+            | State::Released { forget_at }
+            | State::Tombstone { forget_at, .. } => now >= *forget_at,
+            State::InProgress { .. } | State::Uncertain { .. } => false,
+        }
+    }
+
+    /// What retention asks of the record at `now`.
+    ///
+    /// A record is only ever turned into a tombstone or forgotten at or after the instants it
+    /// stored when it was written, so a known key never becomes unknown early.
+    pub fn retention(&self, now: Timestamp) -> Retention {
+        if self.is_forgotten(now) {
+            return Retention::Forget;
+        }
+        let (outcome, expires_at, forget_at) = match &self.state {
+            State::Completed { expires_at, forget_at, .. } => (OutcomeClass::Completed, *expires_at, *forget_at),
+            State::Failed { expires_at, forget_at, .. } => (OutcomeClass::Failed, *expires_at, *forget_at),
+            _ => return Retention::Keep,
+        };
+        if now < expires_at {
+            return Retention::Keep;
+        }
+        Retention::Tombstone(Record {
+            state: State::Tombstone { outcome, forget_at },
+            updated_at: self.updated_at.max(now),
+            ..self.clone()
+        })
+    }
+}

@@ -1,0 +1,364 @@
+//! Opening and creating stores.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::{Database, ReadableDatabase, StorageBackend, TableHandle};
+
+use idemdb_core::Policy;
+
+use crate::store::{Config, Store};
+use crate::tables::{AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_FORMAT, META_MAGIC, META_SECRET, RECORDS, STORE_FORMAT};
+use crate::{Clock, OpenError};
+
+/// How durable a commit is when the call returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every commit is flushed to stable storage (one `fsync`) before the call returns: once
+    /// `complete` returns, the result survives a crash or power loss. The default.
+    #[default]
+    Immediate,
+    /// Commits are not flushed: a crash may lose the most recent commits (never corrupt the
+    /// store, and never mix half of one commit). [`Store::flush`] makes everything before it
+    /// durable. For caches and tests, or when the caller flushes on its own schedule.
+    Eventual,
+}
+
+/// Default audit retention: 90 days.
+pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// Configures and opens a [`Store`].
+///
+/// ```
+/// use std::time::Duration;
+/// use idemdb::{Durability, ManualClock, Policy, Store};
+/// let store = Store::builder()
+///     .policy("create_payment", Policy::default().with_lease_ttl(Duration::from_secs(30)))
+///     .clock(ManualClock::new(1_700_000_000_000))
+///     .durability(Durability::Immediate)
+///     .in_memory()?;
+/// # Ok::<(), idemdb::OpenError>(())
+/// ```
+#[must_use]
+pub struct StoreBuilder {
+    policies: HashMap<String, Policy>,
+    default_policy: Policy,
+    clock: Option<Arc<dyn Clock>>,
+    durability: Durability,
+    audit: bool,
+    audit_retention: Duration,
+    secret_seed: Option<[u8; 32]>,
+    cache_bytes: Option<usize>,
+}
+
+impl Default for StoreBuilder {
+    fn default() -> Self {
+        StoreBuilder {
+            policies: HashMap::new(),
+            default_policy: Policy::default(),
+            clock: None,
+            durability: Durability::Immediate,
+            audit: true,
+            audit_retention: DEFAULT_AUDIT_RETENTION,
+            secret_seed: None,
+            cache_bytes: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreBuilder")
+            .field("policies", &self.policies)
+            .field("default_policy", &self.default_policy)
+            .field("durability", &self.durability)
+            .field("audit", &self.audit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreBuilder {
+    /// A builder with the defaults: [`Policy::default`] for every operation, the system clock,
+    /// [`Durability::Immediate`], audit trail on with 90 days' retention.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the policy of one operation.
+    pub fn policy(mut self, operation: impl Into<String>, policy: Policy) -> Self {
+        self.policies.insert(operation.into(), policy);
+        self
+    }
+
+    /// Sets the policy of operations without their own.
+    pub fn default_policy(mut self, policy: Policy) -> Self {
+        self.default_policy = policy;
+        self
+    }
+
+    /// Sets the clock (required on `wasm32-unknown-unknown`).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Sets the durability of commits.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Turns the audit trail table on or off (`tracing` events are emitted either way).
+    pub fn audit(mut self, enabled: bool) -> Self {
+        self.audit = enabled;
+        self
+    }
+
+    /// Sets how long audit events are kept before `purge_expired` removes them.
+    pub fn audit_retention(mut self, retention: Duration) -> Self {
+        self.audit_retention = retention;
+        self
+    }
+
+    /// Supplies 32 random bytes for the store's secret (the audit hash key) when a new store
+    /// is created. Needed on platforms without an operating-system random source
+    /// (`wasm32-unknown-unknown`: pass bytes from `crypto.getRandomValues`). Ignored when an
+    /// existing store is opened.
+    pub fn secret_seed(mut self, seed: [u8; 32]) -> Self {
+        self.secret_seed = Some(seed);
+        self
+    }
+
+    /// Sets redb's page cache size in bytes (redb's default is 1 GiB).
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache_bytes = Some(bytes);
+        self
+    }
+
+    fn redb_builder(&self) -> redb::Builder {
+        let mut builder = redb::Builder::new();
+        if let Some(bytes) = self.cache_bytes {
+            builder.set_cache_size(bytes);
+        }
+        builder
+    }
+
+    /// Opens the store file at `path`, creating it if it does not exist.
+    ///
+    /// A new file is created under a temporary name beside `path`, initialised, flushed and
+    /// then moved into place, so a crash during creation never leaves an unopenable file at
+    /// `path` (at worst a `*.tmp-*` file beside it, which may be deleted).
+    ///
+    /// # Errors
+    /// [`OpenError`]: I/O, a file that is not an idemdb store, a store of a newer format, a
+    /// store already open elsewhere, an invalid policy.
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        let path = path.as_ref();
+        let config = self.config()?;
+        let clock = self.resolve_clock()?;
+        let needs_create = match fs::metadata(path) {
+            Ok(meta) => meta.len() == 0,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => true,
+            Err(source) => return Err(OpenError::Io { action: "inspect", path: path.to_path_buf(), source }),
+        };
+        if needs_create {
+            self.create_file(path)?;
+        }
+        let db = self.redb_builder().open(path)?;
+        Store::from_parts(db, Some(path.to_path_buf()), config, clock, self.check(false)?)
+    }
+
+    /// Opens a store that lives in memory only (gone when dropped).
+    ///
+    /// # Errors
+    /// [`OpenError`] for an invalid policy or a platform without randomness or clock.
+    pub fn in_memory(self) -> Result<Store, OpenError> {
+        self.open_backend(redb::backends::InMemoryBackend::new())
+    }
+
+    /// Opens (or initialises, when empty) a store on a custom redb storage backend: an OPFS
+    /// handle, a host callback, a fault-injecting backend in tests.
+    ///
+    /// # Errors
+    /// As [`StoreBuilder::open`].
+    pub fn open_backend(self, backend: impl StorageBackend) -> Result<Store, OpenError> {
+        let config = self.config()?;
+        let clock = self.resolve_clock()?;
+        let db = self.redb_builder().create_with_backend(backend)?;
+        let init = self.check(true)?;
+        Store::from_parts(db, None, config, clock, init)
+    }
+
+    fn config(&self) -> Result<Config, OpenError> {
+        self.default_policy.validate().map_err(|source| OpenError::Policy { operation: None, source })?;
+        for (operation, policy) in &self.policies {
+            policy.validate().map_err(|source| OpenError::Policy { operation: Some(operation.clone()), source })?;
+        }
+        Ok(Config {
+            policies: self.policies.clone(),
+            default_policy: self.default_policy.clone(),
+            durability: self.durability,
+            audit: self.audit,
+            audit_retention: self.audit_retention,
+        })
+    }
+
+    fn resolve_clock(&self) -> Result<Arc<dyn Clock>, OpenError> {
+        if let Some(clock) = &self.clock {
+            return Ok(Arc::clone(clock));
+        }
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+        {
+            Ok(Arc::new(crate::SystemClock))
+        }
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        {
+            Err(OpenError::MissingPlatform("a wall clock"))
+        }
+    }
+
+    fn check(&self, allow_init: bool) -> Result<Initialiser, OpenError> {
+        Ok(Initialiser { allow_init, seed: self.secret_seed })
+    }
+
+    fn create_file(&self, path: &Path) -> Result<(), OpenError> {
+        let io = |action: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| OpenError::Io { action, path, source }
+        };
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "store".into());
+        let nonce = blake3::hash(format!("{}:{:?}", std::process::id(), std::time::Instant::now()).as_bytes()).to_hex();
+        let temp = path.with_file_name(format!(".{name}.tmp-{}", &nonce[..12]));
+        {
+            let db = self.redb_builder().create(&temp)?;
+            Initialiser { allow_init: true, seed: self.secret_seed }.run(&db)?;
+            drop(db);
+        }
+        fs::File::open(&temp).and_then(|file| file.sync_all()).map_err(io("sync", &temp))?;
+        // Prefer a no-clobber move (hard link, then unlink): if another process created the
+        // store meanwhile, its file wins and ours is discarded.
+        match fs::hard_link(&temp, path) {
+            Ok(()) => {
+                let _ = fs::remove_file(&temp);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                let still_empty = fs::metadata(path).map(|m| m.len() == 0).unwrap_or(false);
+                if still_empty {
+                    fs::rename(&temp, path).map_err(io("rename", &temp))?;
+                } else {
+                    let _ = fs::remove_file(&temp);
+                }
+            }
+            Err(_) => fs::rename(&temp, path).map_err(io("rename", &temp))?,
+        }
+        sync_parent(path).map_err(io("sync directory of", path))?;
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    fs::File::open(parent)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_parent(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// What an open learns from (or writes into) the metadata table.
+pub(crate) struct Initialiser {
+    allow_init: bool,
+    seed: Option<[u8; 32]>,
+}
+
+/// Metadata of an open store.
+pub(crate) struct Meta {
+    pub(crate) secret: [u8; 32],
+    pub(crate) clock_high_water: u64,
+}
+
+impl Initialiser {
+    pub(crate) fn run(&self, db: &Database) -> Result<Meta, OpenError> {
+        let read = db.begin_read()?;
+        match read.open_table(META) {
+            Ok(meta) => {
+                let get = |name: &str| -> Result<Option<Vec<u8>>, OpenError> {
+                    Ok(meta.get(name)?.map(|guard| guard.value().to_vec()))
+                };
+                if get(META_MAGIC)?.as_deref() != Some(MAGIC) {
+                    return Err(OpenError::Foreign { tables: "idemdb_meta without the idemdb magic".into() });
+                }
+                let format = get(META_FORMAT)?
+                    .and_then(|bytes| <[u8; 4]>::try_from(bytes.as_slice()).ok())
+                    .map(u32::from_be_bytes)
+                    .ok_or_else(|| OpenError::CorruptMeta("format entry missing or malformed".into()))?;
+                if format > STORE_FORMAT {
+                    return Err(OpenError::NewerFormat { found: format, supported: STORE_FORMAT });
+                }
+                if format < STORE_FORMAT {
+                    return Err(OpenError::OlderFormat { found: format, supported: STORE_FORMAT });
+                }
+                let secret = get(META_SECRET)?
+                    .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
+                    .ok_or_else(|| OpenError::CorruptMeta("audit secret missing or malformed".into()))?;
+                let clock_high_water = get(META_CLOCK)?
+                    .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok())
+                    .map(u64::from_be_bytes)
+                    .unwrap_or(0);
+                Ok(Meta { secret, clock_high_water })
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => {
+                let tables: Vec<String> = read.list_tables()?.map(|t| t.name().to_string()).collect();
+                drop(read);
+                if !tables.is_empty() || !self.allow_init {
+                    let tables = if tables.is_empty() { "none".to_string() } else { tables.join(", ") };
+                    return Err(OpenError::Foreign { tables });
+                }
+                self.initialise(db)
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    fn initialise(&self, db: &Database) -> Result<Meta, OpenError> {
+        let secret = match self.seed {
+            Some(seed) => blake3::derive_key("idemdb 2026-11-30 store secret from seed", &seed),
+            None => os_secret()?,
+        };
+        let mut tx = db.begin_write()?;
+        tx.set_durability(redb::Durability::Immediate)?;
+        {
+            let mut meta = tx.open_table(META)?;
+            meta.insert(META_MAGIC, MAGIC)?;
+            meta.insert(META_FORMAT, STORE_FORMAT.to_be_bytes().as_slice())?;
+            meta.insert(META_SECRET, secret.as_slice())?;
+            tx.open_table(RECORDS)?;
+            tx.open_table(EXPIRY)?;
+            tx.open_table(AUDIT)?;
+        }
+        tx.commit()?;
+        Ok(Meta { secret, clock_high_water: 0 })
+    }
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+fn os_secret() -> Result<[u8; 32], OpenError> {
+    let mut material = [0u8; 32];
+    material[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    material[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    Ok(blake3::derive_key("idemdb 2026-11-30 store secret", &material))
+}
+
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+fn os_secret() -> Result<[u8; 32], OpenError> {
+    Err(OpenError::MissingPlatform("a random source"))
+}

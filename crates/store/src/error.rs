@@ -1,0 +1,191 @@
+//! Errors: [`OpenError`] for opening a store, [`Error`] for operations on an open one, both
+//! wrapping [`StorageError`] for failures of the storage below.
+
+use std::path::PathBuf;
+
+use idemdb_core::{DecodeError, KeyError, PolicyError, TransitionError};
+
+/// The storage engine (redb) or its backend failed.
+#[derive(Debug, thiserror::Error)]
+#[error("storage error: {source}")]
+pub struct StorageError {
+    #[source]
+    source: redb::Error,
+}
+
+impl StorageError {
+    /// Whether the store must be closed and opened again before further use: after an I/O
+    /// error redb refuses every operation on this handle, and a reopen runs its recovery.
+    pub fn reopen_required(&self) -> bool {
+        matches!(self.source, redb::Error::Io(_) | redb::Error::PreviousIo | redb::Error::DatabaseClosed)
+    }
+}
+
+macro_rules! storage_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StorageError {
+            fn from(error: $t) -> Self {
+                StorageError { source: error.into() }
+            }
+        }
+        impl From<$t> for Error {
+            fn from(error: $t) -> Self {
+                Error::Storage(error.into())
+            }
+        }
+    )*};
+}
+storage_from!(
+    redb::Error,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::DatabaseError,
+    redb::SetDurabilityError,
+    redb::CompactionError
+);
+
+/// An operation on an open store failed. Nothing stored was changed unless the variant says
+/// otherwise.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The storage failed; check [`StorageError::reopen_required`].
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The commit returned an error and the store could not read back whether it took effect.
+    /// Reopen the store and repeat the call: every call is idempotent, so the repeat tells
+    /// what was stored.
+    #[error("commit outcome unknown, reopen the store and retry: {0}")]
+    CommitUnknown(#[source] StorageError),
+    /// A stored value did not decode.
+    #[error("stored {what} is corrupt: {source}")]
+    Corrupt {
+        /// What was being read.
+        what: &'static str,
+        /// The decode failure.
+        #[source]
+        source: DecodeError,
+    },
+    /// No record exists for the key.
+    #[error("no record for this key")]
+    NotFound,
+    /// The transition was refused (stale fence, wrong state, live lease, result too large).
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    /// A key or scope was invalid.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A new key could not be generated: the platform has no randomness the store can read.
+    #[error("no random source available on this platform")]
+    NoRandomness,
+}
+
+impl Error {
+    /// Whether the store must be reopened before further use.
+    pub fn reopen_required(&self) -> bool {
+        match self {
+            Error::Storage(storage) => storage.reopen_required(),
+            Error::CommitUnknown(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A store could not be opened or created.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// A file system call failed.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was attempted.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store is already open (in this process or another).
+    #[error("store is already open by another handle or process")]
+    AlreadyOpen,
+    /// The file is not a redb file, or is damaged beyond what redb's recovery repairs.
+    #[error("not an idemdb store (or damaged): {reason}")]
+    NotAStore {
+        /// What redb reported.
+        reason: String,
+    },
+    /// The file is a redb database that idemdb did not create.
+    #[error("the file is a redb database but not an idemdb store (its tables: {tables})")]
+    Foreign {
+        /// The tables found.
+        tables: String,
+    },
+    /// The store was written by a newer version of idemdb.
+    #[error("store format {found} was written by a newer version of idemdb (this build reads format {supported})")]
+    NewerFormat {
+        /// Format found.
+        found: u32,
+        /// Format this build reads.
+        supported: u32,
+    },
+    /// The store has an older format that needs an upgrade.
+    #[error("store format {found} needs an upgrade to format {supported}")]
+    OlderFormat {
+        /// Format found.
+        found: u32,
+        /// Format this build writes.
+        supported: u32,
+    },
+    /// A policy was invalid.
+    #[error("invalid policy for operation {operation:?}: {source}")]
+    Policy {
+        /// The operation (`None` for the default policy).
+        operation: Option<String>,
+        /// What is wrong.
+        #[source]
+        source: PolicyError,
+    },
+    /// This platform has no wall clock or no randomness the store can use; pass them to the
+    /// builder ([`StoreBuilder::clock`](crate::StoreBuilder::clock),
+    /// [`StoreBuilder::secret_seed`](crate::StoreBuilder::secret_seed)).
+    #[error("platform lacks {0}; provide it through the store builder")]
+    MissingPlatform(&'static str),
+    /// The storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// Stored metadata did not decode.
+    #[error("store metadata is corrupt: {0}")]
+    CorruptMeta(String),
+}
+
+impl From<redb::DatabaseError> for OpenError {
+    fn from(error: redb::DatabaseError) -> Self {
+        match error {
+            redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => OpenError::AlreadyOpen,
+            redb::DatabaseError::UpgradeRequired(version) => {
+                OpenError::NotAStore { reason: format!("redb file format {version} needs a manual upgrade") }
+            }
+            redb::DatabaseError::Storage(redb::StorageError::Io(io))
+                if io.kind() == std::io::ErrorKind::InvalidData =>
+            {
+                OpenError::NotAStore { reason: io.to_string() }
+            }
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(reason)) => OpenError::NotAStore { reason },
+            other => OpenError::Storage(other.into()),
+        }
+    }
+}
+
+macro_rules! open_from_storage {
+    ($($t:ty),*) => {$(
+        impl From<$t> for OpenError {
+            fn from(error: $t) -> Self {
+                OpenError::Storage(error.into())
+            }
+        }
+    )*};
+}
+open_from_storage!(redb::StorageError, redb::TableError, redb::TransactionError, redb::CommitError, redb::SetDurabilityError);

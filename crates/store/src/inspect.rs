@@ -1,0 +1,305 @@
+//! Looking inside a store: statistics, listings, the audit trail, verification, compaction.
+
+use std::collections::BTreeMap;
+
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+
+use idemdb_core::{decode_record, decode_versioned, Record, ScopedKey, State, StateKind, Timestamp};
+
+use crate::audit::{AuditEvent, KeyHash, AUDIT_FORMAT};
+use crate::tables::{split_expiry_key, AUDIT, EXPIRY, RECORDS};
+use crate::{Error, Store};
+
+/// Counts and sizes of a store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Records by operation and state.
+    pub by_operation: BTreeMap<String, BTreeMap<StateKind, u64>>,
+    /// All records.
+    pub records: u64,
+    /// The earliest creation time among in-progress records.
+    pub oldest_in_progress: Option<Timestamp>,
+    /// The next instant at which retention has work.
+    pub next_due: Option<Timestamp>,
+    /// The last instant at which any record is still known (the expiry horizon).
+    pub horizon: Option<Timestamp>,
+    /// Entries of the expiry index.
+    pub index_entries: u64,
+    /// Events in the audit trail.
+    pub audit_events: u64,
+    /// Size of the file on disk, for a file store.
+    pub file_bytes: Option<u64>,
+    /// Bytes of pages redb has allocated.
+    pub allocated_bytes: u64,
+    /// Bytes of user data stored.
+    pub stored_bytes: u64,
+    /// Bytes lost to fragmentation (reclaimed by compaction).
+    pub fragmented_bytes: u64,
+}
+
+impl Stats {
+    /// Records in `state`, over every operation.
+    pub fn count(&self, state: StateKind) -> u64 {
+        self.by_operation.values().filter_map(|states| states.get(&state)).sum()
+    }
+}
+
+/// Which records [`Store::list`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListFilter {
+    /// Only this tenant.
+    pub tenant: Option<String>,
+    /// Only this operation (with `tenant`, a range scan; alone, a filter).
+    pub operation: Option<String>,
+    /// Only this state.
+    pub state: Option<StateKind>,
+    /// Continue after this cursor ([`Listing::next_cursor`]).
+    pub after: Option<String>,
+    /// At most this many records (0 means 100).
+    pub limit: usize,
+}
+
+/// One record of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedRecord {
+    /// Scope and key.
+    pub scoped: ScopedKey,
+    /// The keyed hash of scope and key, as logs and the audit trail show it.
+    pub key_hash: KeyHash,
+    /// The record.
+    pub record: Record,
+}
+
+/// A page of records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The records.
+    pub records: Vec<ListedRecord>,
+    /// Pass as [`ListFilter::after`] for the next page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// One problem [`Store::verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Which table.
+    pub table: &'static str,
+    /// What is wrong (keys appear only as their keyed hash).
+    pub detail: String,
+}
+
+/// What [`Store::verify`] checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VerifyReport {
+    /// Whether redb's own integrity check passed without repair.
+    pub storage_ok: bool,
+    /// Records checked.
+    pub records: u64,
+    /// Index entries checked.
+    pub index_entries: u64,
+    /// Audit events checked.
+    pub audit_events: u64,
+    /// Problems found.
+    pub problems: Vec<Problem>,
+}
+
+impl VerifyReport {
+    /// Whether the store is sound.
+    pub fn is_ok(&self) -> bool {
+        self.storage_ok && self.problems.is_empty()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+impl Store {
+    /// Counts records by operation and state, and reports sizes.
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Corrupt`].
+    pub fn stats(&self) -> Result<Stats, Error> {
+        let mut stats = Stats::default();
+        {
+            let read = self.db.begin_read()?;
+            let records = read.open_table(RECORDS)?;
+            for entry in records.iter()? {
+                let (key, value) = entry?;
+                let record = decode_record(value.value()).map_err(|source| Error::Corrupt { what: "record", source })?;
+                let operation = ScopedKey::decode(key.value()).map(|s| s.scope.operation().to_string()).unwrap_or_default();
+                *stats.by_operation.entry(operation).or_default().entry(record.state.kind()).or_default() += 1;
+                stats.records += 1;
+                if let State::InProgress { .. } = record.state {
+                    stats.oldest_in_progress = Some(stats.oldest_in_progress.map_or(record.created_at, |t| t.min(record.created_at)));
+                }
+                let last_known = match &record.state {
+                    State::Completed { forget_at, .. }
+                    | State::Failed { forget_at, .. }
+                    | State::Released { forget_at }
+                    | State::Tombstone { forget_at, .. } => Some(*forget_at),
+                    State::InProgress { .. } | State::Uncertain { .. } => None,
+                };
+                if let Some(last) = last_known {
+                    stats.horizon = Some(stats.horizon.map_or(last, |h| h.max(last)));
+                }
+            }
+            let index = read.open_table(EXPIRY)?;
+            stats.index_entries = index.len()?;
+            stats.next_due = index.first()?.and_then(|(key, _)| split_expiry_key(key.value()).map(|(due, _)| due));
+            stats.audit_events = read.open_table(AUDIT)?.len()?;
+        }
+        let tx = self.db.begin_write()?;
+        let db_stats = tx.stats()?;
+        tx.abort()?;
+        stats.allocated_bytes = db_stats.allocated_pages() * db_stats.page_size() as u64;
+        stats.stored_bytes = db_stats.stored_bytes();
+        stats.fragmented_bytes = db_stats.fragmented_bytes();
+        stats.file_bytes = self.path.as_ref().and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len());
+        Ok(stats)
+    }
+
+    /// Lists records in key order (tenant, then operation, then key).
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Corrupt`].
+    pub fn list(&self, filter: &ListFilter) -> Result<Listing, Error> {
+        let limit = if filter.limit == 0 { 100 } else { filter.limit };
+        let prefix = match (&filter.tenant, &filter.operation) {
+            (Some(tenant), operation) => ScopedKey::prefix(tenant, operation.as_deref()),
+            (None, _) => Vec::new(),
+        };
+        let start = match filter.after.as_deref().map(unhex) {
+            Some(Some(cursor)) => cursor,
+            Some(None) => return Ok(Listing::default()),
+            None => prefix.clone(),
+        };
+        let read = self.db.begin_read()?;
+        let records = read.open_table(RECORDS)?;
+        let mut listing = Listing::default();
+        for entry in records.range(start.as_slice()..)? {
+            let (key, value) = entry?;
+            let key = key.value();
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            if filter.after.is_some() && key == start.as_slice() {
+                continue;
+            }
+            let Ok(scoped) = ScopedKey::decode(key) else { continue };
+            if filter.operation.as_deref().is_some_and(|op| scoped.scope.operation() != op) {
+                continue;
+            }
+            let record = decode_record(value.value()).map_err(|source| Error::Corrupt { what: "record", source })?;
+            if filter.state.is_some_and(|state| record.state.kind() != state) {
+                continue;
+            }
+            if listing.records.len() == limit {
+                listing.next_cursor = listing.records.last().map(|last| hex(&last.scoped.encode()));
+                break;
+            }
+            listing.records.push(ListedRecord { key_hash: self.key_hash_of(key), scoped, record });
+        }
+        Ok(listing)
+    }
+
+    /// The newest `limit` audit events, oldest first.
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Corrupt`].
+    pub fn audit_events(&self, limit: usize) -> Result<Vec<AuditEvent>, Error> {
+        let read = self.db.begin_read()?;
+        let audit = read.open_table(AUDIT)?;
+        let mut events = Vec::new();
+        for entry in audit.iter()?.rev().take(limit) {
+            let (_, value) = entry?;
+            events.push(
+                decode_versioned(value.value(), AUDIT_FORMAT).map_err(|source| Error::Corrupt { what: "audit event", source })?,
+            );
+        }
+        events.reverse();
+        Ok(events)
+    }
+
+    /// Checks the store: redb's integrity check (which repairs what redb can), then every
+    /// record, index entry and audit event is decoded and cross-checked.
+    ///
+    /// # Errors
+    /// Storage errors that prevent the check from running.
+    pub fn verify(&mut self) -> Result<VerifyReport, Error> {
+        let mut report = VerifyReport { storage_ok: self.db.check_integrity()?, ..VerifyReport::default() };
+        let read = self.db.begin_read()?;
+        let records = read.open_table(RECORDS)?;
+        let index = read.open_table(EXPIRY)?;
+        let mut problem = |table, detail: String| report.problems.push(Problem { table, detail });
+        let mut record_count = 0;
+        for entry in records.iter()? {
+            let (key, value) = entry?;
+            record_count += 1;
+            let hash = self.key_hash_of(key.value());
+            if let Err(error) = ScopedKey::decode(key.value()) {
+                problem("idemdb_records", format!("key {hash}: {error}"));
+            }
+            match decode_record(value.value()) {
+                Err(error) => problem("idemdb_records", format!("record {hash}: {error}")),
+                Ok(record) => {
+                    if let Some(due) = record.due_at() {
+                        let expected = crate::tables::expiry_key(due, key.value());
+                        if index.get(expected.as_slice())?.is_none() {
+                            problem("idemdb_expiry", format!("record {hash} has no index entry for {due}"));
+                        }
+                    }
+                }
+            }
+        }
+        let mut index_count = 0;
+        for entry in index.iter()? {
+            let (key, _) = entry?;
+            index_count += 1;
+            let Some((due, scoped)) = split_expiry_key(key.value()) else {
+                problem("idemdb_expiry", "entry shorter than its 8-byte time".into());
+                continue;
+            };
+            let hash = self.key_hash_of(scoped);
+            match records.get(scoped)? {
+                None => problem("idemdb_expiry", format!("entry for {hash} at {due} has no record")),
+                Some(value) => {
+                    if decode_record(value.value()).ok().and_then(|r| r.due_at()) != Some(due) {
+                        problem("idemdb_expiry", format!("entry for {hash} at {due} does not match the record"));
+                    }
+                }
+            }
+        }
+        let mut audit_count = 0;
+        for entry in read.open_table(AUDIT)?.iter()? {
+            let (_, value) = entry?;
+            audit_count += 1;
+            if let Err(error) = decode_versioned::<AuditEvent>(value.value(), AUDIT_FORMAT) {
+                problem("idemdb_audit", format!("event {audit_count}: {error}"));
+            }
+        }
+        report.records = record_count;
+        report.index_entries = index_count;
+        report.audit_events = audit_count;
+        Ok(report)
+    }
+
+    /// Compacts the file, returning freed pages to the file system. Returns whether anything
+    /// was compacted. Run it after a large purge; it needs no other handle to be open.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn compact(&mut self) -> Result<bool, Error> {
+        Ok(self.db.compact()?)
+    }
+}

@@ -1,0 +1,73 @@
+//! idemdb: an embedded idempotency-key engine on [redb](https://docs.rs/redb).
+//!
+//! An idempotency key names one intended mutation across unreliable deliveries. In one write
+//! transaction the store reserves `(scope, key)` and binds it to the fingerprint of the
+//! canonical request; it stores the result and replays it to true retries; it refuses a
+//! reused key with a different request (mismatch), a duplicate that arrives while the first
+//! is running (in progress), and a new effect while an earlier outcome is uncertain (needs
+//! reconciliation). Tombstones outlive purged responses so a late retry never runs twice.
+//!
+//! ```
+//! use idemdb::{Canonicalizer, Normaliser, Reservation, Scope, Store};
+//!
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("payments.idemdb");
+//! let store = Store::open(&path)?;
+//! let scope = Scope::new("acme", "create_payment")?;
+//! let canon = Canonicalizer::new().exclude("/trace_id")?.normalise("/currency", Normaliser::Uppercase)?;
+//!
+//! // The client made this key when the intent was created, and reuses it on every retry.
+//! let key = Store::new_key()?;
+//! let body = br#"{"amount":"10.50","currency":"brl","trace_id":"a1"}"#;
+//! let fingerprint = canon.fingerprint(body)?;
+//!
+//! let mut charges = 0;
+//! for _delivery in 0..3 {
+//!     match store.reserve(&scope, &key, &fingerprint)? {
+//!         Reservation::Acquired(lease) => {
+//!             charges += 1; // the effect
+//!             store.complete(&lease, b"{\"charge\":\"ch_1\"}".to_vec())?;
+//!         }
+//!         Reservation::Replay { body, .. } => assert_eq!(body, b"{\"charge\":\"ch_1\"}"),
+//!         other => panic!("unexpected {other:?}"),
+//!     }
+//! }
+//! assert_eq!(charges, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The decision logic lives in [`idemdb_core`] (re-exported here) as pure functions; this
+//! crate translates them into redb transactions. See `docs/design.md` for the state diagram,
+//! the byte layout and the version history.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod audit;
+mod builder;
+mod clock;
+mod error;
+mod inspect;
+mod purge;
+mod store;
+mod tables;
+mod txn;
+
+pub use audit::{AuditEvent, AuditKind, KeyHash};
+pub use builder::{Durability, StoreBuilder, DEFAULT_AUDIT_RETENTION};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use clock::SystemClock;
+pub use clock::{Clock, ManualClock};
+pub use error::{Error, OpenError, StorageError};
+pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
+pub use purge::PurgeReport;
+pub use store::{ExecuteError, Executed, Lease, Reservation, Store};
+pub use tables::STORE_FORMAT;
+pub use txn::Txn;
+
+pub use idemdb_core::{
+    CanonicalError, Canonicalizer, ExpiredLease, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, KeyError,
+    Normaliser, OutcomeClass, Policy, PolicyError, Record, Resolution, Scope, ScopedKey, State, StateKind, Timestamp,
+    TransitionError, UncertainCause,
+};
+/// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
+pub use redb;

@@ -1,0 +1,144 @@
+//! Retention: turn expired results into tombstones and forget expired tombstones, through the
+//! time-ordered expiry index, so the cost follows the number of due records.
+
+use redb::{ReadableDatabase, ReadableTable};
+
+use idemdb_core::{Retention, ScopedKey, Timestamp};
+
+use crate::audit::AuditKind;
+use crate::tables::{audit_key, expiry_key, split_expiry_key, AUDIT, EXPIRY};
+use crate::txn::Txn;
+use crate::{Error, Store};
+
+/// What one purge pass did (or, for a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PurgeReport {
+    /// Results or failures replaced by their tombstone.
+    pub tombstoned: u64,
+    /// Tombstones and released records removed.
+    pub forgotten: u64,
+    /// Index entries that pointed nowhere (removed).
+    pub stale_index_entries: u64,
+    /// Audit events past their retention removed.
+    pub audit_removed: u64,
+    /// Whether due work remains beyond the budget.
+    pub more: bool,
+}
+
+impl Store {
+    /// Applies retention to at most `budget` due records (and at most `budget` old audit
+    /// events) in one write transaction. Call it again while [`PurgeReport::more`] is set.
+    ///
+    /// A record is only ever changed at or after the instants it stored when written: results
+    /// become tombstones at their response TTL; tombstones are forgotten at their tombstone
+    /// TTL. A known key therefore never becomes unknown early.
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Corrupt`] for an undecodable record (nothing is changed).
+    pub fn purge_expired(&self, budget: usize) -> Result<PurgeReport, Error> {
+        self.write(|txn| purge(txn, budget))
+    }
+
+    /// Counts what [`Store::purge_expired`] would do now with an unlimited budget, without
+    /// writing anything.
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Corrupt`].
+    pub fn purge_preview(&self) -> Result<PurgeReport, Error> {
+        let now = self.now();
+        let read = self.db.begin_read()?;
+        let index = read.open_table(EXPIRY)?;
+        let mut report = PurgeReport::default();
+        let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
+        for entry in index.range(..upper.as_slice())? {
+            let (key, _) = entry?;
+            let Some((_, scoped)) = split_expiry_key(key.value()) else {
+                report.stale_index_entries += 1;
+                continue;
+            };
+            match self.get_encoded(scoped)?.map(|record| record.retention(now)) {
+                Some(Retention::Tombstone(_)) => report.tombstoned += 1,
+                Some(Retention::Forget) => report.forgotten += 1,
+                Some(Retention::Keep) | None => report.stale_index_entries += 1,
+            }
+        }
+        let cutoff = now.as_millis().saturating_sub(u64::try_from(self.config.audit_retention.as_millis()).unwrap_or(u64::MAX));
+        let audit = read.open_table(AUDIT)?;
+        report.audit_removed = audit.range(..audit_key(Timestamp::from_millis(cutoff), 0))?.count() as u64;
+        Ok(report)
+    }
+}
+
+fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
+    let now = txn.now();
+    let mut report = PurgeReport::default();
+    let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
+    let due: Vec<Vec<u8>> = {
+        let index = txn.tables().open_table(EXPIRY)?;
+        let mut keys = Vec::new();
+        for entry in index.range(..upper.as_slice())?.take(budget.saturating_add(1)) {
+            keys.push(entry?.0.value().to_vec());
+        }
+        keys
+    };
+    report.more = due.len() > budget;
+    for index_key in due.into_iter().take(budget) {
+        let Some((due_at, scoped)) = split_expiry_key(&index_key) else {
+            txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
+            report.stale_index_entries += 1;
+            continue;
+        };
+        let record = match txn.load(scoped)? {
+            Some(record) if record.due_at() == Some(due_at) => record,
+            _ => {
+                txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
+                report.stale_index_entries += 1;
+                continue;
+            }
+        };
+        match record.retention(now) {
+            Retention::Keep => {}
+            Retention::Tombstone(tombstone) => {
+                txn.put(scoped, Some(&record), &tombstone)?;
+                report.tombstoned += 1;
+                audit_purge(txn, scoped, record.fence);
+            }
+            Retention::Forget => {
+                txn.remove(scoped, &record)?;
+                report.forgotten += 1;
+                audit_purge(txn, scoped, record.fence);
+            }
+        }
+    }
+    // Old audit events go in the same pass, oldest first.
+    let retention_ms = u64::try_from(txn_audit_retention(txn).as_millis()).unwrap_or(u64::MAX);
+    let cutoff = audit_key(Timestamp::from_millis(now.as_millis().saturating_sub(retention_ms)), 0);
+    let mut audit = txn.tables().open_table(AUDIT)?;
+    let mut removed = 0usize;
+    while removed < budget {
+        let first = audit.first()?.map(|(key, _)| key.value());
+        match first {
+            Some(key) if key < cutoff => {
+                audit.remove(key)?;
+                removed += 1;
+            }
+            _ => break,
+        }
+    }
+    report.audit_removed = removed as u64;
+    if removed == budget && audit.first()?.is_some_and(|(key, _)| key.value() < cutoff) {
+        report.more = true;
+    }
+    Ok(report)
+}
+
+fn txn_audit_retention(txn: &Txn<'_>) -> std::time::Duration {
+    txn.store().config.audit_retention
+}
+
+fn audit_purge(txn: &mut Txn<'_>, scoped: &[u8], fence: u64) {
+    if let Ok(decoded) = ScopedKey::decode(scoped) {
+        txn.event(AuditKind::Purged, &decoded.scope, scoped, fence, None, None);
+    }
+}

@@ -1,0 +1,492 @@
+//! The store: a redb database holding idempotency records.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
+
+use idemdb_core::{
+    decode_record, Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey,
+    StateKind, Timestamp, UncertainCause,
+};
+
+use crate::audit::KeyHash;
+use crate::builder::{Initialiser, Meta};
+use crate::tables::{AUDIT, META, META_CLOCK, RECORDS};
+use crate::txn::Txn;
+use crate::{Clock, Durability, Error, OpenError, StoreBuilder};
+
+/// Settings fixed when the store is opened.
+pub(crate) struct Config {
+    pub(crate) policies: HashMap<String, Policy>,
+    pub(crate) default_policy: Policy,
+    pub(crate) durability: Durability,
+    pub(crate) audit: bool,
+    pub(crate) audit_retention: Duration,
+}
+
+/// The right of one attempt to execute an operation, until [`Lease::expires_at`].
+///
+/// Only the lease with the record's current fence may complete or fail it: after a takeover
+/// (or a reconcile), an older lease is refused with a stale-fence error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub(crate) scoped: ScopedKey,
+    pub(crate) fence: u64,
+    pub(crate) expires_at: Timestamp,
+    pub(crate) attempt: u32,
+}
+
+impl Lease {
+    /// The scope.
+    pub fn scope(&self) -> &Scope {
+        &self.scoped.scope
+    }
+
+    /// The idempotency key.
+    pub fn key(&self) -> &IdempotencyKey {
+        &self.scoped.key
+    }
+
+    /// The fence number.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// When the lease expires unless renewed.
+    pub fn expires_at(&self) -> Timestamp {
+        self.expires_at
+    }
+
+    /// Which attempt this is (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+}
+
+/// The answer to [`Store::reserve`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reservation {
+    /// The caller holds the lease: execute, then [`Store::complete`] or [`Store::fail`].
+    Acquired(Lease),
+    /// A true retry of a finished request: here is the stored body, byte for byte.
+    Replay {
+        /// Completed, or failed definitively.
+        outcome: OutcomeClass,
+        /// The stored result or failure body.
+        body: Vec<u8>,
+    },
+    /// Another attempt holds a live lease.
+    InProgress {
+        /// Time left on that lease.
+        retry_after: Duration,
+    },
+    /// The key is bound to a different request (conflict; HTTP 422).
+    Mismatch {
+        /// The state of the record the key is bound to.
+        stored: StateKind,
+    },
+    /// An earlier attempt's outcome is unknown; reconcile before any new effect.
+    NeedsReconciliation {
+        /// Why.
+        cause: UncertainCause,
+    },
+    /// The response was purged; only the tombstone remains. Never executed again.
+    Expired {
+        /// The outcome the record reached.
+        outcome: OutcomeClass,
+    },
+}
+
+impl Reservation {
+    /// The lease, if one was acquired.
+    pub fn lease(&self) -> Option<&Lease> {
+        match self {
+            Reservation::Acquired(lease) => Some(lease),
+            _ => None,
+        }
+    }
+
+    /// A short lower-case name of the answer (`acquired`, `replay`, `in_progress`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Reservation::Acquired(_) => "acquired",
+            Reservation::Replay { .. } => "replay",
+            Reservation::InProgress { .. } => "in_progress",
+            Reservation::Mismatch { .. } => "mismatch",
+            Reservation::NeedsReconciliation { .. } => "needs_reconciliation",
+            Reservation::Expired { .. } => "expired",
+        }
+    }
+}
+
+/// What [`Store::execute`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Executed {
+    /// The operation ran and its result was stored in the same commit.
+    Ran {
+        /// The result.
+        result: Vec<u8>,
+    },
+    /// The operation did not run: here is what the key already holds (never `Acquired`).
+    Answered(Reservation),
+}
+
+/// [`Store::execute`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecuteError<E> {
+    /// The operation returned an error; the transaction was rolled back, so neither its writes
+    /// nor the reservation were stored and the key is free.
+    #[error("operation failed; nothing was stored")]
+    Operation(#[source] E),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+/// An embedded idempotency store on redb.
+///
+/// Every decision (reserve, complete, fail, renew, reconcile) is one write transaction:
+/// read the record, decide with [`idemdb_core::decide`] or a transition, write, commit.
+/// `Store` is `Send + Sync`; share it across threads with an `Arc`.
+pub struct Store {
+    pub(crate) db: Database,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) config: Config,
+    clock: Arc<dyn Clock>,
+    high_water: AtomicU64,
+    persisted_high_water: AtomicU64,
+    pub(crate) secret: [u8; 32],
+    audit_sequence: AtomicU64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// How often (in store time) the clock high-water mark is persisted during writes.
+const CLOCK_PERSIST_EVERY_MS: u64 = 1_000;
+
+impl Store {
+    /// A builder for policies, clock, durability and backend.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::new()
+    }
+
+    /// Opens (or creates) the store file at `path` with default settings.
+    ///
+    /// # Errors
+    /// See [`StoreBuilder::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        StoreBuilder::new().open(path)
+    }
+
+    /// Opens an empty in-memory store with default settings.
+    ///
+    /// # Errors
+    /// See [`StoreBuilder::in_memory`].
+    pub fn in_memory() -> Result<Store, OpenError> {
+        StoreBuilder::new().in_memory()
+    }
+
+    pub(crate) fn from_parts(
+        db: Database,
+        path: Option<PathBuf>,
+        config: Config,
+        clock: Arc<dyn Clock>,
+        init: Initialiser,
+    ) -> Result<Store, OpenError> {
+        let Meta { secret, clock_high_water } = init.run(&db)?;
+        let next_sequence = {
+            let read = db.begin_read()?;
+            let audit = read.open_table(AUDIT)?;
+            let last = audit.last()?.map(|(key, _)| key.value());
+            last.map(|key| {
+                let mut sequence = [0u8; 8];
+                sequence.copy_from_slice(&key[8..]);
+                u64::from_be_bytes(sequence).saturating_add(1)
+            })
+            .unwrap_or(0)
+        };
+        Ok(Store {
+            db,
+            path,
+            config,
+            clock,
+            high_water: AtomicU64::new(clock_high_water),
+            persisted_high_water: AtomicU64::new(clock_high_water),
+            secret,
+            audit_sequence: AtomicU64::new(next_sequence),
+        })
+    }
+
+    /// The file path, for a file store.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The policy that applies to `operation`.
+    pub fn policy(&self, operation: &str) -> &Policy {
+        self.config.policies.get(operation).unwrap_or(&self.config.default_policy)
+    }
+
+    /// The store's notion of now: the clock, but never earlier than any time it has seen.
+    pub fn now(&self) -> Timestamp {
+        let read = self.clock.now().as_millis();
+        let previous = self.high_water.fetch_max(read, Ordering::SeqCst);
+        Timestamp::from_millis(previous.max(read))
+    }
+
+    /// The keyed hash that logs and the audit trail use for `(scope, key)`.
+    pub fn key_hash(&self, scope: &Scope, key: &IdempotencyKey) -> KeyHash {
+        KeyHash::compute(&self.secret, &ScopedKey::new(scope.clone(), key.clone()).encode())
+    }
+
+    pub(crate) fn key_hash_of(&self, scoped: &[u8]) -> KeyHash {
+        KeyHash::compute(&self.secret, scoped)
+    }
+
+    pub(crate) fn next_audit_sequence(&self) -> u64 {
+        self.audit_sequence.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// A new random idempotency key (UUID v4 from the operating system's CSPRNG).
+    ///
+    /// # Errors
+    /// [`Error::NoRandomness`] on `wasm32-unknown-unknown`, where the bindings make keys from
+    /// `crypto.getRandomValues` instead.
+    pub fn new_key() -> Result<IdempotencyKey, Error> {
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+        {
+            Ok(IdempotencyKey::from_random_bytes(uuid::Uuid::new_v4().into_bytes()))
+        }
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        {
+            Err(Error::NoRandomness)
+        }
+    }
+
+    /// Runs `f` in one write transaction and commits if it returns `Ok`; on `Err` everything
+    /// it wrote (idempotency records and the application's own tables) is rolled back.
+    ///
+    /// This is how an application writes its own redb tables and completes the record **in
+    /// the same commit** (see [`Txn::tables`]).
+    ///
+    /// ```
+    /// use idemdb::{Reservation, Scope, Store, IdempotencyKey, Fingerprint};
+    /// use redb::TableDefinition;
+    /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
+    ///
+    /// let store = Store::in_memory()?;
+    /// let scope = Scope::new("acme", "place_order")?;
+    /// let key = IdempotencyKey::new("order-842")?;
+    /// let fp = Fingerprint::from_bytes([9; 32]);
+    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp)? else { panic!() };
+    /// store.write(|txn| {
+    ///     txn.tables().open_table(ORDERS).map_err(idemdb::Error::from)?
+    ///         .insert("order-842", 1050).map_err(idemdb::Error::from)?;
+    ///     txn.complete(&lease, b"order placed".to_vec())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The closure's error, or [`Error`] converted into it when the transaction could not
+    /// begin or commit.
+    pub fn write<T, E: From<Error>>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<T, E>) -> Result<T, E> {
+        let mut txn = Txn::begin(self)?;
+        let value = f(&mut txn)?;
+        txn.commit()?;
+        Ok(value)
+    }
+
+    pub(crate) fn begin_write(&self) -> Result<WriteTransaction, Error> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(match self.config.durability {
+            Durability::Immediate => redb::Durability::Immediate,
+            Durability::Eventual => redb::Durability::None,
+        })?;
+        Ok(tx)
+    }
+
+    /// Writes the clock high-water mark into `tx` when it moved on enough since last time.
+    pub(crate) fn persist_clock_if_due(&self, tx: &WriteTransaction, force: bool) -> Result<(), Error> {
+        let now = self.high_water.load(Ordering::SeqCst);
+        let persisted = self.persisted_high_water.load(Ordering::SeqCst);
+        if force || now >= persisted.saturating_add(CLOCK_PERSIST_EVERY_MS) {
+            tx.open_table(META)?.insert(META_CLOCK, now.to_be_bytes().as_slice())?;
+            self.persisted_high_water.fetch_max(now, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
+    ///
+    /// ```
+    /// use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+    /// let store = Store::in_memory()?;
+    /// let scope = Scope::new("acme", "create_payment")?;
+    /// let key = Store::new_key()?;
+    /// let fp = Fingerprint::from_bytes([1; 32]);
+    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp)? else { panic!() };
+    /// store.complete(&lease, b"{\"charge\":\"ch_1\"}".to_vec())?;
+    /// let again = store.reserve(&scope, &key, &fp)?;
+    /// assert!(matches!(again, Reservation::Replay { ref body, .. } if body == b"{\"charge\":\"ch_1\"}"));
+    /// let other = store.reserve(&scope, &key, &Fingerprint::from_bytes([2; 32]))?;
+    /// assert!(matches!(other, Reservation::Mismatch { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Storage`] / [`Error::CommitUnknown`] when the storage fails,
+    /// [`Error::Corrupt`] for an undecodable record.
+    pub fn reserve(&self, scope: &Scope, key: &IdempotencyKey, fingerprint: &Fingerprint) -> Result<Reservation, Error> {
+        self.write(|txn| txn.reserve(scope, key, fingerprint))
+    }
+
+    /// [`Store::reserve`] with a correlation id recorded in the audit trail and log events.
+    ///
+    /// # Errors
+    /// As [`Store::reserve`], and [`Error::Key`] for an invalid correlation id.
+    pub fn reserve_traced(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: &str,
+    ) -> Result<Reservation, Error> {
+        self.write(|txn| txn.reserve_traced(scope, key, fingerprint, Some(correlation)))
+    }
+
+    /// Stores the result of the lease's attempt; retries replay it byte for byte.
+    ///
+    /// # Errors
+    /// [`Error::Transition`] for a stale fence, a finished record or a result over the limit;
+    /// [`Error::NotFound`]; storage errors.
+    pub fn complete(&self, lease: &Lease, result: impl Into<Vec<u8>>) -> Result<(), Error> {
+        let result = result.into();
+        self.write(|txn| txn.complete(lease, result))
+    }
+
+    /// Records that the lease's attempt failed.
+    ///
+    /// # Errors
+    /// As [`Store::complete`].
+    pub fn fail(&self, lease: &Lease, failure: Failure) -> Result<(), Error> {
+        self.write(|txn| txn.fail(lease, failure))
+    }
+
+    /// Extends the lease; returns the renewed lease.
+    ///
+    /// # Errors
+    /// [`Error::Transition`] when the lease is stale or the record is no longer in progress.
+    pub fn renew(&self, lease: &Lease) -> Result<Lease, Error> {
+        self.write(|txn| txn.renew(lease))
+    }
+
+    /// Resolves an uncertain record.
+    ///
+    /// # Errors
+    /// [`Error::Transition`] when the record is not uncertain or its lease is still live;
+    /// [`Error::NotFound`].
+    pub fn reconcile(&self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
+        self.write(|txn| txn.reconcile(scope, key, resolution))
+    }
+
+    /// Reserves, runs `operation` and completes, **in one commit**: for effects in the same
+    /// database. If the operation fails, nothing is stored and the key stays free.
+    ///
+    /// ```
+    /// use idemdb::{Executed, Fingerprint, IdempotencyKey, Scope, Store};
+    /// use redb::TableDefinition;
+    /// const BALANCES: TableDefinition<&str, i64> = TableDefinition::new("app_balances");
+    ///
+    /// let store = Store::in_memory()?;
+    /// let scope = Scope::new("acme", "credit")?;
+    /// let key = IdempotencyKey::new("credit-17")?;
+    /// let fp = Fingerprint::from_bytes([3; 32]);
+    /// let credit = |tables: &redb::WriteTransaction| -> Result<Vec<u8>, redb::Error> {
+    ///     let mut balances = tables.open_table(BALANCES)?;
+    ///     let old = balances.get("alice")?.map(|v| v.value()).unwrap_or(0);
+    ///     balances.insert("alice", old + 100)?;
+    ///     Ok((old + 100).to_string().into_bytes())
+    /// };
+    /// assert_eq!(store.execute(&scope, &key, &fp, credit)?, Executed::Ran { result: b"100".to_vec() });
+    /// // A retry replays; the balance is credited once.
+    /// assert!(matches!(store.execute(&scope, &key, &fp, credit)?, Executed::Answered(_)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ExecuteError::Operation`] with the operation's error (everything rolled back), or
+    /// [`ExecuteError::Store`].
+    pub fn execute<E>(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        operation: impl FnOnce(&WriteTransaction) -> Result<Vec<u8>, E>,
+    ) -> Result<Executed, ExecuteError<E>> {
+        let mut txn = Txn::begin(self)?;
+        let reservation = txn.reserve(scope, key, fingerprint)?;
+        let Reservation::Acquired(lease) = reservation else {
+            txn.commit()?;
+            return Ok(Executed::Answered(reservation));
+        };
+        let result = operation(txn.tables()).map_err(ExecuteError::Operation)?;
+        txn.complete(&lease, result.clone())?;
+        txn.commit()?;
+        Ok(Executed::Ran { result })
+    }
+
+    /// Reads the record of `(scope, key)`.
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Corrupt`].
+    pub fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, Error> {
+        let scoped = ScopedKey::new(scope.clone(), key.clone()).encode();
+        self.get_encoded(&scoped)
+    }
+
+    pub(crate) fn get_encoded(&self, scoped: &[u8]) -> Result<Option<Record>, Error> {
+        let read = self.db.begin_read()?;
+        let records = read.open_table(RECORDS)?;
+        let Some(value) = records.get(scoped)? else { return Ok(None) };
+        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
+    }
+
+    /// Makes every earlier commit durable (needed only with [`Durability::Eventual`]).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn flush(&self) -> Result<(), Error> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(redb::Durability::Immediate)?;
+        self.persist_clock_if_due(&tx, true)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Best effort: keep the clock high-water mark for the next open.
+        if self.high_water.load(Ordering::SeqCst) > self.persisted_high_water.load(Ordering::SeqCst)
+            && let Ok(tx) = self.db.begin_write()
+        {
+            if self.persist_clock_if_due(&tx, true).is_ok() {
+                let _ = tx.commit();
+            } else {
+                let _ = tx.abort();
+            }
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! One write transaction over the store: read, decide, write — then commit once.
+
+use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
+
+use idemdb_core::{
+    decide, decode_record, encode_record, encode_versioned, validate_correlation, Failure, Fingerprint,
+    IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, Verdict,
+};
+
+use crate::audit::{fingerprint_prefix, AuditEvent, AuditKind, AUDIT_FORMAT};
+use crate::store::{Lease, Reservation, Store};
+use crate::tables::{audit_key, expiry_key, AUDIT, EXPIRY, RECORDS};
+use crate::Error;
+
+/// An open write transaction. Obtained through [`Store::write`]; committed when the closure
+/// returns `Ok`, rolled back otherwise.
+pub struct Txn<'s> {
+    store: &'s Store,
+    tx: WriteTransaction,
+    now: Timestamp,
+    audit: Vec<AuditEvent>,
+    /// The last value written per record key, to read back after a failed commit.
+    written: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl std::fmt::Debug for Txn<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Txn").field("now", &self.now).finish_non_exhaustive()
+    }
+}
+
+impl<'s> Txn<'s> {
+    pub(crate) fn begin(store: &'s Store) -> Result<Self, Error> {
+        let tx = store.begin_write()?;
+        // Read the clock after the write lock is held, so decisions are made in time order.
+        let now = store.now();
+        Ok(Txn { store, tx, now, audit: Vec::new(), written: Vec::new() })
+    }
+
+    pub(crate) fn store(&self) -> &'s Store {
+        self.store
+    }
+
+    /// The time every decision in this transaction uses.
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// The underlying redb transaction, for the application's own tables.
+    ///
+    /// Do not open tables whose names start with `idemdb_`: those belong to the store.
+    pub fn tables(&self) -> &WriteTransaction {
+        &self.tx
+    }
+
+    /// [`Store::reserve`] inside this transaction.
+    ///
+    /// # Errors
+    /// As [`Store::reserve`].
+    pub fn reserve(&mut self, scope: &Scope, key: &IdempotencyKey, fingerprint: &Fingerprint) -> Result<Reservation, Error> {
+        self.reserve_traced(scope, key, fingerprint, None)
+    }
+
+    /// [`Store::reserve_traced`] inside this transaction.
+    ///
+    /// # Errors
+    /// As [`Store::reserve_traced`].
+    pub fn reserve_traced(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+    ) -> Result<Reservation, Error> {
+        if let Some(correlation) = correlation {
+            validate_correlation(correlation)?;
+        }
+        let scoped = ScopedKey::new(scope.clone(), key.clone());
+        let encoded = scoped.encode();
+        let existing = self.load(&encoded)?;
+        let policy = self.store.policy(scope.operation());
+        let decision = decide(existing.as_ref(), fingerprint, self.now, policy);
+        if let Some(record) = &decision.write {
+            self.put(&encoded, existing.as_ref(), record)?;
+        }
+        let (reservation, kind, fence) = match decision.verdict {
+            Verdict::Acquired { fence, lease_expires_at, attempt } => (
+                Reservation::Acquired(Lease { scoped, fence, expires_at: lease_expires_at, attempt }),
+                AuditKind::Reserved,
+                fence,
+            ),
+            Verdict::Replay { outcome } => {
+                let body = match existing.map(|record| record.state) {
+                    Some(State::Completed { result, .. }) => result,
+                    Some(State::Failed { error, .. }) => error,
+                    _ => Vec::new(),
+                };
+                (Reservation::Replay { outcome, body }, AuditKind::Replayed, 0)
+            }
+            Verdict::InProgress { retry_after } => (Reservation::InProgress { retry_after }, AuditKind::InProgress, 0),
+            Verdict::Mismatch { stored } => (Reservation::Mismatch { stored }, AuditKind::Conflict, 0),
+            Verdict::NeedsReconciliation { cause } => {
+                (Reservation::NeedsReconciliation { cause }, AuditKind::NeedsReconciliation, 0)
+            }
+            Verdict::Expired { outcome } => (Reservation::Expired { outcome }, AuditKind::Expired, 0),
+            _ => unreachable_verdict()?,
+        };
+        self.event(kind, scope, &encoded, fence, Some(fingerprint), correlation);
+        Ok(reservation)
+    }
+
+    /// [`Store::complete`] inside this transaction.
+    ///
+    /// # Errors
+    /// As [`Store::complete`].
+    pub fn complete(&mut self, lease: &Lease, result: Vec<u8>) -> Result<(), Error> {
+        let now = self.now;
+        let policy = self.store.policy(lease.scope().operation()).clone();
+        self.transition(lease, AuditKind::Completed, |record| {
+            idemdb_core::complete(record, lease.fence, result, now, &policy)
+        })
+        .map(drop)
+    }
+
+    /// [`Store::fail`] inside this transaction.
+    ///
+    /// # Errors
+    /// As [`Store::fail`].
+    pub fn fail(&mut self, lease: &Lease, failure: Failure) -> Result<(), Error> {
+        let now = self.now;
+        let policy = self.store.policy(lease.scope().operation()).clone();
+        self.transition(lease, AuditKind::Failed, |record| idemdb_core::fail(record, lease.fence, failure, now, &policy))
+            .map(drop)
+    }
+
+    /// [`Store::renew`] inside this transaction.
+    ///
+    /// # Errors
+    /// As [`Store::renew`].
+    pub fn renew(&mut self, lease: &Lease) -> Result<Lease, Error> {
+        let now = self.now;
+        let policy = self.store.policy(lease.scope().operation()).clone();
+        let record = self.transition(lease, AuditKind::Renewed, |record| {
+            idemdb_core::renew(record, lease.fence, now, &policy).map(|(record, _)| record)
+        })?;
+        let expires_at = match record.state {
+            State::InProgress { lease_expires_at } => lease_expires_at,
+            _ => lease.expires_at,
+        };
+        Ok(Lease { expires_at, ..lease.clone() })
+    }
+
+    /// [`Store::reconcile`] inside this transaction.
+    ///
+    /// # Errors
+    /// As [`Store::reconcile`].
+    pub fn reconcile(&mut self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
+        let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
+        let record = self.load(&encoded)?.ok_or(Error::NotFound)?;
+        let policy = self.store.policy(scope.operation());
+        let next = idemdb_core::reconcile(&record, resolution, self.now, policy)?;
+        self.put(&encoded, Some(&record), &next)?;
+        self.event(AuditKind::Reconciled, scope, &encoded, next.fence, None, None);
+        Ok(())
+    }
+
+    /// Reads a record inside this transaction.
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Corrupt`].
+    pub fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, Error> {
+        self.load(&ScopedKey::new(scope.clone(), key.clone()).encode())
+    }
+
+    /// Writes a record as given (keeping the expiry index right), replacing any existing one
+    /// when `overwrite` is set. For import tools; it bypasses the state machine. Returns
+    /// whether the record was written.
+    ///
+    /// # Errors
+    /// Storage errors; [`Error::Corrupt`] when the existing record does not decode.
+    pub fn import(&mut self, scoped: &ScopedKey, record: &Record, overwrite: bool) -> Result<bool, Error> {
+        let encoded = scoped.encode();
+        let existing = self.load(&encoded)?;
+        if existing.is_some() && !overwrite {
+            return Ok(false);
+        }
+        self.put(&encoded, existing.as_ref(), record)?;
+        Ok(true)
+    }
+
+    fn transition(
+        &mut self,
+        lease: &Lease,
+        kind: AuditKind,
+        apply: impl FnOnce(&Record) -> Result<Record, TransitionError>,
+    ) -> Result<Record, Error> {
+        let encoded = lease.scoped.encode();
+        let record = self.load(&encoded)?.ok_or(Error::NotFound)?;
+        let next = apply(&record)?;
+        self.put(&encoded, Some(&record), &next)?;
+        self.event(kind, lease.scope(), &encoded, lease.fence, Some(&next.fingerprint), None);
+        Ok(next)
+    }
+
+    pub(crate) fn load(&self, encoded: &[u8]) -> Result<Option<Record>, Error> {
+        let records = self.tx.open_table(RECORDS)?;
+        let Some(value) = records.get(encoded)? else { return Ok(None) };
+        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
+    }
+
+    /// Writes `record` over `previous`, moving its expiry index entry if its due time changed.
+    pub(crate) fn put(&mut self, encoded: &[u8], previous: Option<&Record>, record: &Record) -> Result<(), Error> {
+        let value = encode_record(record);
+        self.tx.open_table(RECORDS)?.insert(encoded, value.as_slice())?;
+        self.move_index(encoded, previous.and_then(Record::due_at), record.due_at())?;
+        self.remember(encoded, Some(value));
+        Ok(())
+    }
+
+    /// Removes a record and its index entry.
+    pub(crate) fn remove(&mut self, encoded: &[u8], previous: &Record) -> Result<(), Error> {
+        self.tx.open_table(RECORDS)?.remove(encoded)?;
+        self.move_index(encoded, previous.due_at(), None)?;
+        self.remember(encoded, None);
+        Ok(())
+    }
+
+    fn move_index(&self, encoded: &[u8], old: Option<Timestamp>, new: Option<Timestamp>) -> Result<(), Error> {
+        if old == new {
+            return Ok(());
+        }
+        let mut index = self.tx.open_table(EXPIRY)?;
+        if let Some(old) = old {
+            index.remove(expiry_key(old, encoded).as_slice())?;
+        }
+        if let Some(new) = new {
+            index.insert(expiry_key(new, encoded).as_slice(), ())?;
+        }
+        Ok(())
+    }
+
+    fn remember(&mut self, encoded: &[u8], value: Option<Vec<u8>>) {
+        match self.written.iter_mut().find(|(key, _)| key == encoded) {
+            Some(entry) => entry.1 = value,
+            None => self.written.push((encoded.to_vec(), value)),
+        }
+    }
+
+    pub(crate) fn event(
+        &mut self,
+        kind: AuditKind,
+        scope: &Scope,
+        encoded: &[u8],
+        fence: u64,
+        fingerprint: Option<&Fingerprint>,
+        correlation: Option<&str>,
+    ) {
+        let key_hash = self.store.key_hash_of(encoded);
+        tracing::debug!(
+            target: "idemdb",
+            event = kind.as_str(),
+            key_hash = %key_hash,
+            tenant = scope.tenant(),
+            operation = scope.operation(),
+            fence,
+            correlation = correlation.unwrap_or(""),
+        );
+        if self.store.config.audit {
+            self.audit.push(AuditEvent {
+                at: self.now,
+                kind,
+                tenant: scope.tenant().to_string(),
+                operation: scope.operation().to_string(),
+                key_hash,
+                fence,
+                fingerprint_prefix: fingerprint.map(fingerprint_prefix),
+                correlation: correlation.map(str::to_string),
+            });
+        }
+    }
+
+    /// Commits. If the commit reports an error, reads back what was written: when every
+    /// record reads as written the commit took effect and this returns `Ok`; when the store
+    /// cannot be read, [`Error::CommitUnknown`].
+    pub(crate) fn commit(mut self) -> Result<(), Error> {
+        if !self.audit.is_empty() {
+            let mut audit = self.tx.open_table(AUDIT)?;
+            for event in self.audit.drain(..) {
+                let key = audit_key(event.at, self.store.next_audit_sequence());
+                audit.insert(key, encode_versioned(AUDIT_FORMAT, &event).as_slice())?;
+            }
+        }
+        if !self.written.is_empty() {
+            self.store.persist_clock_if_due(&self.tx, false)?;
+        }
+        let Txn { store, tx, written, .. } = self;
+        let Err(error) = tx.commit() else { return Ok(()) };
+        let error = crate::error::StorageError::from(error);
+        if written.is_empty() {
+            return Err(Error::Storage(error));
+        }
+        match read_back(store, &written) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::Storage(error)),
+            Err(_) => Err(Error::CommitUnknown(error)),
+        }
+    }
+}
+
+/// Whether every written record reads back as written.
+fn read_back(store: &Store, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<bool, Error> {
+    let read = store.db.begin_read()?;
+    let records = read.open_table(RECORDS)?;
+    for (key, value) in written {
+        let stored = records.get(key.as_slice())?.map(|guard| guard.value().to_vec());
+        if stored != *value {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `Verdict` is non-exhaustive; a verdict this build does not know is a programming error
+/// between crates of the same version, reported rather than panicking.
+fn unreachable_verdict<T>() -> Result<T, Error> {
+    Err(Error::Transition(TransitionError::WrongState {
+        state: idemdb_core::StateKind::InProgress,
+        action: "interpret an unknown verdict",
+    }))
+}
