@@ -74,7 +74,7 @@ impl Decision {
 /// let fp = Fingerprint::from_bytes([1; 32]);
 /// let now = Timestamp::from_millis(1_000);
 /// let first = decide(None, &fp, now, &policy);
-/// assert!(matches!(first.verdict, Verdict::Acquired { fence: 1, attempt: 1, .. }));
+/// assert!(matches!(first.verdict, Verdict::Acquired { fence: 1_000, attempt: 1, .. }));
 /// let stored = first.write.expect("a new reservation is written");
 /// let again = decide(Some(&stored), &fp, now, &policy);
 /// assert!(matches!(again.verdict, Verdict::InProgress { .. }));
@@ -122,8 +122,10 @@ pub fn decide(existing: Option<&Record>, fingerprint: &Fingerprint, now: Timesta
     }
 }
 
+/// A fresh binding's fence is at least the current time in milliseconds, so a key that was
+/// forgotten (record removed) and later reused never reissues a fence from its earlier life.
 fn acquire_fresh(previous_fence: u64, fingerprint: &Fingerprint, now: Timestamp, policy: &Policy) -> Decision {
-    let fence = previous_fence.saturating_add(1);
+    let fence = previous_fence.saturating_add(1).max(now.as_millis());
     let lease_expires_at = now.saturating_add(policy.lease_ttl());
     Decision {
         verdict: Verdict::Acquired { fence, lease_expires_at, attempt: 1 },

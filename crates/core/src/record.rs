@@ -154,8 +154,10 @@ pub struct Record {
     pub fingerprint: Fingerprint,
     /// The state.
     pub state: State,
-    /// Fence of the newest lease ever issued for this key (0 when none was). It only grows,
-    /// even across a forgotten tombstone, so a stale lease never matches a newer record.
+    /// Fence of the newest lease issued for this key. It only grows: a takeover adds one, and
+    /// a fresh binding starts at the store time in milliseconds (or one above the previous
+    /// fence), so a stale lease never matches a newer record, even after the key was
+    /// forgotten and reused.
     pub fence: u64,
     /// Number of leases issued since the key was bound to this fingerprint.
     pub attempts: u32,
