@@ -128,3 +128,39 @@ impl fmt::Debug for FingerprintBuilder {
         f.write_str("FingerprintBuilder")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_boundaries_and_order_matter() {
+        let ab_c = FingerprintBuilder::new().field(b"ab").field(b"c").finish();
+        let a_bc = FingerprintBuilder::new().field(b"a").field(b"bc").finish();
+        let c_ab = FingerprintBuilder::new().field(b"c").field(b"ab").finish();
+        assert_ne!(ab_c, a_bc);
+        assert_ne!(ab_c, c_ab);
+        assert_eq!(ab_c, FingerprintBuilder::new().str_field("ab").str_field("c").finish());
+    }
+
+    #[test]
+    fn json_and_field_inputs_are_domain_separated() {
+        let json = Fingerprint::of_canonical_json(b"{}");
+        let fields = FingerprintBuilder::new().field(b"{}").finish();
+        assert_ne!(json, fields);
+        // Plain BLAKE3 of the same bytes differs too: the derive-key context separates domains.
+        assert_ne!(json.as_bytes(), blake3::hash(b"{}").as_bytes());
+    }
+
+    #[test]
+    fn fingerprint_is_stable_across_releases() {
+        // Changing the context or the tagging changes every stored fingerprint: this value is
+        // part of the format (see docs/design.md).
+        let expected = Fingerprint::of_canonical_json(br#"{"amount":"10.5","currency":"BRL"}"#);
+        let mut hasher = blake3::Hasher::new_derive_key("idemdb 2026-11-30 request fingerprint v1");
+        hasher.update(&[1]);
+        hasher.update(br#"{"amount":"10.5","currency":"BRL"}"#);
+        assert_eq!(expected.as_bytes(), hasher.finalize().as_bytes());
+        assert_eq!(expected.to_hex().len(), 64);
+    }
+}

@@ -282,3 +282,94 @@ impl ScopedKey {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn key_validation_reports_each_fault() {
+        assert_eq!(IdempotencyKey::new(""), Err(KeyError::Empty { part: IdentityPart::Key }));
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        assert_eq!(
+            IdempotencyKey::new(long),
+            Err(KeyError::TooLong { part: IdentityPart::Key, len: 256, max: 255 })
+        );
+        assert!(IdempotencyKey::new("k".repeat(MAX_KEY_LEN)).is_ok());
+        assert_eq!(
+            IdempotencyKey::new("ab c"),
+            Err(KeyError::InvalidByte { part: IdentityPart::Key, byte: b' ', offset: 2 })
+        );
+        assert_eq!(
+            IdempotencyKey::new("café"),
+            Err(KeyError::InvalidByte { part: IdentityPart::Key, byte: 0xc3, offset: 3 })
+        );
+        assert!(matches!(IdempotencyKey::new("a\nb"), Err(KeyError::InvalidByte { byte: b'\n', .. })));
+    }
+
+    #[test]
+    fn scope_validation_reports_each_fault() {
+        assert_eq!(Scope::new("", "op"), Err(KeyError::Empty { part: IdentityPart::Tenant }));
+        assert_eq!(Scope::new("t", ""), Err(KeyError::Empty { part: IdentityPart::Operation }));
+        let long = "t".repeat(MAX_SCOPE_PART_LEN + 1);
+        assert!(matches!(Scope::new(long.clone(), "op"), Err(KeyError::TooLong { part: IdentityPart::Tenant, .. })));
+        assert!(matches!(Scope::new("t", long), Err(KeyError::TooLong { part: IdentityPart::Operation, .. })));
+        assert!(Scope::new("tenant with spaces", "create payment").is_ok());
+        assert!(matches!(Scope::new("t\t", "op"), Err(KeyError::InvalidByte { .. })));
+    }
+
+    #[test]
+    fn separators_do_not_collide() {
+        // The classic `tenant:key` concatenation bug: these pairs would share "a:b:c".
+        let one = ScopedKey::new(Scope::new("a:b", "op").unwrap(), IdempotencyKey::new("c").unwrap());
+        let two = ScopedKey::new(Scope::new("a", "op").unwrap(), IdempotencyKey::new("b:c").unwrap());
+        assert_ne!(one.encode(), two.encode());
+    }
+
+    #[test]
+    fn decode_rejects_malformed_bytes() {
+        assert_eq!(ScopedKey::decode(&[]), Err(KeyError::MalformedEncoding));
+        assert_eq!(ScopedKey::decode(&[5, b'a']), Err(KeyError::MalformedEncoding));
+        let good = ScopedKey::new(Scope::new("t", "o").unwrap(), IdempotencyKey::new("k").unwrap()).encode();
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(ScopedKey::decode(&trailing), Err(KeyError::MalformedEncoding));
+        assert!(ScopedKey::decode(&good).is_ok());
+        assert_eq!(ScopedKey::decode(&[1, b't', 1, b'o', 0]), Err(KeyError::Empty { part: IdentityPart::Key }));
+    }
+
+    #[test]
+    fn random_keys_are_uuid_v4() {
+        let key = IdempotencyKey::from_random_bytes([0xff; 16]);
+        let parsed = uuid::Uuid::parse_str(key.as_str()).unwrap();
+        assert_eq!(parsed.get_version_num(), 4);
+        assert_ne!(key, IdempotencyKey::from_random_bytes([0xfe; 16]));
+    }
+
+    #[test]
+    fn debug_output_hides_the_key() {
+        let key = IdempotencyKey::new("secret-key-123").unwrap();
+        assert!(!format!("{key:?}").contains("secret"));
+    }
+
+    fn part(max: usize) -> impl Strategy<Value = String> {
+        proptest::string::string_regex(&format!("[ -~]{{1,{max}}}")).unwrap()
+    }
+
+    proptest! {
+        #[test]
+        fn encoding_is_injective_and_round_trips(
+            a in (part(12), part(12), part(12)),
+            b in (part(12), part(12), part(12)),
+        ) {
+            let make = |(t, o, k): (String, String, String)| {
+                let k = k.replace(' ', "_");
+                ScopedKey::new(Scope::new(t, o).unwrap(), IdempotencyKey::new(k).unwrap())
+            };
+            let (x, y) = (make(a), make(b));
+            prop_assert_eq!(ScopedKey::decode(&x.encode()).unwrap(), x.clone());
+            prop_assert_eq!(x == y, x.encode() == y.encode());
+        }
+    }
+}

@@ -223,3 +223,43 @@ impl Record {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completed(expires: u64, forget: u64) -> Record {
+        Record {
+            fingerprint: Fingerprint::from_bytes([0; 32]),
+            state: State::Completed {
+                result: b"r".to_vec(),
+                expires_at: Timestamp::from_millis(expires),
+                forget_at: Timestamp::from_millis(forget),
+            },
+            fence: 1,
+            attempts: 1,
+            created_at: Timestamp::ZERO,
+            updated_at: Timestamp::ZERO,
+        }
+    }
+
+    #[test]
+    fn retention_steps_happen_at_their_instants_and_not_before() {
+        let record = completed(100, 1_000);
+        assert_eq!(record.retention(Timestamp::from_millis(99)), Retention::Keep);
+        let Retention::Tombstone(tombstone) = record.retention(Timestamp::from_millis(100)) else { panic!() };
+        assert_eq!(tombstone.state, State::Tombstone { outcome: OutcomeClass::Completed, forget_at: Timestamp::from_millis(1_000) });
+        assert_eq!(tombstone.due_at(), Some(Timestamp::from_millis(1_000)));
+        assert_eq!(tombstone.retention(Timestamp::from_millis(999)), Retention::Keep);
+        assert_eq!(tombstone.retention(Timestamp::from_millis(1_000)), Retention::Forget);
+        assert_eq!(record.retention(Timestamp::from_millis(5_000)), Retention::Forget);
+    }
+
+    #[test]
+    fn state_names_round_trip() {
+        for kind in StateKind::ALL {
+            assert_eq!(StateKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(StateKind::parse("nope"), None);
+    }
+}

@@ -188,3 +188,114 @@ pub fn reconcile(record: &Record, resolution: Resolution, now: Timestamp, policy
         Resolution::Released => released(record, now, policy),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decide, ExpiredLease, Fingerprint, Policy, Verdict};
+    use core::time::Duration;
+
+    fn policy() -> Policy {
+        Policy::default().with_lease_ttl(Duration::from_secs(10)).with_max_result_bytes(16)
+    }
+
+    fn reserved(at: u64) -> Record {
+        decide(None, &Fingerprint::from_bytes([1; 32]), Timestamp::from_millis(at), &policy()).write.unwrap()
+    }
+
+    #[test]
+    fn stale_fence_is_refused_everywhere() {
+        let record = reserved(1_000);
+        let stale = record.fence - 1;
+        let at = Timestamp::from_millis(1_001);
+        let expected = TransitionError::StaleFence { presented: stale, current: record.fence };
+        assert_eq!(complete(&record, stale, vec![], at, &policy()), Err(expected.clone()));
+        assert_eq!(fail(&record, stale, Failure::Retryable, at, &policy()), Err(expected.clone()));
+        assert_eq!(renew(&record, stale, at, &policy()).map(|_| ()), Err(expected));
+    }
+
+    #[test]
+    fn takeover_makes_the_old_lease_stale() {
+        let takeover = policy().with_expired_lease(ExpiredLease::Takeover);
+        let record = reserved(1_000);
+        let old_fence = record.fence;
+        let later = Timestamp::from_millis(20_000);
+        let decision = decide(Some(&record), &record.fingerprint, later, &takeover);
+        let Verdict::Acquired { fence, attempt, .. } = decision.verdict else { panic!("{decision:?}") };
+        assert_eq!((fence, attempt), (old_fence + 1, 2));
+        let taken = decision.write.unwrap();
+        assert!(matches!(complete(&taken, old_fence, vec![], later, &takeover), Err(TransitionError::StaleFence { .. })));
+        assert!(complete(&taken, fence, vec![], later, &takeover).is_ok());
+    }
+
+    #[test]
+    fn finished_records_refuse_a_second_finish() {
+        let record = reserved(1_000);
+        let at = Timestamp::from_millis(1_001);
+        let done = complete(&record, record.fence, b"ok".to_vec(), at, &policy()).unwrap();
+        assert_eq!(
+            complete(&done, done.fence, b"again".to_vec(), at, &policy()),
+            Err(TransitionError::WrongState { state: crate::StateKind::Completed, action: "complete" })
+        );
+        assert!(matches!(fail(&done, done.fence, Failure::Uncertain, at, &policy()), Err(TransitionError::WrongState { .. })));
+        assert!(matches!(renew(&done, done.fence, at, &policy()), Err(TransitionError::WrongState { .. })));
+    }
+
+    #[test]
+    fn result_limit_is_enforced() {
+        let record = reserved(1_000);
+        let at = Timestamp::from_millis(1_001);
+        assert_eq!(
+            complete(&record, record.fence, vec![0; 17], at, &policy()),
+            Err(TransitionError::ResultTooLarge { len: 17, max: 16 })
+        );
+        assert!(complete(&record, record.fence, vec![0; 16], at, &policy()).is_ok());
+        assert!(matches!(
+            fail(&record, record.fence, Failure::Definitive(vec![0; 17]), at, &policy()),
+            Err(TransitionError::ResultTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn reconcile_waits_for_the_lease_and_only_touches_uncertain_records() {
+        let record = reserved(1_000);
+        let live = Timestamp::from_millis(5_000);
+        assert_eq!(
+            reconcile(&record, Resolution::Released, live, &policy()),
+            Err(TransitionError::LeaseLive { until: Timestamp::from_millis(11_000) })
+        );
+        let expired = Timestamp::from_millis(11_000);
+        let released = reconcile(&record, Resolution::Released, expired, &policy()).unwrap();
+        assert_eq!(released.state.kind(), crate::StateKind::Released);
+        assert!(matches!(
+            reconcile(&released, Resolution::Completed(vec![]), expired, &policy()),
+            Err(TransitionError::WrongState { .. })
+        ));
+        let uncertain = fail(&record, record.fence, Failure::Uncertain, live, &policy()).unwrap();
+        let done = reconcile(&uncertain, Resolution::Completed(b"ch_1".to_vec()), live, &policy()).unwrap();
+        assert!(matches!(done.state, State::Completed { ref result, .. } if result == b"ch_1"));
+    }
+
+    #[test]
+    fn renewal_never_shortens_a_lease_when_the_clock_goes_back() {
+        let record = reserved(100_000);
+        let (renewed, until) = renew(&record, record.fence, Timestamp::from_millis(50_000), &policy()).unwrap();
+        assert_eq!(until, Timestamp::from_millis(110_000));
+        assert_eq!(renewed.updated_at, Timestamp::from_millis(100_000));
+        let (_, later) = renew(&record, record.fence, Timestamp::from_millis(105_000), &policy()).unwrap();
+        assert_eq!(later, Timestamp::from_millis(115_000));
+    }
+
+    #[test]
+    fn lease_holder_may_complete_after_expiry_marked_it_uncertain() {
+        let record = reserved(1_000);
+        let expired = decide(Some(&record), &record.fingerprint, Timestamp::from_millis(20_000), &policy());
+        let uncertain = expired.write.unwrap();
+        assert_eq!(uncertain.state, State::Uncertain { cause: UncertainCause::LeaseExpired });
+        let done = complete(&uncertain, record.fence, b"late".to_vec(), Timestamp::from_millis(21_000), &policy());
+        assert!(done.is_ok());
+        // ...but a reported uncertainty needs an explicit reconcile.
+        let reported = fail(&record, record.fence, Failure::Uncertain, Timestamp::from_millis(2_000), &policy()).unwrap();
+        assert!(matches!(complete(&reported, record.fence, vec![], Timestamp::from_millis(3_000), &policy()), Err(TransitionError::WrongState { .. })));
+    }
+}
