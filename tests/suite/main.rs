@@ -2,5 +2,6 @@
 
 mod bad_input;
 mod decision_table;
+mod golden;
 mod model;
 mod seed;

@@ -71,3 +71,8 @@ pub use idemdb_core::{
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

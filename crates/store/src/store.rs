@@ -406,7 +406,7 @@ impl Store {
     ///
     /// ```
     /// use idemdb::{Executed, Fingerprint, IdempotencyKey, Scope, Store};
-    /// use redb::TableDefinition;
+    /// use redb::{ReadableTable, TableDefinition};
     /// const BALANCES: TableDefinition<&str, i64> = TableDefinition::new("app_balances");
     ///
     /// let store = Store::in_memory()?;

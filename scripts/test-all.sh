@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs every test of idemdb. Installs what the tests need (idempotently, skipping work already
+# done) and ends with one summary line "N passed, M failed".
+#
+#   bash scripts/test-all.sh
+#
+# Environment: PROPTEST_CASES (default 1000) sets the model test's case count.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+export CARGO_TERM_COLOR=never
+FAILED_STEPS=()
+
+step() { printf '\n==> %s\n' "$*"; }
+
+run_logged() {
+  # Runs a command, echoing its output and keeping it for the final count.
+  local name=$1; shift
+  if ! "$@" 2>&1 | tee -a "$LOG"; then
+    FAILED_STEPS+=("$name")
+  fi
+}
+
+step "toolchain"
+rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+
+step "lints: cargo clippy (warnings are errors)"
+run_logged clippy cargo clippy --workspace --all-targets -- -D warnings
+
+step "Rust tests: unit, integration, CLI end-to-end, doctests"
+run_logged cargo-test cargo test --workspace
+
+step "core and store build for wasm32-unknown-unknown"
+run_logged wasm-check cargo check -p idemdb-core -p idemdb --target wasm32-unknown-unknown
+
+if [ -f crates/xtask/Cargo.toml ]; then
+  step "reliability report (CI-sized run)"
+  run_logged reliability cargo xtask reliability --quick
+fi
+
+if [ -x bindings/npm/scripts/test-all.sh ] || [ -f bindings/npm/scripts/test-all.sh ]; then
+  step "WebAssembly and npm package: Node, Chromium, workerd, cross-reads"
+  run_logged npm bash bindings/npm/scripts/test-all.sh
+fi
+
+# One closing line over every runner: cargo's "test result" lines and the JS runners' own
+# "N passed, M failed" lines.
+passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$LOG" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ passed; [0-9]+ failed' "$LOG" | awk '{s+=$3} END {print s+0}')
+js_passed=$(grep -E '^(js: )?[0-9]+ passed, [0-9]+ failed' "$LOG" | sed -E 's/^js: //' | awk '{s+=$1} END {print s+0}')
+js_failed=$(grep -E '^(js: )?[0-9]+ passed, [0-9]+ failed' "$LOG" | sed -E 's/^js: //' | awk '{s+=$3} END {print s+0}')
+passed=$((passed + js_passed))
+failed=$((failed + js_failed))
+echo
+if [ ${#FAILED_STEPS[@]} -gt 0 ]; then
+  echo "failed steps: ${FAILED_STEPS[*]}"
+  [ "$failed" -gt 0 ] || failed=${#FAILED_STEPS[@]}
+fi
+echo "$passed passed, $failed failed"
+[ ${#FAILED_STEPS[@]} -eq 0 ]
