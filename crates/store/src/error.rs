@@ -6,18 +6,20 @@ use std::path::PathBuf;
 use idemdb_core::{DecodeError, KeyError, PolicyError, TransitionError};
 
 /// The storage engine (redb) or its backend failed.
-#[derive(Debug, thiserror::Error)]
+///
+/// Cheap to clone: every caller whose request shared a failed group commit gets the same error.
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("storage error: {source}")]
 pub struct StorageError {
     #[source]
-    source: redb::Error,
+    source: std::sync::Arc<redb::Error>,
 }
 
 impl StorageError {
     /// Whether the store must be closed and opened again before further use: after an I/O
     /// error redb refuses every operation on this handle, and a reopen runs its recovery.
     pub fn reopen_required(&self) -> bool {
-        matches!(self.source, redb::Error::Io(_) | redb::Error::PreviousIo | redb::Error::DatabaseClosed)
+        matches!(*self.source, redb::Error::Io(_) | redb::Error::PreviousIo | redb::Error::DatabaseClosed)
     }
 }
 
@@ -25,7 +27,7 @@ macro_rules! storage_from {
     ($($t:ty),*) => {$(
         impl From<$t> for StorageError {
             fn from(error: $t) -> Self {
-                StorageError { source: error.into() }
+                StorageError { source: std::sync::Arc::new(error.into()) }
             }
         }
         impl From<$t> for Error {
@@ -48,7 +50,7 @@ storage_from!(
 
 /// An operation on an open store failed. Nothing stored was changed unless the variant says
 /// otherwise.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The storage failed; check [`StorageError::reopen_required`].

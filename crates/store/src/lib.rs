@@ -46,7 +46,9 @@ mod audit;
 mod builder;
 mod clock;
 mod error;
+mod group;
 mod inspect;
+mod intents;
 mod purge;
 mod store;
 mod tables;
@@ -58,6 +60,10 @@ pub use builder::{Durability, StoreBuilder, DEFAULT_AUDIT_RETENTION};
 pub use clock::SystemClock;
 pub use clock::{Clock, ManualClock};
 pub use error::{Error, OpenError, StorageError};
+pub use intents::{
+    Attempt, AttemptOutcome, Intent, IntentError, IntentPurge, IntentResponse, IntentState, INTENT_FORMAT,
+    MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS,
+};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use purge::PurgeReport;
 pub use store::{ExecuteError, Executed, Lease, Reservation, Store};

@@ -2,21 +2,22 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    decode_record, Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey,
+    decide, decode_record, Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey,
     StateKind, Timestamp, UncertainCause,
 };
 
-use crate::audit::KeyHash;
+use crate::audit::{fingerprint_prefix, AuditEvent, AuditKind, KeyHash};
+use crate::group::GroupCommit;
 use crate::builder::{Initialiser, Meta};
 use crate::tables::{AUDIT, META, META_CLOCK, RECORDS};
-use crate::txn::Txn;
+use crate::txn::{reservation_from, Txn};
 use crate::{Clock, Durability, Error, OpenError, StoreBuilder};
 
 /// Settings fixed when the store is opened.
@@ -164,6 +165,9 @@ pub struct Store {
     persisted_high_water: AtomicU64,
     pub(crate) secret: [u8; 32],
     audit_sequence: AtomicU64,
+    pub(crate) group: GroupCommit,
+    /// Audit events of answers decided without a write, written with the next commit.
+    buffered_audit: Mutex<Vec<AuditEvent>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -171,6 +175,9 @@ impl std::fmt::Debug for Store {
         f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
     }
 }
+
+/// Audit events of read-only answers kept in memory before they are written.
+const AUDIT_BUFFER: usize = 1024;
 
 /// How often (in store time) the clock high-water mark is persisted during writes.
 const CLOCK_PERSIST_EVERY_MS: u64 = 1_000;
@@ -225,6 +232,8 @@ impl Store {
             persisted_high_water: AtomicU64::new(clock_high_water),
             secret,
             audit_sequence: AtomicU64::new(next_sequence),
+            group: GroupCommit::default(),
+            buffered_audit: Mutex::new(Vec::new()),
         })
     }
 
@@ -349,7 +358,7 @@ impl Store {
     /// [`Error::Storage`] / [`Error::CommitUnknown`] when the storage fails,
     /// [`Error::Corrupt`] for an undecodable record.
     pub fn reserve(&self, scope: &Scope, key: &IdempotencyKey, fingerprint: &Fingerprint) -> Result<Reservation, Error> {
-        self.write(|txn| txn.reserve(scope, key, fingerprint))
+        self.reserve_inner(scope, key, fingerprint, None)
     }
 
     /// [`Store::reserve`] with a correlation id recorded in the audit trail and log events.
@@ -363,7 +372,48 @@ impl Store {
         fingerprint: &Fingerprint,
         correlation: &str,
     ) -> Result<Reservation, Error> {
-        self.write(|txn| txn.reserve_traced(scope, key, fingerprint, Some(correlation)))
+        idemdb_core::validate_correlation(correlation)?;
+        self.reserve_inner(scope, key, fingerprint, Some(correlation))
+    }
+
+    fn reserve_inner(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+    ) -> Result<Reservation, Error> {
+        let scoped = ScopedKey::new(scope.clone(), key.clone());
+        // Answers that change nothing (replay, in progress, mismatch, expired, uncertain) are
+        // decided from a read snapshot: no write lock, no flush.
+        if let Some(answer) = self.answer_from_snapshot(&scoped, fingerprint, correlation)? {
+            return Ok(answer);
+        }
+        let fingerprint = *fingerprint;
+        let correlation = correlation.map(str::to_string);
+        self.group.run(self, move |txn| {
+            txn.reserve_traced(&scoped.scope, &scoped.key, &fingerprint, correlation.as_deref())
+        })
+    }
+
+    fn answer_from_snapshot(
+        &self,
+        scoped: &ScopedKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+    ) -> Result<Option<Reservation>, Error> {
+        let encoded = scoped.encode();
+        let Some(record) = self.get_encoded(&encoded)? else { return Ok(None) };
+        let now = self.now();
+        let decision = decide(Some(&record), fingerprint, now, self.policy(scoped.scope.operation()));
+        if decision.write.is_some() {
+            return Ok(None);
+        }
+        let (answer, kind, fence) = reservation_from(decision.verdict, Some(record), scoped.clone())?;
+        if let Some(event) = self.audit_event(now, kind, &scoped.scope, &encoded, fence, Some(fingerprint), correlation) {
+            self.buffer_audit(event)?;
+        }
+        Ok(Some(answer))
     }
 
     /// Stores the result of the lease's attempt; retries replay it byte for byte.
@@ -373,7 +423,8 @@ impl Store {
     /// [`Error::NotFound`]; storage errors.
     pub fn complete(&self, lease: &Lease, result: impl Into<Vec<u8>>) -> Result<(), Error> {
         let result = result.into();
-        self.write(|txn| txn.complete(lease, result))
+        let lease = lease.clone();
+        self.group.run(self, move |txn| txn.complete(&lease, result))
     }
 
     /// Records that the lease's attempt failed.
@@ -381,7 +432,8 @@ impl Store {
     /// # Errors
     /// As [`Store::complete`].
     pub fn fail(&self, lease: &Lease, failure: Failure) -> Result<(), Error> {
-        self.write(|txn| txn.fail(lease, failure))
+        let lease = lease.clone();
+        self.group.run(self, move |txn| txn.fail(&lease, failure))
     }
 
     /// Extends the lease; returns the renewed lease.
@@ -389,7 +441,8 @@ impl Store {
     /// # Errors
     /// [`Error::Transition`] when the lease is stale or the record is no longer in progress.
     pub fn renew(&self, lease: &Lease) -> Result<Lease, Error> {
-        self.write(|txn| txn.renew(lease))
+        let lease = lease.clone();
+        self.group.run(self, move |txn| txn.renew(&lease))
     }
 
     /// Resolves an uncertain record.
@@ -398,7 +451,8 @@ impl Store {
     /// [`Error::Transition`] when the record is not uncertain or its lease is still live;
     /// [`Error::NotFound`].
     pub fn reconcile(&self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
-        self.write(|txn| txn.reconcile(scope, key, resolution))
+        let (scope, key) = (scope.clone(), key.clone());
+        self.group.run(self, move |txn| txn.reconcile(&scope, &key, resolution))
     }
 
     /// Reserves, runs `operation` and completes, **in one commit**: for effects in the same
@@ -463,30 +517,75 @@ impl Store {
         decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
     }
 
+    /// Builds an audit event (when the audit table is on) and emits its `tracing` event.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn audit_event(
+        &self,
+        at: Timestamp,
+        kind: AuditKind,
+        scope: &Scope,
+        encoded: &[u8],
+        fence: u64,
+        fingerprint: Option<&Fingerprint>,
+        correlation: Option<&str>,
+    ) -> Option<AuditEvent> {
+        let key_hash = self.key_hash_of(encoded);
+        tracing::debug!(
+            target: "idemdb",
+            event = kind.as_str(),
+            key_hash = %key_hash,
+            tenant = scope.tenant(),
+            operation = scope.operation(),
+            fence,
+            correlation = correlation.unwrap_or(""),
+        );
+        self.config.audit.then(|| AuditEvent {
+            at,
+            kind,
+            tenant: scope.tenant().to_string(),
+            operation: scope.operation().to_string(),
+            key_hash,
+            fence,
+            fingerprint_prefix: fingerprint.map(fingerprint_prefix),
+            correlation: correlation.map(str::to_string),
+        })
+    }
+
+    /// Keeps an answer's audit event for the next commit; writes the buffer when it is full.
+    fn buffer_audit(&self, event: AuditEvent) -> Result<(), Error> {
+        let full = {
+            let mut buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
+            buffer.push(event);
+            buffer.len() >= AUDIT_BUFFER
+        };
+        if full {
+            self.write(|_| Ok::<(), Error>(()))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn take_buffered_audit(&self) -> Vec<AuditEvent> {
+        std::mem::take(&mut *self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
     /// Makes every earlier commit durable (needed only with [`Durability::Eventual`]).
     ///
     /// # Errors
     /// Storage errors.
     pub fn flush(&self) -> Result<(), Error> {
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(redb::Durability::Immediate)?;
-        self.persist_clock_if_due(&tx, true)?;
-        tx.commit()?;
-        Ok(())
+        let mut txn = Txn::begin(self)?;
+        txn.make_durable()?;
+        self.persist_clock_if_due(txn.tables(), true)?;
+        txn.commit()
     }
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // Best effort: keep the clock high-water mark for the next open.
-        if self.high_water.load(Ordering::SeqCst) > self.persisted_high_water.load(Ordering::SeqCst)
-            && let Ok(tx) = self.db.begin_write()
-        {
-            if self.persist_clock_if_due(&tx, true).is_ok() {
-                let _ = tx.commit();
-            } else {
-                let _ = tx.abort();
-            }
+        // Best effort: keep the clock high-water mark and buffered audit events.
+        let buffered = !self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
+        if buffered || self.high_water.load(Ordering::SeqCst) > self.persisted_high_water.load(Ordering::SeqCst) {
+            let _ = self.flush();
         }
     }
 }

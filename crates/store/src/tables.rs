@@ -6,6 +6,7 @@
 //! | `idemdb_records` | `ScopedKey::encode` (length-prefixed) | version byte · bincode(Record) |
 //! | `idemdb_expiry`  | due `u64` BE · `ScopedKey::encode`    | empty                          |
 //! | `idemdb_audit`   | at `u64` BE · sequence `u64` BE       | version byte · bincode(event)  |
+//! | `idemdb_intents` | `ScopedKey::encode` (length-prefixed) | version byte · bincode(intent) |
 
 use redb::TableDefinition;
 
@@ -19,6 +20,8 @@ pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("
 pub(crate) const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("idemdb_expiry");
 /// The audit trail.
 pub(crate) const AUDIT: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("idemdb_audit");
+/// Client intents (see `intents.rs`); created on first use.
+pub(crate) const INTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_intents");
 
 /// Value of the `magic` meta entry.
 pub(crate) const MAGIC: &[u8] = b"idemdb";

@@ -7,7 +7,7 @@ use idemdb_core::{
     IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, Verdict,
 };
 
-use crate::audit::{fingerprint_prefix, AuditEvent, AuditKind, AUDIT_FORMAT};
+use crate::audit::{AuditEvent, AuditKind, AUDIT_FORMAT};
 use crate::store::{Lease, Reservation, Store};
 use crate::tables::{audit_key, expiry_key, AUDIT, EXPIRY, RECORDS};
 use crate::Error;
@@ -39,6 +39,12 @@ impl<'s> Txn<'s> {
 
     pub(crate) fn store(&self) -> &'s Store {
         self.store
+    }
+
+    /// Makes this transaction's commit durable whatever the store's durability setting.
+    pub(crate) fn make_durable(&mut self) -> Result<(), Error> {
+        self.tx.set_durability(redb::Durability::Immediate)?;
+        Ok(())
     }
 
     /// The time every decision in this transaction uses.
@@ -83,28 +89,7 @@ impl<'s> Txn<'s> {
         if let Some(record) = &decision.write {
             self.put(&encoded, existing.as_ref(), record)?;
         }
-        let (reservation, kind, fence) = match decision.verdict {
-            Verdict::Acquired { fence, lease_expires_at, attempt } => (
-                Reservation::Acquired(Lease { scoped, fence, expires_at: lease_expires_at, attempt }),
-                AuditKind::Reserved,
-                fence,
-            ),
-            Verdict::Replay { outcome } => {
-                let body = match existing.map(|record| record.state) {
-                    Some(State::Completed { result, .. }) => result,
-                    Some(State::Failed { error, .. }) => error,
-                    _ => Vec::new(),
-                };
-                (Reservation::Replay { outcome, body }, AuditKind::Replayed, 0)
-            }
-            Verdict::InProgress { retry_after } => (Reservation::InProgress { retry_after }, AuditKind::InProgress, 0),
-            Verdict::Mismatch { stored } => (Reservation::Mismatch { stored }, AuditKind::Conflict, 0),
-            Verdict::NeedsReconciliation { cause } => {
-                (Reservation::NeedsReconciliation { cause }, AuditKind::NeedsReconciliation, 0)
-            }
-            Verdict::Expired { outcome } => (Reservation::Expired { outcome }, AuditKind::Expired, 0),
-            _ => unreachable_verdict()?,
-        };
+        let (reservation, kind, fence) = reservation_from(decision.verdict, existing, scoped)?;
         self.event(kind, scope, &encoded, fence, Some(fingerprint), correlation);
         Ok(reservation)
     }
@@ -255,27 +240,8 @@ impl<'s> Txn<'s> {
         fingerprint: Option<&Fingerprint>,
         correlation: Option<&str>,
     ) {
-        let key_hash = self.store.key_hash_of(encoded);
-        tracing::debug!(
-            target: "idemdb",
-            event = kind.as_str(),
-            key_hash = %key_hash,
-            tenant = scope.tenant(),
-            operation = scope.operation(),
-            fence,
-            correlation = correlation.unwrap_or(""),
-        );
-        if self.store.config.audit {
-            self.audit.push(AuditEvent {
-                at: self.now,
-                kind,
-                tenant: scope.tenant().to_string(),
-                operation: scope.operation().to_string(),
-                key_hash,
-                fence,
-                fingerprint_prefix: fingerprint.map(fingerprint_prefix),
-                correlation: correlation.map(str::to_string),
-            });
+        if let Some(event) = self.store.audit_event(self.now, kind, scope, encoded, fence, fingerprint, correlation) {
+            self.audit.push(event);
         }
     }
 
@@ -283,9 +249,11 @@ impl<'s> Txn<'s> {
     /// record reads as written the commit took effect and this returns `Ok`; when the store
     /// cannot be read, [`Error::CommitUnknown`].
     pub(crate) fn commit(mut self) -> Result<(), Error> {
-        if !self.audit.is_empty() {
+        let mut events = self.store.take_buffered_audit();
+        events.append(&mut self.audit);
+        if !events.is_empty() {
             let mut audit = self.tx.open_table(AUDIT)?;
-            for event in self.audit.drain(..) {
+            for event in events {
                 let key = audit_key(event.at, self.store.next_audit_sequence());
                 audit.insert(key, encode_versioned(AUDIT_FORMAT, &event).as_slice())?;
             }
@@ -318,6 +286,36 @@ fn read_back(store: &Store, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<bo
         }
     }
     Ok(true)
+}
+
+/// Turns a verdict into the caller's answer, its audit kind and the fence involved.
+pub(crate) fn reservation_from(
+    verdict: Verdict,
+    existing: Option<Record>,
+    scoped: ScopedKey,
+) -> Result<(Reservation, AuditKind, u64), Error> {
+    Ok(match verdict {
+        Verdict::Acquired { fence, lease_expires_at, attempt } => (
+            Reservation::Acquired(Lease { scoped, fence, expires_at: lease_expires_at, attempt }),
+            AuditKind::Reserved,
+            fence,
+        ),
+        Verdict::Replay { outcome } => {
+            let body = match existing.map(|record| record.state) {
+                Some(State::Completed { result, .. }) => result,
+                Some(State::Failed { error, .. }) => error,
+                _ => Vec::new(),
+            };
+            (Reservation::Replay { outcome, body }, AuditKind::Replayed, 0)
+        }
+        Verdict::InProgress { retry_after } => (Reservation::InProgress { retry_after }, AuditKind::InProgress, 0),
+        Verdict::Mismatch { stored } => (Reservation::Mismatch { stored }, AuditKind::Conflict, 0),
+        Verdict::NeedsReconciliation { cause } => {
+            (Reservation::NeedsReconciliation { cause }, AuditKind::NeedsReconciliation, 0)
+        }
+        Verdict::Expired { outcome } => (Reservation::Expired { outcome }, AuditKind::Expired, 0),
+        _ => unreachable_verdict()?,
+    })
 }
 
 /// `Verdict` is non-exhaustive; a verdict this build does not know is a programming error
