@@ -1,0 +1,370 @@
+//! `WasmStore`: the engine's store, opened on a JS-visible backend.
+
+use std::time::Duration;
+
+use idemdb::{
+    Clock, Durability, Failure, Fingerprint, IdempotencyKey, IntentResponse, Lease, Resolution, Scope, Store,
+    StoreBuilder, Timestamp,
+};
+use js_sys::Array;
+use wasm_bindgen::prelude::*;
+use web_sys::FileSystemSyncAccessHandle;
+
+use crate::backend::{Memory, Shared};
+use crate::convert::{self, from_intent, from_key, from_open, from_store, get, invalid, js_error, Obj};
+use crate::js_backend::{HostStorage, JsBackend};
+use crate::random;
+
+/// Default redb page cache in the browser: small, the stores are small.
+const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The host's wall clock, `Date.now()`.
+#[derive(Debug, Clone, Copy)]
+struct JsClock;
+
+impl Clock for JsClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(js_sys::Date::now().max(0.0) as u64)
+    }
+}
+
+/// A lease held by the caller (opaque to JS: only the store that issued it can use it).
+#[wasm_bindgen]
+#[derive(Debug, Clone)]
+pub struct WasmLease(Lease);
+
+#[wasm_bindgen]
+impl WasmLease {
+    /// The tenant.
+    #[wasm_bindgen(getter)]
+    pub fn tenant(&self) -> String {
+        self.0.scope().tenant().to_string()
+    }
+    /// The operation.
+    #[wasm_bindgen(getter)]
+    pub fn operation(&self) -> String {
+        self.0.scope().operation().to_string()
+    }
+    /// The idempotency key.
+    #[wasm_bindgen(getter)]
+    pub fn key(&self) -> String {
+        self.0.key().as_str().to_string()
+    }
+    /// The fence number.
+    #[wasm_bindgen(getter)]
+    pub fn fence(&self) -> u64 {
+        self.0.fence()
+    }
+    /// When the lease expires (ms since the epoch).
+    #[wasm_bindgen(getter, js_name = expiresAt)]
+    pub fn expires_at(&self) -> f64 {
+        self.0.expires_at().as_millis() as f64
+    }
+    /// Which attempt this is (1 for the first).
+    #[wasm_bindgen(getter)]
+    pub fn attempt(&self) -> u32 {
+        self.0.attempt()
+    }
+}
+
+/// An open store.
+#[wasm_bindgen]
+#[derive(Debug)]
+pub struct WasmStore {
+    store: Option<Store>,
+    backend: Shared,
+}
+
+fn scope(tenant: &str, operation: &str) -> Result<Scope, JsValue> {
+    Scope::new(tenant, operation).map_err(from_key)
+}
+
+fn key(key: &str) -> Result<IdempotencyKey, JsValue> {
+    IdempotencyKey::new(key).map_err(from_key)
+}
+
+fn builder(options: &JsValue) -> Result<StoreBuilder, JsValue> {
+    let mut builder = Store::builder()
+        .clock(JsClock)
+        .secret_seed(random::seed()?)
+        .cache_bytes(DEFAULT_CACHE_BYTES);
+    if let Some(durability) = get(options, "durability") {
+        builder = builder.durability(match durability.as_string().as_deref() {
+            Some("immediate") => Durability::Immediate,
+            Some("eventual") => Durability::Eventual,
+            _ => return Err(invalid("durability must be 'immediate' or 'eventual'")),
+        });
+    }
+    if let Some(bytes) = get(options, "cacheBytes").and_then(|v| v.as_f64()) {
+        builder = builder.cache_bytes(bytes as usize);
+    }
+    if let Some(audit) = get(options, "audit") {
+        builder = builder.audit(audit.is_truthy());
+    }
+    if let Some(policy) = get(options, "defaultPolicy") {
+        builder = builder.default_policy(convert::policy(&policy)?);
+    }
+    if let Some(policies) = get(options, "policies") {
+        let policies: js_sys::Object = policies.dyn_into().map_err(|_| invalid("policies must be an object"))?;
+        for entry in js_sys::Object::entries(&policies).iter() {
+            let entry = Array::from(&entry);
+            let operation = entry.get(0).as_string().unwrap_or_default();
+            builder = builder.policy(operation, convert::policy(&entry.get(1))?);
+        }
+    }
+    Ok(builder)
+}
+
+impl WasmStore {
+    fn open(backend: Shared, options: &JsValue) -> Result<WasmStore, JsValue> {
+        let store = builder(options)?.open_backend(backend.clone()).map_err(from_open)?;
+        Ok(WasmStore { store: Some(store), backend })
+    }
+
+    fn store(&self) -> Result<&Store, JsValue> {
+        self.store.as_ref().ok_or_else(|| js_error("IDEMDB_CLOSED", "the store is closed"))
+    }
+}
+
+#[wasm_bindgen]
+impl WasmStore {
+    /// Opens a store in memory, empty or from snapshot bytes.
+    #[wasm_bindgen(js_name = openMemory)]
+    pub fn open_memory(snapshot: Option<Vec<u8>>, options: JsValue) -> Result<WasmStore, JsValue> {
+        WasmStore::open(Shared::new(Memory::from_bytes(snapshot.unwrap_or_default())), &options)
+    }
+
+    /// Opens a store in an OPFS file through its sync access handle (dedicated workers only).
+    /// Every commit ends with one `handle.flush()`.
+    #[wasm_bindgen(js_name = openOpfs)]
+    pub fn open_opfs(handle: FileSystemSyncAccessHandle, options: JsValue) -> Result<WasmStore, JsValue> {
+        WasmStore::open(Shared::new(JsBackend::Opfs(handle)), &options)
+    }
+
+    /// Opens a store on host callbacks (`read`, `write`, `size`, `truncate`, `flush`).
+    #[wasm_bindgen(js_name = openHost)]
+    pub fn open_host(host: HostStorage, options: JsValue) -> Result<WasmStore, JsValue> {
+        WasmStore::open(Shared::new(JsBackend::Host(host)), &options)
+    }
+
+    /// Closes the store; later calls throw `IDEMDB_CLOSED`. Closing twice is a no-op.
+    pub fn close(&mut self) {
+        self.store = None;
+    }
+
+    /// Whether the store is open.
+    #[wasm_bindgen(getter, js_name = isOpen)]
+    pub fn is_open(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Flushes, then returns every byte of the store: a file that the Rust crate, the CLI or
+    /// `openMemory(snapshot)` opens.
+    #[wasm_bindgen(js_name = exportSnapshot)]
+    pub fn export_snapshot(&self) -> Result<Vec<u8>, JsValue> {
+        self.store()?.flush().map_err(from_store)?;
+        self.backend.read_all().map_err(|error| js_error("IDEMDB_STORAGE", error))
+    }
+
+    /// Makes every earlier commit durable (needed with `durability: 'eventual'`).
+    pub fn flush(&self) -> Result<(), JsValue> {
+        self.store()?.flush().map_err(from_store)
+    }
+
+    /// Reserves `(tenant, operation, key)` for a request with the given fingerprint (hex).
+    pub fn reserve(&self, tenant: &str, operation: &str, key_str: &str, fingerprint: &str) -> Result<JsValue, JsValue> {
+        let fingerprint = parse_fingerprint(fingerprint)?;
+        let reservation = self.store()?.reserve(&scope(tenant, operation)?, &key(key_str)?, &fingerprint).map_err(from_store)?;
+        Ok(convert::reservation(reservation, |lease| WasmLease(lease).into()))
+    }
+
+    /// Stores the result of the lease's attempt.
+    pub fn complete(&self, lease: &WasmLease, body: &[u8]) -> Result<(), JsValue> {
+        self.store()?.complete(&lease.0, body.to_vec()).map_err(from_store)
+    }
+
+    /// Records a failed attempt: `definitive` (with a body, replayed), `retryable` (released)
+    /// or `uncertain` (reconcile before any new effect).
+    pub fn fail(&self, lease: &WasmLease, kind: &str, body: Option<Vec<u8>>) -> Result<(), JsValue> {
+        let failure = match kind {
+            "definitive" => Failure::Definitive(body.unwrap_or_default()),
+            "retryable" => Failure::Retryable,
+            "uncertain" => Failure::Uncertain,
+            _ => return Err(invalid("failure kind must be definitive, retryable or uncertain")),
+        };
+        self.store()?.fail(&lease.0, failure).map_err(from_store)
+    }
+
+    /// Extends the lease.
+    pub fn renew(&self, lease: &WasmLease) -> Result<WasmLease, JsValue> {
+        self.store()?.renew(&lease.0).map(WasmLease).map_err(from_store)
+    }
+
+    /// Resolves an uncertain record: `completed` / `failed` (with a body) or `released`.
+    pub fn reconcile(
+        &self,
+        tenant: &str,
+        operation: &str,
+        key_str: &str,
+        resolution: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(), JsValue> {
+        let resolution = match resolution {
+            "completed" => Resolution::Completed(body.unwrap_or_default()),
+            "failed" => Resolution::Failed(body.unwrap_or_default()),
+            "released" => Resolution::Released,
+            _ => return Err(invalid("resolution must be completed, failed or released")),
+        };
+        self.store()?.reconcile(&scope(tenant, operation)?, &key(key_str)?, resolution).map_err(from_store)
+    }
+
+    /// The record of a key, or `null`.
+    pub fn get(&self, tenant: &str, operation: &str, key_str: &str) -> Result<JsValue, JsValue> {
+        let record = self.store()?.get(&scope(tenant, operation)?, &key(key_str)?).map_err(from_store)?;
+        Ok(record.as_ref().map(convert::record).unwrap_or(JsValue::NULL))
+    }
+
+    /// Applies retention to at most `budget` due records.
+    #[wasm_bindgen(js_name = purgeExpired)]
+    pub fn purge_expired(&self, budget: u32) -> Result<JsValue, JsValue> {
+        let report = self.store()?.purge_expired(budget as usize).map_err(from_store)?;
+        Ok(Obj::new()
+            .set("tombstoned", report.tombstoned as f64)
+            .set("forgotten", report.forgotten as f64)
+            .set("more", report.more)
+            .build())
+    }
+
+    /// Creates an intent and stores it durably before returning. `key` is made from
+    /// `crypto.getRandomValues` (UUID v4) when not given.
+    #[wasm_bindgen(js_name = createIntent)]
+    pub fn create_intent(
+        &self,
+        tenant: &str,
+        operation: &str,
+        key_str: Option<String>,
+        request: &[u8],
+        canonical: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let key = match key_str {
+            Some(k) => key(&k)?,
+            None => random::key()?,
+        };
+        let canon = convert::canonicalizer(&canonical)?;
+        let intent =
+            self.store()?.create_intent(&scope(tenant, operation)?, &key, request, &canon).map_err(from_intent)?;
+        Ok(convert::intent(&intent))
+    }
+
+    /// One intent, or `null`.
+    #[wasm_bindgen(js_name = getIntent)]
+    pub fn get_intent(&self, tenant: &str, operation: &str, key_str: &str) -> Result<JsValue, JsValue> {
+        let intent = self.store()?.intent(&scope(tenant, operation)?, &key(key_str)?).map_err(from_intent)?;
+        Ok(intent.as_ref().map(convert::intent).unwrap_or(JsValue::NULL))
+    }
+
+    /// Records an attempt: `sent`, `network_error`, `timeout` or `status` (with `status`).
+    #[wasm_bindgen(js_name = recordAttempt)]
+    pub fn record_attempt(
+        &self,
+        tenant: &str,
+        operation: &str,
+        key_str: &str,
+        outcome: &str,
+        status: Option<u16>,
+    ) -> Result<JsValue, JsValue> {
+        let outcome = convert::attempt_outcome(outcome, status)?;
+        let intent =
+            self.store()?.record_attempt(&scope(tenant, operation)?, &key(key_str)?, outcome).map_err(from_intent)?;
+        Ok(convert::intent(&intent))
+    }
+
+    /// Records the final response and finishes the intent.
+    #[wasm_bindgen(js_name = recordResponse)]
+    pub fn record_response(
+        &self,
+        tenant: &str,
+        operation: &str,
+        key_str: &str,
+        status: u16,
+        headers: JsValue,
+        body: &[u8],
+    ) -> Result<JsValue, JsValue> {
+        let response = IntentResponse { status, headers: convert::headers(&headers)?, body: body.to_vec() };
+        let intent =
+            self.store()?.record_response(&scope(tenant, operation)?, &key(key_str)?, response).map_err(from_intent)?;
+        Ok(convert::intent(&intent))
+    }
+
+    /// Abandons a pending intent with a reason.
+    #[wasm_bindgen(js_name = abandonIntent)]
+    pub fn abandon_intent(&self, tenant: &str, operation: &str, key_str: &str, reason: &str) -> Result<JsValue, JsValue> {
+        let intent =
+            self.store()?.abandon_intent(&scope(tenant, operation)?, &key(key_str)?, reason).map_err(from_intent)?;
+        Ok(convert::intent(&intent))
+    }
+
+    /// Every pending intent, oldest first.
+    #[wasm_bindgen(js_name = pendingIntents)]
+    pub fn pending_intents(&self) -> Result<Array, JsValue> {
+        let intents = self.store()?.pending_intents().map_err(from_intent)?;
+        Ok(intents.iter().map(convert::intent).collect())
+    }
+
+    /// Every intent.
+    #[wasm_bindgen(js_name = listIntents)]
+    pub fn list_intents(&self) -> Result<Array, JsValue> {
+        let intents = self.store()?.all_intents().map_err(from_intent)?;
+        Ok(intents.iter().map(convert::intent).collect())
+    }
+
+    /// Removes up to `budget` finished intents older than `keep_for_ms`.
+    #[wasm_bindgen(js_name = purgeIntents)]
+    pub fn purge_intents(&self, keep_for_ms: f64, budget: u32) -> Result<JsValue, JsValue> {
+        let keep_for = Duration::from_millis(keep_for_ms.max(0.0) as u64);
+        let purge = self.store()?.purge_intents(keep_for, budget as usize).map_err(from_intent)?;
+        Ok(Obj::new().set("removed", purge.removed as f64).set("more", purge.more).build())
+    }
+}
+
+fn parse_fingerprint(hex: &str) -> Result<Fingerprint, JsValue> {
+    let bad = || invalid("fingerprint must be 64 hexadecimal digits");
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut bytes = [0u8; 32];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(Fingerprint::from_bytes(bytes))
+}
+
+/// The fingerprint (hex) of a JSON request under the canonicalisation options.
+#[wasm_bindgen]
+pub fn fingerprint(body: &[u8], canonical: JsValue) -> Result<String, JsValue> {
+    let canon = convert::canonicalizer(&canonical)?;
+    canon.fingerprint(body).map(|fp| fp.to_hex()).map_err(convert::from_canonical)
+}
+
+/// The canonical form (RFC 8785) of a JSON request under the canonicalisation options.
+#[wasm_bindgen]
+pub fn canonicalize(body: &[u8], canonical: JsValue) -> Result<Vec<u8>, JsValue> {
+    convert::canonicalizer(&canonical)?.canonicalize(body).map_err(convert::from_canonical)
+}
+
+/// A new idempotency key: a UUID v4 from `crypto.getRandomValues`.
+#[wasm_bindgen(js_name = newKey)]
+pub fn new_key() -> Result<String, JsValue> {
+    Ok(random::key()?.as_str().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_parse_from_hex_only_when_well_formed() {
+        let fp = Fingerprint::from_bytes([0xab; 32]);
+        assert_eq!(parse_fingerprint(&fp.to_hex()).ok(), Some(fp));
+    }
+}
