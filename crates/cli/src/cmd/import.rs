@@ -1,0 +1,106 @@
+//! `idemdb import`: JSON Lines written by `export` into a store (created if missing).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::json;
+
+use idemdb::{Record, ScopedKey};
+
+use crate::error::{CliError, Exit};
+use crate::open::open_raw;
+use crate::output;
+use crate::view::RecordView;
+
+/// Arguments of `idemdb import`.
+#[derive(Debug, Args)]
+#[command(after_help = "All lines are read and checked first, then written in one transaction: on any error \
+nothing is imported. Lines need the key (export with --show-keys). A completed or failed record whose \
+payload was left out of the export is imported as a tombstone: its key stays known and is never run \
+again, but retries get `expired` instead of the stored result.\n\nExample:\n  \
+idemdb export old.idemdb --show-keys --show-payloads -o backup.jsonl\n  idemdb import new.idemdb backup.jsonl")]
+pub(crate) struct ImportArgs {
+    /// The store file to import into (created if it does not exist).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// The JSON Lines file to read (`-` for standard input).
+    #[arg(value_name = "INPUT")]
+    input: PathBuf,
+    /// Replace records that already exist (by default they are kept and the line is skipped).
+    #[arg(long)]
+    overwrite: bool,
+}
+
+pub(crate) fn run(args: &ImportArgs, json: bool) -> Result<Exit, CliError> {
+    let file = &args.file;
+    let records = read_input(&args.input)?;
+    if file.is_dir() {
+        return Err(CliError::open_msg(file, "is a directory, not a store file"));
+    }
+    let store = open_raw(file).map_err(|error| CliError::open(file, &error))?;
+    let bar = output::progress(records.len() as u64, json, "importing");
+    let (mut imported, mut skipped, mut tombstoned) = (0u64, 0u64, 0u64);
+    store
+        .write(|txn| {
+            for (scoped, record, as_tombstone) in &records {
+                if txn.import(scoped, record, args.overwrite)? {
+                    imported += 1;
+                    tombstoned += u64::from(*as_tombstone);
+                } else {
+                    skipped += 1;
+                }
+                bar.inc(1);
+            }
+            Ok::<(), idemdb::Error>(())
+        })
+        .map_err(|error| CliError::runtime_ctx(file, "import failed, nothing was written", &error))?;
+    bar.finish_and_clear();
+    if json {
+        output::print_json(&json!({
+            "file": file.display().to_string(),
+            "lines": records.len(),
+            "imported": imported,
+            "skipped_existing": skipped,
+            "tombstoned_without_payload": tombstoned,
+        }));
+    } else {
+        let mut text = output::fields(&[
+            ("store", file.display().to_string()),
+            ("records read", output::count(records.len() as u64)),
+            ("imported", output::count(imported)),
+            ("skipped (already there)", output::count(skipped)),
+            ("imported as tombstones", output::count(tombstoned)),
+        ]);
+        if skipped > 0 && !args.overwrite {
+            text.push_str("use --overwrite to replace records that already exist\n");
+        }
+        output::print(&text);
+    }
+    Ok(Exit::Ok)
+}
+
+/// Reads and checks every line before anything is written.
+fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> {
+    let reader: Box<dyn Read> = if input == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(File::open(input).map_err(|error| CliError::runtime_ctx(input, "cannot read the input", &error))?)
+    };
+    let mut records = Vec::new();
+    for (index, line) in BufReader::new(reader).lines().enumerate() {
+        let number = index + 1;
+        let line = line.map_err(|error| CliError::runtime_ctx(input, &format!("line {number}"), &error))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let view: RecordView = serde_json::from_str(&line)
+            .map_err(|error| CliError::runtime_ctx(input, &format!("line {number}"), &error))?;
+        let record = view
+            .to_record()
+            .map_err(|message| CliError::runtime_msg(Some(input), format!("line {number}: {message}")))?;
+        records.push(record);
+    }
+    Ok(records)
+}

@@ -1,0 +1,116 @@
+//! `idemdb list`: records in key order (tenant, operation, key), filtered, one page at a time.
+
+use clap::Args;
+use serde_json::json;
+
+use crate::cmd::{scan, FilterArgs, RevealArgs};
+use crate::error::{CliError, Exit};
+use crate::open::open_existing;
+use crate::output::{self, Align, Table};
+use crate::view::RecordView;
+use crate::FileArg;
+
+/// Arguments of `idemdb list`.
+#[derive(Debug, Args)]
+#[command(after_help = "Pages are numbered by offset: the footer (or `next_offset` in JSON) gives the \
+--offset of the next page. Records are in key order, so a page shifts if records are added or removed \
+between calls.\n\nExample:\n  idemdb list store.idemdb --tenant acme --state in_progress --limit 20 --offset 20")]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    file: FileArg,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Records per page (0: all).
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// Skip this many matching records first.
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
+    #[command(flatten)]
+    reveal: RevealArgs,
+}
+
+pub(crate) fn run(args: &ListArgs, json: bool) -> Result<Exit, CliError> {
+    let file = &args.file.file;
+    let store = open_existing(file)?;
+    let reveal = args.reveal.reveal();
+    let limit = if args.limit == 0 { usize::MAX } else { args.limit };
+    let mut seen = 0usize;
+    let mut views = Vec::new();
+    let mut more = false;
+    scan(&store, file, &args.filter, |listed| {
+        seen += 1;
+        if seen <= args.offset {
+            return Ok(true);
+        }
+        if views.len() == limit {
+            more = true;
+            return Ok(false);
+        }
+        views.push(RecordView::new(&listed.scoped, &listed.key_hash, &listed.record, reveal));
+        Ok(true)
+    })?;
+    let next_offset = more.then(|| args.offset + views.len());
+    if json {
+        output::print_json(&json!({
+            "records": views,
+            "offset": args.offset,
+            "limit": args.limit,
+            "next_offset": next_offset,
+        }));
+        return Ok(Exit::Ok);
+    }
+    if views.is_empty() {
+        output::print(if args.offset > 0 { "no records at this offset\n" } else { "no records\n" });
+        return Ok(Exit::Ok);
+    }
+    let first = if reveal.keys { "key" } else { "key hash" };
+    let mut columns = vec![
+        (first, Align::Left),
+        ("tenant", Align::Left),
+        ("operation", Align::Left),
+        ("state", Align::Left),
+        ("attempts", Align::Right),
+        ("updated", Align::Left),
+        ("payload", Align::Right),
+    ];
+    if reveal.payloads {
+        columns.push(("content", Align::Left));
+    }
+    let mut table = Table::new(&columns);
+    for view in &views {
+        let mut row = vec![
+            view.key.clone().or_else(|| view.key_hash.clone()).unwrap_or_default(),
+            view.tenant.clone(),
+            view.operation.clone(),
+            view.state.clone(),
+            view.attempts.to_string(),
+            output::time(view.updated_at),
+            view.payload_bytes.map(|n| format!("{} B", output::count(n))).unwrap_or_else(|| "-".into()),
+        ];
+        if reveal.payloads {
+            let content = view.payload.clone().or_else(|| view.payload_hex.as_ref().map(|hex| format!("hex:{hex}")));
+            row.push(content.map(|text| shorten(&text, 60)).unwrap_or_default());
+        }
+        table.row(row);
+    }
+    let mut text = table.render();
+    let shown = format!("records {}-{}", args.offset + 1, args.offset + views.len());
+    match next_offset {
+        Some(next) => text.push_str(&format!("\n{shown}; more with --offset {next}\n")),
+        None => text.push_str(&format!("\n{shown} (end)\n")),
+    }
+    output::print(&text);
+    Ok(Exit::Ok)
+}
+
+/// One line of at most `max` characters, ending in `…` when cut.
+fn shorten(text: &str, max: usize) -> String {
+    let line: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}

@@ -1,0 +1,140 @@
+//! `idemdb verify`: redb's integrity check, then every record, index entry and audit event
+//! decoded and cross-checked. Exit 1 on any problem, with a report instead of a crash.
+
+use std::path::Path;
+
+use clap::Args;
+use serde_json::json;
+
+use idemdb::{OpenError, VerifyReport};
+
+use crate::error::{cause_chain, guard, set_current_file, CliError, Exit};
+use crate::open::open_raw;
+use crate::output;
+use crate::FileArg;
+
+/// Arguments of `idemdb verify`.
+#[derive(Debug, Args)]
+#[command(after_help = "Exits with 0 when the store is sound, 1 when any problem was found (including a file \
+that is damaged or not an idemdb store at all), 3 when the file could not be opened for another reason \
+(missing, already open, newer format).\n\nredb's integrity check repairs what it can in place; the report \
+still counts the damage it found.")]
+pub(crate) struct VerifyArgs {
+    #[command(flatten)]
+    file: FileArg,
+}
+
+/// What verification concluded.
+struct Outcome {
+    report: Option<VerifyReport>,
+    /// Problems outside the library's report (the file could not be read at all).
+    fatal: Option<String>,
+}
+
+impl Outcome {
+    fn ok(&self) -> bool {
+        self.fatal.is_none() && self.report.as_ref().is_some_and(VerifyReport::is_ok)
+    }
+
+    fn problem_count(&self) -> usize {
+        usize::from(self.fatal.is_some())
+            + self.report.as_ref().map_or(0, |r| r.problems.len() + usize::from(!r.storage_ok))
+    }
+}
+
+pub(crate) fn run(args: &VerifyArgs, json: bool) -> Result<Exit, CliError> {
+    let file = &args.file.file;
+    let outcome = check(file)?;
+    if json {
+        let report = outcome.report.as_ref();
+        let problems: Vec<_> = report
+            .map(|r| r.problems.iter().map(|p| json!({"table": p.table, "detail": p.detail})).collect())
+            .unwrap_or_default();
+        output::print_json(&json!({
+            "file": file.display().to_string(),
+            "ok": outcome.ok(),
+            "error": outcome.fatal,
+            "storage_ok": report.map(|r| r.storage_ok),
+            "records": report.map(|r| r.records),
+            "index_entries": report.map(|r| r.index_entries),
+            "audit_events": report.map(|r| r.audit_events),
+            "problems": problems,
+        }));
+    } else {
+        output::print(&describe(file, &outcome));
+    }
+    Ok(if outcome.ok() { Exit::Ok } else { Exit::Problems })
+}
+
+fn check(file: &Path) -> Result<Outcome, CliError> {
+    set_current_file(file);
+    let meta = std::fs::metadata(file).map_err(|error| CliError::open(file, &error))?;
+    if meta.is_dir() {
+        return Err(CliError::open_msg(file, "is a directory, not a store file"));
+    }
+    let fatal = |text: String| Outcome { report: None, fatal: Some(text) };
+    if meta.len() == 0 {
+        return Ok(fatal("the file is empty: not an idemdb store".into()));
+    }
+    let opened = guard(|| open_raw(file));
+    let mut store = match opened {
+        Err(panic) => return Ok(fatal(format!("the storage layer failed while opening the file ({panic})"))),
+        Ok(Ok(store)) => store,
+        Ok(Err(error)) => {
+            return match error {
+                OpenError::NotAStore { .. } | OpenError::Foreign { .. } | OpenError::CorruptMeta(_) => {
+                    Ok(fatal(format!("cannot be opened as an idemdb store: {}", cause_chain(&error))))
+                }
+                OpenError::Storage(_) if !is_access_failure(&error) => {
+                    Ok(fatal(format!("cannot be opened as an idemdb store: {}", cause_chain(&error))))
+                }
+                other => Err(CliError::open(file, &other)),
+            };
+        }
+    };
+    match guard(|| store.verify()) {
+        Ok(Ok(report)) => Ok(Outcome { report: Some(report), fatal: None }),
+        Ok(Err(error)) => Ok(fatal(format!("the check could not finish: {}", cause_chain(&error)))),
+        Err(panic) => Ok(fatal(format!("the storage layer failed while reading the file ({panic})"))),
+    }
+}
+
+/// Whether an error comes from the file system refusing access (permissions, locks, a full
+/// disk) rather than from what the file contains.
+fn is_access_failure(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return !matches!(io.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof);
+        }
+        current = error.source();
+    }
+    false
+}
+
+fn describe(file: &Path, outcome: &Outcome) -> String {
+    let mut pairs = vec![("store", file.display().to_string())];
+    if let Some(report) = &outcome.report {
+        let storage = if report.storage_ok {
+            "ok".to_string()
+        } else {
+            "DAMAGED: redb's integrity check failed (redb repaired what it could)".to_string()
+        };
+        pairs.push(("storage", storage));
+        pairs.push(("records checked", output::count(report.records)));
+        pairs.push(("index entries checked", output::count(report.index_entries)));
+        pairs.push(("audit events checked", output::count(report.audit_events)));
+    }
+    pairs.push(("problems", output::count(outcome.problem_count() as u64)));
+    let mut text = output::fields(&pairs);
+    if let Some(fatal) = &outcome.fatal {
+        text.push_str(&format!("  - {fatal}\n"));
+    }
+    if let Some(report) = &outcome.report {
+        for problem in &report.problems {
+            text.push_str(&format!("  - {}: {}\n", problem.table, problem.detail));
+        }
+    }
+    text.push_str(if outcome.ok() { "verify: OK\n" } else { "verify: PROBLEMS FOUND\n" });
+    text
+}
