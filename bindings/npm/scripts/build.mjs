@@ -1,0 +1,54 @@
+#!/usr/bin/env node
+// Builds the npm package: the wasm crate (release profile `wasm-release`), wasm-bindgen glue
+// for the web/ESM and Node/CommonJS targets over ONE .wasm file, then the TypeScript (ESM and
+// CommonJS). Prints the .wasm size raw and gzipped. Run from anywhere: `npm run build`.
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
+
+const pkgDir = join(dirname(fileURLToPath(import.meta.url)), '..');
+const root = join(pkgDir, '..', '..');
+const run = (cmd, args, cwd = pkgDir) => execFileSync(cmd, args, { cwd, stdio: 'inherit' });
+
+// The package version is the crate version.
+const cargoToml = readFileSync(join(root, 'Cargo.toml'), 'utf8');
+const crateVersion = /\[workspace\.package\][^[]*?\bversion\s*=\s*"([^"]+)"/s.exec(cargoToml)?.[1];
+const pkg = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8'));
+if (pkg.version !== crateVersion) {
+  console.error(`package.json version ${pkg.version} differs from the crate version ${crateVersion}`);
+  process.exit(1);
+}
+
+run('cargo', ['build', '--quiet', '-p', 'idemdb-wasm', '--target', 'wasm32-unknown-unknown', '--profile', 'wasm-release'], root);
+const wasmIn = join(process.env.CARGO_TARGET_DIR ?? join(root, 'target'), 'wasm32-unknown-unknown', 'wasm-release', 'idemdb_wasm.wasm');
+
+const out = join(pkgDir, 'wasm');
+const tmp = join(pkgDir, 'wasm-node-tmp');
+rmSync(out, { recursive: true, force: true });
+rmSync(tmp, { recursive: true, force: true });
+run('wasm-bindgen', ['--target', 'web', '--weak-refs', '--out-dir', out, wasmIn]);
+run('wasm-bindgen', ['--target', 'nodejs', '--weak-refs', '--out-dir', tmp, wasmIn]);
+const web = readFileSync(join(out, 'idemdb_wasm_bg.wasm'));
+if (!web.equals(readFileSync(join(tmp, 'idemdb_wasm_bg.wasm')))) {
+  console.error('wasm-bindgen produced different .wasm files for the web and nodejs targets');
+  process.exit(1);
+}
+renameSync(join(tmp, 'idemdb_wasm.js'), join(out, 'idemdb_wasm_node.cjs'));
+rmSync(tmp, { recursive: true, force: true });
+
+rmSync(join(pkgDir, 'dist'), { recursive: true, force: true });
+const tsc = join(pkgDir, 'node_modules', 'typescript', 'bin', 'tsc');
+run(process.execPath, [tsc, '-p', 'tsconfig.json']);
+run(process.execPath, [tsc, '-p', 'tsconfig.cjs.json']);
+writeFileSync(join(pkgDir, 'dist', 'cjs', 'package.json'), '{ "type": "commonjs" }\n');
+mkdirSync(join(pkgDir, 'dist', 'wasm'), { recursive: true });
+for (const file of ['idemdb_wasm.js', 'idemdb_wasm.d.ts', 'idemdb_wasm_bg.wasm', 'idemdb_wasm_node.cjs']) {
+  cpSync(join(out, file), join(pkgDir, 'dist', 'wasm', file));
+}
+
+const gz = gzipSync(web, { level: 9 }).length;
+const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
+console.log(`wasm size: ${web.length} bytes raw (${kib(web.length)}), ${gz} bytes gzipped (${kib(gz)})`);
+writeFileSync(join(pkgDir, 'dist', 'wasm-size.json'), JSON.stringify({ raw: web.length, gzip: gz }) + '\n');

@@ -1,0 +1,155 @@
+/**
+ * Typed errors. Every error the package throws is an `IdemdbError` (a real `Error`) with a
+ * stable `code`; catch a subclass, or switch on `code`.
+ */
+
+/** Every stable error code. */
+export type ErrorCode =
+  | 'IDEMDB_INVALID_ARGUMENT'
+  | 'IDEMDB_INVALID_KEY'
+  | 'IDEMDB_INVALID_REQUEST'
+  | 'IDEMDB_NOT_FOUND'
+  | 'IDEMDB_KEY_REUSED'
+  | 'IDEMDB_INTENT_FINISHED'
+  | 'IDEMDB_STALE_LEASE'
+  | 'IDEMDB_WRONG_STATE'
+  | 'IDEMDB_LEASE_LIVE'
+  | 'IDEMDB_TOO_LARGE'
+  | 'IDEMDB_STORAGE'
+  | 'IDEMDB_COMMIT_UNKNOWN'
+  | 'IDEMDB_CORRUPT'
+  | 'IDEMDB_NO_RANDOMNESS'
+  | 'IDEMDB_CLOSED'
+  | 'IDEMDB_STORE_BUSY'
+  | 'IDEMDB_NOT_A_STORE'
+  | 'IDEMDB_FOREIGN'
+  | 'IDEMDB_NEWER_FORMAT'
+  | 'IDEMDB_OLDER_FORMAT'
+  | 'IDEMDB_INVALID_POLICY'
+  | 'IDEMDB_UNSUPPORTED'
+  | 'IDEMDB_INTERNAL'
+  | 'IDEMDB_CONFLICT'
+  | 'IDEMDB_RETRIES_EXHAUSTED'
+  | 'IDEMDB_ABANDONED'
+  | 'IDEMDB_ABORTED';
+
+/** Base class of every error this package throws. */
+export class IdemdbError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** An argument, key, scope or request was rejected before anything was stored. */
+export class InvalidInputError extends IdemdbError {}
+/** No record or intent exists for the key. */
+export class NotFoundError extends IdemdbError {}
+/** A key already names a different request (`IDEMDB_KEY_REUSED`). */
+export class KeyReusedError extends IdemdbError {}
+/** A state transition was refused: stale lease, wrong state, live lease, finished intent, too large. */
+export class TransitionError extends IdemdbError {}
+/** The storage failed; check `reopenRequired`. */
+export class StorageError extends IdemdbError {
+  /** Whether the store must be closed and opened again before further use. */
+  readonly reopenRequired: boolean;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; reopenRequired?: boolean }) {
+    super(code, message, options);
+    this.reopenRequired = options?.reopenRequired ?? code === 'IDEMDB_COMMIT_UNKNOWN';
+  }
+}
+/** The store was closed. */
+export class StoreClosedError extends IdemdbError {}
+/**
+ * The store is open elsewhere (another tab, worker or process holds it). Retry later, pass
+ * `{ wait: true }`, or send the work through the tab that holds it.
+ */
+export class StoreBusyError extends IdemdbError {}
+/** The file is not an idemdb store, or has a format this build cannot read. */
+export class OpenError extends IdemdbError {}
+/** The platform lacks something the store needs (OPFS outside a dedicated worker, Web Locks). */
+export class UnsupportedError extends IdemdbError {}
+/** A bug or a trap inside the engine; the store should be reopened. */
+export class InternalError extends IdemdbError {}
+
+/** The server answered 422: the key is bound to a different request. Never retried. */
+export class ConflictError extends IdemdbError {
+  /** The recorded final response. */
+  readonly response: Response;
+  constructor(message: string, response: Response) {
+    super('IDEMDB_CONFLICT', message);
+    this.response = response;
+  }
+}
+/** Every attempt failed; the intent stays pending and is resumed later with the same key. */
+export class RetriesExhaustedError extends IdemdbError {
+  /** The intent's key. */
+  readonly key: string;
+  /** The last status seen, if any response arrived. */
+  readonly lastStatus: number | undefined;
+  constructor(message: string, key: string, lastStatus: number | undefined, options?: { cause?: unknown }) {
+    super('IDEMDB_RETRIES_EXHAUSTED', message, options);
+    this.key = key;
+    this.lastStatus = lastStatus;
+  }
+}
+/** The intent was abandoned; it will not be sent again. */
+export class AbandonedError extends IdemdbError {
+  /** The recorded reason. */
+  readonly reason: string;
+  constructor(message: string, reason: string) {
+    super('IDEMDB_ABANDONED', message);
+    this.reason = reason;
+  }
+}
+/** The caller's `AbortSignal` fired; the intent stays pending. */
+export class AbortedError extends IdemdbError {}
+
+const BY_CODE: Record<string, new (code: ErrorCode, message: string, options?: { cause?: unknown }) => IdemdbError> = {
+  IDEMDB_INVALID_ARGUMENT: InvalidInputError,
+  IDEMDB_INVALID_KEY: InvalidInputError,
+  IDEMDB_INVALID_REQUEST: InvalidInputError,
+  IDEMDB_INVALID_POLICY: InvalidInputError,
+  IDEMDB_NOT_FOUND: NotFoundError,
+  IDEMDB_KEY_REUSED: KeyReusedError,
+  IDEMDB_INTENT_FINISHED: TransitionError,
+  IDEMDB_STALE_LEASE: TransitionError,
+  IDEMDB_WRONG_STATE: TransitionError,
+  IDEMDB_LEASE_LIVE: TransitionError,
+  IDEMDB_TOO_LARGE: TransitionError,
+  IDEMDB_CLOSED: StoreClosedError,
+  IDEMDB_STORE_BUSY: StoreBusyError,
+  IDEMDB_NOT_A_STORE: OpenError,
+  IDEMDB_FOREIGN: OpenError,
+  IDEMDB_NEWER_FORMAT: OpenError,
+  IDEMDB_OLDER_FORMAT: OpenError,
+};
+
+/** Turns anything thrown by the engine or a host callback into a typed `IdemdbError`. */
+export function toIdemdbError(thrown: unknown): IdemdbError {
+  if (thrown instanceof IdemdbError) return thrown;
+  const code = (thrown as { code?: unknown } | null)?.code;
+  const message = thrown instanceof Error ? thrown.message : String(thrown);
+  if (typeof code === 'string' && code.startsWith('IDEMDB_')) {
+    const reopenRequired = (thrown as { reopenRequired?: unknown }).reopenRequired === true;
+    const Ctor = BY_CODE[code];
+    if (Ctor) return new Ctor(code as ErrorCode, message, { cause: thrown });
+    return new StorageError(code as ErrorCode, message, { cause: thrown, reopenRequired });
+  }
+  if (typeof WebAssembly !== 'undefined' && thrown instanceof WebAssembly.RuntimeError) {
+    return new InternalError('IDEMDB_INTERNAL', `engine trapped: ${message}`, { cause: thrown });
+  }
+  return new InternalError('IDEMDB_INTERNAL', message, { cause: thrown });
+}
+
+/** Runs `f`, rethrowing whatever it throws as a typed error. */
+export function guard<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (thrown) {
+    throw toIdemdbError(thrown);
+  }
+}

@@ -1,0 +1,301 @@
+import {
+  AbandonedError,
+  AbortedError,
+  ConflictError,
+  InvalidInputError,
+  RetriesExhaustedError,
+  toIdemdbError,
+} from './errors.js';
+import type { CanonicalOptions, Intent, Scope, Store } from './store.js';
+
+/** Retry schedule of `idempotentFetch`. */
+export interface RetryOptions {
+  /** Attempts per call, the first included (default 5). */
+  maxAttempts?: number;
+  /** First backoff delay in ms (default 250); doubles per attempt, with full jitter. */
+  baseDelayMs?: number;
+  /** Largest delay in ms, also the cap on `Retry-After` (default 30 000). */
+  maxDelayMs?: number;
+  /** Per-attempt timeout in ms (default 15 000); a timeout is retried like a network error. */
+  timeoutMs?: number;
+}
+
+/** Options of `idempotentFetch` and `resumePending`. */
+export interface IdempotentFetchOptions {
+  /** The intent's scope: who (tenant) does what (operation). */
+  scope: Scope;
+  /** Resume the intent with this key instead of creating a new one. */
+  key?: string;
+  /** Canonicalisation of the stored request descriptor (pointers start at `/body/...`, `/headers/...`). */
+  canonical?: CanonicalOptions;
+  retry?: RetryOptions;
+  /**
+   * Headers added to every send and never stored (credentials, tracing): an object or a function
+   * called before each attempt, so a resumed intent gets a fresh token.
+   */
+  transportHeaders?: Record<string, string> | ((intent: Intent) => Record<string, string> | Promise<Record<string, string>>);
+  /** The header carrying the key (default `Idempotency-Key`). */
+  headerName?: string;
+  /** The fetch to use (default `globalThis.fetch`). */
+  fetch?: typeof fetch;
+  /** Stops retrying; the intent stays pending. */
+  signal?: AbortSignal;
+}
+
+/** Headers that are transport or credentials: never stored in the intent, never fingerprinted. */
+const TRANSPORT_HEADERS = new Set([
+  'authorization', 'cookie', 'proxy-authorization', 'idempotency-key', 'traceparent', 'tracestate',
+  'x-request-id', 'x-correlation-id', 'user-agent', 'content-length', 'date', 'connection', 'host',
+]);
+
+/** The stored request descriptor (the intent's canonical request is this, canonicalised). */
+interface Descriptor {
+  method: string;
+  url: string;
+  headers: Record<string, string>;
+  body?: unknown;
+  bodyText?: string;
+}
+
+const decoder = new TextDecoder();
+
+async function describe(input: Request | string | URL, init?: RequestInit): Promise<Descriptor> {
+  const request = new Request(input, init);
+  const headers: Record<string, string> = {};
+  request.headers.forEach((value, name) => {
+    if (!TRANSPORT_HEADERS.has(name.toLowerCase())) headers[name.toLowerCase()] = value;
+  });
+  const descriptor: Descriptor = { method: request.method.toUpperCase(), url: request.url, headers };
+  if (request.body !== null) {
+    const text = await request.text();
+    const type = headers['content-type'] ?? '';
+    if (/[/+]json\b/i.test(type)) {
+      try {
+        descriptor.body = JSON.parse(text);
+        return descriptor;
+      } catch {
+        // not JSON after all: keep the text
+      }
+    }
+    descriptor.bodyText = text;
+  }
+  return descriptor;
+}
+
+function rebuild(intent: Intent): Descriptor {
+  return JSON.parse(decoder.decode(intent.request)) as Descriptor;
+}
+
+function responseOf(intent: Intent & { state: 'completed' }): Response {
+  const { status, headers, body } = intent.response;
+  const nullBody = status === 204 || status === 205 || status === 304;
+  return new Response(nullBody ? null : (body as Uint8Array<ArrayBuffer>), { status, headers });
+}
+
+function retryAfterMs(response: Response, cap: number): number | undefined {
+  const value = response.headers.get('retry-after');
+  if (!value) return undefined;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds) && seconds >= 0) return Math.min(seconds * 1000, cap);
+  const date = Date.parse(value);
+  if (!Number.isNaN(date)) return Math.min(Math.max(0, date - Date.now()), cap);
+  return undefined;
+}
+
+function backoffMs(attempt: number, retry: Required<RetryOptions>): number {
+  const ceiling = Math.min(retry.maxDelayMs, retry.baseDelayMs * 2 ** Math.max(0, attempt - 1));
+  return Math.random() * ceiling; // full jitter
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending'));
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending'));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** Statuses retried with the same key: the server may not have finished, or asks to come back. */
+function retryable(status: number): boolean {
+  return status >= 500 || status === 409 || status === 429 || status === 408;
+}
+
+/** Response headers worth keeping with the recorded response. */
+function keptHeaders(response: Response): [string, string][] {
+  const kept: [string, string][] = [];
+  response.headers.forEach((value, name) => {
+    if (kept.length < 64 && !['set-cookie', 'date', 'connection', 'keep-alive', 'transfer-encoding'].includes(name)) {
+      kept.push([name, value]);
+    }
+  });
+  return kept;
+}
+
+/**
+ * Sends a stored intent until it gets a final response: the same key on every attempt;
+ * network errors, timeouts, 5xx, 408, 409 and 429 are retried with exponential backoff and
+ * full jitter, honouring `Retry-After`; 422 is a conflict, recorded and never retried.
+ */
+export async function sendIntent(store: Store, intent: Intent, options: Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'> = {}): Promise<Response> {
+  const scope = { tenant: intent.tenant, operation: intent.operation };
+  const retry: Required<RetryOptions> = {
+    maxAttempts: options.retry?.maxAttempts ?? 5,
+    baseDelayMs: options.retry?.baseDelayMs ?? 250,
+    maxDelayMs: options.retry?.maxDelayMs ?? 30_000,
+    timeoutMs: options.retry?.timeoutMs ?? 15_000,
+  };
+  const doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const headerName = options.headerName ?? 'Idempotency-Key';
+  let lastStatus: number | undefined;
+  let lastError: unknown;
+  for (let attempt = 1; ; attempt++) {
+    if (intent.state === 'completed') {
+      if (intent.response.status === 422) {
+        throw new ConflictError(`the server refused key ${intent.key} as bound to a different request (422)`, responseOf(intent));
+      }
+      return responseOf(intent);
+    }
+    if (intent.state === 'abandoned') throw new AbandonedError(`intent ${intent.key} was abandoned: ${intent.reason}`, intent.reason);
+    if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending');
+    if (attempt > retry.maxAttempts) {
+      throw new RetriesExhaustedError(
+        `no final response for intent ${intent.key} after ${retry.maxAttempts} attempts; it stays pending and is resumed later`,
+        intent.key,
+        lastStatus,
+        { cause: lastError },
+      );
+    }
+
+    const descriptor = rebuild(intent);
+    const headers = new Headers(descriptor.headers);
+    const transport = typeof options.transportHeaders === 'function' ? await options.transportHeaders(intent) : options.transportHeaders;
+    for (const [name, value] of Object.entries(transport ?? {})) headers.set(name, value);
+    headers.set(headerName, intent.key);
+    const body = descriptor.body !== undefined ? JSON.stringify(descriptor.body) : descriptor.bodyText;
+
+    // Durable before the request leaves: a crash mid-send is seen as an attempt at start-up.
+    intent = store.recordAttempt(scope, intent.key, { outcome: 'sent' });
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(), retry.timeoutMs);
+    const onAbort = () => timeout.abort();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    let response: Response | undefined;
+    try {
+      response = await doFetch(descriptor.url, { method: descriptor.method, headers, body, signal: timeout.signal });
+    } catch (error) {
+      lastError = error;
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+
+    if (response === undefined) {
+      if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending', { cause: lastError });
+      intent = store.recordAttempt(scope, intent.key, { outcome: timeout.signal.aborted ? 'timeout' : 'network_error' });
+      await sleep(backoffMs(attempt, retry), options.signal);
+      continue;
+    }
+    lastStatus = response.status;
+    if (retryable(response.status)) {
+      const wait = retryAfterMs(response, retry.maxDelayMs) ?? backoffMs(attempt, retry);
+      await response.body?.cancel().catch(() => undefined);
+      intent = store.recordAttempt(scope, intent.key, { outcome: 'status', status: response.status });
+      await sleep(wait, options.signal);
+      continue;
+    }
+    let bytes: Uint8Array;
+    try {
+      bytes = new Uint8Array(await response.arrayBuffer());
+    } catch (error) {
+      // The body was lost in transit: the server has answered, but we did not hear all of it.
+      lastError = error;
+      intent = store.recordAttempt(scope, intent.key, { outcome: 'network_error' });
+      await sleep(backoffMs(attempt, retry), options.signal);
+      continue;
+    }
+    intent = store.recordResponse(scope, intent.key, { status: response.status, headers: keptHeaders(response), body: bytes });
+  }
+}
+
+/**
+ * `fetch` that cannot run the same mutation twice: persists the intent (key, canonical
+ * request, fingerprint) **before the request leaves**, sets `Idempotency-Key`, retries
+ * safely, records the final response and returns it. Throws `ConflictError` on 422,
+ * `RetriesExhaustedError` when every attempt failed (the intent stays pending: call
+ * `resumePending` later, or `autoResume`).
+ */
+export async function idempotentFetch(
+  store: Store,
+  input: Request | string | URL,
+  options: IdempotentFetchOptions & { init?: RequestInit },
+): Promise<Response> {
+  if (!options?.scope) throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'idempotentFetch needs options.scope');
+  let intent: Intent;
+  try {
+    const descriptor = await describe(input, options.init);
+    intent = store.createIntent(options.scope, descriptor, { key: options.key, canonical: options.canonical });
+  } catch (error) {
+    throw toIdemdbError(error);
+  }
+  return sendIntent(store, intent, options);
+}
+
+/** The outcome of resuming one intent. */
+export type Resumed = { intent: Intent; response: Response } | { intent: Intent; error: Error };
+
+/** Sends every pending intent again, oldest first, with its own key; one at a time. */
+export async function resumePending(
+  store: Store,
+  options: Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'> & { filter?: (intent: Intent) => boolean } = {},
+): Promise<Resumed[]> {
+  const results: Resumed[] = [];
+  for (const intent of store.pendingIntents()) {
+    if (options.filter && !options.filter(intent)) continue;
+    try {
+      results.push({ intent, response: await sendIntent(store, intent, options) });
+    } catch (error) {
+      results.push({ intent, error: error as Error });
+      if (error instanceof AbortedError) break;
+    }
+  }
+  return results;
+}
+
+/**
+ * Resumes pending intents now and every time the platform comes back online (`online` event
+ * of the window or worker). Returns a function that stops listening.
+ */
+export function autoResume(
+  store: Store,
+  options: Parameters<typeof resumePending>[1] & { onResumed?: (results: Resumed[]) => void } = {},
+): () => void {
+  let running: Promise<void> | undefined;
+  let again = false;
+  const run = () => {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = resumePending(store, options)
+      .then((results) => options.onResumed?.(results))
+      .catch(() => undefined)
+      .finally(() => {
+        running = undefined;
+        if (again && store.isOpen) {
+          again = false;
+          run();
+        }
+      });
+  };
+  const target = globalThis as unknown as { addEventListener?: (t: string, f: () => void) => void; removeEventListener?: (t: string, f: () => void) => void };
+  target.addEventListener?.('online', run);
+  run();
+  return () => target.removeEventListener?.('online', run);
+}

@@ -1,0 +1,101 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+import { StoreBusyError, toIdemdbError } from './errors.js';
+import { getEngine, type HostStorage } from './engine.js';
+import { newKey, openRaw, type Store, type StoreOptions } from './store.js';
+
+/** Host storage over a Node file descriptor: positional reads and writes, `fdatasync` per durable commit. */
+function fileStorage(fd: number): HostStorage {
+  return {
+    read(offset, out) {
+      let done = 0;
+      while (done < out.length) {
+        const n = fs.readSync(fd, out, done, out.length - done, offset + done);
+        if (n === 0) throw new Error(`short read at ${offset + done}`);
+        done += n;
+      }
+    },
+    write(offset, data) {
+      let done = 0;
+      while (done < data.length) done += fs.writeSync(fd, data, done, data.length - done, offset + done);
+    },
+    size: () => fs.fstatSync(fd).size,
+    truncate: (length) => fs.ftruncateSync(fd, length),
+    flush: () => fs.fdatasyncSync(fd),
+  };
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Takes `<file>.lock` (holding our pid); a lock whose process is gone is taken over. */
+function lock(file: string): () => void {
+  const lockPath = `${file}.lock`;
+  for (let tries = 0; tries < 3; tries++) {
+    try {
+      fs.writeFileSync(lockPath, String(process.pid), { flag: 'wx' });
+      return () => fs.rmSync(lockPath, { force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw toIdemdbError(error);
+      const holder = Number(fs.readFileSync(lockPath, 'utf8'));
+      if (Number.isInteger(holder) && holder > 0 && pidAlive(holder)) {
+        throw new StoreBusyError('IDEMDB_STORE_BUSY', `${file} is open in process ${holder} (lock file ${lockPath}); one process at a time`);
+      }
+      fs.rmSync(lockPath, { force: true }); // stale: its process is gone
+    }
+  }
+  throw new StoreBusyError('IDEMDB_STORE_BUSY', `could not take ${lockPath}`);
+}
+
+/**
+ * Opens (or creates) a store file with Node's file system, in the same format as the Rust
+ * crate (`idemdb::Store::open`) and the CLI. One process holds a file at a time (`<file>.lock`).
+ * A new file is built under a temporary name, flushed and renamed into place, so a crash
+ * during creation never leaves a half-made store.
+ */
+export function openFileStoreSync(file: string, options: StoreOptions = {}): Store {
+  const release = lock(file);
+  try {
+    const exists = fs.existsSync(file) && fs.statSync(file).size > 0;
+    if (!exists) {
+      const temp = path.join(path.dirname(file), `.${path.basename(file)}.tmp-${newKey().slice(0, 8)}`);
+      const fd = fs.openSync(temp, 'w+');
+      try {
+        const created = openRaw(() => getEngine().WasmStore.openHost(fileStorage(fd), options));
+        created.close();
+        fs.fsyncSync(fd);
+      } finally {
+        fs.closeSync(fd);
+      }
+      fs.renameSync(temp, file);
+      try {
+        const dir = fs.openSync(path.dirname(file), 'r');
+        fs.fsyncSync(dir);
+        fs.closeSync(dir);
+      } catch {
+        // directories cannot be fsynced on every platform
+      }
+    }
+    const fd = fs.openSync(file, 'r+');
+    return openRaw(
+      () => getEngine().WasmStore.openHost(fileStorage(fd), options),
+      () => {
+        try {
+          fs.closeSync(fd);
+        } finally {
+          release();
+        }
+      },
+    );
+  } catch (error) {
+    release();
+    throw toIdemdbError(error);
+  }
+}

@@ -1,0 +1,124 @@
+import { StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
+import { getEngine } from './engine.js';
+import { openRaw, type Store, type StoreOptions } from './store.js';
+
+/** Options of `openOpfsStore`. */
+export interface OpfsOptions extends StoreOptions {
+  /**
+   * When another tab or worker holds the store: `false` (default) throws `StoreBusyError` at
+   * once; `true` waits until it is released; a number waits at most that many milliseconds.
+   */
+  wait?: boolean | number;
+}
+
+interface LockManagerLike {
+  request(name: string, options: { ifAvailable?: boolean; signal?: AbortSignal; mode?: string }, callback: (lock: unknown) => Promise<void>): Promise<void>;
+}
+
+interface SyncHandleLike {
+  close(): void;
+}
+
+function busy(name: string, cause?: unknown): StoreBusyError {
+  return new StoreBusyError(
+    'IDEMDB_STORE_BUSY',
+    `the OPFS store "${name}" is open in another tab or worker (one writer at a time); retry later, open with { wait: true }, or send the work through the tab that holds it`,
+    { cause },
+  );
+}
+
+/**
+ * Opens (or creates) a store in the origin private file system, in a **dedicated worker**
+ * (synchronous access handles exist only there). One tab or worker holds a store at a time:
+ * the holder is elected with the Web Lock `idemdb:<name>`, kept until `close()` or until the
+ * worker ends (a killed worker releases it). Other openers get `StoreBusyError` or wait.
+ * Every durable commit ends with one `FileSystemSyncAccessHandle.flush()`.
+ */
+export async function openOpfsStoreWith(name: string, options: OpfsOptions = {}): Promise<Store> {
+  const nav = (globalThis as { navigator?: { storage?: { getDirectory?: () => Promise<any> }; locks?: LockManagerLike } }).navigator;
+  if (!nav?.storage?.getDirectory) throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'OPFS is not available here (navigator.storage.getDirectory)');
+  if (!nav.locks) throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'Web Locks are not available here (navigator.locks)');
+  const locks = nav.locks;
+
+  // Hold the lock from acquisition until close: the callback's promise settles on release.
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const acquired = await new Promise<boolean>((resolve, reject) => {
+    const wait = options.wait ?? false;
+    const controller = typeof wait === 'number' ? new AbortController() : undefined;
+    const timer = controller ? setTimeout(() => controller.abort(), wait as number) : undefined;
+    locks
+      .request(`idemdb:${name}`, wait === false ? { ifAvailable: true } : { signal: controller?.signal }, async (lock) => {
+        if (timer) clearTimeout(timer);
+        if (!lock) return resolve(false);
+        resolve(true);
+        await held;
+      })
+      .catch((error: unknown) => {
+        if (timer) clearTimeout(timer);
+        if ((error as { name?: string })?.name === 'AbortError') resolve(false);
+        else reject(toIdemdbError(error));
+      });
+  });
+  if (!acquired) throw busy(name);
+
+  let handle: SyncHandleLike;
+  try {
+    const root = await nav.storage.getDirectory();
+    const file = await root.getFileHandle(name, { create: true });
+    if (typeof file.createSyncAccessHandle !== 'function') {
+      throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'createSyncAccessHandle is only available in a dedicated worker; open the store there');
+    }
+    handle = await file.createSyncAccessHandle();
+  } catch (error) {
+    release();
+    if ((error as { name?: string })?.name === 'NoModificationAllowedError') throw busy(name, error);
+    throw toIdemdbError(error);
+  }
+  return openRaw(
+    () => getEngine().WasmStore.openOpfs(handle, options),
+    () => {
+      try {
+        handle.close();
+      } finally {
+        release();
+      }
+    },
+  );
+}
+
+/** Deletes an OPFS store file (it must not be open anywhere). */
+export async function deleteOpfsStoreWith(name: string): Promise<void> {
+  const nav = (globalThis as { navigator?: { storage?: { getDirectory?: () => Promise<any> } } }).navigator;
+  if (!nav?.storage?.getDirectory) throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'OPFS is not available here');
+  const root = await nav.storage.getDirectory();
+  try {
+    await root.removeEntry(name);
+  } catch (error) {
+    if ((error as { name?: string })?.name === 'NotFoundError') return;
+    if ((error as { name?: string })?.name === 'NoModificationAllowedError') throw busy(name, error);
+    throw toIdemdbError(error);
+  }
+}
+
+/** Writes snapshot bytes as an OPFS store file, replacing it (it must not be open anywhere). */
+export async function importOpfsSnapshotWith(name: string, snapshot: Uint8Array): Promise<void> {
+  const nav = (globalThis as { navigator?: { storage?: { getDirectory?: () => Promise<any> }; locks?: LockManagerLike } }).navigator;
+  if (!nav?.storage?.getDirectory || !nav.locks) throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'OPFS and Web Locks are needed');
+  const root = await nav.storage.getDirectory();
+  let done = false;
+  await nav.locks.request(`idemdb:${name}`, { ifAvailable: true }, async (lock) => {
+    if (!lock) return;
+    const file = await root.getFileHandle(name, { create: true });
+    const handle = await file.createSyncAccessHandle();
+    try {
+      handle.truncate(0);
+      if (handle.write(snapshot, { at: 0 }) !== snapshot.length) throw new Error('short write (quota?)');
+      handle.flush();
+    } finally {
+      handle.close();
+    }
+    done = true;
+  });
+  if (!done) throw busy(name);
+}
