@@ -32,7 +32,7 @@ Store files written by the WebAssembly build open here unchanged (same format)."
 
 /// Inspect and maintain idemdb store files, and watch idempotency keys at work.
 #[derive(Debug, Parser)]
-#[command(name = "idemdb", version, about, long_about = None, after_help = AFTER_HELP, propagate_version = true)]
+#[command(name = "idemdb", version, after_help = AFTER_HELP)]
 struct Cli {
     #[command(flatten)]
     common: Common,
@@ -67,7 +67,7 @@ enum Command {
 #[derive(Debug, Clone, Copy, Args)]
 struct Common {
     /// Print one JSON document for scripts instead of tables (no progress bars).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, display_order = 100)]
     json: bool,
 }
 

@@ -51,8 +51,9 @@ pub(crate) struct DemoArgs {
     /// [default: $XDG_DATA_HOME/idemdb, or ~/.local/share/idemdb].
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
-    /// Commit durability: `immediate` syncs every commit to disk; `eventual` syncs once at the end.
-    #[arg(long, value_enum, default_value_t = DurabilityArg::Immediate)]
+    /// Commit durability: `eventual` syncs once at the end (fast); `immediate` syncs every
+    /// commit, as a production store does (one fsync per commit: slower on most disks).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Eventual)]
     durability: DurabilityArg,
 }
 

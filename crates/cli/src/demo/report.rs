@@ -101,16 +101,18 @@ impl Summary<'_> {
         );
         if self.durability == "eventual" {
             text.push_str(
-                "note: commits were not synced one by one but flushed once at the end; a power loss \
-                 during the run could have lost the latest commits\n\n",
+                "note: durability eventual: commits were flushed to disk once, at the end. A simulated\n      \
+                 crash closes the store handle, which keeps them; a real crash could lose the latest\n      \
+                 commits, so real stores use immediate (the library's default). Rerun with\n      \
+                 --durability immediate to pay for one fsync per commit.\n\n",
             );
         }
         text.push_str(&table.render());
         text.push('\n');
         if self.sound() {
             text.push_str(&format!(
-                "idemdb: {} effects for {} completed intents, 0 duplicates; every stored result names \
-                 the provider's only charge.\n",
+                "idemdb: {} effects for {} completed intents, 0 duplicates;\n        \
+                 every stored result names the provider's only charge for its intent.\n",
                 output::count(self.idem.effects),
                 output::count(self.idem.completed),
             ));
