@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds the WebAssembly engine and the npm package, packs it, installs the tarball into a
+# scratch project, and runs every JS-side test: Node (ESM and CommonJS), headless Chromium
+# (OPFS, reloads, killed workers, browser restart, two tabs, idempotentFetch), workerd, and
+# the native cross-read of store files. Idempotent: installs only what is missing.
+#
+#   bash bindings/npm/scripts/test-all.sh
+#
+# Ends with one line "N passed, M failed". Browser tests are skipped (with a message) when
+# Chromium is missing and cannot be installed (not root).
+set -uo pipefail
+PKG="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$PKG/../.." && pwd)"
+SCRATCH="$PKG/.scratch"
+export CARGO_TERM_COLOR=never
+PASSED=0
+FAILED=0
+NOTES=()
+
+step() { printf '\n==> %s\n' "$*"; }
+fail_step() { echo "FAILED: $*"; FAILED=$((FAILED + 1)); }
+
+# Runs `node --test` on files and adds its counts (TAP "# pass N" / "# fail N").
+node_suite() {
+  local name=$1; shift
+  local out
+  out=$(mktemp)
+  "$@" 2>&1 | tee "$out" | grep -Ev '^\s*(duration_ms|\.\.\.|---|type:)' | grep -E '^(not ok|ok|# (pass|fail|skip))|^\s+(not ok|ok) |error|Error' | sed 's/^/  /'
+  local pass fail
+  pass=$(grep -E '^# pass [0-9]+' "$out" | awk '{s+=$3} END {print s+0}')
+  fail=$(grep -E '^# fail [0-9]+' "$out" | awk '{s+=$3} END {print s+0}')
+  if [ "$pass" -eq 0 ] && [ "$fail" -eq 0 ]; then
+    echo "  $name: no test result (runner failed?)"; tail -n 30 "$out"; fail=1
+  fi
+  if [ "$fail" -gt 0 ]; then grep -E -A 30 '^\s*not ok' "$out" | head -n 120; fi
+  echo "  $name: $pass passed, $fail failed" | sed 's/ passed, / ok, /'
+  PASSED=$((PASSED + pass)); FAILED=$((FAILED + fail))
+  rm -f "$out"
+}
+
+step "toolchain: wasm32 target and wasm-bindgen-cli of the pinned version"
+rustup target list --installed 2>/dev/null | grep -q '^wasm32-unknown-unknown$' || rustup target add wasm32-unknown-unknown
+WB_VERSION=$(sed -nE 's/^wasm-bindgen = "=([0-9.]+)".*/\1/p' "$ROOT/bindings/wasm/Cargo.toml")
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WB_VERSION" ]; then
+  cargo install wasm-bindgen-cli --version "$WB_VERSION" --force
+fi
+wasm-bindgen --version
+
+step "Chromium"
+CHROMIUM=$(command -v chromium || true)
+if [ -z "$CHROMIUM" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || true
+    CHROMIUM=$(command -v chromium || true)
+  fi
+fi
+if [ -z "$CHROMIUM" ]; then
+  NOTES+=("browser tests SKIPPED: chromium is not installed (run as root, or apt-get install chromium)")
+  echo "${NOTES[-1]}"
+else
+  "$CHROMIUM" --version 2>/dev/null | head -n 1
+fi
+
+step "npm dependencies (npm ci)"
+cd "$PKG"
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund || { fail_step "npm ci"; }
+else
+  echo "node_modules up to date"
+fi
+
+step "build: wasm (release), wasm-bindgen, TypeScript"
+if ! node scripts/build.mjs; then
+  fail_step "build"
+  echo; echo "$PASSED passed, $FAILED failed"; exit 1
+fi
+
+step "pack and install the tarball into a scratch project"
+rm -rf "$SCRATCH"
+mkdir -p "$SCRATCH/project"
+TARBALL=$(npm pack --silent --pack-destination "$SCRATCH" | tail -n 1)
+echo "packed $TARBALL ($(du -h "$SCRATCH/$TARBALL" | cut -f1))"
+cd "$SCRATCH/project"
+printf '{ "name": "idemdb-scratch", "private": true, "type": "module" }\n' > package.json
+npm install --no-audit --no-fund --no-package-lock "../$TARBALL" >/dev/null || fail_step "npm install of the tarball"
+cp -r "$PKG/test" "$SCRATCH/project/test"
+cd "$PKG"
+
+step "native snapshot tool (the Rust crate reading and writing store files)"
+if cargo build --quiet -p idemdb-wasm --example snapshot; then
+  export IDEMDB_SNAPSHOT_TOOL="${CARGO_TARGET_DIR:-$ROOT/target}/debug/examples/snapshot"
+else
+  fail_step "native snapshot tool build"
+fi
+export IDEMDB_CARGO_TOML="$ROOT/Cargo.toml"
+export IDEMDB_SCRATCH="$SCRATCH/project"
+
+step "Node: ESM and CommonJS against the installed tarball"
+cd "$SCRATCH/project"
+node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/api.test.cjs
+cd "$PKG"
+
+step "workerd: a worker reserving and replaying through the package"
+node_suite workerd node --test --test-reporter=tap test/workerd/workerd.test.mjs
+
+if [ -n "$CHROMIUM" ]; then
+  step "Chromium (headless): OPFS durability, tabs, idempotentFetch, snapshots"
+  export IDEMDB_CHROMIUM="$CHROMIUM"
+  node_suite chromium node --test --test-reporter=tap --test-timeout=240000 test/browser/chromium.test.mjs
+fi
+
+echo
+for note in "${NOTES[@]}"; do echo "$note"; done
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

@@ -1,0 +1,293 @@
+// Node, ESM: the packed tarball installed as `idemdb` in a scratch project.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import {
+  AbandonedError,
+  ConflictError,
+  IdemdbError,
+  InvalidInputError,
+  KeyReusedError,
+  NotFoundError,
+  RetriesExhaustedError,
+  StoreBusyError,
+  StoreClosedError,
+  TransitionError,
+  autoResume,
+  fingerprint,
+  idempotentFetch,
+  newKey,
+  openFileStore,
+  openHostStore,
+  openMemoryStore,
+  resumePending,
+} from 'idemdb';
+import { startServer } from '../server.mjs';
+
+const scope = { tenant: 'me', operation: 'pay' };
+const text = (bytes) => new TextDecoder().decode(bytes);
+const dir = mkdtempSync(join(tmpdir(), 'idemdb-node-'));
+const fast = { maxAttempts: 5, baseDelayMs: 5, maxDelayMs: 50, timeoutMs: 2000 };
+
+describe('package', () => {
+  test('the installed version is the crate version, and every export condition has types', () => {
+    const require = createRequire(import.meta.url);
+    const pkgPath = require.resolve('idemdb/package.json');
+    const pkg = JSON.parse(readFileSync(pkgPath, 'utf8'));
+    const cargo = readFileSync(process.env.IDEMDB_CARGO_TOML, 'utf8');
+    assert.equal(pkg.version, /\[workspace\.package\][^[]*?version\s*=\s*"([^"]+)"/s.exec(cargo)[1]);
+    const root = join(pkgPath, '..');
+    const walk = (node, conditions) => {
+      if (typeof node === 'string') return assert.ok(existsSync(join(root, node)), `${conditions} -> ${node} missing`);
+      if (!('types' in node) && Object.keys(node).some((k) => k === 'default')) assert.fail(`${conditions} has no types`);
+      for (const [k, v] of Object.entries(node)) walk(v, `${conditions}/${k}`);
+    };
+    walk(pkg.exports['.'], '.');
+    for (const condition of ['node', 'browser', 'workerd', 'worker', 'import', 'require']) assert.ok(condition in pkg.exports['.'], condition);
+  });
+});
+
+describe('intents', () => {
+  test('create persists canonical request and fingerprint; same intent again is idempotent', async () => {
+    const store = await openMemoryStore();
+    const intent = store.createIntent(scope, { b: 1, a: ' x ', trace_id: 't1' }, { canonical: { exclude: ['/trace_id'], normalise: { '/a': 'trim' } } });
+    assert.equal(intent.state, 'pending');
+    assert.match(intent.key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    assert.equal(text(intent.request), '{"a":"x","b":1}');
+    assert.equal(intent.fingerprint, fingerprint('{"a":"x","b":1}'));
+    const again = store.createIntent(scope, '{"a":"x","b":1,"trace_id":"t2"}', { key: intent.key, canonical: { exclude: ['/trace_id'] } });
+    assert.deepEqual(again, intent);
+    assert.throws(() => store.createIntent(scope, { a: 'y' }, { key: intent.key }), KeyReusedError);
+    store.close();
+  });
+
+  test('attempts, final response, abandon and pending listing', async () => {
+    const store = await openMemoryStore();
+    const one = store.createIntent(scope, { n: 1 });
+    const two = store.createIntent({ tenant: 'me', operation: 'refund' }, { n: 2 });
+    const pending = store.pendingIntents();
+    assert.deepEqual(new Set(pending.map((i) => i.key)), new Set([one.key, two.key]));
+    assert.ok(pending[0].createdAt <= pending[1].createdAt, 'oldest first');
+    store.recordAttempt(scope, one.key, { outcome: 'sent' });
+    let after = store.recordAttempt(scope, one.key, { outcome: 'status', status: 503 });
+    assert.equal(after.attempts, 1);
+    assert.deepEqual({ ...after.lastAttempt, at: 0 }, { outcome: 'status', status: 503, at: 0 });
+    after = store.recordResponse(scope, one.key, { status: 201, headers: [['content-type', 'application/json']], body: '{"id":1}' });
+    assert.equal(after.state, 'completed');
+    assert.equal(after.response.status, 201);
+    assert.equal(text(after.response.body), '{"id":1}');
+    assert.throws(() => store.recordAttempt(scope, one.key, { outcome: 'sent' }), (e) => e instanceof TransitionError && e.code === 'IDEMDB_INTENT_FINISHED');
+    const abandoned = store.abandonIntent({ tenant: 'me', operation: 'refund' }, two.key, 'user cancelled');
+    assert.equal(abandoned.state, 'abandoned');
+    assert.equal(abandoned.reason, 'user cancelled');
+    assert.deepEqual(store.pendingIntents(), []);
+    assert.equal(store.listIntents().length, 2);
+    assert.deepEqual(store.purgeIntents({ keepForMs: 60_000 }), { removed: 0, more: false });
+    assert.deepEqual(store.purgeIntents({ keepForMs: 0 }), { removed: 2, more: false });
+    assert.throws(() => store.recordAttempt(scope, 'missing-key', { outcome: 'sent' }), NotFoundError);
+  });
+
+  test('errors are typed Error subclasses with stable codes, never strings', async () => {
+    const store = await openMemoryStore();
+    const cases = [
+      [() => store.createIntent(scope, '{not json'), InvalidInputError, 'IDEMDB_INVALID_REQUEST'],
+      [() => store.createIntent(scope, {}, { key: 'has space' }), InvalidInputError, 'IDEMDB_INVALID_KEY'],
+      [() => store.createIntent({ tenant: '', operation: 'x' }, {}), InvalidInputError, 'IDEMDB_INVALID_KEY'],
+      [() => store.abandonIntent(scope, 'nope', 'x'), NotFoundError, 'IDEMDB_NOT_FOUND'],
+      [() => store.reserve(scope, 'k', 'not-hex'), InvalidInputError, 'IDEMDB_INVALID_ARGUMENT'],
+      [() => store.complete({ fence: 1n }, 'x'), InvalidInputError, 'IDEMDB_INVALID_ARGUMENT'],
+    ];
+    for (const [f, Class, code] of cases) {
+      assert.throws(f, (e) => e instanceof Class && e instanceof IdemdbError && e instanceof Error && e.code === code && e.name === Class.name && e.message.length > 0);
+    }
+    store.close();
+    store.close();
+    assert.throws(() => store.pendingIntents(), (e) => e instanceof StoreClosedError && e.code === 'IDEMDB_CLOSED');
+  });
+});
+
+describe('reserve and replay', () => {
+  test('acquire, complete, replay byte for byte, mismatch, stale lease', async () => {
+    const store = await openMemoryStore({ policies: { pay: { leaseTtlMs: 60_000 } } });
+    const key = newKey();
+    const fp = fingerprint({ amount: '1.00' });
+    const first = store.reserve(scope, key, fp);
+    assert.equal(first.status, 'acquired');
+    assert.equal(typeof first.lease.fence, 'bigint');
+    assert.equal(store.reserve(scope, key, fp).status, 'in_progress');
+    const renewed = store.renew(first.lease);
+    store.complete(renewed, '{"charge":"ch_1"}');
+    const replay = store.reserve(scope, key, fp);
+    assert.equal(replay.status, 'replay');
+    assert.equal(text(replay.body), '{"charge":"ch_1"}');
+    assert.deepEqual(store.reserve(scope, key, fingerprint({ amount: '2.00' })), { status: 'mismatch', stored: 'completed' });
+    assert.throws(() => store.complete(first.lease, 'again'), TransitionError);
+    assert.equal(store.get(scope, key).state, 'completed');
+    assert.equal(store.reserveRequest(scope, key, { amount: '1.00' }).status, 'replay');
+  });
+});
+
+describe('file store (Node file handle)', () => {
+  test('intents survive reopening; one process at a time; snapshots round-trip', async () => {
+    const file = join(dir, 'client.idemdb');
+    let store = await openFileStore(file);
+    const intent = store.createIntent(scope, { amount: '5.00' });
+    await assert.rejects(openFileStore(file), (e) => e instanceof StoreBusyError && e.code === 'IDEMDB_STORE_BUSY');
+    store.close();
+    store = await openFileStore(file);
+    assert.deepEqual(store.pendingIntents().map((i) => i.key), [intent.key]);
+    const copy = await openMemoryStore({ snapshot: store.exportSnapshot() });
+    assert.equal(copy.pendingIntents()[0].key, intent.key);
+    store.close();
+  });
+
+  test('a process killed without closing loses nothing it was told was stored', async () => {
+    const file = join(dir, 'killed.idemdb');
+    const child = `
+      import { openFileStore } from 'idemdb';
+      const store = await openFileStore(${JSON.stringify(file)});
+      for (let i = 0; i < 20; i++) { const it = store.createIntent({ tenant: 'me', operation: 'pay' }, { i }); console.log(it.key); }
+      process.kill(process.pid, 'SIGKILL');
+    `;
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', child], { cwd: process.cwd(), encoding: 'utf8' });
+    assert.equal(run.signal, 'SIGKILL');
+    const keys = run.stdout.trim().split('\n');
+    assert.equal(keys.length, 20);
+    const store = await openFileStore(file); // the stale lock of the dead process is taken over
+    assert.deepEqual(new Set(store.pendingIntents().map((i) => i.key)), new Set(keys));
+    store.close();
+  });
+
+  test('a store file written here opens natively, and a native one opens here', { skip: !process.env.IDEMDB_SNAPSHOT_TOOL }, async () => {
+    const file = join(dir, 'to-native.idemdb');
+    const store = await openFileStore(file);
+    const intent = store.createIntent({ tenant: 'node', operation: 'pay' }, { from: 'node' });
+    store.close();
+    const read = spawnSync(process.env.IDEMDB_SNAPSHOT_TOOL, ['read', file], { encoding: 'utf8' });
+    assert.equal(read.status, 0, read.stderr);
+    assert.match(read.stdout, /^verify ok$/m);
+    assert.match(read.stdout, new RegExp(`^intent node pay ${intent.key} pending attempts=0 request=\\{"from":"node"\\}$`, 'm'));
+    const nativeFile = join(dir, 'from-native.idemdb');
+    const write = spawnSync(process.env.IDEMDB_SNAPSHOT_TOOL, ['write', nativeFile], { encoding: 'utf8' });
+    assert.equal(write.status, 0, write.stderr);
+    const native = await openFileStore(nativeFile);
+    assert.deepEqual(native.pendingIntents().map((i) => [i.key, i.attempts]), [['native-intent-1', 1]]);
+    assert.equal(text(native.get({ tenant: 'native', operation: 'pay' }, 'native-record-1').body), 'native-body');
+    native.close();
+  });
+
+  test('host callbacks back a store (an edge host\'s storage)', async () => {
+    let bytes = new Uint8Array(0);
+    let flushes = 0;
+    const host = {
+      read: (offset, out) => out.set(bytes.subarray(offset, offset + out.length)),
+      write: (offset, data) => bytes.set(data, offset),
+      size: () => bytes.length,
+      truncate: (length) => {
+        const next = new Uint8Array(length);
+        next.set(bytes.subarray(0, Math.min(length, bytes.length)));
+        bytes = next;
+      },
+      flush: () => { flushes += 1; },
+    };
+    const store = await openHostStore(host);
+    const before = flushes;
+    const intent = store.createIntent(scope, { via: 'host' });
+    assert.equal(flushes - before, 1, 'one durable flush per commit');
+    store.close();
+    const reopened = await openHostStore(host);
+    assert.equal(reopened.pendingIntents()[0].key, intent.key);
+    // A failing write is a typed storage error; what was stored before stays.
+    const healthyWrite = host.write;
+    host.write = () => { throw new Error('disk full'); };
+    assert.throws(() => reopened.createIntent(scope, { lost: true }), (e) => e instanceof IdemdbError && e.code === 'IDEMDB_STORAGE' && /disk full/.test(e.message));
+    host.write = healthyWrite;
+    reopened.close();
+    const after = await openHostStore(host);
+    assert.deepEqual(after.pendingIntents().map((i) => i.key), [intent.key]);
+    after.close();
+  });
+});
+
+describe('idempotentFetch', () => {
+  let server;
+  before(async () => { server = await startServer(); });
+  after(() => server.close());
+
+  test('dropped responses after the effect: same key on every retry, one effect, response recorded', async () => {
+    server.reset();
+    const store = await openMemoryStore();
+    const response = await idempotentFetch(store, `${server.url}/api/pay?drop=2`, {
+      scope,
+      init: { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer secret' }, body: JSON.stringify({ amount: '10.00' }) },
+      retry: fast,
+    });
+    assert.equal(response.status, 201);
+    assert.equal((await response.json()).charge, 'ch_1');
+    assert.equal(server.state.effects, 1);
+    assert.equal(server.state.seen.length, 3);
+    assert.equal(new Set(server.state.seen).size, 1);
+    const [intent] = store.listIntents();
+    assert.equal(intent.key, server.state.seen[0]);
+    assert.equal(intent.state, 'completed');
+    assert.equal(intent.attempts, 3);
+    assert.ok(!text(intent.request).includes('secret'), 'credentials are never stored');
+  });
+
+  test('503 with Retry-After is retried after the delay; 422 is a conflict and never retried', async () => {
+    server.reset();
+    const store = await openMemoryStore();
+    const started = Date.now();
+    const ok = await idempotentFetch(store, `${server.url}/api/busy?busy=1&retryAfter=1`, { scope, init: { method: 'POST', body: '{}' }, retry: { ...fast, maxDelayMs: 5000 } });
+    assert.equal(ok.status, 201);
+    assert.ok(Date.now() - started >= 950, 'Retry-After: 1 was honoured');
+    server.reset();
+    await assert.rejects(
+      idempotentFetch(store, `${server.url}/api/conflict`, { scope, init: { method: 'POST', body: '{}' }, retry: fast }),
+      (e) => e instanceof ConflictError && e.code === 'IDEMDB_CONFLICT' && e.response.status === 422,
+    );
+    assert.equal(server.state.seen.length, 1, '422 is not retried');
+  });
+
+  test('exhausted retries leave the intent pending; resume sends it with the same key', async () => {
+    server.reset();
+    const store = await openMemoryStore();
+    await assert.rejects(
+      idempotentFetch(store, `${server.url}/api/down`, { scope, init: { method: 'POST', body: '{"n":1}' }, retry: { ...fast, maxAttempts: 2 } }),
+      (e) => e instanceof RetriesExhaustedError && e.code === 'IDEMDB_RETRIES_EXHAUSTED',
+    );
+    const [pending] = store.pendingIntents();
+    assert.equal(pending.attempts, 2);
+    // The server comes back: resume rewrites the URL through a fetch wrapper, as an app would
+    // after a deploy; the key is the stored one.
+    const results = await resumePending(store, {
+      retry: fast,
+      fetch: (url, init) => fetch(String(url).replace('/api/down', '/api/pay'), init),
+    });
+    assert.equal(results.length, 1);
+    assert.equal(results[0].response.status, 201);
+    assert.deepEqual(server.state.seen, [pending.key]);
+    assert.deepEqual(store.pendingIntents(), []);
+    const abandonedStore = await openMemoryStore();
+    const intent = abandonedStore.createIntent(scope, { method: 'POST', url: `${server.url}/api/pay`, headers: {} });
+    abandonedStore.abandonIntent(scope, intent.key, 'user gave up');
+    await assert.rejects(idempotentFetch(abandonedStore, `${server.url}/api/pay`, { scope, key: intent.key, init: { method: 'POST' } }), (e) => e instanceof AbandonedError || e instanceof KeyReusedError);
+  });
+
+  test('autoResume resumes at start-up', async () => {
+    server.reset();
+    const store = await openMemoryStore();
+    store.createIntent(scope, { method: 'POST', url: `${server.url}/api/pay`, headers: { 'content-type': 'application/json' }, body: { n: 7 } });
+    const done = new Promise((resolve) => {
+      const stop = autoResume(store, { retry: fast, onResumed: (results) => { stop(); resolve(results); } });
+    });
+    const results = await done;
+    assert.equal(results[0].response.status, 201);
+    assert.equal(server.state.effects, 1);
+  });
+});
