@@ -1,1 +1,114 @@
-import { test } from "node:test"; test("placeholder", () => {});
+// workerd (npm `workerd`) runs test/workerd/worker.js, which imports `idemdb` from the installed
+// tarball (the `workerd` export condition: the .wasm is imported as a compiled module).
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, test } from 'node:test';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const project = process.env.IDEMDB_SCRATCH ?? join(here, '..', '..', '.scratch', 'project');
+const pkgRoot = join(project, 'node_modules', 'idemdb');
+const workerdBin = join(here, '..', '..', 'node_modules', '.bin', 'workerd');
+
+/** Modules of the package a worker needs (the Node and browser entries are left out). */
+const SKIP = new Set(['node.js', 'node-file.js', 'browser.js', 'opfs.js']);
+
+/**
+ * The capnp config, written into the project directory (embeds are relative to it): the worker,
+ * every module of the package by its path, and `idemdb` as an alias of the workerd entry.
+ */
+export function workerdConfig(workerFile, port) {
+  const modules = [`(name = "worker.js", esModule = embed ${JSON.stringify(workerFile)})`];
+  modules.push(`(name = "idemdb", esModule = "export * from './node_modules/idemdb/dist/esm/workerd.js';")`);
+  for (const sub of ['dist/esm', 'dist/wasm']) {
+    for (const file of readdirSync(join(pkgRoot, sub))) {
+      if (SKIP.has(file)) continue;
+      const name = `node_modules/idemdb/${sub}/${file}`;
+      const path = name;
+      if (file.endsWith('.js')) modules.push(`(name = ${JSON.stringify(name)}, esModule = embed ${JSON.stringify(path)})`);
+      if (file.endsWith('.wasm')) modules.push(`(name = ${JSON.stringify(name)}, wasm = embed ${JSON.stringify(path)})`);
+    }
+  }
+  return `using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [(name = "main", worker = .worker)],
+  sockets = [(name = "http", address = "127.0.0.1:${port}", http = (), service = "main")],
+);
+const worker :Workerd.Worker = (
+  modules = [
+    ${modules.join(',\n    ')}
+  ],
+  compatibilityDate = "2025-09-01",
+);
+`;
+}
+
+async function freePort() {
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+let child;
+let base;
+let logs = '';
+
+before(async () => {
+  const port = await freePort();
+  const config = join(project, 'workerd-test.capnp');
+  copyFileSync(join(here, 'worker.js'), join(project, 'worker.js'));
+  writeFileSync(config, workerdConfig('worker.js', port));
+  child = spawn(workerdBin, ['serve', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout.on('data', (d) => (logs += d));
+  child.stderr.on('data', (d) => (logs += d));
+  base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    try {
+      await fetch(`${base}/stats`);
+      break;
+    } catch {
+      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`workerd did not start:\n${logs}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+});
+
+after(() => child?.kill('SIGKILL'));
+
+const pay = (key, body) =>
+  fetch(`${base}/pay`, { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+test('reserve, effect once, replay byte for byte, 422 on a different request', async () => {
+  const first = await pay('order-842', { amount: '10.50', trace_id: 'a' });
+  assert.equal(first.status, 201, logs);
+  const firstBody = await first.text();
+  const retry = await pay('order-842', { amount: '10.50', trace_id: 'b' });
+  assert.equal(retry.status, 201);
+  assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+  assert.equal(await retry.text(), firstBody);
+  const other = await pay('order-842', { amount: '99.00' });
+  assert.equal(other.status, 422);
+  const second = await pay('order-843', { amount: '1.00' });
+  assert.equal(second.status, 201);
+  assert.deepEqual(await (await fetch(`${base}/stats`)).json(), { effects: 2 });
+  const bad = await fetch(`${base}/pay`, { method: 'POST', headers: { 'idempotency-key': 'bad key' }, body: '{}' });
+  assert.equal(bad.status, 400);
+  assert.equal((await bad.json()).code, 'IDEMDB_INVALID_KEY');
+});
+
+test('a snapshot exported in workerd opens natively', { skip: !process.env.IDEMDB_SNAPSHOT_TOOL }, async () => {
+  const bytes = new Uint8Array(await (await fetch(`${base}/snapshot`)).arrayBuffer());
+  const file = join(mkdtempSync(join(tmpdir(), 'idemdb-workerd-snap-')), 'edge.idemdb');
+  writeFileSync(file, bytes);
+  const read = spawnSync(process.env.IDEMDB_SNAPSHOT_TOOL, ['read', file], { encoding: 'utf8' });
+  assert.equal(read.status, 0, read.stderr);
+  assert.match(read.stdout, /^record edge pay order-842 completed body=\{"charge":"ch_1","amount":"10.50"\}$/m);
+  assert.match(read.stdout, /^record edge pay order-843 completed/m);
+});
