@@ -173,7 +173,7 @@ pub(crate) fn progress(len: u64, json: bool, message: &'static str) -> ProgressB
     if json || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let style = ProgressStyle::with_template("{msg:>14} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+    let style = ProgressStyle::with_template("{msg:>13} [{bar:30}] {human_pos}/{human_len} eta {eta}")
         .map(|style| style.progress_chars("=> "))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr()).with_style(style).with_message(message)

@@ -95,7 +95,10 @@ pub(crate) fn run(args: &ListArgs, json: bool) -> Result<Exit, CliError> {
         table.row(row);
     }
     let mut text = table.render();
-    let shown = format!("records {}-{}", args.offset + 1, args.offset + views.len());
+    let shown = match views.len() {
+        1 => format!("record {}", args.offset + 1),
+        n => format!("records {}-{}", args.offset + 1, args.offset + n),
+    };
     match next_offset {
         Some(next) => text.push_str(&format!("\n{shown}; more with --offset {next}\n")),
         None => text.push_str(&format!("\n{shown} (end)\n")),

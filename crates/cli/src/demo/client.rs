@@ -269,7 +269,7 @@ impl<'a> Run<'a> {
                         Some(State::Completed { result, .. }) => {
                             self.tally.completed += 1;
                             // Exactly one charge, and the stored result names it.
-                            charges.len() == 1 && String::from_utf8_lossy(&result).contains(&charges[0])
+                            matches!(charges, [only] if String::from_utf8_lossy(&result).contains(only.as_str()))
                         }
                         Some(State::Failed { .. }) => {
                             self.tally.declined += 1;
