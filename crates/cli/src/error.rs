@@ -56,7 +56,11 @@ impl CliError {
 
     /// A runtime error concerning `file`, with context before the cause (exit 4).
     pub(crate) fn runtime_ctx(file: &Path, context: &str, error: &dyn Error) -> Self {
-        CliError { exit: Exit::Runtime, file: Some(file.to_path_buf()), message: format!("{context}: {}", cause_chain(error)) }
+        CliError {
+            exit: Exit::Runtime,
+            file: Some(file.to_path_buf()),
+            message: format!("{context}: {}", cause_chain(error)),
+        }
     }
 
     /// A runtime error with a message of our own (exit 4).

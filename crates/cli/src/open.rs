@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use idemdb::{OpenError, Store};
 
-use crate::error::{guard, set_current_file, CliError};
+use crate::error::{CliError, guard, set_current_file};
 
 /// Checks that `file` is an existing regular file before the store opens it (opening would
 /// otherwise create a new store, or initialise an empty file as one).

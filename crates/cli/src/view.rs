@@ -6,7 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use idemdb::{Fingerprint, IdempotencyKey, KeyHash, OutcomeClass, Record, Scope, ScopedKey, State, Timestamp, UncertainCause};
+use idemdb::{
+    Fingerprint, IdempotencyKey, KeyHash, OutcomeClass, Record, Scope, ScopedKey, State, Timestamp, UncertainCause,
+};
 
 /// What to reveal.
 #[derive(Debug, Clone, Copy, Default)]
@@ -119,9 +121,10 @@ impl RecordView {
     /// # Errors
     /// A message naming the missing or malformed field.
     pub(crate) fn to_record(&self) -> Result<(ScopedKey, Record, bool), String> {
-        let key = self.key.as_deref().ok_or(
-            "no `key` (the export hid keys; export with --show-keys to make a file that can be imported)",
-        )?;
+        let key = self
+            .key
+            .as_deref()
+            .ok_or("no `key` (the export hid keys; export with --show-keys to make a file that can be imported)")?;
         let scope = Scope::new(self.tenant.as_str(), self.operation.as_str()).map_err(|e| e.to_string())?;
         let key = IdempotencyKey::new(key).map_err(|e| e.to_string())?;
         let fingerprint = unhex(&self.fingerprint)
@@ -202,10 +205,15 @@ mod tests {
 
     #[test]
     fn record_round_trips_through_the_view() {
-        let scoped = ScopedKey::new(Scope::new("acme", "pay").expect("scope"), IdempotencyKey::new("k-1").expect("key"));
+        let scoped =
+            ScopedKey::new(Scope::new("acme", "pay").expect("scope"), IdempotencyKey::new("k-1").expect("key"));
         let record = Record {
             fingerprint: Fingerprint::from_bytes([7; 32]),
-            state: State::Failed { error: vec![0xff, 0x00], expires_at: Timestamp::from_millis(5), forget_at: Timestamp::from_millis(9) },
+            state: State::Failed {
+                error: vec![0xff, 0x00],
+                expires_at: Timestamp::from_millis(5),
+                forget_at: Timestamp::from_millis(9),
+            },
             fence: 3,
             attempts: 2,
             created_at: Timestamp::from_millis(1),
@@ -220,7 +228,10 @@ mod tests {
         let hidden = RecordView::new(&scoped, &hash, &record, Reveal { keys: true, payloads: false });
         let (_, tomb, tombstoned) = hidden.to_record().expect("record");
         assert!(tombstoned);
-        assert_eq!(tomb.state, State::Tombstone { outcome: OutcomeClass::Failed, forget_at: Timestamp::from_millis(9) });
+        assert_eq!(
+            tomb.state,
+            State::Tombstone { outcome: OutcomeClass::Failed, forget_at: Timestamp::from_millis(9) }
+        );
         assert!(RecordView::new(&scoped, &hash, &record, Reveal::default()).to_record().is_err());
     }
 }

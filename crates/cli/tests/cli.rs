@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idemdb::{
-    Failure, Fingerprint, IdempotencyKey, ManualClock, Policy, Reservation, Scope, Store, SystemClock, Clock,
+    Clock, Failure, Fingerprint, IdempotencyKey, ManualClock, Policy, Reservation, Scope, Store, SystemClock,
 };
 use serde_json::Value;
 use tempfile::TempDir;
@@ -98,10 +98,14 @@ fn many_records(dir: &TempDir, n: usize) -> PathBuf {
 #[test]
 fn help_documents_every_command_and_the_exit_codes() {
     let help = idemdb(["--help"]).code(0).stdout;
-    for word in ["demo", "stats", "get", "list", "purge", "compact", "verify", "export", "import", "Exit codes", "--json"] {
+    for word in
+        ["demo", "stats", "get", "list", "purge", "compact", "verify", "export", "import", "Exit codes", "--json"]
+    {
         assert!(help.contains(word), "--help lacks `{word}`:\n{help}");
     }
-    for code in ["0  success", "1  problems found", "2  usage error", "3  the store could not be opened", "4  any other"] {
+    for code in
+        ["0  success", "1  problems found", "2  usage error", "3  the store could not be opened", "4  any other"]
+    {
         assert!(help.contains(code), "--help lacks exit code `{code}`");
     }
     for command in ["demo", "stats", "get", "list", "purge", "compact", "verify", "export", "import"] {
@@ -172,7 +176,8 @@ fn get_hides_keys_and_payloads_unless_asked() {
     assert!(text.contains(&hash) && text.contains("completed") && !text.contains("ch_1"), "{text}");
     assert!(text.contains("hidden (--show-payloads)"), "{text}");
 
-    let missing = idemdb(["get", arg(&path), "--tenant", "acme", "--operation", "create_payment", "--key", "nope"]).code(4);
+    let missing =
+        idemdb(["get", arg(&path), "--tenant", "acme", "--operation", "create_payment", "--key", "nope"]).code(4);
     assert_eq!(missing.stderr.trim(), format!("error: {}: no record matches", path.display()));
     let invalid = idemdb(["get", arg(&path), "--tenant", "acme", "--operation", "x", "--key", "has space"]).code(4);
     assert!(invalid.stderr.contains("idempotency key has a byte outside visible ASCII"), "{}", invalid.stderr);
@@ -182,7 +187,8 @@ fn get_hides_keys_and_payloads_unless_asked() {
 fn list_filters_and_pages() {
     let dir = TempDir::new().expect("tempdir");
     let path = many_records(&dir, 25);
-    let page = |offset: &str| idemdb(["list", arg(&path), "--limit", "10", "--offset", offset, "--json"]).code(0).json();
+    let page =
+        |offset: &str| idemdb(["list", arg(&path), "--limit", "10", "--offset", offset, "--json"]).code(0).json();
     let mut hashes = Vec::new();
     let mut offset = Some(0u64);
     let mut pages = 0;
@@ -211,12 +217,16 @@ fn list_filters_and_pages() {
     assert!(text.starts_with("key hash"), "{text}");
     assert!(!text.contains("key-0"), "raw keys hidden:\n{text}");
     assert!(text.contains("records 1-5; more with --offset 5"), "{text}");
-    let text = idemdb(["list", arg(&path), "--limit", "5", "--offset", "20", "--show-keys", "--show-payloads"]).code(0).stdout;
+    let text =
+        idemdb(["list", arg(&path), "--limit", "5", "--offset", "20", "--show-keys", "--show-payloads"]).code(0).stdout;
     assert!(text.contains("key-") && text.contains("result ") && text.contains("(end)"), "{text}");
 
     let sample = sample_store(&dir);
     let states = |state: &str| {
-        idemdb(["list", arg(&sample), "--state", state, "--json"]).code(0).json()["records"].as_array().expect("records").len()
+        idemdb(["list", arg(&sample), "--state", state, "--json"]).code(0).json()["records"]
+            .as_array()
+            .expect("records")
+            .len()
     };
     assert_eq!((states("completed"), states("uncertain"), states("tombstone")), (2, 1, 0));
     let op = idemdb(["list", arg(&sample), "--operation", "refund", "--json"]).code(0).json();
@@ -232,7 +242,8 @@ fn purge_dry_run_then_purge_tombstones_expired_results() {
         // Written two days ago with a one-day response TTL: the results are due now.
         let two_days_ago = SystemClock.now().as_millis() - 2 * 86_400_000;
         let policy = Policy::default().with_response_ttl(Duration::from_secs(86_400));
-        let store = Store::builder().clock(ManualClock::new(two_days_ago)).default_policy(policy).open(&path).expect("create");
+        let store =
+            Store::builder().clock(ManualClock::new(two_days_ago)).default_policy(policy).open(&path).expect("create");
         let pay = scope("acme", "create_payment");
         for i in 0..5 {
             store.complete(&lease(&store, &pay, &format!("old-{i}"), 1), b"done".to_vec()).expect("complete");
@@ -240,7 +251,10 @@ fn purge_dry_run_then_purge_tombstones_expired_results() {
         lease(&store, &pay, "still-running", 2);
     }
     let dry = idemdb(["purge", arg(&path), "--dry-run", "--json"]).code(0).json();
-    assert_eq!((dry["dry_run"].clone(), dry["tombstoned"].clone(), dry["forgotten"].clone()), (Value::Bool(true), 5.into(), 0.into()));
+    assert_eq!(
+        (dry["dry_run"].clone(), dry["tombstoned"].clone(), dry["forgotten"].clone()),
+        (Value::Bool(true), 5.into(), 0.into())
+    );
     let stats = idemdb(["stats", arg(&path), "--json"]).code(0).json();
     assert_eq!(stats["by_state"]["completed"], 5, "a dry run changes nothing");
     let last_word = |text: &str, label: &str| {
@@ -255,7 +269,10 @@ fn purge_dry_run_then_purge_tombstones_expired_results() {
     assert_eq!(done["tombstoned"], 5);
     assert!(done["passes"].as_u64() >= Some(3), "a budget of 2 takes several passes: {done}");
     let stats = idemdb(["stats", arg(&path), "--json"]).code(0).json();
-    assert_eq!((stats["by_state"]["tombstone"].clone(), stats["by_state"]["in_progress"].clone()), (5.into(), 1.into()));
+    assert_eq!(
+        (stats["by_state"]["tombstone"].clone(), stats["by_state"]["in_progress"].clone()),
+        (5.into(), 1.into())
+    );
     let again = idemdb(["purge", arg(&path)]).code(0).stdout;
     assert_eq!(last_word(&again, "tombstoned"), "0");
 }
@@ -278,7 +295,10 @@ fn verify_passes_a_sound_store() {
     let text = idemdb(["verify", arg(&path)]).code(0).stdout;
     assert!(text.contains("records checked        6") && text.trim_end().ends_with("verify: OK"), "{text}");
     let json = idemdb(["verify", arg(&path), "--json"]).code(0).json();
-    assert_eq!((json["ok"].clone(), json["storage_ok"].clone(), json["records"].clone()), (true.into(), true.into(), 6.into()));
+    assert_eq!(
+        (json["ok"].clone(), json["storage_ok"].clone(), json["records"].clone()),
+        (true.into(), true.into(), 6.into())
+    );
     assert_eq!(json["problems"], Value::Array(Vec::new()));
 }
 
@@ -302,13 +322,21 @@ fn verify_reports_damage_instead_of_crashing() {
     std::fs::copy(&sound, &damaged).expect("copy");
     flip(&damaged, 4096, 64);
     let run = idemdb(["verify", arg(&damaged)]).code(1);
-    assert!(run.stdout.contains("problems  1") && run.stdout.trim_end().ends_with("verify: PROBLEMS FOUND"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("problems  1") && run.stdout.trim_end().ends_with("verify: PROBLEMS FOUND"),
+        "{}",
+        run.stdout
+    );
     let json = idemdb(["verify", arg(&damaged), "--json"]).code(1).json();
     assert_eq!(json["ok"], false);
     assert!(json["error"].as_str().is_some_and(|e| !e.is_empty()), "{json}");
     // Other commands refuse the file with a readable error.
     let stats = idemdb(["stats", arg(&damaged)]).code(3);
-    assert!(stats.stderr.starts_with(&format!("error: {}: the file is damaged", damaged.display())), "{}", stats.stderr);
+    assert!(
+        stats.stderr.starts_with(&format!("error: {}: the file is damaged", damaged.display())),
+        "{}",
+        stats.stderr
+    );
 
     // Damage anywhere else: a verdict and a report, never a crash.
     for at in [len / 4, len / 2, len - 8192] {
@@ -394,7 +422,8 @@ fn export_then_import_round_trips() {
 
     // A full export copies everything.
     let backup = dir.path().join("backup.jsonl");
-    let summary = idemdb(["export", arg(&path), "--show-keys", "--show-payloads", "-o", arg(&backup), "--json"]).code(0).json();
+    let summary =
+        idemdb(["export", arg(&path), "--show-keys", "--show-payloads", "-o", arg(&backup), "--json"]).code(0).json();
     assert_eq!(summary["records"], 6);
     let copy = dir.path().join("copy.idemdb");
     let imported = idemdb(["import", arg(&copy), arg(&backup), "--json"]).code(0).json();
@@ -405,10 +434,26 @@ fn export_then_import_round_trips() {
     );
     assert_eq!(before["records"], after["records"]);
     assert_eq!(before["by_operation"], after["by_operation"]);
-    let get = ["get", arg(&copy), "--tenant", "acme", "--operation", "create_payment", "--key", "paid", "--show-payloads", "--json"];
+    let get = [
+        "get",
+        arg(&copy),
+        "--tenant",
+        "acme",
+        "--operation",
+        "create_payment",
+        "--key",
+        "paid",
+        "--show-payloads",
+        "--json",
+    ];
     assert_eq!(idemdb(get).code(0).json()["payload"], "{\"charge\":\"ch_1\"}");
     let strip = |v: Value| {
-        v.as_object().expect("object").iter().filter(|(k, _)| *k != "key_hash").map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>()
+        v.as_object()
+            .expect("object")
+            .iter()
+            .filter(|(k, _)| *k != "key_hash")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>()
     };
     let full = |p: &Path| idemdb(["export", arg(p), "--show-keys", "--show-payloads"]).code(0).stdout;
     let original: Vec<_> = full(&path).lines().map(|l| strip(serde_json::from_str(l).expect("json"))).collect();
@@ -449,7 +494,18 @@ fn reads_the_golden_format_1_store() {
     let stats = idemdb(["stats", arg(&copy), "--json"]).code(0).json();
     assert_eq!(stats["records"], 6);
     assert_eq!(stats["by_operation"]["create_payment"]["completed"], 2);
-    let get = ["get", arg(&copy), "--tenant", "acme", "--operation", "create_payment", "--key", "failed", "--show-payloads", "--json"];
+    let get = [
+        "get",
+        arg(&copy),
+        "--tenant",
+        "acme",
+        "--operation",
+        "create_payment",
+        "--key",
+        "failed",
+        "--show-payloads",
+        "--json",
+    ];
     assert_eq!(idemdb(get).code(0).json()["payload"], "declined");
     idemdb(["verify", arg(&copy)]).code(0);
 }
@@ -471,7 +527,9 @@ fn demo_has_no_duplicate_effects_and_the_new_key_client_does() {
     assert_eq!(json["ok"], true);
     let attempts = json["attempts"].as_u64().expect("attempts");
     assert!(attempts > 200, "faults caused retries: {json}");
-    for field in ["replays", "lost_requests", "lost_responses", "timeouts", "crashes", "in_progress_refusals", "reconciliations"] {
+    for field in
+        ["replays", "lost_requests", "lost_responses", "timeouts", "crashes", "in_progress_refusals", "reconciliations"]
+    {
         assert!(json[field].as_u64() > Some(0), "the channel exercised `{field}`: {json}");
     }
     let naive = &json["new_key_per_retry"];
@@ -497,7 +555,19 @@ fn demo_prints_a_side_by_side_table() {
     let run = idemdb(["demo", "--intents", "60", "--seed", "3", "--data", arg(dir.path())]).code(0);
     let text = run.stdout;
     assert!(text.contains("idemdb (same key)") && text.contains("new key per retry"), "{text}");
-    for row in ["intents", "attempts", "lost requests", "lost responses", "timeouts", "replays", "conflicts", "in-progress refusals", "reconciliations", "effects", "duplicate effects"] {
+    for row in [
+        "intents",
+        "attempts",
+        "lost requests",
+        "lost responses",
+        "timeouts",
+        "replays",
+        "conflicts",
+        "in-progress refusals",
+        "reconciliations",
+        "effects",
+        "duplicate effects",
+    ] {
         assert!(text.lines().any(|l| l.starts_with(row)), "table lacks `{row}`:\n{text}");
     }
     let duplicates = text.lines().find(|l| l.starts_with("duplicate effects")).expect("row");

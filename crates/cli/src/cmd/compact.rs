@@ -3,10 +3,10 @@
 use clap::Args;
 use serde_json::json;
 
+use crate::FileArg;
 use crate::error::{CliError, Exit};
 use crate::open::open_existing;
 use crate::output;
-use crate::FileArg;
 
 /// Arguments of `idemdb compact`.
 #[derive(Debug, Args)]

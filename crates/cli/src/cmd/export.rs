@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::json;
 
-use crate::cmd::{scan, FilterArgs, RevealArgs};
+use crate::FileArg;
+use crate::cmd::{FilterArgs, RevealArgs, scan};
 use crate::error::{CliError, Exit};
 use crate::open::open_existing;
 use crate::output;
 use crate::view::RecordView;
-use crate::FileArg;
 
 /// Arguments of `idemdb export`.
 #[derive(Debug, Args)]
@@ -39,7 +39,8 @@ pub(crate) fn run(args: &ExportArgs, json: bool) -> Result<Exit, CliError> {
     let reveal = args.reveal.reveal();
     let (mut sink, target): (Box<dyn Write>, Option<&PathBuf>) = match &args.output {
         Some(path) => {
-            let out = File::create(path).map_err(|error| CliError::runtime_ctx(path, "cannot create the output", &error))?;
+            let out =
+                File::create(path).map_err(|error| CliError::runtime_ctx(path, "cannot create the output", &error))?;
             (Box::new(BufWriter::new(out)), Some(path))
         }
         None => (Box::new(BufWriter::new(std::io::stdout().lock())), None),

@@ -4,18 +4,20 @@ use clap::{ArgGroup, Args};
 
 use idemdb::{IdempotencyKey, ListedRecord, Scope, ScopedKey};
 
-use crate::cmd::{scan, FilterArgs, RevealArgs};
+use crate::FileArg;
+use crate::cmd::{FilterArgs, RevealArgs, scan};
 use crate::error::{CliError, Exit};
 use crate::open::open_existing;
 use crate::output;
 use crate::view::RecordView;
-use crate::FileArg;
 
 /// Arguments of `idemdb get`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("which").required(true).args(["key", "hash"])))]
-#[command(after_help = "Examples:\n  idemdb get store.idemdb --tenant acme --operation create_payment --key 3f0c...\n  \
-idemdb get store.idemdb --hash 9a1b...   (the hash `list` shows)\n\nExits with 4 when no record matches.")]
+#[command(
+    after_help = "Examples:\n  idemdb get store.idemdb --tenant acme --operation create_payment --key 3f0c...\n  \
+idemdb get store.idemdb --hash 9a1b...   (the hash `list` shows)\n\nExits with 4 when no record matches."
+)]
 pub(crate) struct GetArgs {
     #[command(flatten)]
     file: FileArg,
@@ -43,7 +45,8 @@ pub(crate) fn run(args: &GetArgs, json: bool) -> Result<Exit, CliError> {
             let invalid = |error: &dyn std::error::Error| CliError::runtime_ctx(file, "invalid argument", error);
             let scope = Scope::new(tenant.as_str(), operation.as_str()).map_err(|e| invalid(&e))?;
             let key = IdempotencyKey::new(key.as_str()).map_err(|e| invalid(&e))?;
-            let record = store.get(&scope, &key).map_err(|e| CliError::runtime_ctx(file, "cannot read the record", &e))?;
+            let record =
+                store.get(&scope, &key).map_err(|e| CliError::runtime_ctx(file, "cannot read the record", &e))?;
             record.map(|record| ListedRecord {
                 key_hash: store.key_hash(&scope, &key),
                 scoped: ScopedKey::new(scope, key),

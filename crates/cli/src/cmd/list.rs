@@ -3,12 +3,12 @@
 use clap::Args;
 use serde_json::json;
 
-use crate::cmd::{scan, FilterArgs, RevealArgs};
+use crate::FileArg;
+use crate::cmd::{FilterArgs, RevealArgs, scan};
 use crate::error::{CliError, Exit};
 use crate::open::open_existing;
 use crate::output::{self, Align, Table};
 use crate::view::RecordView;
-use crate::FileArg;
 
 /// Arguments of `idemdb list`.
 #[derive(Debug, Args)]

@@ -5,10 +5,10 @@ use serde_json::json;
 
 use idemdb::PurgeReport;
 
+use crate::FileArg;
 use crate::error::{CliError, Exit};
 use crate::open::open_existing;
 use crate::output;
-use crate::FileArg;
 
 /// Arguments of `idemdb purge`.
 #[derive(Debug, Args)]
@@ -29,7 +29,8 @@ pub(crate) struct PurgeArgs {
 pub(crate) fn run(args: &PurgeArgs, json: bool) -> Result<Exit, CliError> {
     let file = &args.file.file;
     let store = open_existing(file)?;
-    let preview = store.purge_preview().map_err(|error| CliError::runtime_ctx(file, "cannot scan the expiry index", &error))?;
+    let preview =
+        store.purge_preview().map_err(|error| CliError::runtime_ctx(file, "cannot scan the expiry index", &error))?;
     let (report, passes) = if args.dry_run {
         (preview, 0)
     } else {
@@ -39,7 +40,8 @@ pub(crate) fn run(args: &PurgeArgs, json: bool) -> Result<Exit, CliError> {
         let mut total = PurgeReport::default();
         let mut passes = 0u64;
         loop {
-            let pass = store.purge_expired(budget).map_err(|error| CliError::runtime_ctx(file, "purge failed", &error))?;
+            let pass =
+                store.purge_expired(budget).map_err(|error| CliError::runtime_ctx(file, "purge failed", &error))?;
             passes += 1;
             total.tombstoned += pass.tombstoned;
             total.forgotten += pass.forgotten;

@@ -1,14 +1,14 @@
 //! `idemdb stats`: records by state and operation, leases, expiry horizon, sizes.
 
 use clap::Args;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use idemdb::{StateKind, Timestamp};
 
+use crate::FileArg;
 use crate::error::{CliError, Exit};
 use crate::open::open_existing;
 use crate::output::{self, Align, Table};
-use crate::FileArg;
 
 /// Arguments of `idemdb stats`.
 #[derive(Debug, Args)]
@@ -57,7 +57,9 @@ pub(crate) fn run(args: &StatsArgs, json: bool) -> Result<Exit, CliError> {
     }
     let when = |t: Option<Timestamp>, none: &str| match t {
         None => none.to_string(),
-        Some(t) if t >= now => format!("{} (in {})", output::time(t.as_millis()), output::duration(t.saturating_since(now))),
+        Some(t) if t >= now => {
+            format!("{} (in {})", output::time(t.as_millis()), output::duration(t.saturating_since(now)))
+        }
         Some(t) => format!("{} ({} ago)", output::time(t.as_millis()), output::duration(now.saturating_since(t))),
     };
     let mut text = output::fields(&[

@@ -8,10 +8,10 @@ use serde_json::json;
 
 use idemdb::{OpenError, VerifyReport};
 
-use crate::error::{cause_chain, guard, set_current_file, CliError, Exit};
+use crate::FileArg;
+use crate::error::{CliError, Exit, cause_chain, guard, set_current_file};
 use crate::open::open_raw;
 use crate::output;
-use crate::FileArg;
 
 /// Arguments of `idemdb verify`.
 #[derive(Debug, Args)]

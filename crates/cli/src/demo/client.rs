@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use idemdb::{Canonicalizer, Failure, IdempotencyKey, Lease, ManualClock, Reservation, Resolution, Scope, State, Store};
+use idemdb::{
+    Canonicalizer, Failure, IdempotencyKey, Lease, ManualClock, Reservation, Resolution, Scope, State, Store,
+};
 
 use crate::demo::channel::{Fault, Intent, MAX_ATTEMPTS};
 use crate::demo::provider::{Charge, Provider};
@@ -96,7 +98,16 @@ impl<'a> Run<'a> {
         clock: &'a ManualClock,
         canon: &'a Canonicalizer,
     ) -> Self {
-        Run { keying, operation, server, clock, canon, provider: Provider::default(), tally: Tally::default(), keys: Vec::new() }
+        Run {
+            keying,
+            operation,
+            server,
+            clock,
+            canon,
+            provider: Provider::default(),
+            tally: Tally::default(),
+            keys: Vec::new(),
+        }
     }
 
     /// Runs one intent to its end: an answer, or giving up after [`MAX_ATTEMPTS`].
@@ -191,7 +202,13 @@ impl<'a> Run<'a> {
 
     /// The attempt holds the lease: call the provider and store the outcome, unless the
     /// channel or a crash interferes.
-    fn execute(&mut self, request: &Request<'_>, lease: &Lease, fault: Fault, double_submit: &mut bool) -> Result<Reply, CliError> {
+    fn execute(
+        &mut self,
+        request: &Request<'_>,
+        lease: &Lease,
+        fault: Fault,
+        double_submit: &mut bool,
+    ) -> Result<Reply, CliError> {
         let intent = request.intent;
         if fault == Fault::CrashAfterReserve {
             self.tally.crashes += 1;

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 
-use idemdb::{Canonicalizer, Durability, ManualClock, Normaliser, SystemClock, Clock};
+use idemdb::{Canonicalizer, Clock, Durability, ManualClock, Normaliser, SystemClock};
 
 use crate::error::{CliError, Exit};
 use crate::open::default_data_dir;
@@ -73,7 +73,8 @@ const OPERATION_NEW_KEY: &str = "create_payment_newkey";
 pub(crate) fn run(args: &DemoArgs, json: bool) -> Result<Exit, CliError> {
     let dir = args.data.clone().unwrap_or_else(default_data_dir);
     let path = dir.join("demo.idemdb");
-    std::fs::create_dir_all(&dir).map_err(|error| CliError::runtime_ctx(&dir, "cannot create the directory", &error))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|error| CliError::runtime_ctx(&dir, "cannot create the directory", &error))?;
     match std::fs::remove_file(&path) {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -93,10 +94,9 @@ pub(crate) fn run(args: &DemoArgs, json: bool) -> Result<Exit, CliError> {
     let intents: Vec<Intent> = (0..args.intents).map(|id| Intent::draw(seed, id, TENANTS)).collect();
     let bar = output::progress(args.intents * 2, json, "idemdb client");
     let mut tallies = Vec::new();
-    for (keying, operation, label) in [
-        (Keying::SameKey, OPERATION, "idemdb client"),
-        (Keying::NewKeyPerRetry, OPERATION_NEW_KEY, "new key/retry"),
-    ] {
+    for (keying, operation, label) in
+        [(Keying::SameKey, OPERATION, "idemdb client"), (Keying::NewKeyPerRetry, OPERATION_NEW_KEY, "new key/retry")]
+    {
         bar.set_message(label);
         let mut run = Run::new(keying, operation, &mut server, &clock, &canon);
         for intent in &intents {

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::demo::client::Tally;
 use crate::output::{self, Align, Table};

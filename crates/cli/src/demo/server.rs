@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idemdb::{
-    Durability, Failure, Fingerprint, IdempotencyKey, Lease, ManualClock, Policy, Reservation, Resolution, Scope,
-    Store,
+    Durability, Failure, Fingerprint, IdempotencyKey, Lease, ManualClock, Policy, Reservation, Resolution, Scope, Store,
 };
 
 use crate::error::CliError;
@@ -64,7 +63,12 @@ impl Server {
 
     /// The process dies inside the reservation's write transaction, before its commit: the
     /// transaction is rolled back, then the store is reopened.
-    pub(crate) fn crash_before_commit(&mut self, scope: &Scope, key: &IdempotencyKey, fp: &Fingerprint) -> Result<(), CliError> {
+    pub(crate) fn crash_before_commit(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fp: &Fingerprint,
+    ) -> Result<(), CliError> {
         let rolled_back = self.store()?.write(|txn| {
             txn.reserve(scope, key, fp)?;
             Err::<(), Crash>(Crash)
@@ -73,7 +77,12 @@ impl Server {
         self.crash()
     }
 
-    pub(crate) fn reserve(&self, scope: &Scope, key: &IdempotencyKey, fp: &Fingerprint) -> Result<Reservation, CliError> {
+    pub(crate) fn reserve(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fp: &Fingerprint,
+    ) -> Result<Reservation, CliError> {
         self.store()?.reserve(scope, key, fp).map_err(|error| self.error("reserve", &error))
     }
 
@@ -85,7 +94,12 @@ impl Server {
         self.store()?.fail(lease, failure).map_err(|error| self.error("fail", &error))
     }
 
-    pub(crate) fn reconcile(&self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), CliError> {
+    pub(crate) fn reconcile(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+    ) -> Result<(), CliError> {
         self.store()?.reconcile(scope, key, resolution).map_err(|error| self.error("reconcile", &error))
     }
 
