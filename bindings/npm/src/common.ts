@@ -23,6 +23,7 @@ export {
   idempotentFetch,
   resumePending,
   sendIntent,
+  type AutoResumeOptions,
   type IdempotentFetchOptions,
   type Resumed,
   type RetryOptions,

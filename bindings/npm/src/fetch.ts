@@ -268,17 +268,31 @@ export async function resumePending(
   return results;
 }
 
+/** Options of `autoResume`. */
+export interface AutoResumeOptions extends NonNullable<Parameters<typeof resumePending>[1]> {
+  /** Called after every resume pass. */
+  onResumed?: (results: Resumed[]) => void;
+  /**
+   * How often to check `navigator.onLine` for an offline → online change, in ms (default 1000;
+   * 0 turns it off). Some environments (workers under network emulation, some WebViews) change
+   * `navigator.onLine` without firing `online`.
+   */
+  onlinePollMs?: number;
+  /** Also resume every this many ms while intents are pending (default 60 000; 0 turns it off). */
+  retryEveryMs?: number;
+}
+
 /**
- * Resumes pending intents now and every time the platform comes back online (`online` event
- * of the window or worker). Returns a function that stops listening.
+ * Resumes pending intents now, every time the platform comes back online (the `online` event
+ * of the window or worker, or `navigator.onLine` turning true), and periodically while some
+ * are pending. Returns a function that stops it.
  */
-export function autoResume(
-  store: Store,
-  options: Parameters<typeof resumePending>[1] & { onResumed?: (results: Resumed[]) => void } = {},
-): () => void {
+export function autoResume(store: Store, options: AutoResumeOptions = {}): () => void {
   let running: Promise<void> | undefined;
   let again = false;
+  let stopped = false;
   const run = () => {
+    if (stopped || !store.isOpen) return;
     if (running) {
       again = true;
       return;
@@ -288,14 +302,42 @@ export function autoResume(
       .catch(() => undefined)
       .finally(() => {
         running = undefined;
-        if (again && store.isOpen) {
+        if (again) {
           again = false;
           run();
         }
       });
   };
-  const target = globalThis as unknown as { addEventListener?: (t: string, f: () => void) => void; removeEventListener?: (t: string, f: () => void) => void };
-  target.addEventListener?.('online', run);
+  const scope = globalThis as unknown as {
+    addEventListener?: (type: string, listener: () => void) => void;
+    removeEventListener?: (type: string, listener: () => void) => void;
+    navigator?: { onLine?: boolean };
+  };
+  scope.addEventListener?.('online', run);
+  const timers: ReturnType<typeof setInterval>[] = [];
+  const pollMs = options.onlinePollMs ?? 1000;
+  if (pollMs > 0 && typeof scope.navigator?.onLine === 'boolean') {
+    let online = scope.navigator.onLine;
+    timers.push(
+      setInterval(() => {
+        const now = scope.navigator?.onLine !== false;
+        if (now && !online) run();
+        online = now;
+      }, pollMs),
+    );
+  }
+  const retryEveryMs = options.retryEveryMs ?? 60_000;
+  if (retryEveryMs > 0) {
+    timers.push(
+      setInterval(() => {
+        if (store.isOpen && scope.navigator?.onLine !== false && store.pendingIntents().length > 0) run();
+      }, retryEveryMs),
+    );
+  }
   run();
-  return () => target.removeEventListener?.('online', run);
+  return () => {
+    stopped = true;
+    scope.removeEventListener?.('online', run);
+    for (const timer of timers) clearInterval(timer);
+  };
 }

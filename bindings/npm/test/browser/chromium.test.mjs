@@ -1,1 +1,215 @@
-import { test } from "node:test"; test("placeholder", () => {});
+// Real headless Chromium (Debian's, driven by playwright-core) against the installed tarball:
+// OPFS durability across a reload, a killed worker and a browser restart; two tabs;
+// idempotentFetch against a server that drops responses after the effect; resuming when the
+// browser comes back online; store snapshots read natively and the other way round.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import { call, launch, newProfile, openPage, startSite } from './launch.mjs';
+
+let site;
+let profile;
+let context;
+
+before(async () => {
+  site = await startSite();
+  profile = newProfile();
+  context = await launch(profile);
+});
+
+after(async () => {
+  await context?.close();
+  await site?.close();
+});
+
+const spawn = (page, id) => page.evaluate((w) => window.spawn(w), id);
+const kill = (page, id) => page.evaluate((w) => window.kill(w), id);
+const ok = (value) => {
+  assert.ok(!(value && value.error), `worker error: ${JSON.stringify(value?.error)}`);
+  return value;
+};
+
+describe('OPFS durability', () => {
+  test('intents persisted in OPFS survive a reload', async () => {
+    const page = await openPage(context, site);
+    await spawn(page, 'a');
+    ok(await call(page, 'a', 'open', { name: 'reload.idemdb' }));
+    const keys = [];
+    for (let i = 0; i < 3; i++) keys.push(ok(await call(page, 'a', 'create', { request: { i } })));
+    await page.reload();
+    await page.waitForFunction(() => window.ready === true);
+    await spawn(page, 'b');
+    ok(await call(page, 'b', 'open', { name: 'reload.idemdb', wait: 10_000 }));
+    assert.deepEqual(new Set(ok(await call(page, 'b', 'pending'))), new Set(keys));
+    await page.close();
+  });
+
+  test('a worker killed without closing loses nothing; the next one takes over its lock', async () => {
+    const page = await openPage(context, site);
+    await spawn(page, 'a');
+    ok(await call(page, 'a', 'open', { name: 'killed.idemdb' }));
+    const keys = [];
+    for (let i = 0; i < 5; i++) keys.push(ok(await call(page, 'a', 'create', { request: { i } })));
+    await kill(page, 'a');
+    await spawn(page, 'b');
+    ok(await call(page, 'b', 'open', { name: 'killed.idemdb', wait: 10_000 }));
+    assert.deepEqual(new Set(ok(await call(page, 'b', 'pending'))), new Set(keys));
+    ok(await call(page, 'b', 'close'));
+    await page.close();
+  });
+
+  test('intents survive a browser restart (same profile, store never closed)', async () => {
+    let page = await openPage(context, site);
+    await spawn(page, 'a');
+    ok(await call(page, 'a', 'open', { name: 'restart.idemdb' }));
+    const key = ok(await call(page, 'a', 'create', { request: { restart: true } }));
+    await context.close();
+    context = await launch(profile);
+    page = await openPage(context, site);
+    await spawn(page, 'b');
+    ok(await call(page, 'b', 'open', { name: 'restart.idemdb', wait: 10_000 }));
+    assert.deepEqual(ok(await call(page, 'b', 'pending')), [key]);
+    ok(await call(page, 'b', 'close'));
+    await page.close();
+  });
+});
+
+describe('two tabs', () => {
+  test('one writer at a time: the other tab gets a clear StoreBusyError or waits; nothing is lost', async () => {
+    const one = await openPage(context, site);
+    const two = await openPage(context, site);
+    await spawn(one, 'w');
+    await spawn(two, 'w');
+    ok(await call(one, 'w', 'open', { name: 'tabs.idemdb' }));
+    const refused = await call(two, 'w', 'open', { name: 'tabs.idemdb' });
+    assert.equal(refused.error?.code, 'IDEMDB_STORE_BUSY');
+    assert.equal(refused.error?.name, 'StoreBusyError');
+    assert.match(refused.error?.message, /another tab or worker/);
+    // Tab two waits; tab one writes and closes; tab two then gets the store with tab one's data.
+    const waiting = call(two, 'w', 'open', { name: 'tabs.idemdb', wait: true });
+    const keys = [ok(await call(one, 'w', 'create', { request: { tab: 1 } }))];
+    ok(await call(one, 'w', 'close'));
+    ok(await waiting);
+    keys.push(ok(await call(two, 'w', 'create', { request: { tab: 2 } })));
+    // Hand the store back and forth: every intent of both tabs is there at the end.
+    for (let round = 0; round < 4; round++) {
+      const [from, to] = round % 2 === 0 ? [two, one] : [one, two];
+      const next = call(to, 'w', 'open', { name: 'tabs.idemdb', wait: true });
+      ok(await call(from, 'w', 'close'));
+      ok(await next);
+      keys.push(ok(await call(to, 'w', 'create', { request: { round } })));
+    }
+    assert.deepEqual(new Set(ok(await call(two, 'w', 'pending'))), new Set(keys));
+    assert.equal(keys.length, 6);
+    ok(await call(two, 'w', 'close'));
+    await one.close();
+    await two.close();
+  });
+
+  test('OPFS on the main thread is refused with a typed error', async () => {
+    const page = await openPage(context, site);
+    const error = await page.evaluate(async () => {
+      const { openOpfsStore } = await import('/node_modules/idemdb/dist/esm/browser.js');
+      try {
+        await openOpfsStore('main-thread.idemdb');
+        return null;
+      } catch (e) {
+        return { name: e.name, code: e.code, isError: e instanceof Error };
+      }
+    });
+    assert.deepEqual(error, { name: 'UnsupportedError', code: 'IDEMDB_UNSUPPORTED', isError: true });
+    await page.close();
+  });
+});
+
+describe('idempotentFetch in a worker', () => {
+  test('the server drops the first responses after the effect: same key every retry, one effect', async () => {
+    site.reset();
+    const page = await openPage(context, site);
+    await spawn(page, 'f');
+    ok(await call(page, 'f', 'open', { name: 'fetch.idemdb' }));
+    const result = ok(await call(page, 'f', 'fetchPay', { url: `${site.url}/api/pay?drop=3`, body: { amount: '10.00' } }));
+    assert.equal(result.status, 201);
+    assert.equal(JSON.parse(result.body).charge, 'ch_1');
+    // Four requests reached the server (three responses dropped), all with the same key, and
+    // the effect ran once. Chromium itself resends a request whose reused connection was reset
+    // (with the same headers, hence the same key), so some of the four may be the browser's own
+    // retries rather than idempotentFetch's: the key protects both.
+    assert.equal(site.state.seen.length, 4);
+    assert.equal(new Set(site.state.seen).size, 1);
+    assert.equal(site.state.effects, 1);
+    const [intent] = ok(await call(page, 'f', 'list'));
+    assert.equal(intent.key, site.state.seen[0]);
+    assert.equal(intent.state, 'completed');
+    assert.ok(intent.attempts >= 1 && intent.attempts <= 4, `attempts ${intent.attempts}`);
+    ok(await call(page, 'f', 'close'));
+    await page.close();
+  });
+
+  test('offline: the intent stays pending and is resumed when the browser comes back online', async () => {
+    site.reset();
+    const page = await openPage(context, site);
+    await spawn(page, 'o');
+    ok(await call(page, 'o', 'open', { name: 'offline.idemdb' }));
+    await context.setOffline(true);
+    const failed = await call(page, 'o', 'fetchPay', { url: `${site.url}/api/pay`, body: { amount: '3.00' }, retry: { maxAttempts: 2 } });
+    assert.equal(failed.error?.code, 'IDEMDB_RETRIES_EXHAUSTED');
+    assert.equal(site.state.effects, 0);
+    const [pending] = ok(await call(page, 'o', 'pending'));
+    ok(await call(page, 'o', 'autoResume'));
+    // The start-up pass runs while still offline and gives up; the intent stays pending.
+    await page.waitForFunction(() => window.events('o').some((e) => e.results.some((r) => r.error === 'IDEMDB_RETRIES_EXHAUSTED')), null, { timeout: 20_000 });
+    assert.equal(site.state.effects, 0);
+    // Back online: the worker notices (the `online` event, or navigator.onLine turning true:
+    // Chromium's network emulation changes navigator.onLine in workers without the event).
+    await context.setOffline(false);
+    await page.waitForFunction(() => window.events('o').some((e) => e.results.some((r) => r.status === 201)), null, { timeout: 20_000 });
+    assert.deepEqual(site.state.seen, [pending]);
+    assert.equal(site.state.effects, 1);
+    assert.deepEqual(ok(await call(page, 'o', 'pending')), []);
+    ok(await call(page, 'o', 'close'));
+    await page.close();
+  });
+});
+
+describe('the same store bytes natively', { skip: !process.env.IDEMDB_SNAPSHOT_TOOL }, () => {
+  const tool = process.env.IDEMDB_SNAPSHOT_TOOL;
+  const dir = mkdtempSync(join(tmpdir(), 'idemdb-cross-'));
+
+  test('a snapshot exported in the browser opens with the Rust crate', async () => {
+    const page = await openPage(context, site);
+    await spawn(page, 's');
+    ok(await call(page, 's', 'open', { name: 'export.idemdb' }));
+    ok(await call(page, 's', 'fixture'));
+    const base64 = ok(await call(page, 's', 'exportSnapshot'));
+    const file = join(dir, 'from-browser.idemdb');
+    writeFileSync(file, Buffer.from(base64, 'base64'));
+    const read = spawnSync(tool, ['read', file], { encoding: 'utf8' });
+    assert.equal(read.status, 0, read.stderr);
+    assert.match(read.stdout, /^verify ok$/m);
+    assert.match(read.stdout, /^intent browser pay browser-intent-1 pending attempts=0 request=\{"from":"browser"\}$/m);
+    assert.match(read.stdout, /^record browser pay browser-record-1 completed body=browser-body$/m);
+    ok(await call(page, 's', 'close'));
+    await page.close();
+  });
+
+  test('a store written by the Rust crate opens in the browser (OPFS and memory)', async () => {
+    const file = join(dir, 'from-native.idemdb');
+    const write = spawnSync(tool, ['write', file], { encoding: 'utf8' });
+    assert.equal(write.status, 0, write.stderr);
+    const base64 = readFileSync(file).toString('base64');
+    const page = await openPage(context, site);
+    await spawn(page, 'n');
+    assert.deepEqual(ok(await call(page, 'n', 'memoryFromSnapshot', { base64 })), ['native-intent-1']);
+    ok(await call(page, 'n', 'importSnapshot', { name: 'native.idemdb', base64 }));
+    ok(await call(page, 'n', 'open', { name: 'native.idemdb' }));
+    assert.deepEqual(ok(await call(page, 'n', 'list')), [{ key: 'native-intent-1', state: 'pending', attempts: 1, tenant: 'native' }]);
+    assert.deepEqual(ok(await call(page, 'n', 'record', { tenant: 'native', operation: 'pay', key: 'native-record-1' })), { state: 'completed', body: 'native-body' });
+    ok(await call(page, 'n', 'close'));
+    await page.close();
+  });
+});
