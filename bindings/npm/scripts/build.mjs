@@ -28,8 +28,9 @@ const out = join(pkgDir, 'wasm');
 const tmp = join(pkgDir, 'wasm-node-tmp');
 rmSync(out, { recursive: true, force: true });
 rmSync(tmp, { recursive: true, force: true });
-run('wasm-bindgen', ['--target', 'web', '--weak-refs', '--out-dir', out, wasmIn]);
-run('wasm-bindgen', ['--target', 'nodejs', '--weak-refs', '--out-dir', tmp, wasmIn]);
+const strip = ['--remove-name-section', '--remove-producers-section'];
+run('wasm-bindgen', ['--target', 'web', '--weak-refs', ...strip, '--out-dir', out, wasmIn]);
+run('wasm-bindgen', ['--target', 'nodejs', '--weak-refs', ...strip, '--out-dir', tmp, wasmIn]);
 const web = readFileSync(join(out, 'idemdb_wasm_bg.wasm'));
 if (!web.equals(readFileSync(join(tmp, 'idemdb_wasm_bg.wasm')))) {
   console.error('wasm-bindgen produced different .wasm files for the web and nodejs targets');
