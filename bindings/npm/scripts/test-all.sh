@@ -97,7 +97,8 @@ export IDEMDB_SCRATCH="$SCRATCH/project"
 
 step "Node: ESM and CommonJS against the installed tarball"
 cd "$SCRATCH/project"
-node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/api.test.cjs
+rm -f payments.idemdb payments.idemdb.lock
+node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/api.test.cjs test/node/readme.test.mjs
 cd "$PKG"
 
 step "workerd: a worker reserving and replaying through the package"

@@ -122,6 +122,7 @@ const BY_CODE: Record<string, new (code: ErrorCode, message: string, options?: {
   IDEMDB_TOO_LARGE: TransitionError,
   IDEMDB_CLOSED: StoreClosedError,
   IDEMDB_STORE_BUSY: StoreBusyError,
+  IDEMDB_NO_RANDOMNESS: UnsupportedError,
   IDEMDB_NOT_A_STORE: OpenError,
   IDEMDB_FOREIGN: OpenError,
   IDEMDB_NEWER_FORMAT: OpenError,

@@ -25,7 +25,7 @@ export async function startServer({ staticRoot } = {}) {
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(value));
     };
-    if (url.pathname === '/api/pay' || url.pathname === '/api/busy') {
+    if (url.pathname === '/api/pay' || url.pathname === '/api/payments' || url.pathname === '/api/busy') {
       if (typeof key !== 'string') return json(400, { error: 'Idempotency-Key required' });
       state.seen.push(key);
       if (url.pathname === '/api/busy') {

@@ -13,9 +13,19 @@ extern "C" {
 }
 
 fn fill(buf: &mut [u8]) -> Result<(), JsValue> {
-    get_random_values(buf)
-        .map(drop)
-        .map_err(|_| js_error("IDEMDB_NO_RANDOMNESS", "crypto.getRandomValues is not available on this platform"))
+    get_random_values(buf).map(drop).map_err(|error| {
+        let cause = error
+            .dyn_ref::<js_sys::Error>()
+            .map(|e| String::from(e.message()))
+            .unwrap_or_else(|| "not available".into());
+        js_error(
+            "IDEMDB_NO_RANDOMNESS",
+            format!(
+                "crypto.getRandomValues failed ({cause}); in an edge worker, open the store inside a request handler, \
+                 not at the top level of a module"
+            ),
+        )
+    })
 }
 
 /// 32 random bytes for a new store's secret.

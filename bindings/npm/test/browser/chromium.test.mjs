@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { call, launch, newProfile, openPage, startSite } from './launch.mjs';
+import { readmeBlock } from '../readme.mjs';
+import { call, launch, newProfile, openPage, project, startSite } from './launch.mjs';
 
 let site;
 let profile;
@@ -210,6 +211,31 @@ describe('the same store bytes natively', { skip: !process.env.IDEMDB_SNAPSHOT_T
     assert.deepEqual(ok(await call(page, 'n', 'list')), [{ key: 'native-intent-1', state: 'pending', attempts: 1, tenant: 'native' }]);
     assert.deepEqual(ok(await call(page, 'n', 'record', { tenant: 'native', operation: 'pay', key: 'native-record-1' })), { state: 'completed', body: 'native-body' });
     ok(await call(page, 'n', 'close'));
+    await page.close();
+  });
+});
+
+describe('README', () => {
+  test('the browser worker example runs as written (bare `idemdb` mapped to the installed file)', async () => {
+    site.reset();
+    // Without a bundler the bare specifier is rewritten to the installed browser build.
+    const source = readmeBlock(project, '// payments.worker.js').replaceAll("from 'idemdb'", "from '/node_modules/idemdb/dist/esm/browser.js'");
+    writeFileSync(join(project, 'browser', 'readme.worker.js'), source);
+    const page = await openPage(context, site);
+    const answer = await page.evaluate(
+      () =>
+        new Promise((resolve, reject) => {
+          const worker = new Worker('/browser/readme.worker.js', { type: 'module' });
+          worker.onerror = (e) => reject(new Error(e.message));
+          worker.onmessage = ({ data }) => {
+            if ('resumed' in data) return worker.postMessage({ amount: '7.00' });
+            resolve(data);
+          };
+        }),
+    );
+    assert.equal(answer.status, 201, JSON.stringify(answer));
+    assert.equal(answer.body.charge, 'ch_1');
+    assert.equal(site.state.effects, 1);
     await page.close();
   });
 });

@@ -4,12 +4,13 @@
 import { fingerprint, openMemoryStore, InvalidInputError } from 'idemdb';
 
 const scope = { tenant: 'edge', operation: 'pay' };
-let store;
+let opening;
 let effects = 0;
 
 export default {
   async fetch(request) {
-    store ??= await openMemoryStore();
+    opening ??= openMemoryStore(); // one store, even for concurrent first requests
+    const store = await opening;
     const url = new URL(request.url);
     if (url.pathname === '/stats') return Response.json({ effects });
     if (url.pathname === '/snapshot') return new Response(store.exportSnapshot());

@@ -9,6 +9,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 
+import { readmeBlock } from '../readme.mjs';
+
 const here = dirname(fileURLToPath(import.meta.url));
 const project = process.env.IDEMDB_SCRATCH ?? join(here, '..', '..', '.scratch', 'project');
 const pkgRoot = join(project, 'node_modules', 'idemdb');
@@ -111,4 +113,39 @@ test('a snapshot exported in workerd opens natively', { skip: !process.env.IDEMD
   assert.equal(read.status, 0, read.stderr);
   assert.match(read.stdout, /^record edge pay order-842 completed body=\{"charge":"ch_1","amount":"10.50"\}$/m);
   assert.match(read.stdout, /^record edge pay order-843 completed/m);
+});
+
+test('the README workerd example (worker and config) runs as written', async () => {
+  const port = await freePort();
+  writeFileSync(join(project, 'worker.js'), readmeBlock(project, '// worker.js'));
+  const config = readmeBlock(project, 'using Workerd').replace('127.0.0.1:8787', `127.0.0.1:${port}`);
+  writeFileSync(join(project, 'readme-config.capnp'), config);
+  const readme = spawn(workerdBin, ['serve', join(project, 'readme-config.capnp')], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  readme.stdout.on('data', (d) => (out += d));
+  readme.stderr.on('data', (d) => (out += d));
+  try {
+    const url = `http://127.0.0.1:${port}/`;
+    const deadline = Date.now() + 30_000;
+    let first;
+    for (;;) {
+      try {
+        first = await fetch(url, { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{"amount":"1.00"}' });
+        break;
+      } catch {
+        if (Date.now() > deadline || readme.exitCode !== null) throw new Error(`workerd did not start:\n${out}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    assert.equal(first.status, 201, out);
+    const firstBody = await first.text();
+    const again = await fetch(url, { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{"amount":"1.00"}' });
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.equal(await again.text(), firstBody);
+    const other = await fetch(url, { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{"amount":"2.00"}' });
+    assert.equal(other.status, 422);
+  } finally {
+    readme.kill('SIGKILL');
+    copyFileSync(join(here, 'worker.js'), join(project, 'worker.js'));
+  }
 });
