@@ -171,7 +171,7 @@ impl From<redb::DatabaseError> for OpenError {
                 OpenError::NotAStore { reason: format!("redb file format {version} needs a manual upgrade") }
             }
             redb::DatabaseError::Storage(redb::StorageError::Io(io))
-                if io.kind() == std::io::ErrorKind::InvalidData =>
+                if matches!(io.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof) =>
             {
                 OpenError::NotAStore { reason: io.to_string() }
             }
