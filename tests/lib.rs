@@ -26,13 +26,14 @@ pub fn fp(n: u32) -> Fingerprint {
     FingerprintBuilder::new().str_field("test request").field(&n.to_be_bytes()).finish()
 }
 
-/// Every record of the store, in key order, read through [`Store::list`] page by page.
+/// Every record of the store, in key order, read through [`Store::list`] in pages of five (so
+/// the listing cursor is exercised too).
 pub fn snapshot(store: &Store) -> Vec<(ScopedKey, Record)> {
     let mut out = Vec::new();
     let mut after = None;
     loop {
         let mut filter = ListFilter::default();
-        filter.limit = 64;
+        filter.limit = 5;
         filter.after = after.take();
         let page = store.list(&filter).expect("list records");
         out.extend(page.records.into_iter().map(|listed| (listed.scoped, listed.record)));
