@@ -4,12 +4,15 @@
  */
 import init, * as glue from '../wasm/idemdb_wasm.js';
 
+import { toIdemdbError } from './errors.js';
 import { getEngine, setEngine, type Engine, type HostStorage } from './engine.js';
 import { deleteOpfsStoreWith, importOpfsSnapshotWith, openOpfsStoreWith, type OpfsOptions } from './opfs.js';
+import { openOpfsHeld, SharedStore, type SharedStoreOptions } from './shared.js';
 import { openMemoryStoreSync, openRaw, type Store, type StoreOptions } from './store.js';
 
 export * from './common.js';
-export type { OpfsOptions };
+export type { OpfsOptions, SharedStoreOptions };
+export { SharedStore };
 
 let loading: Promise<void> | undefined;
 
@@ -49,4 +52,20 @@ export async function deleteOpfsStore(name: string): Promise<void> {
 export async function openHostStore(host: HostStorage, options?: StoreOptions): Promise<Store> {
   await ready();
   return openRaw(() => getEngine().WasmStore.openHost(host, options ?? null));
+}
+
+/**
+ * Opens an OPFS store shared by every tab: one writer holds the file (elected with a Web
+ * Lock), the others work through it over a `BroadcastChannel` and take over when it goes away.
+ * Resolves at once, as writer or follower (`store.isWriter`). Dedicated worker only.
+ */
+export async function openSharedStore(name: string, options: SharedStoreOptions = {}): Promise<SharedStore> {
+  await ready();
+  const store = new SharedStore(name, options, () => openOpfsHeld(name, options));
+  // A free lock makes this opener the writer at once: give the election a moment to settle.
+  await Promise.race([store.whenWriter(), new Promise((resolve) => setTimeout(resolve, 200))]).catch((error) => {
+    store.close();
+    throw toIdemdbError(error);
+  });
+  return store;
 }

@@ -25,6 +25,7 @@ export {
   sendIntent,
   type AutoResumeOptions,
   type IdempotentFetchOptions,
+  type IntentStore,
   type Resumed,
   type RetryOptions,
 } from './fetch.js';

@@ -6,7 +6,19 @@ import {
   RetriesExhaustedError,
   toIdemdbError,
 } from './errors.js';
-import type { CanonicalOptions, Intent, Scope, Store } from './store.js';
+import type { AttemptOutcome, CanonicalOptions, Intent, JsonRequest, Scope } from './store.js';
+
+/**
+ * What `idempotentFetch` needs of a store: a `Store` (synchronous) or a `SharedStore`
+ * (asynchronous, any tab).
+ */
+export interface IntentStore {
+  readonly isOpen: boolean;
+  createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions }): Intent | Promise<Intent>;
+  recordAttempt(scope: Scope, key: string, attempt: AttemptOutcome): Intent | Promise<Intent>;
+  recordResponse(scope: Scope, key: string, response: { status: number; headers?: [string, string][]; body?: Uint8Array | string }): Intent | Promise<Intent>;
+  pendingIntents(): Intent[] | Promise<Intent[]>;
+}
 
 /** Retry schedule of `idempotentFetch`. */
 export interface RetryOptions {
@@ -143,7 +155,7 @@ function keptHeaders(response: Response): [string, string][] {
  * network errors, timeouts, 5xx, 408, 409 and 429 are retried with exponential backoff and
  * full jitter, honouring `Retry-After`; 422 is a conflict, recorded and never retried.
  */
-export async function sendIntent(store: Store, intent: Intent, options: Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'> = {}): Promise<Response> {
+export async function sendIntent(store: IntentStore, intent: Intent, options: Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'> = {}): Promise<Response> {
   const scope = { tenant: intent.tenant, operation: intent.operation };
   const retry: Required<RetryOptions> = {
     maxAttempts: options.retry?.maxAttempts ?? 5,
@@ -181,7 +193,7 @@ export async function sendIntent(store: Store, intent: Intent, options: Omit<Ide
     const body = descriptor.body !== undefined ? JSON.stringify(descriptor.body) : descriptor.bodyText;
 
     // Durable before the request leaves: a crash mid-send is seen as an attempt at start-up.
-    intent = store.recordAttempt(scope, intent.key, { outcome: 'sent' });
+    intent = await store.recordAttempt(scope, intent.key, { outcome: 'sent' });
     const timeout = new AbortController();
     const timer = setTimeout(() => timeout.abort(), retry.timeoutMs);
     const onAbort = () => timeout.abort();
@@ -198,7 +210,7 @@ export async function sendIntent(store: Store, intent: Intent, options: Omit<Ide
 
     if (response === undefined) {
       if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending', { cause: lastError });
-      intent = store.recordAttempt(scope, intent.key, { outcome: timeout.signal.aborted ? 'timeout' : 'network_error' });
+      intent = await store.recordAttempt(scope, intent.key, { outcome: timeout.signal.aborted ? 'timeout' : 'network_error' });
       await sleep(backoffMs(attempt, retry), options.signal);
       continue;
     }
@@ -206,7 +218,7 @@ export async function sendIntent(store: Store, intent: Intent, options: Omit<Ide
     if (retryable(response.status)) {
       const wait = retryAfterMs(response, retry.maxDelayMs) ?? backoffMs(attempt, retry);
       await response.body?.cancel().catch(() => undefined);
-      intent = store.recordAttempt(scope, intent.key, { outcome: 'status', status: response.status });
+      intent = await store.recordAttempt(scope, intent.key, { outcome: 'status', status: response.status });
       await sleep(wait, options.signal);
       continue;
     }
@@ -216,11 +228,11 @@ export async function sendIntent(store: Store, intent: Intent, options: Omit<Ide
     } catch (error) {
       // The body was lost in transit: the server has answered, but we did not hear all of it.
       lastError = error;
-      intent = store.recordAttempt(scope, intent.key, { outcome: 'network_error' });
+      intent = await store.recordAttempt(scope, intent.key, { outcome: 'network_error' });
       await sleep(backoffMs(attempt, retry), options.signal);
       continue;
     }
-    intent = store.recordResponse(scope, intent.key, { status: response.status, headers: keptHeaders(response), body: bytes });
+    intent = await store.recordResponse(scope, intent.key, { status: response.status, headers: keptHeaders(response), body: bytes });
   }
 }
 
@@ -232,7 +244,7 @@ export async function sendIntent(store: Store, intent: Intent, options: Omit<Ide
  * `resumePending` later, or `autoResume`).
  */
 export async function idempotentFetch(
-  store: Store,
+  store: IntentStore,
   input: Request | string | URL,
   options: IdempotentFetchOptions & { init?: RequestInit },
 ): Promise<Response> {
@@ -240,7 +252,7 @@ export async function idempotentFetch(
   let intent: Intent;
   try {
     const descriptor = await describe(input, options.init);
-    intent = store.createIntent(options.scope, descriptor, { key: options.key, canonical: options.canonical });
+    intent = await store.createIntent(options.scope, descriptor, { key: options.key, canonical: options.canonical });
   } catch (error) {
     throw toIdemdbError(error);
   }
@@ -252,11 +264,11 @@ export type Resumed = { intent: Intent; response: Response } | { intent: Intent;
 
 /** Sends every pending intent again, oldest first, with its own key; one at a time. */
 export async function resumePending(
-  store: Store,
+  store: IntentStore,
   options: Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'> & { filter?: (intent: Intent) => boolean } = {},
 ): Promise<Resumed[]> {
   const results: Resumed[] = [];
-  for (const intent of store.pendingIntents()) {
+  for (const intent of await store.pendingIntents()) {
     if (options.filter && !options.filter(intent)) continue;
     try {
       results.push({ intent, response: await sendIntent(store, intent, options) });
@@ -287,7 +299,7 @@ export interface AutoResumeOptions extends NonNullable<Parameters<typeof resumeP
  * of the window or worker, or `navigator.onLine` turning true), and periodically while some
  * are pending. Returns a function that stops it.
  */
-export function autoResume(store: Store, options: AutoResumeOptions = {}): () => void {
+export function autoResume(store: IntentStore, options: AutoResumeOptions = {}): () => void {
   let running: Promise<void> | undefined;
   let again = false;
   let stopped = false;
@@ -330,7 +342,9 @@ export function autoResume(store: Store, options: AutoResumeOptions = {}): () =>
   if (retryEveryMs > 0) {
     timers.push(
       setInterval(() => {
-        if (store.isOpen && scope.navigator?.onLine !== false && store.pendingIntents().length > 0) run();
+        if (store.isOpen && scope.navigator?.onLine !== false) {
+          Promise.resolve(store.pendingIntents()).then((pending) => pending.length > 0 && run(), () => undefined);
+        }
       }, retryEveryMs),
     );
   }

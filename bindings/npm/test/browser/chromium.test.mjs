@@ -111,6 +111,34 @@ describe('two tabs', () => {
     await two.close();
   });
 
+  test('shared store: one elected writer, the other tab works through it and takes over when it dies', async () => {
+    const one = await openPage(context, site);
+    const two = await openPage(context, site);
+    await spawn(one, 'w');
+    await spawn(two, 'w');
+    assert.equal(ok(await call(one, 'w', 'openShared', { name: 'shared.idemdb' })), true, 'first opener is the writer');
+    assert.equal(ok(await call(two, 'w', 'openShared', { name: 'shared.idemdb' })), false, 'second opener follows');
+    const keys = [];
+    for (let i = 0; i < 3; i++) keys.push(ok(await call(two, 'w', 'sharedCreate', { request: { via: 'follower', i } })));
+    for (let i = 0; i < 2; i++) keys.push(ok(await call(one, 'w', 'sharedCreate', { request: { via: 'writer', i } })));
+    assert.deepEqual(new Set(ok(await call(one, 'w', 'sharedPending'))), new Set(keys));
+    assert.deepEqual(new Set(ok(await call(two, 'w', 'sharedPending'))), new Set(keys));
+    // idempotentFetch from the follower tab, through the writer.
+    site.reset();
+    const paid = ok(await call(two, 'w', 'sharedFetch', { url: `${site.url}/api/pay?drop=1`, body: { amount: '4.00' } }));
+    assert.equal(paid.status, 201);
+    assert.equal(site.state.effects, 1);
+    assert.equal(new Set(site.state.seen).size, 1);
+    await kill(one, 'w'); // the writer's worker dies without closing
+    await two.waitForFunction(async () => (await window.call('w', 'sharedIsWriter')) === true, null, { timeout: 10_000, polling: 100 });
+    keys.push(ok(await call(two, 'w', 'sharedCreate', { request: { via: 'new writer' } })));
+    assert.deepEqual(new Set(ok(await call(two, 'w', 'sharedPending'))), new Set(keys));
+    assert.equal(keys.length, 6);
+    ok(await call(two, 'w', 'sharedClose'));
+    await one.close();
+    await two.close();
+  });
+
   test('OPFS on the main thread is refused with a typed error', async () => {
     const page = await openPage(context, site);
     const error = await page.evaluate(async () => {

@@ -6,6 +6,7 @@ import {
   importOpfsSnapshot,
   openMemoryStore,
   openOpfsStore,
+  openSharedStore,
   deleteOpfsStore,
   fingerprint,
 } from '/node_modules/idemdb/dist/esm/browser.js';
@@ -24,7 +25,33 @@ const b64 = {
 };
 const fast = { maxAttempts: 6, baseDelayMs: 20, maxDelayMs: 200, timeoutMs: 3000 };
 
+let shared;
 const commands = {
+  async openShared({ name }) {
+    shared = await openSharedStore(name, { timeoutMs: 5000 });
+    return shared.isWriter;
+  },
+  async sharedIsWriter() {
+    return shared.isWriter;
+  },
+  async sharedCreate({ request }) {
+    return (await shared.createIntent(scope, request)).key;
+  },
+  async sharedPending() {
+    return (await shared.pendingIntents()).map((i) => i.key);
+  },
+  async sharedFetch({ url, body }) {
+    const response = await idempotentFetch(shared, url, {
+      scope,
+      init: { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) },
+      retry: fast,
+    });
+    return { status: response.status, body: await response.text() };
+  },
+  async sharedClose() {
+    shared.close();
+    return true;
+  },
   async open({ name, wait }) {
     store = await openOpfsStore(name, { wait });
     return true;
