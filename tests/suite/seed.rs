@@ -933,7 +933,6 @@ fn a_completion_with_immediate_durability_is_on_disk_when_complete_returns() {
 /// clock alone; keep a store-wide fence high-water mark (like the clock's, in `idemdb_meta`)
 /// and issue `max(previous + 1, now, high_water + 1)`.
 #[test]
-#[ignore = "library bug, reported: a fence is reused after purge when TTLs are tiny"]
 fn a_lease_of_a_purged_binding_cannot_complete_the_next_binding_even_with_zero_ttls() {
     let clock = ManualClock::new(T0);
     let zero = Policy::default()

@@ -81,13 +81,34 @@ impl Decision {
 /// assert!(again.write.is_none());
 /// ```
 pub fn decide(existing: Option<&Record>, fingerprint: &Fingerprint, now: Timestamp, policy: &Policy) -> Decision {
+    decide_above(existing, fingerprint, now, policy, 0)
+}
+
+/// [`decide`] for a storage adapter that removes forgotten records: `fence_floor` is the
+/// highest fence of any record it has removed, and a fresh binding's fence is above it. A lease
+/// of a removed binding therefore never matches the fence of a later binding of the same key,
+/// however short the TTLs.
+///
+/// ```
+/// use idemdb_core::{decide_above, Fingerprint, Policy, Timestamp, Verdict};
+/// let fp = Fingerprint::from_bytes([1; 32]);
+/// let fresh = decide_above(None, &fp, Timestamp::from_millis(5), &Policy::default(), 41);
+/// assert!(matches!(fresh.verdict, Verdict::Acquired { fence: 42, .. }));
+/// ```
+pub fn decide_above(
+    existing: Option<&Record>,
+    fingerprint: &Fingerprint,
+    now: Timestamp,
+    policy: &Policy,
+    fence_floor: u64,
+) -> Decision {
     let Some(record) = existing else {
-        return acquire_fresh(0, fingerprint, now, policy);
+        return acquire_fresh(fence_floor, fingerprint, now, policy);
     };
     let now = now.max(record.updated_at);
     if record.is_forgotten(now) {
         // Past its last expiry the key is unknown again; the fence keeps growing.
-        return acquire_fresh(record.fence, fingerprint, now, policy);
+        return acquire_fresh(record.fence.max(fence_floor), fingerprint, now, policy);
     }
     if record.fingerprint != *fingerprint {
         return Decision::answer(Verdict::Mismatch { stored: record.state.kind() });

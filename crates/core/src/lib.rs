@@ -44,7 +44,7 @@ mod transition;
 
 pub use canonical::{CanonicalError, Canonicalizer, Normaliser};
 pub use codec::{decode_record, decode_versioned, encode_record, encode_versioned, split_version, DecodeError, RECORD_FORMAT};
-pub use decide::{decide, Decision, Verdict};
+pub use decide::{decide, decide_above, Decision, Verdict};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FINGERPRINT_CONTEXT};
 pub use key::{
     validate_correlation, IdempotencyKey, IdentityPart, KeyError, Scope, ScopedKey, MAX_CORRELATION_LEN, MAX_KEY_LEN,

@@ -11,7 +11,7 @@ use redb::{Database, ReadableDatabase, StorageBackend, TableHandle};
 use idemdb_core::Policy;
 
 use crate::store::{Config, Store};
-use crate::tables::{AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_FORMAT, META_MAGIC, META_SECRET, RECORDS, STORE_FORMAT};
+use crate::tables::{AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_FENCE_FLOOR, META_FORMAT, META_MAGIC, META_SECRET, RECORDS, STORE_FORMAT};
 use crate::{Clock, OpenError};
 
 /// How durable a commit is when the call returns.
@@ -53,6 +53,7 @@ pub struct StoreBuilder {
     audit_retention: Duration,
     secret_seed: Option<[u8; 32]>,
     cache_bytes: Option<usize>,
+    check_on_open: bool,
 }
 
 impl Default for StoreBuilder {
@@ -66,6 +67,7 @@ impl Default for StoreBuilder {
             audit_retention: DEFAULT_AUDIT_RETENTION,
             secret_seed: None,
             cache_bytes: None,
+            check_on_open: true,
         }
     }
 }
@@ -133,6 +135,16 @@ impl StoreBuilder {
         self
     }
 
+    /// Runs redb's full integrity check (every page's checksum) when a file store is opened.
+    /// On by default: redb trusts the contents of pages it has not checksummed, and a damaged
+    /// page can otherwise surface as a panic inside redb on the first write. A damaged store is
+    /// repaired by redb where its checksums allow, or refused with a typed error. Turn it off
+    /// only for large stores on storage you trust, to save reading the whole file at open.
+    pub fn check_on_open(mut self, enabled: bool) -> Self {
+        self.check_on_open = enabled;
+        self
+    }
+
     /// Sets redb's page cache size in bytes (redb's default is 1 GiB).
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = Some(bytes);
@@ -167,8 +179,12 @@ impl StoreBuilder {
         };
         if needs_create {
             self.create_file(path)?;
+        } else {
+            self.check_read_only(path)?;
         }
-        let db = self.redb_builder().open(path)?;
+        let mut builder = self.redb_builder();
+        builder.set_check_integrity_on_open(self.check_on_open);
+        let db = builder.open(path)?;
         Store::from_parts(db, Some(path.to_path_buf()), config, clock, self.check(false)?)
     }
 
@@ -191,6 +207,24 @@ impl StoreBuilder {
         let db = self.redb_builder().create_with_backend(backend)?;
         let init = self.check(true)?;
         Store::from_parts(db, None, config, clock, init)
+    }
+
+    /// Refuses a foreign or newer-format file before opening it for writing, so a refused open
+    /// leaves the file's bytes untouched. A file that needs crash recovery cannot be read
+    /// without writing; it is checked by the read-write open, after redb's repair.
+    fn check_read_only(&self, path: &Path) -> Result<(), OpenError> {
+        match self.redb_builder().open_read_only(path) {
+            Ok(database) => {
+                let result = database.begin_read().map_err(OpenError::from).and_then(|read| read_meta(&read));
+                drop(database);
+                match result? {
+                    Some(_) => Ok(()),
+                    None => Err(OpenError::Foreign { tables: "none".into() }),
+                }
+            }
+            Err(redb::DatabaseError::RepairAborted) => Ok(()),
+            Err(other) => Err(other.into()),
+        }
     }
 
     fn config(&self) -> Result<Config, OpenError> {
@@ -284,48 +318,15 @@ pub(crate) struct Initialiser {
 pub(crate) struct Meta {
     pub(crate) secret: [u8; 32],
     pub(crate) clock_high_water: u64,
+    pub(crate) fence_floor: u64,
 }
 
 impl Initialiser {
     pub(crate) fn run(&self, db: &Database) -> Result<Meta, OpenError> {
-        let read = db.begin_read()?;
-        match read.open_table(META) {
-            Ok(meta) => {
-                let get = |name: &str| -> Result<Option<Vec<u8>>, OpenError> {
-                    Ok(meta.get(name)?.map(|guard| guard.value().to_vec()))
-                };
-                if get(META_MAGIC)?.as_deref() != Some(MAGIC) {
-                    return Err(OpenError::Foreign { tables: "idemdb_meta without the idemdb magic".into() });
-                }
-                let format = get(META_FORMAT)?
-                    .and_then(|bytes| <[u8; 4]>::try_from(bytes.as_slice()).ok())
-                    .map(u32::from_be_bytes)
-                    .ok_or_else(|| OpenError::CorruptMeta("format entry missing or malformed".into()))?;
-                if format > STORE_FORMAT {
-                    return Err(OpenError::NewerFormat { found: format, supported: STORE_FORMAT });
-                }
-                if format < STORE_FORMAT {
-                    return Err(OpenError::OlderFormat { found: format, supported: STORE_FORMAT });
-                }
-                let secret = get(META_SECRET)?
-                    .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
-                    .ok_or_else(|| OpenError::CorruptMeta("audit secret missing or malformed".into()))?;
-                let clock_high_water = get(META_CLOCK)?
-                    .and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok())
-                    .map(u64::from_be_bytes)
-                    .unwrap_or(0);
-                Ok(Meta { secret, clock_high_water })
-            }
-            Err(redb::TableError::TableDoesNotExist(_)) => {
-                let tables: Vec<String> = read.list_tables()?.map(|t| t.name().to_string()).collect();
-                drop(read);
-                if !tables.is_empty() || !self.allow_init {
-                    let tables = if tables.is_empty() { "none".to_string() } else { tables.join(", ") };
-                    return Err(OpenError::Foreign { tables });
-                }
-                self.initialise(db)
-            }
-            Err(other) => Err(other.into()),
+        match read_meta(&db.begin_read()?)? {
+            Some(meta) => Ok(meta),
+            None if self.allow_init => self.initialise(db),
+            None => Err(OpenError::Foreign { tables: "none".into() }),
         }
     }
 
@@ -346,8 +347,46 @@ impl Initialiser {
             tx.open_table(AUDIT)?;
         }
         tx.commit()?;
-        Ok(Meta { secret, clock_high_water: 0 })
+        Ok(Meta { secret, clock_high_water: 0, fence_floor: 0 })
     }
+}
+
+/// Reads and checks the metadata. `Ok(None)`: the database has no tables at all (new).
+fn read_meta(read: &redb::ReadTransaction) -> Result<Option<Meta>, OpenError> {
+    let meta = match read.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            let tables: Vec<String> = read.list_tables()?.map(|t| t.name().to_string()).collect();
+            if tables.is_empty() {
+                return Ok(None);
+            }
+            return Err(OpenError::Foreign { tables: tables.join(", ") });
+        }
+        Err(other) => return Err(other.into()),
+    };
+    let get = |name: &str| -> Result<Option<Vec<u8>>, OpenError> { Ok(meta.get(name)?.map(|guard| guard.value().to_vec())) };
+    let be_u64 = |bytes: Option<Vec<u8>>| bytes.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok()).map(u64::from_be_bytes);
+    if get(META_MAGIC)?.as_deref() != Some(MAGIC) {
+        return Err(OpenError::Foreign { tables: "idemdb_meta without the idemdb magic".into() });
+    }
+    let format = get(META_FORMAT)?
+        .and_then(|bytes| <[u8; 4]>::try_from(bytes.as_slice()).ok())
+        .map(u32::from_be_bytes)
+        .ok_or_else(|| OpenError::CorruptMeta("format entry missing or malformed".into()))?;
+    if format > STORE_FORMAT {
+        return Err(OpenError::NewerFormat { found: format, supported: STORE_FORMAT });
+    }
+    if format < STORE_FORMAT {
+        return Err(OpenError::OlderFormat { found: format, supported: STORE_FORMAT });
+    }
+    let secret = get(META_SECRET)?
+        .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
+        .ok_or_else(|| OpenError::CorruptMeta("audit secret missing or malformed".into()))?;
+    Ok(Some(Meta {
+        secret,
+        clock_high_water: be_u64(get(META_CLOCK)?).unwrap_or(0),
+        fence_floor: be_u64(get(META_FENCE_FLOOR)?).unwrap_or(0),
+    }))
 }
 
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

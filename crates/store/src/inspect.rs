@@ -213,21 +213,26 @@ impl Store {
         Ok(listing)
     }
 
-    /// The newest `limit` audit events, oldest first.
+    /// The newest `limit` audit events, oldest first, including events of read-only answers
+    /// (replays, refusals) that are still buffered for the next commit.
     ///
     /// # Errors
     /// Storage errors; [`Error::Corrupt`].
     pub fn audit_events(&self, limit: usize) -> Result<Vec<AuditEvent>, Error> {
         let read = self.db.begin_read()?;
         let audit = read.open_table(AUDIT)?;
+        let mut buffered = self.buffered_audit_events();
+        let stored_limit = limit.saturating_sub(buffered.len());
         let mut events = Vec::new();
-        for entry in audit.iter()?.rev().take(limit) {
+        for entry in audit.iter()?.rev().take(stored_limit) {
             let (_, value) = entry?;
             events.push(
                 decode_versioned(value.value(), AUDIT_FORMAT).map_err(|source| Error::Corrupt { what: "audit event", source })?,
             );
         }
         events.reverse();
+        let skip = buffered.len().saturating_sub(limit);
+        events.extend(buffered.drain(skip..));
         Ok(events)
     }
 
@@ -237,7 +242,20 @@ impl Store {
     /// # Errors
     /// Storage errors that prevent the check from running.
     pub fn verify(&mut self) -> Result<VerifyReport, Error> {
-        let mut report = VerifyReport { storage_ok: self.db.check_integrity()?, ..VerifyReport::default() };
+        let mut report = VerifyReport::default();
+        match self.db.check_integrity() {
+            Ok(ok) => report.storage_ok = ok,
+            Err(error) => {
+                report.problems.push(Problem { table: "redb", detail: format!("integrity check failed: {error}") });
+            }
+        }
+        if let Err(error) = self.verify_tables(&mut report) {
+            report.problems.push(Problem { table: "redb", detail: format!("could not read the store: {error}") });
+        }
+        Ok(report)
+    }
+
+    fn verify_tables(&self, report: &mut VerifyReport) -> Result<(), Error> {
         let read = self.db.begin_read()?;
         let records = read.open_table(RECORDS)?;
         let index = read.open_table(EXPIRY)?;
@@ -291,7 +309,7 @@ impl Store {
         report.records = record_count;
         report.index_entries = index_count;
         report.audit_events = audit_count;
-        Ok(report)
+        Ok(())
     }
 
     /// Compacts the file, returning freed pages to the file system. Returns whether anything

@@ -267,35 +267,63 @@ impl Store {
         request: &[u8],
         canonicalizer: &Canonicalizer,
     ) -> Result<Intent, IntentError> {
-        let canonical = canonicalizer.canonicalize(request)?;
-        let fingerprint = Fingerprint::of_canonical_json(&canonical);
-        let scoped = ScopedKey::new(scope.clone(), key.clone());
-        let encoded = scoped.encode();
-        let key_hash = self.key_hash_of(&encoded);
-        let intent = self.write(|txn| {
+        let mut created = self.create_intents(&[(scope, key, request)], canonicalizer)?;
+        created.pop().ok_or(IntentError::NotFound)
+    }
+
+    /// Creates several intents **in one write transaction** (one durable commit, one flush):
+    /// all of them are stored, or none. Each behaves as [`Store::create_intent`]; the intents
+    /// are returned in the order given.
+    ///
+    /// # Errors
+    /// As [`Store::create_intent`], for the first intent that fails; nothing is stored then.
+    pub fn create_intents(
+        &self,
+        intents: &[(&Scope, &IdempotencyKey, &[u8])],
+        canonicalizer: &Canonicalizer,
+    ) -> Result<Vec<Intent>, IntentError> {
+        let mut prepared = Vec::with_capacity(intents.len());
+        for (scope, key, request) in intents {
+            let canonical = canonicalizer.canonicalize(request)?;
+            let fingerprint = Fingerprint::of_canonical_json(&canonical);
+            prepared.push((ScopedKey::new((*scope).clone(), (*key).clone()), canonical, fingerprint));
+        }
+        let created = self.write(|txn| {
             let now = txn.now();
             let mut table = txn.tables().open_table(INTENTS).map_err(Error::from)?;
-            if let Some(existing) = table.get(encoded.as_slice()).map_err(Error::from)? {
-                let existing = decode(&encoded, existing.value())?;
-                return if existing.fingerprint == fingerprint { Ok(existing) } else { Err(IntentError::KeyReused) };
+            let mut created = Vec::with_capacity(prepared.len());
+            for (scoped, canonical, fingerprint) in prepared {
+                let encoded = scoped.encode();
+                if let Some(existing) = table.get(encoded.as_slice()).map_err(Error::from)? {
+                    let existing = decode(&encoded, existing.value())?;
+                    if existing.fingerprint != fingerprint {
+                        return Err(IntentError::KeyReused);
+                    }
+                    created.push(existing);
+                    continue;
+                }
+                let intent = Intent {
+                    scope: scoped.scope,
+                    key: scoped.key,
+                    request: canonical,
+                    fingerprint,
+                    state: IntentState::Pending,
+                    attempts: 0,
+                    last_attempt: None,
+                    created_at: now,
+                    updated_at: now,
+                };
+                let value = encode_versioned(INTENT_FORMAT, &StoredIntent::of(&intent));
+                table.insert(encoded.as_slice(), value.as_slice()).map_err(Error::from)?;
+                created.push(intent);
             }
-            let intent = Intent {
-                scope: scoped.scope.clone(),
-                key: scoped.key.clone(),
-                request: canonical,
-                fingerprint,
-                state: IntentState::Pending,
-                attempts: 0,
-                last_attempt: None,
-                created_at: now,
-                updated_at: now,
-            };
-            let value = encode_versioned(INTENT_FORMAT, &StoredIntent::of(&intent));
-            table.insert(encoded.as_slice(), value.as_slice()).map_err(Error::from)?;
-            Ok::<_, IntentError>(intent)
+            Ok::<_, IntentError>(created)
         })?;
-        tracing::debug!(target: "idemdb", event = "intent_created", key_hash = %key_hash, tenant = scope.tenant(), operation = scope.operation());
-        Ok(intent)
+        for intent in &created {
+            let key_hash = self.key_hash(&intent.scope, &intent.key);
+            tracing::debug!(target: "idemdb", event = "intent_created", key_hash = %key_hash, tenant = intent.scope.tenant(), operation = intent.scope.operation());
+        }
+        Ok(created)
     }
 
     /// Reads one intent.
@@ -514,6 +542,25 @@ mod tests {
         let err = store.create_intent(&scope, &key, br#"{"a":"y","b":1}"#, &canon).unwrap_err();
         assert!(matches!(err, IntentError::KeyReused), "{err:?}");
         assert_eq!(store.intent(&scope, &key).unwrap(), Some(first));
+    }
+
+    #[test]
+    fn a_batch_is_stored_whole_or_not_at_all() {
+        let (store, _, scope, canon) = setup();
+        let keys: Vec<IdempotencyKey> = (0..3).map(|i| IdempotencyKey::new(format!("b-{i}")).unwrap()).collect();
+        let requests: [&[u8]; 3] = [b"{\"n\":0}", b"{\"n\":1}", b"{\"n\":2}"];
+        let batch: Vec<(&Scope, &IdempotencyKey, &[u8])> = keys.iter().zip(requests).map(|(k, r)| (&scope, k, r)).collect();
+        let created = store.create_intents(&batch, &canon).unwrap();
+        assert_eq!(created.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(), ["b-0", "b-1", "b-2"]);
+        assert_eq!(store.pending_intents().unwrap().len(), 3);
+        // A batch with one bad member stores nothing, not even its good members.
+        let fresh = IdempotencyKey::new("b-new").unwrap();
+        let bad: Vec<(&Scope, &IdempotencyKey, &[u8])> = vec![(&scope, &fresh, b"{}"), (&scope, &keys[0], b"{\"n\":9}")];
+        assert!(matches!(store.create_intents(&bad, &canon), Err(IntentError::KeyReused)));
+        assert_eq!(store.intent(&scope, &fresh).unwrap(), None);
+        let invalid: Vec<(&Scope, &IdempotencyKey, &[u8])> = vec![(&scope, &fresh, b"{}"), (&scope, &keys[1], b"{oops")];
+        assert!(matches!(store.create_intents(&invalid, &canon), Err(IntentError::Request(_))));
+        assert_eq!(store.all_intents().unwrap().len(), 3);
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct PurgeReport {
     pub stale_index_entries: u64,
     /// Audit events past their retention removed.
     pub audit_removed: u64,
+    /// Due records whose stored value does not decode: left in place, skipped, and reported
+    /// (`idemdb verify` names them).
+    pub corrupt: u64,
     /// Whether due work remains beyond the budget.
     pub more: bool,
 }
@@ -57,7 +60,15 @@ impl Store {
                 report.stale_index_entries += 1;
                 continue;
             };
-            match self.get_encoded(scoped)?.map(|record| record.retention(now)) {
+            let record = match self.get_encoded(scoped) {
+                Ok(record) => record,
+                Err(Error::Corrupt { .. }) => {
+                    report.corrupt += 1;
+                    continue;
+                }
+                Err(other) => return Err(other),
+            };
+            match record.map(|record| record.retention(now)) {
                 Some(Retention::Tombstone(_)) => report.tombstoned += 1,
                 Some(Retention::Forget) => report.forgotten += 1,
                 Some(Retention::Keep) | None => report.stale_index_entries += 1,
@@ -70,26 +81,45 @@ impl Store {
     }
 }
 
+/// Most corrupt records one purge pass steps over.
+const MAX_CORRUPT_SKIPPED: usize = 1024;
+
 fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
     let now = txn.now();
     let mut report = PurgeReport::default();
     let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
+    // Corrupt records are skipped without spending budget, up to a bound, so one damaged
+    // record cannot stop retention for the whole store.
+    let scan = budget.saturating_add(1).saturating_add(MAX_CORRUPT_SKIPPED);
     let due: Vec<Vec<u8>> = {
         let index = txn.tables().open_table(EXPIRY)?;
         let mut keys = Vec::new();
-        for entry in index.range(..upper.as_slice())?.take(budget.saturating_add(1)) {
+        for entry in index.range(..upper.as_slice())?.take(scan) {
             keys.push(entry?.0.value().to_vec());
         }
         keys
     };
-    report.more = due.len() > budget;
-    for index_key in due.into_iter().take(budget) {
+    let mut done = 0usize;
+    for index_key in due {
+        if done == budget {
+            report.more = true;
+            break;
+        }
+        done += 1;
         let Some((due_at, scoped)) = split_expiry_key(&index_key) else {
             txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
             report.stale_index_entries += 1;
             continue;
         };
-        let record = match txn.load(scoped)? {
+        let record = match txn.load(scoped) {
+            Err(Error::Corrupt { .. }) => {
+                report.corrupt += 1;
+                done -= 1;
+                continue;
+            }
+            other => other?,
+        };
+        let record = match record {
             Some(record) if record.due_at() == Some(due_at) => record,
             _ => {
                 txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;

@@ -9,14 +9,14 @@ use std::time::Duration;
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    decide, decode_record, Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey,
+    decide_above, decode_record, Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey,
     StateKind, Timestamp, UncertainCause,
 };
 
 use crate::audit::{fingerprint_prefix, AuditEvent, AuditKind, KeyHash};
 use crate::group::GroupCommit;
 use crate::builder::{Initialiser, Meta};
-use crate::tables::{AUDIT, META, META_CLOCK, RECORDS};
+use crate::tables::{AUDIT, META, META_CLOCK, META_FENCE_FLOOR, RECORDS};
 use crate::txn::{reservation_from, Txn};
 use crate::{Clock, Durability, Error, OpenError, StoreBuilder};
 
@@ -166,6 +166,8 @@ pub struct Store {
     pub(crate) secret: [u8; 32],
     audit_sequence: AtomicU64,
     pub(crate) group: GroupCommit,
+    /// The highest fence of any record purge removed (persisted as meta `fence_floor`).
+    fence_floor: AtomicU64,
     /// Audit events of answers decided without a write, written with the next commit.
     buffered_audit: Mutex<Vec<AuditEvent>>,
 }
@@ -211,7 +213,7 @@ impl Store {
         clock: Arc<dyn Clock>,
         init: Initialiser,
     ) -> Result<Store, OpenError> {
-        let Meta { secret, clock_high_water } = init.run(&db)?;
+        let Meta { secret, clock_high_water, fence_floor } = init.run(&db)?;
         let next_sequence = {
             let read = db.begin_read()?;
             let audit = read.open_table(AUDIT)?;
@@ -233,6 +235,7 @@ impl Store {
             secret,
             audit_sequence: AtomicU64::new(next_sequence),
             group: GroupCommit::default(),
+            fence_floor: AtomicU64::new(fence_floor),
             buffered_audit: Mutex::new(Vec::new()),
         })
     }
@@ -261,6 +264,17 @@ impl Store {
 
     pub(crate) fn key_hash_of(&self, scoped: &[u8]) -> KeyHash {
         KeyHash::compute(&self.secret, scoped)
+    }
+
+    pub(crate) fn fence_floor(&self) -> u64 {
+        self.fence_floor.load(Ordering::SeqCst)
+    }
+
+    /// Raises the fence floor before a removal commits (raising it early is harmless).
+    pub(crate) fn raise_fence_floor(&self, tx: &WriteTransaction, fence: u64) -> Result<(), Error> {
+        let floor = self.fence_floor.fetch_max(fence, Ordering::SeqCst).max(fence);
+        tx.open_table(META)?.insert(META_FENCE_FLOOR, floor.to_be_bytes().as_slice())?;
+        Ok(())
     }
 
     pub(crate) fn next_audit_sequence(&self) -> u64 {
@@ -405,7 +419,7 @@ impl Store {
         let encoded = scoped.encode();
         let Some(record) = self.get_encoded(&encoded)? else { return Ok(None) };
         let now = self.now();
-        let decision = decide(Some(&record), fingerprint, now, self.policy(scoped.scope.operation()));
+        let decision = decide_above(Some(&record), fingerprint, now, self.policy(scoped.scope.operation()), self.fence_floor());
         if decision.write.is_some() {
             return Ok(None);
         }
@@ -562,6 +576,10 @@ impl Store {
             self.write(|_| Ok::<(), Error>(()))?;
         }
         Ok(())
+    }
+
+    pub(crate) fn buffered_audit_events(&self) -> Vec<AuditEvent> {
+        self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     pub(crate) fn take_buffered_audit(&self) -> Vec<AuditEvent> {

@@ -32,6 +32,7 @@ pub(crate) const META_MAGIC: &str = "magic";
 pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_SECRET: &str = "audit_secret";
 pub(crate) const META_CLOCK: &str = "clock_high_water";
+pub(crate) const META_FENCE_FLOOR: &str = "fence_floor";
 
 /// Key of an expiry index entry.
 pub(crate) fn expiry_key(due: Timestamp, scoped: &[u8]) -> Vec<u8> {

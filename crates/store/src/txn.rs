@@ -3,7 +3,7 @@
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    decide, decode_record, encode_record, encode_versioned, validate_correlation, Failure, Fingerprint,
+    decide_above, decode_record, encode_record, encode_versioned, validate_correlation, Failure, Fingerprint,
     IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, Verdict,
 };
 
@@ -85,7 +85,7 @@ impl<'s> Txn<'s> {
         let encoded = scoped.encode();
         let existing = self.load(&encoded)?;
         let policy = self.store.policy(scope.operation());
-        let decision = decide(existing.as_ref(), fingerprint, self.now, policy);
+        let decision = decide_above(existing.as_ref(), fingerprint, self.now, policy, self.store.fence_floor());
         if let Some(record) = &decision.write {
             self.put(&encoded, existing.as_ref(), record)?;
         }
@@ -202,8 +202,9 @@ impl<'s> Txn<'s> {
         Ok(())
     }
 
-    /// Removes a record and its index entry.
+    /// Removes a record and its index entry, keeping its fence as the floor for later bindings.
     pub(crate) fn remove(&mut self, encoded: &[u8], previous: &Record) -> Result<(), Error> {
+        self.store.raise_fence_floor(&self.tx, previous.fence)?;
         self.tx.open_table(RECORDS)?.remove(encoded)?;
         self.move_index(encoded, previous.due_at(), None)?;
         self.remember(encoded, None);
