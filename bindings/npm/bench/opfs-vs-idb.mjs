@@ -2,7 +2,8 @@
 // Benchmark (not a test): durable intent creation per second in one Chromium page's
 // dedicated worker, through the package's OPFS store, against IndexedDB puts with
 // `durability: 'strict'`, each in its own transaction; then a batched variant of each (OPFS:
-// eventual durability and one flush per batch; IndexedDB: one strict transaction per batch).
+// `createIntents`, one transaction and one durable flush per batch; IndexedDB: one strict
+// transaction per batch).
 // Prints the OPFS / IndexedDB ratios.
 //
 //   bash scripts/test-all.sh   # once: builds, packs and installs the tarball in .scratch/

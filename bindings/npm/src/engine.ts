@@ -43,6 +43,7 @@ export interface RawStore {
   get(tenant: string, operation: string, key: string): any;
   purgeExpired(budget: number): any;
   createIntent(tenant: string, operation: string, key: string | null | undefined, request: Uint8Array, canonical: unknown): any;
+  createIntents(tenant: string, operation: string, requests: Uint8Array[], keys: string[] | null, canonical: unknown): any[];
   getIntent(tenant: string, operation: string, key: string): any;
   recordAttempt(tenant: string, operation: string, key: string, outcome: string, status?: number | null): any;
   recordResponse(tenant: string, operation: string, key: string, status: number, headers: unknown, body: Uint8Array): any;

@@ -203,6 +203,17 @@ export class Store {
     );
   }
 
+  /**
+   * Creates several intents in one write transaction: one durable commit (one flush) for the
+   * whole batch, all stored or none. `options.keys[i]` gives the key of `requests[i]`.
+   */
+  createIntents(scope: Scope, requests: JsonRequest[], options?: { keys?: string[]; canonical?: CanonicalOptions }): Intent[] {
+    checkScope(scope);
+    return guard(() =>
+      this.#raw.createIntents(scope.tenant, scope.operation, requests.map(jsonBytes), options?.keys ?? null, options?.canonical ?? null),
+    );
+  }
+
   /** One intent, or `null`. */
   getIntent(scope: Scope, key: string): Intent | null {
     checkScope(scope);

@@ -256,6 +256,34 @@ impl WasmStore {
         Ok(convert::intent(&intent))
     }
 
+    /// Creates several intents in one write transaction (one durable commit), all or none.
+    /// `keys` (optional) gives each intent's key; missing ones are made from
+    /// `crypto.getRandomValues`.
+    #[wasm_bindgen(js_name = createIntents)]
+    pub fn create_intents(
+        &self,
+        tenant: &str,
+        operation: &str,
+        requests: Vec<js_sys::Uint8Array>,
+        keys: Option<Vec<String>>,
+        canonical: JsValue,
+    ) -> Result<Array, JsValue> {
+        let scope = scope(tenant, operation)?;
+        let mut made = Vec::with_capacity(requests.len());
+        for index in 0..requests.len() {
+            made.push(match keys.as_ref().and_then(|k| k.get(index)) {
+                Some(k) => key(k)?,
+                None => random::key()?,
+            });
+        }
+        let bodies: Vec<Vec<u8>> = requests.iter().map(js_sys::Uint8Array::to_vec).collect();
+        let batch: Vec<(&Scope, &IdempotencyKey, &[u8])> =
+            made.iter().zip(&bodies).map(|(k, body)| (&scope, k, body.as_slice())).collect();
+        let canon = convert::canonicalizer(&canonical)?;
+        let intents = self.store()?.create_intents(&batch, &canon).map_err(from_intent)?;
+        Ok(intents.iter().map(convert::intent).collect())
+    }
+
     /// One intent, or `null`.
     #[wasm_bindgen(js_name = getIntent)]
     pub fn get_intent(&self, tenant: &str, operation: &str, key_str: &str) -> Result<JsValue, JsValue> {

@@ -112,16 +112,20 @@ const commands = {
     return true;
   },
   // Benchmark: durable intent creations per second through OPFS, one commit (one flush) each,
-  // and batched (eventual durability, one flush per batch).
+  // and batched (`createIntents`: one transaction, one durable commit per batch).
   async benchOpfs({ name, count, batch }) {
     await deleteOpfsStore(name);
-    const s = await openOpfsStore(name, batch ? { durability: 'eventual' } : {});
+    const s = await openOpfsStore(name);
     const t0 = performance.now();
-    for (let i = 0; i < count; i++) {
-      s.createIntent(scope, { i, amount: '10.00' });
-      if (batch && (i + 1) % batch === 0) s.flush();
+    if (batch) {
+      for (let i = 0; i < count; i += batch) {
+        const requests = [];
+        for (let j = i; j < Math.min(count, i + batch); j++) requests.push({ i: j, amount: '10.00' });
+        s.createIntents(scope, requests);
+      }
+    } else {
+      for (let i = 0; i < count; i++) s.createIntent(scope, { i, amount: '10.00' });
     }
-    if (batch) s.flush();
     const ms = performance.now() - t0;
     s.close();
     return { perSecond: (count / ms) * 1000, ms };

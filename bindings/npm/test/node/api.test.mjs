@@ -92,6 +92,16 @@ describe('intents', () => {
     assert.throws(() => store.recordAttempt(scope, 'missing-key', { outcome: 'sent' }), NotFoundError);
   });
 
+  test('a batch of intents is one commit: all or nothing', async () => {
+    const store = await openMemoryStore();
+    const made = store.createIntents(scope, [{ n: 1 }, { n: 2 }, '{"n":3}'], { keys: ['k-1', 'k-2'] });
+    assert.deepEqual(made.map((i) => i.key).slice(0, 2), ['k-1', 'k-2']);
+    assert.match(made[2].key, /^[0-9a-f-]{36}$/);
+    assert.throws(() => store.createIntents(scope, [{ n: 4 }, { n: 99 }], { keys: ['k-4', 'k-1'] }), KeyReusedError);
+    assert.equal(store.getIntent(scope, 'k-4'), null);
+    assert.equal(store.pendingIntents().length, 3);
+  });
+
   test('errors are typed Error subclasses with stable codes, never strings', async () => {
     const store = await openMemoryStore();
     const cases = [
