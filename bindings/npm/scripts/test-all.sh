@@ -95,6 +95,21 @@ fi
 export IDEMDB_CARGO_TOML="$ROOT/Cargo.toml"
 export IDEMDB_SCRATCH="$SCRATCH/project"
 
+step "Rust-side tests of the bindings in wasm32 (wasm-bindgen-test-runner, in Node)"
+WASM_OUT=$(mktemp)
+(cd "$ROOT" && CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+  cargo test -p idemdb-wasm --target wasm32-unknown-unknown --test wasm) > "$WASM_OUT" 2>&1
+WASM_STATUS=$?
+# Shown as "wasm32 result:" so that a repository-wide runner counting cargo's "test result:"
+# lines does not count these twice (they are in this script's closing line).
+sed -E 's/test result:/wasm32 result:/' "$WASM_OUT" | grep -E '^(test |wasm32 result|error|failures)' | sed 's/^/  /'
+wasm_pass=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$WASM_OUT" | awk '{s+=$4} END {print s+0}')
+wasm_fail=$(grep -Eo '[0-9]+ passed; [0-9]+ failed' "$WASM_OUT" | awk '{s+=$3} END {print s+0}')
+if [ "$WASM_STATUS" -ne 0 ] && [ "$wasm_fail" -eq 0 ]; then tail -n 30 "$WASM_OUT"; wasm_fail=1; fi
+echo "  wasm32: $wasm_pass ok, $wasm_fail failed"
+PASSED=$((PASSED + wasm_pass)); FAILED=$((FAILED + wasm_fail))
+rm -f "$WASM_OUT"
+
 step "Node: ESM and CommonJS against the installed tarball"
 cd "$SCRATCH/project"
 rm -f payments.idemdb payments.idemdb.lock

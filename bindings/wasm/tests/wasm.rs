@@ -1,0 +1,106 @@
+//! The bindings as JavaScript sees them, inside wasm32 (run by `wasm-bindgen-test-runner` in
+//! Node): stores on every backend that needs no browser, snapshots, typed JS errors, keys.
+#![cfg(target_arch = "wasm32")]
+
+use idemdb_wasm::{new_key, HostStorage, WasmStore};
+use js_sys::Reflect;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+#[wasm_bindgen(inline_js = "
+export function memoryHost() {
+  const host = { bytes: new Uint8Array(0), flushes: 0, failWrites: false };
+  host.read = (offset, out) => out.set(host.bytes.subarray(offset, offset + out.length));
+  host.write = (offset, data) => { if (host.failWrites) throw new Error('disk full'); host.bytes.set(data, offset); };
+  host.size = () => host.bytes.length;
+  host.truncate = (length) => { const next = new Uint8Array(length); next.set(host.bytes.subarray(0, Math.min(length, host.bytes.length))); host.bytes = next; };
+  host.flush = () => { host.flushes += 1; };
+  return host;
+}
+")]
+extern "C" {
+    fn memoryHost() -> HostStorage;
+}
+
+fn get(value: &JsValue, key: &str) -> JsValue {
+    Reflect::get(value, &key.into()).expect("property")
+}
+
+fn string(value: &JsValue, key: &str) -> String {
+    get(value, key).as_string().expect("a string")
+}
+
+fn request(json: &str) -> Vec<u8> {
+    json.as_bytes().to_vec()
+}
+
+#[wasm_bindgen_test]
+fn memory_store_intents_and_snapshot_round_trip() {
+    let store = WasmStore::open_memory(None, JsValue::NULL).expect("open");
+    let intent = store
+        .create_intent("me", "pay", None, &request(r#"{"b":1,"a":2}"#), JsValue::NULL)
+        .expect("create");
+    assert_eq!(string(&intent, "state"), "pending");
+    let key = string(&intent, "key");
+    assert_eq!(key.len(), 36);
+    let canonical = js_sys::Uint8Array::from(get(&intent, "request")).to_vec();
+    assert_eq!(canonical, br#"{"a":2,"b":1}"#);
+
+    let snapshot = store.export_snapshot().expect("export");
+    let copy = WasmStore::open_memory(Some(snapshot), JsValue::NULL).expect("reopen");
+    let pending = copy.pending_intents().expect("pending");
+    assert_eq!(pending.length(), 1);
+    assert_eq!(string(&pending.get(0), "key"), key);
+}
+
+#[wasm_bindgen_test]
+fn host_backend_flushes_once_per_commit_and_reports_failed_writes() {
+    let host = memoryHost();
+    let store = WasmStore::open_host(host.clone(), JsValue::NULL).expect("open");
+    let flushes = || get(&host, "flushes").as_f64().expect("count");
+    let before = flushes();
+    store.create_intent("me", "pay", Some("k-1".into()), &request("{}"), JsValue::NULL).expect("create");
+    assert_eq!(flushes() - before, 1.0);
+
+    Reflect::set(&host, &"failWrites".into(), &true.into()).expect("set");
+    let error = store.create_intent("me", "pay", Some("k-2".into()), &request("{}"), JsValue::NULL).expect_err("fails");
+    assert!(error.is_instance_of::<js_sys::Error>());
+    assert_eq!(string(&error, "code"), "IDEMDB_STORAGE");
+    assert!(string(&error, "message").contains("disk full"));
+
+    Reflect::set(&host, &"failWrites".into(), &false.into()).expect("set");
+    let mut store = store;
+    store.close();
+    let reopened = WasmStore::open_host(host, JsValue::NULL).expect("reopen");
+    let all = reopened.list_intents().expect("list");
+    assert_eq!(all.length(), 1, "the failed intent was not stored; the earlier one was");
+    assert_eq!(string(&all.get(0), "key"), "k-1");
+}
+
+#[wasm_bindgen_test]
+fn errors_are_js_errors_with_stable_codes() {
+    let store = WasmStore::open_memory(None, JsValue::NULL).expect("open");
+    let cases: [(Result<JsValue, JsValue>, &str); 3] = [
+        (store.create_intent("me", "pay", None, &request("{oops"), JsValue::NULL), "IDEMDB_INVALID_REQUEST"),
+        (store.create_intent("me", "pay", Some("bad key".into()), &request("{}"), JsValue::NULL), "IDEMDB_INVALID_KEY"),
+        (store.abandon_intent("me", "pay", "missing", "reason"), "IDEMDB_NOT_FOUND"),
+    ];
+    for (result, code) in cases {
+        let error = result.expect_err(code);
+        assert!(error.is_instance_of::<js_sys::Error>(), "{code} is an Error");
+        assert_eq!(string(&error, "code"), code);
+        assert_eq!(string(&error, "name"), "IdemdbError");
+    }
+    let mut store = store;
+    store.close();
+    assert_eq!(string(&store.pending_intents().map(JsValue::from).expect_err("closed"), "code"), "IDEMDB_CLOSED");
+}
+
+#[wasm_bindgen_test]
+fn keys_are_uuid_v4_from_the_platform_csprng() {
+    let a = new_key().expect("key");
+    let b = new_key().expect("key");
+    assert_ne!(a, b);
+    assert_eq!(&a[14..15], "4");
+    assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
+}
