@@ -101,13 +101,19 @@ fn git_describe() -> String {
     }
 }
 
-/// `/proc/self/io`: bytes this process caused to be sent to the block layer, and its write
-/// system calls. Process-wide, so only meaningful while one system runs.
+/// `/proc/self/io` and `/proc/self/stat`: bytes this process caused to be sent to the block
+/// layer, its write system calls, and the CPU time of all its threads. Process-wide, so only
+/// meaningful while one system runs.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ProcIo {
     pub(crate) write_bytes: u64,
     pub(crate) write_calls: u64,
+    /// User + system CPU time in clock ticks (1/100 s on Linux).
+    pub(crate) cpu_ticks: u64,
 }
+
+/// Clock ticks per second of `/proc/self/stat` (`USER_HZ`, 100 on every Linux build in use).
+pub(crate) const TICKS_PER_SEC: f64 = 100.0;
 
 impl ProcIo {
     pub(crate) fn now() -> Option<ProcIo> {
@@ -129,6 +135,14 @@ impl ProcIo {
                 _ => {}
             }
         }
+        // Fields after the command name (which may hold spaces) start at field 3 (state);
+        // utime and stime are fields 14 and 15.
+        let stat = fs::read_to_string("/proc/self/stat").ok()?;
+        let after_name = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let utime: u64 = fields.get(11)?.parse().ok()?;
+        let stime: u64 = fields.get(12)?.parse().ok()?;
+        io.cpu_ticks = utime + stime;
         (seen == 2).then_some(io)
     }
 
@@ -136,6 +150,7 @@ impl ProcIo {
         ProcIo {
             write_bytes: self.write_bytes.saturating_sub(earlier.write_bytes),
             write_calls: self.write_calls.saturating_sub(earlier.write_calls),
+            cpu_ticks: self.cpu_ticks.saturating_sub(earlier.cpu_ticks),
         }
     }
 }

@@ -19,15 +19,15 @@ mod lookup;
 mod measure;
 mod purge;
 mod report;
+mod results;
 mod space;
 mod sqlite;
+mod targets;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::data::Res;
-use crate::measure::Summary;
-use crate::report::{Target, Verdict, micros, rate, table};
 
 /// Sizes of one run.
 struct Plan {
@@ -52,8 +52,8 @@ impl Plan {
     fn full() -> Plan {
         Plan {
             quick: false,
-            durable_rounds: 5,
-            durable_ops: 500,
+            durable_rounds: 10,
+            durable_ops: 250,
             callers: vec![1, 2, 16, 64],
             sqlite_callers: vec![1, 16],
             concurrent_rounds: 3,
@@ -72,8 +72,8 @@ impl Plan {
     fn quick() -> Plan {
         Plan {
             quick: true,
-            durable_rounds: 2,
-            durable_ops: 100,
+            durable_rounds: 4,
+            durable_ops: 50,
             callers: vec![1, 2, 16, 64],
             sqlite_callers: vec![1, 16],
             concurrent_rounds: 1,
@@ -202,7 +202,7 @@ fn run() -> Res<()> {
     }
     println!();
 
-    let mut results = Results::default();
+    let mut results = results::Results::default();
     if wanted("durable") {
         progress(started, "durable single-caller workloads (floors, raw redb, idemdb, SQLite)");
         results.durable = Some(durable::run(dir, plan.durable_rounds, plan.durable_ops)?);
@@ -238,371 +238,22 @@ fn run() -> Res<()> {
     progress(started, "done");
     if let Some(load) = env::load_average() {
         println!("- load average (1 min) at the end: {load}");
-        println!();
     }
 
-    println!("## Targets\n");
-    print!("{}", report::targets_table(&targets(&results)));
+    if let Some(flush) = results.durable.as_ref().and_then(|d| d.floor_in_place.p50) {
+        println!("- one flush (4 KiB overwrite + fdatasync) took p50 {} µs in this run", report::micros(flush));
+        if flush > 1e-3 {
+            println!(
+                "- WARNING: flushes this slow (a throttled or busy disk) dominate every durable commit, so the \
+                 single-caller ratios measure the disk, not the engines; re-run when the disk is idle"
+            );
+        }
+    }
     println!();
-    print_details(&results, &plan);
+    println!("## Targets\n");
+    print!("{}", report::targets_table(&targets::targets(&results)));
+    println!();
+    results::print_details(&results, plan.purge_budget);
     println!("total run time: {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
-}
-
-/// What the sections measured (absent when `--only` left a section out).
-#[derive(Default)]
-struct Results {
-    durable: Option<durable::Durable>,
-    concurrent: Option<concurrent::Concurrent>,
-    lookup: Option<lookup::Lookup>,
-    purges: Vec<purge::PurgeRun>,
-    space: Option<space::Space>,
-    canon: Vec<canon::CanonRow>,
-}
-
-fn print_details(results: &Results, plan: &Plan) {
-    println!("## Raw numbers\n");
-    let mut rows: Vec<Summary> = Vec::new();
-    if let Some(d) = &results.durable {
-        rows.extend(
-            [
-                &d.floor,
-                &d.floor_in_place,
-                &d.raw_redb,
-                &d.reserve,
-                &d.reserve_no_audit,
-                &d.complete,
-                &d.reserve_complete,
-                &d.two_commit,
-                &d.execute,
-            ]
-            .into_iter()
-            .cloned(),
-        );
-        rows.extend(
-            [
-                &d.sqlite_full_reserve,
-                &d.sqlite_full_complete,
-                &d.sqlite_full_one_txn,
-                &d.sqlite_normal_reserve,
-                &d.sqlite_normal_complete,
-            ]
-            .into_iter()
-            .flatten()
-            .cloned(),
-        );
-    }
-    if let Some(c) = &results.concurrent {
-        rows.extend(c.idemdb.iter().map(|(_, s)| s.clone().with_note("µs/op = 1 / total rate")));
-        rows.extend(c.sqlite_full.iter().map(|(_, s)| s.clone().with_note("µs/op = 1 / total rate")));
-    }
-    if let Some(l) = &results.lookup {
-        let lookup_note = format!("{} records", l.records);
-        rows.extend(
-            [Some(&l.idemdb), Some(&l.idemdb_no_audit), Some(&l.raw_redb), l.sqlite.as_ref()]
-                .into_iter()
-                .flatten()
-                .map(|s| {
-                    let note =
-                        if s.note.is_empty() { lookup_note.clone() } else { format!("{lookup_note}; {}", s.note) };
-                    s.clone().with_note(note)
-                }),
-        );
-    }
-    print!("{}", report::summaries_table(&rows));
-    println!();
-    println!(
-        "flushes/op, writes/op and KiB written/op count calls into redb's storage backend (the floors count their \
-         own); device KiB/op is /proc/self/io write_bytes (n/a where the OS does not expose it)."
-    );
-    if let Some(l) = &results.lookup {
-        println!(
-            "Lookup stores were built in key order ({:.1} s) and read once end to end before timing (warm caches; \
-             SQLite given a 1 GiB page cache, redb's default).",
-            l.build_secs
-        );
-    }
-    println!();
-
-    if !results.purges.is_empty() {
-        println!("## Purge\n");
-        let purge_rows: Vec<Vec<String>> = results
-            .purges
-            .iter()
-            .map(|p| {
-                vec![
-                    p.stored.to_string(),
-                    p.expired.to_string(),
-                    p.calls.to_string(),
-                    format!("{:.1}", p.elapsed.as_secs_f64() * 1e3),
-                    micros(p.secs_per_record()),
-                    p.syncs.to_string(),
-                    format!("{:.0}", p.bytes as f64 / p.tombstoned.max(1) as f64),
-                    format!("{:.1}", p.build_secs),
-                ]
-            })
-            .collect();
-        print!(
-            "{}",
-            table(
-                &[
-                    "stored",
-                    "expired",
-                    &format!("purge calls (budget {})", plan.purge_budget),
-                    "ms total",
-                    "µs/record",
-                    "flushes",
-                    "bytes written/record",
-                    "build s",
-                ],
-                &purge_rows
-            )
-        );
-        println!();
-    }
-
-    if let Some(space) = &results.space {
-        println!("## Space after compaction ({0} in-progress + {0} completed records)\n", space.records_per_kind);
-        let space_rows: Vec<Vec<String>> =
-            [Some(&space.idemdb), Some(&space.idemdb_audit), Some(&space.raw_redb), space.sqlite.as_ref()]
-                .into_iter()
-                .flatten()
-                .map(|row| {
-                    vec![
-                        row.name.clone(),
-                        format!("{:.0}", row.file_per_record),
-                        format!("{:.0}", row.pages_per_record),
-                        row.stored_per_record.map_or("n/a".into(), |v| format!("{v:.0}")),
-                    ]
-                })
-                .collect();
-        print!(
-            "{}",
-            table(&["store", "file blocks B/record", "allocated pages B/record", "stored B/record"], &space_rows)
-        );
-        if space.sqlite.is_none() {
-            println!("\nSQLite: skipped ({})", sqlite::SKIPPED);
-        }
-        println!();
-    }
-
-    if !results.canon.is_empty() {
-        println!("## Canonicalise + fingerprint\n");
-        let canon_rows: Vec<Vec<String>> = results
-            .canon
-            .iter()
-            .map(|c| {
-                vec![
-                    format!("{} B", c.bytes),
-                    format!("{:.1}", c.fingerprint_mbs),
-                    format!("{:.1}", c.parse_mbs),
-                    format!("{:.2}×", c.fingerprint_mbs / c.parse_mbs),
-                ]
-            })
-            .collect();
-        print!(
-            "{}",
-            table(&["payment JSON", "fingerprint MB/s", "serde_json parse MB/s", "fingerprint / parse"], &canon_rows)
-        );
-        println!();
-    }
-}
-
-fn rate_of(summary: &Summary) -> (String, f64) {
-    (format!("{} ops/s", rate(summary.ops_per_sec())), summary.ops_per_sec())
-}
-
-/// One row per target of the issue, against baselines from this run.
-fn targets(results: &Results) -> Vec<Target> {
-    let skipped = sqlite::SKIPPED;
-    let mut out = Vec::new();
-    if let Some(durable) = &results.durable {
-        durable_targets(durable, &mut out);
-    }
-    if let Some(concurrent) = &results.concurrent {
-        // Group commit: N callers against one, same harness.
-        let one = concurrent.idemdb.iter().find(|(n, _)| *n == 1).map(|(_, s)| rate_of(s));
-        for (n, goal) in [(2, 1.2), (16, 4.5), (64, 8.0)] {
-            if let Some((_, summary)) = concurrent.idemdb.iter().find(|(c, _)| *c == n) {
-                let flushes = summary.syncs_per_op.map_or(String::new(), |f| format!(", {f:.2} flushes/op"));
-                let mut target = Target::ratio_at_least(
-                    format!("group commit: {n} callers vs 1 caller"),
-                    rate_of(summary),
-                    one.clone(),
-                    Some(goal),
-                    "no 1-caller run",
-                );
-                target.measured.push_str(&flushes);
-                out.push(target);
-            }
-        }
-        if let Some((_, sixteen)) = concurrent.idemdb.iter().find(|(c, _)| *c == 16) {
-            out.push(Target::ratio_at_least(
-                "16 callers vs SQLite FULL, 16 connections",
-                rate_of(sixteen),
-                concurrent.sqlite_full.iter().find(|(c, _)| *c == 16).map(|(_, s)| rate_of(s)),
-                Some(3.0),
-                skipped,
-            ));
-        }
-    }
-    if let Some(durable) = &results.durable {
-        out.push(Target::ratio_at_least(
-            "same-db reserve-run-complete: execute vs 2 commits",
-            rate_of(&durable.execute),
-            Some(rate_of(&durable.two_commit)),
-            Some(1.8),
-            skipped,
-        ));
-    }
-    if let Some(lookup) = &results.lookup {
-        // Replay lookups: rates are 1 / mean latency.
-        let idem_mean = lookup.idemdb.secs_per_op;
-        out.push(Target::ratio_at_least(
-            format!("replay lookup vs SQLite PK select ({} records)", lookup.records),
-            (format!("{} µs/op", micros(idem_mean)), 1.0 / idem_mean),
-            lookup.sqlite.as_ref().map(|s| (format!("{} µs/op", micros(s.secs_per_op)), 1.0 / s.secs_per_op)),
-            Some(2.5),
-            skipped,
-        ));
-        let p99 = lookup.idemdb.p99.unwrap_or(f64::NAN);
-        out.push(Target {
-            name: "replay lookup p99".into(),
-            measured: format!("{} µs", micros(p99)),
-            baseline: lookup
-                .sqlite
-                .as_ref()
-                .and_then(|s| s.p99)
-                .map_or("-".into(), |v| format!("SQLite {} µs", micros(v))),
-            ratio: "-".into(),
-            goal: "≤ 3 µs".into(),
-            verdict: Verdict::of(p99 <= 3e-6),
-        });
-    }
-    if let Some(space) = &results.space {
-        space_targets(space, &mut out);
-    }
-    if let [small, large] = results.purges.as_slice() {
-        let ratio = large.secs_per_record() / small.secs_per_record();
-        out.push(Target {
-            name: format!("purge time per expired record, {} vs {} stored", large.stored, small.stored),
-            measured: format!("{} µs", micros(large.secs_per_record())),
-            baseline: format!("{} µs", micros(small.secs_per_record())),
-            ratio: format!("{ratio:.2}×"),
-            goal: "≤ 1.5×".into(),
-            verdict: Verdict::of(ratio <= 1.5),
-        });
-    }
-    for c in &results.canon {
-        out.push(Target {
-            name: format!("canonicalise + fingerprint, {} B JSON", c.bytes),
-            measured: format!("{:.1} MB/s", c.fingerprint_mbs),
-            baseline: format!("serde_json parse {:.1} MB/s", c.parse_mbs),
-            ratio: format!("{:.2}×", c.fingerprint_mbs / c.parse_mbs),
-            goal: "report".into(),
-            verdict: Verdict::Report,
-        });
-    }
-    out
-}
-
-fn durable_targets(durable: &durable::Durable, out: &mut Vec<Target>) {
-    let skipped = sqlite::SKIPPED;
-    let reserve = rate_of(&durable.reserve);
-    out.extend([
-        Target::ratio_at_least(
-            "durable reserve, 1 caller vs raw redb insert",
-            reserve.clone(),
-            Some(rate_of(&durable.raw_redb)),
-            Some(0.85),
-            skipped,
-        ),
-        Target::ratio_at_least(
-            "durable reserve, audit off vs raw redb insert",
-            rate_of(&durable.reserve_no_audit),
-            Some(rate_of(&durable.raw_redb)),
-            None,
-            skipped,
-        ),
-        Target::ratio_at_least(
-            "durable reserve vs append+fdatasync floor",
-            reserve.clone(),
-            Some(rate_of(&durable.floor)),
-            None,
-            skipped,
-        ),
-        Target::ratio_at_least(
-            "durable reserve vs overwrite-in-place+fdatasync floor",
-            reserve.clone(),
-            Some(rate_of(&durable.floor_in_place)),
-            None,
-            skipped,
-        ),
-        Target::ratio_at_least(
-            "durable reserve vs SQLite FULL reserve",
-            reserve.clone(),
-            durable.sqlite_full_reserve.as_ref().map(rate_of),
-            None,
-            skipped,
-        ),
-        Target::ratio_at_least(
-            "durable reserve vs SQLite NORMAL (not durable)",
-            reserve,
-            durable.sqlite_normal_reserve.as_ref().map(rate_of),
-            None,
-            skipped,
-        ),
-    ]);
-
-    // Exactly one flush per commit in the default mode: flushes counted at the backend
-    // against durable calls made (one commit each when there is a single caller). redb adds
-    // one flush when a commit grows the file (geometric growth, so rarely); those are shown
-    // and not held against the commit path.
-    let counts: Vec<(u64, u64, u64)> = [&durable.reserve, &durable.complete, &durable.execute]
-        .iter()
-        .map(|s| s.io_total.map_or((0, 0, s.ops), |io| (io.syncs, io.grows, s.ops)))
-        .collect();
-    let grows: u64 = counts.iter().map(|c| c.1).sum();
-    out.push(Target {
-        name: "flushes per commit, 1 caller (reserve / complete / execute)".into(),
-        measured: format!(
-            "{}{}",
-            counts.iter().map(|(syncs, _, ops)| format!("{syncs}/{ops}")).collect::<Vec<_>>().join(" / "),
-            if grows > 0 {
-                format!(" (incl. {grows} file-growth flush{})", if grows == 1 { "" } else { "es" })
-            } else {
-                String::new()
-            }
-        ),
-        baseline: "floor: 1 per op".into(),
-        ratio: "-".into(),
-        goal: "exactly 1".into(),
-        verdict: Verdict::of(counts.iter().all(|(syncs, grows, ops)| syncs.saturating_sub(*grows) == *ops)),
-    });
-}
-
-fn space_targets(space: &space::Space, out: &mut Vec<Target>) {
-    // Space: file blocks per record, audit trail off (the records alone), then with it.
-    let sqlite_space = space.sqlite.as_ref().map(|s| s.file_per_record);
-    for (row, goal) in [(&space.idemdb, true), (&space.idemdb_audit, false)] {
-        let (baseline, ratio, verdict) = match sqlite_space {
-            Some(sqlite) => {
-                let ratio = row.file_per_record / sqlite;
-                (
-                    format!("SQLite {sqlite:.0} B"),
-                    format!("{ratio:.2}×"),
-                    if goal { Verdict::of(ratio <= 1.0) } else { Verdict::Report },
-                )
-            }
-            None => ("-".into(), "-".into(), Verdict::Skipped(sqlite::SKIPPED.into())),
-        };
-        out.push(Target {
-            name: format!("space per record after compact, {}", row.name),
-            measured: format!("{:.0} B", row.file_per_record),
-            baseline,
-            ratio,
-            goal: if goal { "≤ 1×".into() } else { "report".into() },
-            verdict,
-        });
-    }
 }

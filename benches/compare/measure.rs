@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Io, IoCounters};
 use crate::data::Res;
-use crate::env::ProcIo;
+use crate::env::{ProcIo, TICKS_PER_SEC};
 
 /// One timed run of `ops` operations.
 #[derive(Debug, Clone, Default)]
@@ -95,6 +95,7 @@ impl Series {
             io.map(|io| ProcIo {
                 write_bytes: sum.write_bytes + io.write_bytes,
                 write_calls: sum.write_calls + io.write_calls,
+                cpu_ticks: sum.cpu_ticks + io.cpu_ticks,
             })
         });
         let per_op = |total: u64| if ops == 0 { f64::NAN } else { total as f64 / ops as f64 };
@@ -108,6 +109,7 @@ impl Series {
             writes_per_op: io.map(|io| per_op(io.writes)),
             bytes_per_op: io.map(|io| per_op(io.bytes)),
             proc_bytes_per_op: proc_io.map(|io| per_op(io.write_bytes)),
+            cpu_per_op: proc_io.map(|io| per_op(io.cpu_ticks) / TICKS_PER_SEC),
             io_total: io,
             note: String::new(),
         }
@@ -128,6 +130,8 @@ pub(crate) struct Summary {
     pub(crate) writes_per_op: Option<f64>,
     pub(crate) bytes_per_op: Option<f64>,
     pub(crate) proc_bytes_per_op: Option<f64>,
+    /// CPU seconds (user + system, all threads) per operation.
+    pub(crate) cpu_per_op: Option<f64>,
     /// Totals behind the per-operation counts.
     pub(crate) io_total: Option<Io>,
     pub(crate) note: String,

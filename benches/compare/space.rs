@@ -24,6 +24,10 @@ pub(crate) struct SpaceRow {
 
 pub(crate) struct Space {
     pub(crate) records_per_kind: u64,
+    /// Bytes of one stored key, in-progress record and completed record (idemdb's encoding).
+    pub(crate) key_bytes: usize,
+    pub(crate) in_progress_bytes: usize,
+    pub(crate) completed_bytes: usize,
     pub(crate) idemdb: SpaceRow,
     pub(crate) idemdb_audit: SpaceRow,
     pub(crate) raw_redb: SpaceRow,
@@ -41,7 +45,26 @@ pub(crate) fn run(dir: &Path, per_kind: u64) -> Res<Space> {
         pages_per_record: s.pages as f64 / records,
         stored_per_record: None,
     });
-    Ok(Space { records_per_kind: per_kind, idemdb, idemdb_audit, raw_redb, sqlite })
+    let sample = data::request(&data::scope()?, 0)?;
+    let now = crate::now_ms_u64();
+    let in_progress_bytes = encode_record(&data::in_progress_record(sample.fingerprint, now)).len();
+    let completed_bytes = encode_record(&data::completed_record(
+        sample.fingerprint,
+        now,
+        now + data::THIRTY_DAYS_MS,
+        data::result_body(0),
+    ))
+    .len();
+    Ok(Space {
+        records_per_kind: per_kind,
+        key_bytes: sample.encoded.len(),
+        in_progress_bytes,
+        completed_bytes,
+        idemdb,
+        idemdb_audit,
+        raw_redb,
+        sqlite,
+    })
 }
 
 /// `per_kind` reservations left in progress and `per_kind` completed ones, through the public
