@@ -94,6 +94,8 @@ else
 fi
 export IDEMDB_CARGO_TOML="$ROOT/Cargo.toml"
 export IDEMDB_SCRATCH="$SCRATCH/project"
+export IDEMDB_TSC="$PKG/node_modules/typescript/bin/tsc"
+export IDEMDB_TYPE_ROOTS="$PKG/node_modules/@types"
 
 step "Rust-side tests of the bindings in wasm32 (wasm-bindgen-test-runner, in Node)"
 WASM_OUT=$(mktemp)
@@ -113,7 +115,7 @@ rm -f "$WASM_OUT"
 step "Node: ESM and CommonJS against the installed tarball"
 cd "$SCRATCH/project"
 rm -f payments.idemdb payments.idemdb.lock
-node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/api.test.cjs test/node/readme.test.mjs
+node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/api.test.cjs test/node/readme.test.mjs test/node/types.test.mjs
 cd "$PKG"
 
 step "workerd: a worker reserving and replaying through the package"
