@@ -224,6 +224,65 @@ describe('file store (Node file handle)', () => {
   });
 });
 
+describe('crash consistency (host storage that tracks written vs durable bytes)', () => {
+  /** Storage over `state.volatile`; `flush` copies it to `state.durable`; writes fail after `state.budget`. */
+  function crashingHost(state) {
+    const resize = (bytes, length) => {
+      const next = new Uint8Array(length);
+      next.set(bytes.subarray(0, Math.min(length, bytes.length)));
+      return next;
+    };
+    return {
+      read: (offset, out) => out.set(state.volatile.subarray(offset, offset + out.length)),
+      write: (offset, data) => {
+        if (state.budget-- <= 0) throw new Error('power cut');
+        state.volatile.set(data, offset);
+      },
+      size: () => state.volatile.length,
+      truncate: (length) => {
+        if (state.budget <= 0) throw new Error('power cut');
+        state.volatile = resize(state.volatile, length);
+      },
+      flush: () => {
+        if (state.budget <= 0) throw new Error('power cut');
+        state.durable = state.volatile.slice();
+      },
+    };
+  }
+  const fixed = (bytes) => crashingHost({ volatile: bytes, durable: bytes, budget: Infinity });
+
+  test('a power cut at any write: both the durable and the written image open, with every confirmed intent', async () => {
+    let cuts = 0;
+    for (let budget = 0; budget < 80; budget++) {
+      const state = { volatile: new Uint8Array(0), durable: new Uint8Array(0), budget: Infinity };
+      const store = await openHostStore(crashingHost(state));
+      const confirmed = [];
+      const attempted = [];
+      state.budget = budget;
+      for (let i = 0; i < 8; i++) {
+        const key = `k-${i}`;
+        attempted.push(key);
+        try {
+          store.createIntent(scope, { i }, { key });
+          confirmed.push(key);
+        } catch (error) {
+          assert.ok(error instanceof IdemdbError, 'a typed error');
+          cuts += 1;
+          break;
+        }
+      }
+      for (const image of [state.durable.slice(), state.volatile.slice()]) {
+        const reopened = await openHostStore(fixed(image));
+        const keys = reopened.pendingIntents().map((i) => i.key);
+        for (const key of confirmed) assert.ok(keys.includes(key), `budget ${budget}: confirmed ${key} lost`);
+        for (const key of keys) assert.ok(attempted.includes(key), `budget ${budget}: unknown ${key}`);
+        reopened.close();
+      }
+    }
+    assert.ok(cuts >= 40, `the power was cut mid-commit (${cuts} times)`);
+  });
+});
+
 describe('idempotentFetch', () => {
   let server;
   before(async () => { server = await startServer(); });
