@@ -1,6 +1,6 @@
 import { StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
 import { getEngine } from './engine.js';
-import { openRaw, type Store, type StoreOptions } from './store.js';
+import { newKey, openRaw, type Store, type StoreOptions } from './store.js';
 
 /** Options of `openOpfsStore`. */
 export interface OpfsOptions extends StoreOptions {
@@ -64,12 +64,7 @@ export async function openOpfsStoreWith(name: string, options: OpfsOptions = {})
 
   let handle: SyncHandleLike;
   try {
-    const root = await nav.storage.getDirectory();
-    const file = await root.getFileHandle(name, { create: true });
-    if (typeof file.createSyncAccessHandle !== 'function') {
-      throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'createSyncAccessHandle is only available in a dedicated worker; open the store there');
-    }
-    handle = await file.createSyncAccessHandle();
+    handle = await syncHandleFor(await nav.storage.getDirectory(), name, options);
   } catch (error) {
     release();
     if ((error as { name?: string })?.name === 'NoModificationAllowedError') throw busy(name, error);
@@ -85,6 +80,56 @@ export async function openOpfsStoreWith(name: string, options: OpfsOptions = {})
       }
     },
   );
+}
+
+function syncHandlesAvailable(): boolean {
+  const ctor = (globalThis as { FileSystemFileHandle?: { prototype: object } }).FileSystemFileHandle;
+  return !!ctor && 'createSyncAccessHandle' in ctor.prototype;
+}
+
+/**
+ * A sync access handle on the store file `name`, creating the store first when the file is
+ * missing or empty: under a temporary name, initialised and flushed, then moved into place, so
+ * a crash during creation never leaves a half-made store under `name` (leftovers are removed
+ * here). The caller holds the store's Web Lock.
+ * @internal
+ */
+export async function syncHandleFor(root: any, name: string, options: StoreOptions): Promise<any> {
+  if (!syncHandlesAvailable()) {
+    throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'createSyncAccessHandle is only available in a dedicated worker; open the store there');
+  }
+  const prefix = `${name}.creating-`;
+  for await (const entry of root.keys() as AsyncIterable<string>) {
+    if (entry.startsWith(prefix)) await root.removeEntry(entry).catch(() => undefined);
+  }
+  let file = await root.getFileHandle(name).catch((error: { name?: string }) => {
+    if (error?.name === 'NotFoundError') return undefined;
+    throw error;
+  });
+  if (file && (await file.getFile()).size === 0) {
+    await root.removeEntry(name);
+    file = undefined;
+  }
+  if (!file) {
+    const temp = await root.getFileHandle(`${prefix}${newKey().slice(0, 8)}`, { create: true });
+    if (typeof temp.move !== 'function') {
+      // No move() in this browser: create in place (a crash during creation is then visible
+      // as a store that does not open, IDEMDB_NOT_A_STORE, until the file is deleted).
+      await root.removeEntry(temp.name);
+      file = await root.getFileHandle(name, { create: true });
+    } else {
+      const handle = await temp.createSyncAccessHandle();
+      try {
+        openRaw(() => getEngine().WasmStore.openOpfs(handle, options)).close();
+        handle.flush();
+      } finally {
+        handle.close();
+      }
+      await temp.move(name);
+      file = await root.getFileHandle(name);
+    }
+  }
+  return file.createSyncAccessHandle();
 }
 
 /** Deletes an OPFS store file (it must not be open anywhere). */

@@ -1,4 +1,5 @@
 import { StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
+import { syncHandleFor } from './opfs.js';
 import { getEngine } from './engine.js';
 import { newKey, openRaw, type AttemptOutcome, type CanonicalOptions, type Intent, type JsonRequest, type Scope, type Store, type StoreOptions } from './store.js';
 
@@ -194,11 +195,6 @@ export class SharedStore {
 export async function openOpfsHeld(name: string, options: StoreOptions): Promise<Store> {
   const nav = (globalThis as { navigator?: { storage?: { getDirectory?: () => Promise<any> } } }).navigator;
   if (!nav?.storage?.getDirectory) throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'OPFS is not available here');
-  const root = await nav.storage.getDirectory();
-  const file = await root.getFileHandle(name, { create: true });
-  if (typeof file.createSyncAccessHandle !== 'function') {
-    throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'createSyncAccessHandle is only available in a dedicated worker');
-  }
-  const handle = await file.createSyncAccessHandle();
+  const handle = await syncHandleFor(await nav.storage.getDirectory(), name, options);
   return openRaw(() => getEngine().WasmStore.openOpfs(handle, options), () => handle.close());
 }

@@ -63,6 +63,20 @@ describe('OPFS durability', () => {
     await page.close();
   });
 
+  test('a crash while a store was being created leaves nothing that stops it opening', async () => {
+    const page = await openPage(context, site);
+    await spawn(page, 'c');
+    ok(await call(page, 'c', 'simulateCreationCrash', { name: 'created.idemdb' }));
+    ok(await call(page, 'c', 'open', { name: 'created.idemdb' }));
+    const key = ok(await call(page, 'c', 'create', { request: { created: true } }));
+    assert.deepEqual(ok(await call(page, 'c', 'pending')), [key]);
+    const names = ok(await call(page, 'c', 'entries'));
+    assert.ok(names.includes('created.idemdb'));
+    assert.ok(!names.some((n) => n.includes('.creating-')), `leftovers: ${names}`);
+    ok(await call(page, 'c', 'close'));
+    await page.close();
+  });
+
   test('intents survive a browser restart (same profile, store never closed)', async () => {
     let page = await openPage(context, site);
     await spawn(page, 'a');

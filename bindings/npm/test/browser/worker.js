@@ -107,6 +107,21 @@ const commands = {
     const copy = await openMemoryStore({ snapshot: b64.decode(base64) });
     return copy.listIntents().map((i) => i.key);
   },
+  // What a crash during creation leaves: a half-written temporary file and an empty target.
+  async simulateCreationCrash({ name }) {
+    const root = await navigator.storage.getDirectory();
+    const temp = await (await root.getFileHandle(`${name}.creating-deadbeef`, { create: true })).createSyncAccessHandle();
+    temp.write(new Uint8Array(4096).fill(7), { at: 0 });
+    temp.close();
+    await root.getFileHandle(name, { create: true });
+    return true;
+  },
+  async entries() {
+    const root = await navigator.storage.getDirectory();
+    const names = [];
+    for await (const name of root.keys()) names.push(name);
+    return names.sort();
+  },
   async delete({ name }) {
     await deleteOpfsStore(name);
     return true;
