@@ -61,7 +61,10 @@ fn range(offset: u64, len: usize, size: usize) -> std::io::Result<std::ops::Rang
     let start = usize::try_from(offset).map_err(|_| std::io::Error::other("offset beyond memory"))?;
     let end = start.checked_add(len).ok_or_else(|| std::io::Error::other("range overflows"))?;
     if end > size {
-        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("read {start}..{end} past end {size}")));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("read {start}..{end} past end {size}"),
+        ));
     }
     Ok(start..end)
 }

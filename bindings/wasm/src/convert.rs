@@ -182,7 +182,11 @@ pub(crate) fn canonicalizer(options: &JsValue) -> Result<Canonicalizer, JsValue>
                 Some("uppercase") => Normaliser::Uppercase,
                 Some("lowercase") => Normaliser::Lowercase,
                 Some("decimal") => Normaliser::DecimalAmount,
-                _ => return Err(invalid(format!("normaliser of {pointer:?} must be trim, uppercase, lowercase or decimal"))),
+                _ => {
+                    return Err(invalid(format!(
+                        "normaliser of {pointer:?} must be trim, uppercase, lowercase or decimal"
+                    )));
+                }
             };
             canon = canon.normalise(&pointer, normaliser).map_err(from_canonical)?;
         }
@@ -196,7 +200,11 @@ pub(crate) fn attempt_outcome(kind: &str, status: Option<u16>) -> Result<Attempt
         ("network_error", _) => AttemptOutcome::NetworkError,
         ("timeout", _) => AttemptOutcome::Timeout,
         ("status", Some(status)) => AttemptOutcome::Status(status),
-        _ => return Err(invalid(format!("attempt outcome must be sent, network_error, timeout or status (with a status), not {kind:?}"))),
+        _ => {
+            return Err(invalid(format!(
+                "attempt outcome must be sent, network_error, timeout or status (with a status), not {kind:?}"
+            )));
+        }
     })
 }
 
@@ -222,7 +230,9 @@ pub(crate) fn intent(intent: &Intent) -> JsValue {
         .set("createdAt", intent.created_at.as_millis() as f64)
         .set("updatedAt", intent.updated_at.as_millis() as f64);
     out = match &intent.last_attempt {
-        Some(attempt) => out.set("lastAttempt", outcome_object(attempt.outcome).set("at", attempt.at.as_millis() as f64).build()),
+        Some(attempt) => {
+            out.set("lastAttempt", outcome_object(attempt.outcome).set("at", attempt.at.as_millis() as f64).build())
+        }
         None => out.set("lastAttempt", JsValue::NULL),
     };
     match &intent.state {
@@ -275,7 +285,9 @@ pub(crate) fn reservation(reservation: Reservation, lease: impl FnOnce(idemdb::L
             };
             Obj::new().set("status", "needs_reconciliation").set("cause", cause).build()
         }
-        Reservation::Expired { outcome } => Obj::new().set("status", "expired").set("outcome", outcome.to_string()).build(),
+        Reservation::Expired { outcome } => {
+            Obj::new().set("status", "expired").set("outcome", outcome.to_string()).build()
+        }
         other => Obj::new().set("status", other.name()).build(),
     }
 }

@@ -22,4 +22,4 @@ mod random;
 mod store;
 
 pub use js_backend::HostStorage;
-pub use store::{canonicalize, fingerprint, new_key, WasmLease, WasmStore};
+pub use store::{WasmLease, WasmStore, canonicalize, fingerprint, new_key};

@@ -11,7 +11,7 @@ use wasm_bindgen::prelude::*;
 use web_sys::FileSystemSyncAccessHandle;
 
 use crate::backend::{Memory, Shared};
-use crate::convert::{self, from_intent, from_key, from_open, from_store, get, invalid, js_error, Obj};
+use crate::convert::{self, Obj, from_intent, from_key, from_open, from_store, get, invalid, js_error};
 use crate::js_backend::{HostStorage, JsBackend};
 use crate::random;
 
@@ -84,10 +84,7 @@ fn key(key: &str) -> Result<IdempotencyKey, JsValue> {
 }
 
 fn builder(options: &JsValue) -> Result<StoreBuilder, JsValue> {
-    let mut builder = Store::builder()
-        .clock(JsClock)
-        .secret_seed(random::seed()?)
-        .cache_bytes(DEFAULT_CACHE_BYTES);
+    let mut builder = Store::builder().clock(JsClock).secret_seed(random::seed()?).cache_bytes(DEFAULT_CACHE_BYTES);
     if let Some(durability) = get(options, "durability") {
         builder = builder.durability(match durability.as_string().as_deref() {
             Some("immediate") => Durability::Immediate,
@@ -174,7 +171,8 @@ impl WasmStore {
     /// Reserves `(tenant, operation, key)` for a request with the given fingerprint (hex).
     pub fn reserve(&self, tenant: &str, operation: &str, key_str: &str, fingerprint: &str) -> Result<JsValue, JsValue> {
         let fingerprint = parse_fingerprint(fingerprint)?;
-        let reservation = self.store()?.reserve(&scope(tenant, operation)?, &key(key_str)?, &fingerprint).map_err(from_store)?;
+        let reservation =
+            self.store()?.reserve(&scope(tenant, operation)?, &key(key_str)?, &fingerprint).map_err(from_store)?;
         Ok(convert::reservation(reservation, |lease| WasmLease(lease).into()))
     }
 
@@ -326,7 +324,13 @@ impl WasmStore {
 
     /// Abandons a pending intent with a reason.
     #[wasm_bindgen(js_name = abandonIntent)]
-    pub fn abandon_intent(&self, tenant: &str, operation: &str, key_str: &str, reason: &str) -> Result<JsValue, JsValue> {
+    pub fn abandon_intent(
+        &self,
+        tenant: &str,
+        operation: &str,
+        key_str: &str,
+        reason: &str,
+    ) -> Result<JsValue, JsValue> {
         let intent =
             self.store()?.abandon_intent(&scope(tenant, operation)?, &key(key_str)?, reason).map_err(from_intent)?;
         Ok(convert::intent(&intent))

@@ -2,7 +2,7 @@
 //! Node): stores on every backend that needs no browser, snapshots, typed JS errors, keys.
 #![cfg(target_arch = "wasm32")]
 
-use idemdb_wasm::{new_key, HostStorage, WasmStore};
+use idemdb_wasm::{HostStorage, WasmStore, new_key};
 use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::wasm_bindgen_test;
@@ -37,9 +37,7 @@ fn request(json: &str) -> Vec<u8> {
 #[wasm_bindgen_test]
 fn memory_store_intents_and_snapshot_round_trip() {
     let store = WasmStore::open_memory(None, JsValue::NULL).expect("open");
-    let intent = store
-        .create_intent("me", "pay", None, &request(r#"{"b":1,"a":2}"#), JsValue::NULL)
-        .expect("create");
+    let intent = store.create_intent("me", "pay", None, &request(r#"{"b":1,"a":2}"#), JsValue::NULL).expect("create");
     assert_eq!(string(&intent, "state"), "pending");
     let key = string(&intent, "key");
     assert_eq!(key.len(), 36);

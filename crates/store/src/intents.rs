@@ -41,8 +41,8 @@ use redb::{ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use idemdb_core::{
-    decode_versioned, encode_versioned, CanonicalError, Canonicalizer, DecodeError, Fingerprint, IdempotencyKey,
-    KeyError, Scope, ScopedKey, Timestamp,
+    CanonicalError, Canonicalizer, DecodeError, Fingerprint, IdempotencyKey, KeyError, Scope, ScopedKey, Timestamp,
+    decode_versioned, encode_versioned,
 };
 
 use crate::tables::INTENTS;
@@ -378,7 +378,12 @@ impl Store {
     /// # Errors
     /// [`IntentError::NotFound`]; [`IntentError::Finished`] when the intent is completed or
     /// abandoned; storage errors.
-    pub fn record_attempt(&self, scope: &Scope, key: &IdempotencyKey, outcome: AttemptOutcome) -> Result<Intent, IntentError> {
+    pub fn record_attempt(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        outcome: AttemptOutcome,
+    ) -> Result<Intent, IntentError> {
         self.update_intent(scope, key, "record an attempt", |intent, now| {
             if intent.state != IntentState::Pending {
                 return Err(IntentError::Finished { state: intent.state.name(), action: "record an attempt" });
@@ -407,7 +412,10 @@ impl Store {
     ) -> Result<Intent, IntentError> {
         let limit = self.policy(scope.operation()).max_result_bytes();
         if response.body.len() > limit {
-            return Err(IntentError::Invalid(format!("response body is {} bytes; the limit is {limit}", response.body.len())));
+            return Err(IntentError::Invalid(format!(
+                "response body is {} bytes; the limit is {limit}",
+                response.body.len()
+            )));
         }
         if response.headers.len() > MAX_RESPONSE_HEADERS {
             return Err(IntentError::Invalid(format!(
@@ -522,7 +530,11 @@ mod tests {
     }
 
     fn response(status: u16, body: &[u8]) -> IntentResponse {
-        IntentResponse { status, headers: vec![("content-type".into(), "application/json".into())], body: body.to_vec() }
+        IntentResponse {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.to_vec(),
+        }
     }
 
     #[test]
@@ -549,16 +561,19 @@ mod tests {
         let (store, _, scope, canon) = setup();
         let keys: Vec<IdempotencyKey> = (0..3).map(|i| IdempotencyKey::new(format!("b-{i}")).unwrap()).collect();
         let requests: [&[u8]; 3] = [b"{\"n\":0}", b"{\"n\":1}", b"{\"n\":2}"];
-        let batch: Vec<(&Scope, &IdempotencyKey, &[u8])> = keys.iter().zip(requests).map(|(k, r)| (&scope, k, r)).collect();
+        let batch: Vec<(&Scope, &IdempotencyKey, &[u8])> =
+            keys.iter().zip(requests).map(|(k, r)| (&scope, k, r)).collect();
         let created = store.create_intents(&batch, &canon).unwrap();
         assert_eq!(created.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(), ["b-0", "b-1", "b-2"]);
         assert_eq!(store.pending_intents().unwrap().len(), 3);
         // A batch with one bad member stores nothing, not even its good members.
         let fresh = IdempotencyKey::new("b-new").unwrap();
-        let bad: Vec<(&Scope, &IdempotencyKey, &[u8])> = vec![(&scope, &fresh, b"{}"), (&scope, &keys[0], b"{\"n\":9}")];
+        let bad: Vec<(&Scope, &IdempotencyKey, &[u8])> =
+            vec![(&scope, &fresh, b"{}"), (&scope, &keys[0], b"{\"n\":9}")];
         assert!(matches!(store.create_intents(&bad, &canon), Err(IntentError::KeyReused)));
         assert_eq!(store.intent(&scope, &fresh).unwrap(), None);
-        let invalid: Vec<(&Scope, &IdempotencyKey, &[u8])> = vec![(&scope, &fresh, b"{}"), (&scope, &keys[1], b"{oops")];
+        let invalid: Vec<(&Scope, &IdempotencyKey, &[u8])> =
+            vec![(&scope, &fresh, b"{}"), (&scope, &keys[1], b"{oops")];
         assert!(matches!(store.create_intents(&invalid, &canon), Err(IntentError::Request(_))));
         assert_eq!(store.all_intents().unwrap().len(), 3);
     }
@@ -646,7 +661,11 @@ mod tests {
         let limit = store.policy("pay").max_result_bytes();
         let big = IntentResponse { status: 200, headers: vec![], body: vec![0; limit + 1] };
         assert!(matches!(store.record_response(&scope, &key, big), Err(IntentError::Invalid(_))));
-        let many = IntentResponse { status: 200, headers: vec![("a".into(), "b".into()); MAX_RESPONSE_HEADERS + 1], body: vec![] };
+        let many = IntentResponse {
+            status: 200,
+            headers: vec![("a".into(), "b".into()); MAX_RESPONSE_HEADERS + 1],
+            body: vec![],
+        };
         assert!(matches!(store.record_response(&scope, &key, many), Err(IntentError::Invalid(_))));
         assert_eq!(store.pending_intents().unwrap().len(), 1);
     }
@@ -718,7 +737,10 @@ mod tests {
             fingerprint: Fingerprint::from_bytes([0xab; 32]),
             state: IntentState::Completed { response: response(201, b"ok") },
             attempts: 2,
-            last_attempt: Some(Attempt { at: Timestamp::from_millis(1_700_000_000_000), outcome: AttemptOutcome::Status(503) }),
+            last_attempt: Some(Attempt {
+                at: Timestamp::from_millis(1_700_000_000_000),
+                outcome: AttemptOutcome::Status(503),
+            }),
             created_at: Timestamp::from_millis(1_700_000_000_000),
             updated_at: Timestamp::from_millis(1_700_000_000_001),
         };
