@@ -69,7 +69,9 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
     println!();
     println!(
         "flushes/op, writes/op and KiB written/op count calls into redb's storage backend (the floors count their \
-         own); device KiB/op is /proc/self/io write_bytes (n/a where the OS does not expose it)."
+         own); device KiB/op is /proc/self/io write_bytes (n/a where the OS does not expose it), which counts \
+         dirtied page-cache folios: a 4 KiB overwrite inside a large folio counts the whole folio. CPU µs/op is \
+         user + system time of all threads (10 ms ticks) over the operations."
     );
     if let Some(l) = &results.lookup {
         println!(
