@@ -18,6 +18,7 @@ export interface IntentStore {
   recordAttempt(scope: Scope, key: string, attempt: AttemptOutcome): Intent | Promise<Intent>;
   recordResponse(scope: Scope, key: string, response: { status: number; headers?: [string, string][]; body?: Uint8Array | string }): Intent | Promise<Intent>;
   pendingIntents(): Intent[] | Promise<Intent[]>;
+  getIntent(scope: Scope, key: string): Intent | null | Promise<Intent | null>;
 }
 
 /** Retry schedule of `idempotentFetch`. */
@@ -167,6 +168,18 @@ export async function sendIntent(store: IntentStore, intent: Intent, options: Om
   const headerName = options.headerName ?? 'Idempotency-Key';
   let lastStatus: number | undefined;
   let lastError: unknown;
+  // Another sender (a second tab, an overlapping resume) may finish the intent while this one
+  // runs: the store then refuses our update, and we answer with what it recorded.
+  const record = async (update: () => Intent | Promise<Intent>): Promise<Intent> => {
+    try {
+      return await update();
+    } catch (error) {
+      if ((error as { code?: string })?.code !== 'IDEMDB_INTENT_FINISHED') throw error;
+      const stored = await store.getIntent(scope, intent.key);
+      if (!stored) throw error;
+      return stored;
+    }
+  };
   for (let attempt = 1; ; attempt++) {
     if (intent.state === 'completed') {
       if (intent.response.status === 422) {
@@ -193,7 +206,8 @@ export async function sendIntent(store: IntentStore, intent: Intent, options: Om
     const body = descriptor.body !== undefined ? JSON.stringify(descriptor.body) : descriptor.bodyText;
 
     // Durable before the request leaves: a crash mid-send is seen as an attempt at start-up.
-    intent = await store.recordAttempt(scope, intent.key, { outcome: 'sent' });
+    intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'sent' }));
+    if (intent.state !== 'pending') continue;
     const timeout = new AbortController();
     const timer = setTimeout(() => timeout.abort(), retry.timeoutMs);
     const onAbort = () => timeout.abort();
@@ -210,7 +224,8 @@ export async function sendIntent(store: IntentStore, intent: Intent, options: Om
 
     if (response === undefined) {
       if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending', { cause: lastError });
-      intent = await store.recordAttempt(scope, intent.key, { outcome: timeout.signal.aborted ? 'timeout' : 'network_error' });
+      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: timeout.signal.aborted ? 'timeout' : 'network_error' }));
+      if (intent.state !== 'pending') continue;
       await sleep(backoffMs(attempt, retry), options.signal);
       continue;
     }
@@ -218,7 +233,8 @@ export async function sendIntent(store: IntentStore, intent: Intent, options: Om
     if (retryable(response.status)) {
       const wait = retryAfterMs(response, retry.maxDelayMs) ?? backoffMs(attempt, retry);
       await response.body?.cancel().catch(() => undefined);
-      intent = await store.recordAttempt(scope, intent.key, { outcome: 'status', status: response.status });
+      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'status', status: response.status }));
+      if (intent.state !== 'pending') continue;
       await sleep(wait, options.signal);
       continue;
     }
@@ -228,11 +244,12 @@ export async function sendIntent(store: IntentStore, intent: Intent, options: Om
     } catch (error) {
       // The body was lost in transit: the server has answered, but we did not hear all of it.
       lastError = error;
-      intent = await store.recordAttempt(scope, intent.key, { outcome: 'network_error' });
+      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'network_error' }));
+      if (intent.state !== 'pending') continue;
       await sleep(backoffMs(attempt, retry), options.signal);
       continue;
     }
-    intent = await store.recordResponse(scope, intent.key, { status: response.status, headers: keptHeaders(response), body: bytes });
+    intent = await record(() => store.recordResponse(scope, intent.key, { status: response.status, headers: keptHeaders(response), body: bytes }));
   }
 }
 

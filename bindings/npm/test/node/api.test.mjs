@@ -26,6 +26,7 @@ import {
   openHostStore,
   openMemoryStore,
   resumePending,
+  sendIntent,
 } from 'idemdb';
 import { startServer } from '../server.mjs';
 
@@ -346,6 +347,18 @@ describe('idempotentFetch', () => {
     const intent = abandonedStore.createIntent(scope, { method: 'POST', url: `${server.url}/api/pay`, headers: {} });
     abandonedStore.abandonIntent(scope, intent.key, 'user gave up');
     await assert.rejects(idempotentFetch(abandonedStore, `${server.url}/api/pay`, { scope, key: intent.key, init: { method: 'POST' } }), (e) => e instanceof AbandonedError || e instanceof KeyReusedError);
+  });
+
+  test('two senders of the same intent at once: one effect, both get the recorded response', async () => {
+    server.reset();
+    const store = await openMemoryStore();
+    const intent = store.createIntent(scope, { method: 'POST', url: `${server.url}/api/pay?drop=1`, headers: { 'content-type': 'application/json' }, body: { n: 9 } });
+    const [a, b] = await Promise.all([sendIntent(store, intent, { retry: fast }), sendIntent(store, intent, { retry: fast })]);
+    assert.equal(a.status, 201);
+    assert.equal(b.status, 201);
+    assert.equal(server.state.effects, 1);
+    assert.deepEqual(new Set(server.state.seen), new Set([intent.key]));
+    assert.equal(store.getIntent(scope, intent.key).state, 'completed');
   });
 
   test('autoResume resumes at start-up', async () => {
