@@ -204,6 +204,7 @@ impl StoreBuilder {
     pub fn open_backend(self, backend: impl StorageBackend) -> Result<Store, OpenError> {
         let config = self.config()?;
         let clock = self.resolve_clock()?;
+        discard_unfinished_creation(&backend)?;
         let db = self.redb_builder().create_with_backend(backend)?;
         let init = self.check(true)?;
         Store::from_parts(db, None, config, clock, init)
@@ -292,6 +293,45 @@ impl StoreBuilder {
         sync_parent(path).map_err(io("sync directory of", path))?;
         Ok(())
     }
+}
+
+/// Length of redb's magic number, which starts every redb database.
+const REDB_MAGIC_LEN: usize = 9;
+
+/// Empties a backend whose redb creation never finished, so that creation starts again.
+///
+/// redb creates a database by sizing the storage, writing its header *without* the magic
+/// number, syncing, and only then writing the magic number. A crash or an I/O error before the
+/// magic number is durable leaves an image that redb refuses for ever ("magic number mismatch"),
+/// although nothing was ever committed to it. (`StoreBuilder::open` avoids this for files by
+/// creating under a temporary name; a backend has no rename.) Such an image is recognised
+/// strictly: no magic number (its bytes are zero) and nothing but zeros after the first sector,
+/// where the header lives. Any other content is left untouched, and redb refuses it as before.
+fn discard_unfinished_creation(backend: &impl StorageBackend) -> Result<(), OpenError> {
+    let io = |error: std::io::Error| OpenError::from(redb::StorageError::Io(error));
+    let len = backend.len().map_err(io)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let head_len = len.min(REDB_MAGIC_LEN as u64) as usize;
+    let mut head = [0u8; REDB_MAGIC_LEN];
+    backend.read(0, &mut head[..head_len]).map_err(io)?;
+    if head != [0u8; REDB_MAGIC_LEN] {
+        return Ok(());
+    }
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut offset = 512u64.min(len);
+    while offset < len {
+        let take = (len - offset).min(chunk.len() as u64) as usize;
+        backend.read(offset, &mut chunk[..take]).map_err(io)?;
+        if chunk[..take].iter().any(|byte| *byte != 0) {
+            return Ok(());
+        }
+        offset += take as u64;
+    }
+    backend.set_len(0).map_err(io)?;
+    backend.sync_data().map_err(io)?;
+    Ok(())
 }
 
 #[cfg(unix)]
@@ -400,4 +440,71 @@ fn os_secret() -> Result<[u8; 32], OpenError> {
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 fn os_secret() -> Result<[u8; 32], OpenError> {
     Err(OpenError::MissingPlatform("a random source"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use redb::StorageBackend;
+    use redb::backends::InMemoryBackend;
+
+    use crate::{OpenError, Store};
+
+    /// A handle on an in-memory image that the test keeps after giving one to the store.
+    #[derive(Debug, Clone, Default)]
+    struct Shared(Arc<InMemoryBackend>);
+
+    impl StorageBackend for Shared {
+        fn len(&self) -> Result<u64, std::io::Error> {
+            self.0.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+            self.0.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+            self.0.set_len(len)
+        }
+        fn sync_data(&self) -> Result<(), std::io::Error> {
+            self.0.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+            self.0.write(offset, data)
+        }
+    }
+
+    /// Regression (found by the crash sweep of `crates/reliability`): a crash or a failed write
+    /// while redb created the database on a backend left the storage sized, with redb's header
+    /// written but not its magic number. redb refused that image for ever ("magic number
+    /// mismatch"), so a store whose creation was interrupted never opened again.
+    #[test]
+    fn a_backend_whose_creation_was_interrupted_opens_as_a_new_store() {
+        let image = Shared::default();
+        image.set_len(1 << 20).unwrap();
+        // The header redb writes before its magic number: zeros where the magic goes.
+        image.write(9, &[1, 2, 3, 4]).unwrap();
+        let store = Store::builder().secret_seed([1; 32]).open_backend(image.clone()).expect("opens as a new store");
+        drop(store);
+        assert!(Store::builder().open_backend(image).is_ok(), "and opens again");
+    }
+
+    #[test]
+    fn a_backend_with_other_content_is_refused_and_left_untouched() {
+        for (offset, bytes) in [(0u64, &b"not a store"[..]), (4096, &b"data after the header"[..])] {
+            let image = Shared::default();
+            image.set_len(1 << 16).unwrap();
+            image.write(offset, bytes).unwrap();
+            let before = {
+                let mut all = vec![0u8; 1 << 16];
+                image.read(0, &mut all).unwrap();
+                all
+            };
+            let refused = Store::builder().secret_seed([1; 32]).open_backend(image.clone());
+            assert!(matches!(refused, Err(OpenError::NotAStore { .. })), "{refused:?}");
+            let mut after = vec![0u8; 1 << 16];
+            image.read(0, &mut after).unwrap();
+            assert_eq!(image.len().unwrap(), 1 << 16);
+            assert!(before == after, "the refused image was changed");
+        }
+    }
 }

@@ -1,0 +1,43 @@
+//! The reliability harness of idemdb: proves "one effect per intent, no lost result" under
+//! crashes, `kill -9`, races and bad input, with numbers.
+//!
+//! * [`fault`]: a redb storage backend that keeps the live and the durable image apart and
+//!   fails, fails for good, or crashes at the N-th write / `set_len` / `sync_data`, leaving a
+//!   random subset of unsynced writes, some torn at 512-byte boundaries;
+//! * [`ledger`]: the remote provider whose effect counts are the ground truth;
+//! * [`workload`]: scripts (remote effect, same-database write, uncertain outcomes with
+//!   reconciliation, purge while traffic runs) and a client that retries after every crash;
+//!   [`workload::Adapter`] also holds deliberately broken clients and disks, so tests can prove
+//!   the harness reports them;
+//! * [`sweep`]: every operation index of every workload × damage seeds, plus random points;
+//! * [`kill`]: a child process on a file store, killed with SIGKILL at random moments;
+//! * [`races`]: threads racing on shared keys over file and memory stores;
+//! * [`fuzzing`]: the bodies of the cargo-fuzz targets (in `fuzz/`), callable from tests so
+//!   every crash found becomes a regression test.
+//!
+//! ```
+//! use idemdb::Durability;
+//! use idemdb_reliability::fault::{FaultKind, FaultPlan};
+//! use idemdb_reliability::workload::{run, Injection, Scenario, Workload};
+//!
+//! let scenario = Scenario::new(Workload::Charge, Durability::Immediate);
+//! let injection = Injection {
+//!     plan: Some(FaultPlan { at: 40, kind: FaultKind::Crash }),
+//!     damage_seed: 3,
+//!     recovery_crashes: 1,
+//! };
+//! let counts = run(scenario, &injection);
+//! assert!(counts.clean(), "{counts:?}");
+//! assert_eq!((counts.lost, counts.double), (0, 0));
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod fault;
+pub mod fuzzing;
+pub mod kill;
+pub mod ledger;
+pub mod races;
+pub mod rng;
+pub mod sweep;
+pub mod workload;

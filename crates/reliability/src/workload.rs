@@ -1,0 +1,778 @@
+//! Workloads with an effect ledger outside the store, run on a [`Disk`] that can fail or crash at
+//! any operation, by a client that behaves as a real one would.
+//!
+//! One *run* ([`run`]) creates a store on a fresh disk with a fault armed, plays the workload's
+//! script, and whenever the machine dies: builds the power-cut image, reopens (possibly crashing
+//! again while the store recovers), checks integrity, checks that every outcome the client saw
+//! is still replayed, and retries every intent the client has not seen finished. It ends with a
+//! last power cut and the same checks, then counts effects in the ledger.
+//!
+//! What is counted ([`Counts`]):
+//! * **lost**: an outcome the client saw returned (with durable commits) that a later reserve
+//!   does not replay byte for byte (or, after its response TTL, as expired);
+//! * **double**: effects beyond the first for one intent, counted in the provider's ledger (or,
+//!   for same-database writes, in the application's own table);
+//! * **reopen failures**: a disk that no longer opens as a store;
+//! * **integrity failures**: `Store::verify` reports a problem after a reopen, or an
+//!   application write and its completion did not commit together.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use idemdb::redb::{ReadableTable, TableDefinition};
+use idemdb::{
+    Durability, Error, Executed, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, Lease, ManualClock,
+    OutcomeClass, Policy, Reservation, Resolution, Scope, State, Store, Timestamp,
+};
+
+use crate::fault::{Disk, FaultKind, FaultPlan};
+use crate::ledger::Provider;
+use crate::rng::{mix, Rng};
+
+/// Start of the simulated clock: 2023-11-14T22:13:20Z.
+pub const T0: u64 = 1_700_000_000_000;
+const LEASE_MS: u64 = 10_000;
+const RESPONSE_MS: u64 = 3_600_000;
+const PURGE_RESPONSE_MS: u64 = 2_000;
+const TOMBSTONE_MS: u64 = 86_400_000;
+
+/// The application table of the same-database workload: effects per intent.
+const APP_EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("app_effects");
+
+/// A workload: a short script of intents (a few, so that each crash point is cheap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// reserve → remote effect → complete, for three intents.
+    Charge,
+    /// `Store::execute`: the business write and the completion in one commit, three intents.
+    SameDb,
+    /// First attempts time out after the effect, time out before it, are declined, or fail
+    /// before any effect; retries reconcile with the provider; four intents.
+    Uncertain,
+    /// Results expire and are purged (tombstoned) between deliveries; a late retry meets the
+    /// tombstone; three intents.
+    Purge,
+}
+
+impl Workload {
+    /// Every workload.
+    pub const ALL: [Workload; 4] = [Workload::Charge, Workload::SameDb, Workload::Uncertain, Workload::Purge];
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Charge => "charge",
+            Workload::SameDb => "same-db",
+            Workload::Uncertain => "uncertain",
+            Workload::Purge => "purge",
+        }
+    }
+
+    fn intents(self) -> usize {
+        match self {
+            Workload::Uncertain => 4,
+            _ => 3,
+        }
+    }
+
+    fn response_ms(self) -> u64 {
+        match self {
+            Workload::Purge => PURGE_RESPONSE_MS,
+            _ => RESPONSE_MS,
+        }
+    }
+
+    fn script(self) -> Vec<Action> {
+        let n = self.intents();
+        match self {
+            Workload::Charge | Workload::Uncertain => (0..n).map(Action::Deliver).collect(),
+            Workload::SameDb => (0..n).map(Action::Execute).collect(),
+            Workload::Purge => vec![
+                Action::Deliver(0),
+                Action::Deliver(1),
+                Action::Advance(PURGE_RESPONSE_MS + 1),
+                Action::Purge,
+                Action::Deliver(2),
+                Action::Deliver(0),
+                Action::Advance(PURGE_RESPONSE_MS + 1),
+                Action::Purge,
+            ],
+        }
+    }
+}
+
+/// How the client (or the storage under it) behaves. Everything but [`Adapter::Correct`] is
+/// deliberately broken, to prove that the harness reports what it is meant to catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Adapter {
+    /// The documented client protocol.
+    Correct,
+    /// Broken: commits without durability (the store runs with `Durability::Eventual`) but
+    /// treats every completion as durable and does not flush before the remote effect.
+    CompleteWithoutDurability,
+    /// Broken: after a crash, an attempt whose outcome is unknown is run again without asking
+    /// the provider (reconciles as released blindly).
+    RerunInProgress,
+    /// Broken storage: the disk's `sync_data` reports success and makes nothing durable.
+    LyingDisk,
+}
+
+/// What one run exercises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scenario {
+    /// The script.
+    pub workload: Workload,
+    /// The store's durability. With [`Durability::Eventual`] the correct client flushes after
+    /// reserving and before the remote effect, and a completion rolled back by a crash is
+    /// allowed (counted as `rolled_back`, then reconciled).
+    pub durability: Durability,
+    /// The client.
+    pub adapter: Adapter,
+}
+
+impl Scenario {
+    /// The correct client on `workload` with `durability`.
+    pub fn new(workload: Workload, durability: Durability) -> Self {
+        Scenario { workload, durability, adapter: Adapter::Correct }
+    }
+
+    fn store_durability(self) -> Durability {
+        match self.adapter {
+            Adapter::CompleteWithoutDurability => Durability::Eventual,
+            _ => self.durability,
+        }
+    }
+
+    /// Whether the client relies on a completion being durable once it returned.
+    fn claims_durable(self) -> bool {
+        self.durability == Durability::Immediate || self.adapter == Adapter::CompleteWithoutDurability
+    }
+
+    fn flushes_before_effect(self) -> bool {
+        self.adapter == Adapter::Correct && self.store_durability() == Durability::Eventual
+    }
+}
+
+/// The fault of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Injection {
+    /// The fault, counted from the first operation of store creation; `None` for a run whose
+    /// only crash is the final power cut.
+    pub plan: Option<FaultPlan>,
+    /// Chooses which unsynced writes a power cut keeps and tears.
+    pub damage_seed: u64,
+    /// How many more crashes happen while the store recovers (each at a random early operation
+    /// of the reopen).
+    pub recovery_crashes: u32,
+}
+
+/// What runs found. Added up over a sweep.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Runs.
+    pub runs: u64,
+    /// Faults that fired (crash, fail once, fail forever).
+    pub faults_fired: u64,
+    /// Power cuts simulated (including crashes during recovery and the final one).
+    pub power_cuts: u64,
+    /// Reopens after a power cut.
+    pub reopens: u64,
+    /// Seen outcomes that were not replayed (promise 2, durable mode).
+    pub lost: u64,
+    /// Seen outcomes rolled back by a crash under `Durability::Eventual` (allowed; reconciled).
+    pub rolled_back: u64,
+    /// Effects beyond the first for an intent.
+    pub double: u64,
+    /// Disks that did not open as a store any more.
+    pub reopen_failures: u64,
+    /// `verify` problems or torn same-database commits.
+    pub integrity_failures: u64,
+    /// Seen outcomes checked after a reopen and found replayed.
+    pub completions_verified: u64,
+    /// Answers the protocol does not allow here (mismatch, an intent that never settles).
+    pub unexpected: u64,
+    /// The first few failures, for a human.
+    pub notes: Vec<String>,
+}
+
+const MAX_NOTES: usize = 12;
+
+impl Counts {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &Counts) {
+        self.runs += other.runs;
+        self.faults_fired += other.faults_fired;
+        self.power_cuts += other.power_cuts;
+        self.reopens += other.reopens;
+        self.lost += other.lost;
+        self.rolled_back += other.rolled_back;
+        self.double += other.double;
+        self.reopen_failures += other.reopen_failures;
+        self.integrity_failures += other.integrity_failures;
+        self.completions_verified += other.completions_verified;
+        self.unexpected += other.unexpected;
+        for note in &other.notes {
+            if self.notes.len() < MAX_NOTES {
+                self.notes.push(note.clone());
+            }
+        }
+    }
+
+    /// Whether nothing that breaks a promise was found.
+    pub fn clean(&self) -> bool {
+        self.lost == 0
+            && self.double == 0
+            && self.reopen_failures == 0
+            && self.integrity_failures == 0
+            && self.unexpected == 0
+    }
+
+    fn note(&mut self, note: String) {
+        if self.notes.len() < MAX_NOTES {
+            self.notes.push(note);
+        }
+    }
+}
+
+/// Why the client stopped.
+#[derive(Debug)]
+enum Stop {
+    /// The machine died during the call: nothing the call returned can be observed.
+    Crashed,
+    /// The call failed (an injected I/O error); the client reopens and retries.
+    Failed(String),
+}
+
+/// What the client saw for an intent.
+#[derive(Debug, Clone)]
+struct Seen {
+    outcome: OutcomeClass,
+    body: Vec<u8>,
+    at: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Deliver(usize),
+    Execute(usize),
+    Advance(u64),
+    Purge,
+}
+
+/// What the provider does on an intent's first attempt (the uncertain workload).
+enum Fate {
+    Succeed,
+    TimeoutAfterEffect,
+    TimeoutBeforeEffect,
+    Decline,
+    Retryable,
+}
+
+fn intent_name(i: usize) -> String {
+    format!("intent-{i}")
+}
+
+fn key(i: usize) -> IdempotencyKey {
+    IdempotencyKey::new(intent_name(i)).unwrap_or_else(|_| unreachable_key())
+}
+
+#[cold]
+fn unreachable_key() -> IdempotencyKey {
+    // "intent-N" is always a valid key; keep a fallback rather than a panic path.
+    IdempotencyKey::from_random_bytes([0; 16])
+}
+
+fn fingerprint(i: usize) -> Fingerprint {
+    FingerprintBuilder::new().str_field("reliability intent").field(&(i as u64).to_be_bytes()).finish()
+}
+
+/// The simulation of one run.
+struct Sim {
+    scenario: Scenario,
+    scope: Scope,
+    disk: Disk,
+    clock: ManualClock,
+    provider: Provider,
+    store: Option<Store>,
+    seen: BTreeMap<usize, Seen>,
+    done: BTreeSet<usize>,
+    counts: Counts,
+    rng: Rng,
+}
+
+fn check<T, E: std::fmt::Display>(disk: &Disk, result: Result<T, E>) -> Result<T, Stop> {
+    if disk.crashed() {
+        return Err(Stop::Crashed);
+    }
+    result.map_err(|error| Stop::Failed(error.to_string()))
+}
+
+impl Sim {
+    fn new(scenario: Scenario, seed: u64) -> Sim {
+        let disk = Disk::new();
+        disk.set_lying_sync(scenario.adapter == Adapter::LyingDisk);
+        Sim {
+            scenario,
+            scope: Scope::new("acme", scenario.workload.name()).unwrap_or_else(|_| unreachable_scope()),
+            disk,
+            clock: ManualClock::new(T0),
+            provider: Provider::new(),
+            store: None,
+            seen: BTreeMap::new(),
+            done: BTreeSet::new(),
+            counts: Counts { runs: 1, ..Counts::default() },
+            rng: Rng::new(seed),
+        }
+    }
+
+    fn policy(&self) -> Policy {
+        Policy::default()
+            .with_lease_ttl(Duration::from_millis(LEASE_MS))
+            .with_response_ttl(Duration::from_millis(self.scenario.workload.response_ms()))
+            .with_tombstone_ttl(Duration::from_millis(TOMBSTONE_MS))
+    }
+
+    fn open(&mut self) -> Result<(), Stop> {
+        self.store = None;
+        let opened = Store::builder()
+            .default_policy(self.policy())
+            .clock(self.clock.clone())
+            .durability(self.scenario.store_durability())
+            .secret_seed([7; 32])
+            .cache_bytes(1 << 20)
+            .open_backend(self.disk.backend());
+        let store = check(&self.disk, opened)?;
+        self.store = Some(store);
+        Ok(())
+    }
+
+    fn store(&self) -> Result<&Store, Stop> {
+        self.store.as_ref().ok_or_else(|| Stop::Failed("store is not open".into()))
+    }
+
+    fn now(&self) -> u64 {
+        idemdb::Clock::now(&self.clock).as_millis()
+    }
+
+    fn saw(&mut self, i: usize, outcome: OutcomeClass, body: Vec<u8>) {
+        let at = self.now();
+        if let Some(before) = self.seen.get(&i) {
+            if before.outcome != outcome || before.body != body {
+                self.counts.lost += 1;
+                self.counts.note(format!(
+                    "{:?}: intent {i} replayed {outcome} {:?} after the client saw {} {:?}",
+                    self.scenario,
+                    String::from_utf8_lossy(&body),
+                    before.outcome,
+                    String::from_utf8_lossy(&before.body)
+                ));
+            }
+        }
+        self.seen.insert(i, Seen { outcome, body, at });
+        self.done.insert(i);
+    }
+
+    fn fate(&self, i: usize, lease: &Lease) -> Fate {
+        if self.scenario.workload != Workload::Uncertain || lease.attempt() != 1 {
+            return Fate::Succeed;
+        }
+        match i % 4 {
+            0 => Fate::TimeoutAfterEffect,
+            1 => Fate::TimeoutBeforeEffect,
+            2 => Fate::Decline,
+            _ => Fate::Retryable,
+        }
+    }
+
+    /// One intent, delivered until it settles: what a client does with an intent it has not
+    /// seen finished.
+    fn deliver(&mut self, i: usize) -> Result<(), Stop> {
+        let (key, fingerprint, name) = (key(i), fingerprint(i), intent_name(i));
+        for _ in 0..16 {
+            self.clock.advance(Duration::from_millis(1));
+            let store = self.store()?;
+            match check(&self.disk, store.reserve(&self.scope, &key, &fingerprint))? {
+                Reservation::Acquired(lease) => {
+                    if self.scenario.flushes_before_effect() {
+                        // Persist the key before the request leaves.
+                        check(&self.disk, store.flush())?;
+                    }
+                    match self.fate(i, &lease) {
+                        Fate::Succeed => {
+                            let body = self.provider.charge(&name);
+                            check(&self.disk, store.complete(&lease, body.clone()))?;
+                            self.saw(i, OutcomeClass::Completed, body);
+                            return Ok(());
+                        }
+                        Fate::TimeoutAfterEffect => {
+                            self.provider.charge(&name);
+                            check(&self.disk, store.fail(&lease, Failure::Uncertain))?;
+                        }
+                        Fate::TimeoutBeforeEffect => check(&self.disk, store.fail(&lease, Failure::Uncertain))?,
+                        Fate::Decline => {
+                            let body = format!("declined:{i}").into_bytes();
+                            check(&self.disk, store.fail(&lease, Failure::Definitive(body.clone())))?;
+                            self.saw(i, OutcomeClass::Failed, body);
+                            return Ok(());
+                        }
+                        Fate::Retryable => check(&self.disk, store.fail(&lease, Failure::Retryable))?,
+                    }
+                }
+                Reservation::Replay { outcome, body } => {
+                    self.saw(i, outcome, body);
+                    return Ok(());
+                }
+                Reservation::InProgress { retry_after } => {
+                    self.clock.advance(retry_after + Duration::from_millis(1));
+                }
+                Reservation::NeedsReconciliation { .. } => {
+                    let resolution = match (self.scenario.adapter, self.provider.lookup(&name)) {
+                        (Adapter::RerunInProgress, _) | (_, None) => Resolution::Released,
+                        (_, Some(body)) => Resolution::Completed(body),
+                    };
+                    check(&self.disk, store.reconcile(&self.scope, &key, resolution))?;
+                }
+                Reservation::Expired { .. } => {
+                    self.done.insert(i);
+                    return Ok(());
+                }
+                other => {
+                    self.counts.unexpected += 1;
+                    self.counts.note(format!("{:?}: intent {i} answered {other:?}", self.scenario));
+                    self.done.insert(i);
+                    return Ok(());
+                }
+            }
+        }
+        self.counts.unexpected += 1;
+        self.counts.note(format!("{:?}: intent {i} did not settle in 16 deliveries", self.scenario));
+        self.done.insert(i);
+        Ok(())
+    }
+
+    /// One same-database intent: the business write and the completion in one commit.
+    fn execute(&mut self, i: usize) -> Result<(), Stop> {
+        self.clock.advance(Duration::from_millis(1));
+        let (key, fingerprint) = (key(i), fingerprint(i));
+        let store = self.store()?;
+        let executed = store.execute(&self.scope, &key, &fingerprint, |tx| -> Result<Vec<u8>, idemdb::redb::Error> {
+            let mut effects = tx.open_table(APP_EFFECTS)?;
+            let n = effects.get(i as u64)?.map_or(0, |v| v.value()) + 1;
+            effects.insert(i as u64, n)?;
+            Ok(format!("credit:{i}:{n}").into_bytes())
+        });
+        match check(&self.disk, executed)? {
+            Executed::Ran { result } => self.saw(i, OutcomeClass::Completed, result),
+            Executed::Answered(Reservation::Replay { outcome, body }) => self.saw(i, outcome, body),
+            Executed::Answered(other) => {
+                self.counts.unexpected += 1;
+                self.counts.note(format!("{:?}: execute {i} answered {other:?}", self.scenario));
+                self.done.insert(i);
+            }
+            _ => {
+                self.counts.unexpected += 1;
+                self.done.insert(i);
+            }
+        }
+        Ok(())
+    }
+
+    fn perform(&mut self, action: Action) -> Result<(), Stop> {
+        match action {
+            Action::Deliver(i) => self.deliver(i),
+            Action::Execute(i) => self.execute(i),
+            Action::Advance(ms) => {
+                self.clock.advance(Duration::from_millis(ms));
+                Ok(())
+            }
+            Action::Purge => {
+                let store = self.store()?;
+                check(&self.disk, store.purge_expired(16)).map(drop)
+            }
+        }
+    }
+
+    /// Effects per intent of the same-database workload, read from the application's table.
+    fn app_effects(&self) -> Result<BTreeMap<usize, u64>, String> {
+        let store = self.store.as_ref().ok_or("store is not open")?;
+        store
+            .write(|txn| -> Result<BTreeMap<usize, u64>, Error> {
+                let mut out = BTreeMap::new();
+                let table = match txn.tables().open_table(APP_EFFECTS) {
+                    Ok(table) => table,
+                    Err(error) => return Err(error.into()),
+                };
+                for entry in table.iter().map_err(Error::from)? {
+                    let (k, v) = entry.map_err(Error::from)?;
+                    out.insert(usize::try_from(k.value()).unwrap_or(usize::MAX), v.value());
+                }
+                Ok(out)
+            })
+            .map_err(|error| error.to_string())
+    }
+
+    /// Power cut, then reopen until the store opens (crashing again during recovery as
+    /// planned); then integrity and seen-outcome checks. `Err` when the disk no longer opens.
+    fn power_cut(&mut self, injection: &Injection, cut: u64) -> Result<(), ()> {
+        self.disk.halt();
+        self.store = None;
+        let mut seed = mix(&[injection.damage_seed, cut]);
+        self.disk.crash(seed);
+        self.counts.power_cuts += 1;
+        let mut crashes_left = injection.recovery_crashes;
+        loop {
+            if crashes_left > 0 {
+                let at = 1 + self.rng.below(12);
+                self.disk.arm(&[FaultPlan { at, kind: FaultKind::Crash }]);
+            } else {
+                self.disk.disarm();
+            }
+            self.counts.reopens += 1;
+            match self.open() {
+                Ok(()) => {
+                    self.disk.disarm();
+                    break;
+                }
+                Err(Stop::Crashed) => {
+                    crashes_left = crashes_left.saturating_sub(1);
+                    self.disk.halt();
+                    self.store = None;
+                    seed = mix(&[seed, 1]);
+                    self.disk.crash(seed);
+                    self.counts.power_cuts += 1;
+                }
+                Err(Stop::Failed(error)) => {
+                    self.disk.disarm();
+                    // A crash planned for recovery that did not fire leaves the open to fail on
+                    // its own merits: the disk does not open.
+                    self.counts.reopen_failures += 1;
+                    self.counts.note(format!("{:?} {injection:?}: reopen failed: {error}", self.scenario));
+                    return Err(());
+                }
+            }
+        }
+        self.verify(injection);
+        self.check_seen(injection);
+        Ok(())
+    }
+
+    fn verify(&mut self, injection: &Injection) {
+        let Some(store) = self.store.as_mut() else { return };
+        match store.verify() {
+            Ok(report) if report.is_ok() => {}
+            Ok(report) => {
+                self.counts.integrity_failures += 1;
+                let problems: Vec<String> = report.problems.iter().map(|p| format!("{}: {}", p.table, p.detail)).collect();
+                self.counts.note(format!(
+                    "{:?} {injection:?}: verify: storage_ok={} {problems:?}",
+                    self.scenario, report.storage_ok
+                ));
+            }
+            Err(error) => {
+                self.counts.integrity_failures += 1;
+                self.counts.note(format!("{:?} {injection:?}: verify failed: {error}", self.scenario));
+            }
+        }
+        if self.scenario.workload == Workload::SameDb {
+            self.check_same_db(injection);
+        }
+    }
+
+    /// The business write and the completion commit together: an intent has one application
+    /// effect exactly when its record is completed.
+    fn check_same_db(&mut self, injection: &Injection) {
+        let effects = match self.app_effects() {
+            Ok(effects) => effects,
+            Err(error) => {
+                self.counts.integrity_failures += 1;
+                self.counts.note(format!("{:?} {injection:?}: reading the app table: {error}", self.scenario));
+                return;
+            }
+        };
+        for i in 0..self.scenario.workload.intents() {
+            let Some(store) = self.store.as_ref() else { return };
+            let completed = matches!(
+                store.get(&self.scope, &key(i)),
+                Ok(Some(record)) if record.state.kind() == idemdb::StateKind::Completed
+            );
+            let n = effects.get(&i).copied().unwrap_or(0);
+            if n > 1 || completed != (n == 1) {
+                self.counts.integrity_failures += 1;
+                self.counts.note(format!(
+                    "{:?} {injection:?}: intent {i}: {n} app effects, record completed: {completed}",
+                    self.scenario
+                ));
+            }
+        }
+    }
+
+    /// Every outcome the client saw must be replayed byte for byte (or be expired after its
+    /// response TTL).
+    fn check_seen(&mut self, injection: &Injection) {
+        let response_ms = self.scenario.workload.response_ms();
+        let seen: Vec<(usize, Seen)> = self.seen.iter().map(|(i, s)| (*i, s.clone())).collect();
+        for (i, seen) in seen {
+            let Some(store) = self.store.as_ref() else { return };
+            // Read, not reserve: checking must not take a lease the client would then wait on.
+            let answer = store.get(&self.scope, &key(i));
+            let now = self.now();
+            let kept = match answer.as_ref().map(|record| record.as_ref().map(|r| (&r.state, r.fingerprint))) {
+                Ok(Some((State::Completed { result, .. }, fp))) => {
+                    seen.outcome == OutcomeClass::Completed && *result == seen.body && fp == fingerprint(i)
+                }
+                Ok(Some((State::Failed { error, .. }, fp))) => {
+                    seen.outcome == OutcomeClass::Failed && *error == seen.body && fp == fingerprint(i)
+                }
+                Ok(Some((State::Tombstone { outcome, .. }, _))) => *outcome == seen.outcome && now >= seen.at + response_ms,
+                _ => false,
+            };
+            if kept {
+                self.counts.completions_verified += 1;
+                continue;
+            }
+            if self.scenario.claims_durable() {
+                self.counts.lost += 1;
+                self.counts.note(format!(
+                    "{:?} {injection:?}: intent {i} saw {} {:?}, after reopen {answer:?}",
+                    self.scenario,
+                    seen.outcome,
+                    String::from_utf8_lossy(&seen.body)
+                ));
+            } else {
+                self.counts.rolled_back += 1;
+            }
+            // The client retries it (an eventual-mode rollback is reconciled with the provider).
+            self.seen.remove(&i);
+            self.done.remove(&i);
+        }
+    }
+
+    /// After a crash: the client retries every intent it has not seen finished.
+    fn settle(&mut self) -> Result<(), Stop> {
+        for i in 0..self.scenario.workload.intents() {
+            if self.done.contains(&i) {
+                continue;
+            }
+            match self.scenario.workload {
+                Workload::SameDb => self.execute(i)?,
+                _ => self.deliver(i)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn count_doubles(&mut self) {
+        let doubles = match self.scenario.workload {
+            Workload::SameDb => match self.app_effects() {
+                Ok(effects) => effects.values().map(|n| n.saturating_sub(1)).sum(),
+                Err(_) => 0,
+            },
+            _ => self.provider.doubles(),
+        };
+        if doubles > 0 {
+            self.counts.note(format!("{:?}: {doubles} double effects", self.scenario));
+        }
+        self.counts.double += doubles;
+    }
+}
+
+#[cold]
+fn unreachable_scope() -> Scope {
+    Scope::new("x", "x").unwrap_or_else(|_| unreachable_scope())
+}
+
+/// Counts the storage operations (writes, length changes, syncs) of a fault-free run of the
+/// scenario's script, from store creation: the operation indices a sweep can crash at.
+pub fn probe_ops(scenario: Scenario) -> u64 {
+    let mut sim = Sim::new(scenario, 0);
+    sim.disk.arm(&[]);
+    if sim.open().is_err() {
+        return 0;
+    }
+    for action in scenario.workload.script() {
+        if sim.perform(action).is_err() {
+            break;
+        }
+    }
+    sim.disk.ops()
+}
+
+/// Runs the scenario once with `injection` and returns what it found.
+pub fn run(scenario: Scenario, injection: &Injection) -> Counts {
+    let mut sim = Sim::new(scenario, mix(&[injection.damage_seed, 0x5eed]));
+    sim.disk.arm(injection.plan.as_slice());
+    let mut cuts = 0u64;
+    let mut crashed = false;
+    // Phase 1: the script, with the fault armed from store creation on. A failed call is
+    // retried after a reopen (up to three times); a crash, or a device that keeps failing,
+    // ends the phase with a power cut.
+    'script: for action in scenario.workload.script() {
+        let mut failures = 0;
+        loop {
+            let result = match sim.store {
+                None => sim.open().and_then(|()| sim.perform(action)),
+                Some(_) => sim.perform(action),
+            };
+            match result {
+                Ok(()) => break,
+                Err(Stop::Crashed) => {
+                    crashed = true;
+                    break 'script;
+                }
+                Err(Stop::Failed(_)) => {
+                    failures += 1;
+                    sim.store = None;
+                    if failures >= 3 {
+                        crashed = true;
+                        break 'script;
+                    }
+                }
+            }
+        }
+    }
+    // Phase 2: power cut, recovery, retries of everything unfinished (more faults only while
+    // the store recovers).
+    if crashed {
+        cuts += 1;
+        if sim.power_cut(injection, cuts).is_err() {
+            return finish(sim);
+        }
+        if let Err(stop) = sim.settle() {
+            sim.counts.unexpected += 1;
+            sim.counts.note(format!("{scenario:?} {injection:?}: retries after recovery failed: {stop:?}"));
+        }
+    } else if sim.store.is_none() && sim.open().is_err() {
+        sim.counts.reopen_failures += 1;
+        sim.counts.note(format!("{scenario:?} {injection:?}: reopen after a failed call failed"));
+        return finish(sim);
+    }
+    for i in 0..scenario.workload.intents() {
+        if !sim.done.contains(&i) {
+            sim.counts.unexpected += 1;
+            sim.counts.note(format!("{scenario:?} {injection:?}: intent {i} never settled"));
+        }
+    }
+    // Phase 3: a last power cut with everything settled; every seen outcome must survive it
+    // (with durable commits), then the effects are counted.
+    cuts += 1;
+    let last = Injection { recovery_crashes: 0, ..*injection };
+    if sim.power_cut(&last, cuts).is_ok() {
+        if let Err(stop) = sim.settle() {
+            sim.counts.unexpected += 1;
+            sim.counts.note(format!("{scenario:?} {injection:?}: retries after the last cut failed: {stop:?}"));
+        }
+    }
+    finish(sim)
+}
+
+fn finish(mut sim: Sim) -> Counts {
+    sim.count_doubles();
+    sim.counts.faults_fired = sim.disk.faults_fired();
+    sim.store = None;
+    sim.counts
+}
+
+/// A timestamp helper for reports.
+pub fn start_time() -> Timestamp {
+    Timestamp::from_millis(T0)
+}

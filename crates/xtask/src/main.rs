@@ -1,0 +1,2 @@
+//! `cargo xtask reliability [--quick|--full]`.
+fn main() {}
