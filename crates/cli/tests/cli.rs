@@ -333,7 +333,7 @@ fn verify_reports_damage_instead_of_crashing() {
     // Other commands refuse the file with a readable error.
     let stats = idemdb(["stats", arg(&damaged)]).code(3);
     assert!(
-        stats.stderr.starts_with(&format!("error: {}: the file is damaged", damaged.display())),
+        stats.stderr.starts_with(&format!("error: {}: ", damaged.display())) && stats.stderr.contains("damaged"),
         "{}",
         stats.stderr
     );

@@ -214,17 +214,24 @@ impl StoreBuilder {
     /// leaves the file's bytes untouched. A file that needs crash recovery cannot be read
     /// without writing; it is checked by the read-write open, after redb's repair.
     fn check_read_only(&self, path: &Path) -> Result<(), OpenError> {
-        match self.redb_builder().open_read_only(path) {
-            Ok(database) => {
-                let result = database.begin_read().map_err(OpenError::from).and_then(|read| read_meta(&read));
-                drop(database);
-                match result? {
-                    Some(_) => Ok(()),
-                    None => Err(OpenError::Foreign { tables: "none".into() }),
-                }
-            }
-            Err(redb::DatabaseError::RepairAborted) => Ok(()),
-            Err(other) => Err(other.into()),
+        let database = match self.redb_builder().open_read_only(path) {
+            Ok(database) => database,
+            Err(redb::DatabaseError::RepairAborted) => return Ok(()),
+            Err(other) => return Err(other.into()),
+        };
+        // A read-only handle reads pages without verifying their checksums, and redb 4.6 can
+        // panic on a damaged page instead of reporting it. A panic here only means the file is
+        // damaged: the read-write open that follows runs the integrity check, which verifies
+        // every checksum and repairs or refuses the file with a typed error.
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            database.begin_read().map_err(OpenError::from).and_then(|read| read_meta(&read))
+        }));
+        drop(database);
+        match checked {
+            Ok(Ok(Some(_))) => Ok(()),
+            Ok(Ok(None)) => Err(OpenError::Foreign { tables: "none".into() }),
+            Ok(Err(refused)) => Err(refused),
+            Err(_damaged) => Ok(()),
         }
     }
 
@@ -402,7 +409,9 @@ fn read_meta(read: &redb::ReadTransaction) -> Result<Option<Meta>, OpenError> {
             }
             return Err(OpenError::Foreign { tables: tables.join(", ") });
         }
-        Err(other) => return Err(other.into()),
+        Err(redb::TableError::Storage(storage)) => return Err(storage.into()),
+        // A metadata table of another shape (damaged type bytes, or another program's table).
+        Err(other) => return Err(OpenError::CorruptMeta(other.to_string())),
     };
     let get = |name: &str| -> Result<Option<Vec<u8>>, OpenError> { Ok(meta.get(name)?.map(|guard| guard.value().to_vec())) };
     let be_u64 = |bytes: Option<Vec<u8>>| bytes.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok()).map(u64::from_be_bytes);

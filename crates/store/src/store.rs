@@ -168,7 +168,7 @@ pub struct Store {
     pub(crate) group: GroupCommit,
     /// The highest fence of any record purge removed (persisted as meta `fence_floor`).
     fence_floor: AtomicU64,
-    /// Audit events of answers decided without a write, written with the next commit.
+    /// Audit events not yet written: they go out in batches with a later commit.
     buffered_audit: Mutex<Vec<AuditEvent>>,
 }
 
@@ -178,8 +178,12 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// Audit events of read-only answers kept in memory before they are written.
+/// Buffered audit events that make an answer commit the buffer by itself.
 const AUDIT_BUFFER: usize = 1024;
+/// Buffered audit events that make the next commit carry them.
+const AUDIT_BATCH: usize = 256;
+/// Store time after which the next commit carries buffered audit events.
+const AUDIT_DELAY_MS: u64 = 1_000;
 
 /// How often (in store time) the clock high-water mark is persisted during writes.
 const CLOCK_PERSIST_EVERY_MS: u64 = 1_000;
@@ -565,7 +569,7 @@ impl Store {
         })
     }
 
-    /// Keeps an answer's audit event for the next commit; writes the buffer when it is full.
+    /// Keeps an answer's audit event for a later commit; commits the buffer when it is full.
     fn buffer_audit(&self, event: AuditEvent) -> Result<(), Error> {
         let full = {
             let mut buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
@@ -576,6 +580,28 @@ impl Store {
             self.write(|_| Ok::<(), Error>(()))?;
         }
         Ok(())
+    }
+
+    pub(crate) fn buffer_audit_events(&self, mut events: Vec<AuditEvent>) {
+        if !events.is_empty() {
+            self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner).append(&mut events);
+        }
+    }
+
+    /// Whether a commit at `now` carrying `own` new events should write the audit batch:
+    /// when forced, when the buffer reaches [`AUDIT_BATCH`] events, or when its oldest event is
+    /// [`AUDIT_DELAY_MS`] old.
+    pub(crate) fn audit_batch_due(&self, own: usize, now: Timestamp, force: bool) -> bool {
+        if !self.config.audit {
+            return false;
+        }
+        let buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
+        if buffer.is_empty() && own == 0 {
+            return false;
+        }
+        force
+            || buffer.len() + own >= AUDIT_BATCH
+            || buffer.first().is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
     }
 
     pub(crate) fn buffered_audit_events(&self) -> Vec<AuditEvent> {

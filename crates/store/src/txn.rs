@@ -21,6 +21,10 @@ pub struct Txn<'s> {
     audit: Vec<AuditEvent>,
     /// The last value written per record key, to read back after a failed commit.
     written: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Positions in `written` by record key.
+    written_at: std::collections::HashMap<Vec<u8>, usize>,
+    /// Whether this commit writes every buffered audit event (a flush).
+    flush_audit: bool,
 }
 
 impl std::fmt::Debug for Txn<'_> {
@@ -34,7 +38,15 @@ impl<'s> Txn<'s> {
         let tx = store.begin_write()?;
         // Read the clock after the write lock is held, so decisions are made in time order.
         let now = store.now();
-        Ok(Txn { store, tx, now, audit: Vec::new(), written: Vec::new() })
+        Ok(Txn {
+            store,
+            tx,
+            now,
+            audit: Vec::new(),
+            written: Vec::new(),
+            written_at: std::collections::HashMap::new(),
+            flush_audit: false,
+        })
     }
 
     pub(crate) fn store(&self) -> &'s Store {
@@ -44,6 +56,7 @@ impl<'s> Txn<'s> {
     /// Makes this transaction's commit durable whatever the store's durability setting.
     pub(crate) fn make_durable(&mut self) -> Result<(), Error> {
         self.tx.set_durability(redb::Durability::Immediate)?;
+        self.flush_audit = true;
         Ok(())
     }
 
@@ -226,9 +239,12 @@ impl<'s> Txn<'s> {
     }
 
     fn remember(&mut self, encoded: &[u8], value: Option<Vec<u8>>) {
-        match self.written.iter_mut().find(|(key, _)| key == encoded) {
-            Some(entry) => entry.1 = value,
-            None => self.written.push((encoded.to_vec(), value)),
+        match self.written_at.get(encoded) {
+            Some(&at) => self.written[at].1 = value,
+            None => {
+                self.written_at.insert(encoded.to_vec(), self.written.len());
+                self.written.push((encoded.to_vec(), value));
+            }
         }
     }
 
@@ -250,29 +266,44 @@ impl<'s> Txn<'s> {
     /// record reads as written the commit took effect and this returns `Ok`; when the store
     /// cannot be read, [`Error::CommitUnknown`].
     pub(crate) fn commit(mut self) -> Result<(), Error> {
-        let mut events = self.store.take_buffered_audit();
-        events.append(&mut self.audit);
-        if !events.is_empty() {
+        // Audit events go out in batches (see `Store::audit_batch_due`): this commit carries
+        // the buffered ones and its own when a batch is due, and otherwise hands its own to
+        // the buffer once it has committed.
+        let mut carried = Vec::new();
+        if self.store.audit_batch_due(self.audit.len(), self.now, self.flush_audit) {
+            carried = self.store.take_buffered_audit();
+            carried.append(&mut self.audit);
             let mut audit = self.tx.open_table(AUDIT)?;
-            for event in events {
+            for event in &carried {
                 let key = audit_key(event.at, self.store.next_audit_sequence());
-                audit.insert(key, encode_versioned(AUDIT_FORMAT, &event).as_slice())?;
+                audit.insert(key, encode_versioned(AUDIT_FORMAT, event).as_slice())?;
             }
         }
         if !self.written.is_empty() {
             self.store.persist_clock_if_due(&self.tx, false)?;
         }
-        let Txn { store, tx, written, .. } = self;
-        let Err(error) = tx.commit() else { return Ok(()) };
-        let error = crate::error::StorageError::from(error);
-        if written.is_empty() {
-            return Err(Error::Storage(error));
+        let Txn { store, tx, written, audit: own, .. } = self;
+        let result = match tx.commit() {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                let error = crate::error::StorageError::from(error);
+                if written.is_empty() {
+                    Err(Error::Storage(error))
+                } else {
+                    match read_back(store, &written) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => Err(Error::Storage(error)),
+                        Err(_) => Err(Error::CommitUnknown(error)),
+                    }
+                }
+            }
+        };
+        match &result {
+            Ok(()) => store.buffer_audit_events(own),
+            // The batch this commit carried was not written: keep it for the next one.
+            Err(_) => store.buffer_audit_events(carried),
         }
-        match read_back(store, &written) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(Error::Storage(error)),
-            Err(_) => Err(Error::CommitUnknown(error)),
-        }
+        result
     }
 }
 
