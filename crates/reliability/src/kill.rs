@@ -1,1 +1,374 @@
-//! TODO
+//! Multi-process `kill -9`: a child process works on a file store and reports every outcome it
+//! returned; the parent kills it with SIGKILL at random moments (including while the store file
+//! is being created), reopens the file and checks that nothing reported is lost, that no intent
+//! has two effects and that the file always opens and verifies.
+//!
+//! The provider is a ledger file beside the store. Its effect is one `write(2)` of a line
+//! `E <intent> <body>` in append mode, which a SIGKILL cannot split. The child reports
+//! `C <intent> <body>` on stdout once `complete` (or a replay) returned; the parent reads those
+//! lines from the pipe, which keeps them after the child is gone.
+//!
+//! A SIGKILL loses no write the kernel accepted (the page cache survives): this test covers the
+//! process dying at any instruction, the power-cut cases are covered by [`crate::sweep`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use idemdb::{FingerprintBuilder, IdempotencyKey, OutcomeClass, Policy, Reservation, Resolution, Scope, State, Store};
+
+use crate::rng::Rng;
+
+/// Lease of the child's attempts: short, so an attempt killed while holding it is reconciled
+/// soon by the next child.
+pub const CHILD_LEASE_MS: u64 = 40;
+
+fn policy() -> Policy {
+    Policy::default().with_lease_ttl(Duration::from_millis(CHILD_LEASE_MS))
+}
+
+fn scope() -> Scope {
+    Scope::new("acme", "kill-charge").unwrap_or_else(|_| fallback_scope())
+}
+
+#[cold]
+fn fallback_scope() -> Scope {
+    Scope::new("x", "x").unwrap_or_else(|_| fallback_scope())
+}
+
+fn intent_key(i: u64) -> Result<IdempotencyKey, String> {
+    IdempotencyKey::new(format!("kill-{i}")).map_err(|e| e.to_string())
+}
+
+fn fingerprint(i: u64) -> idemdb::Fingerprint {
+    FingerprintBuilder::new().str_field("kill intent").field(&i.to_be_bytes()).finish()
+}
+
+/// The ledger: the first effect's body per intent, and effects per intent.
+fn read_ledger(path: &Path) -> (BTreeMap<u64, String>, BTreeMap<u64, u64>) {
+    let mut first = BTreeMap::new();
+    let mut count = BTreeMap::new();
+    let text = fs::read_to_string(path).unwrap_or_default();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ' ');
+        if let (Some("E"), Some(intent), Some(body)) = (parts.next(), parts.next(), parts.next()) {
+            if let Ok(intent) = intent.parse::<u64>() {
+                first.entry(intent).or_insert_with(|| body.to_string());
+                *count.entry(intent).or_insert(0) += 1;
+            }
+        }
+    }
+    (first, count)
+}
+
+/// The child process: `reliability-child <store> <ledger> <intent>...`. Delivers every intent
+/// until it settles, printing `O` once the store is open and `C <intent> <body>` for each
+/// outcome returned.
+///
+/// # Errors
+/// A description of what failed (printed by the binary as `X <error>`).
+pub fn child_main(args: &[String]) -> Result<(), String> {
+    let [store_path, ledger_path, intents @ ..] = args else {
+        return Err("usage: reliability-child <store> <ledger> <intent>...".into());
+    };
+    let store = Store::builder().default_policy(policy()).open(store_path).map_err(|e| format!("open: {e}"))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "O").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
+    let mut ledger = OpenOptions::new().create(true).append(true).open(ledger_path).map_err(|e| e.to_string())?;
+    let scope = scope();
+    for intent in intents {
+        let i: u64 = intent.parse().map_err(|_| format!("bad intent {intent}"))?;
+        let (key, fp) = (intent_key(i)?, fingerprint(i));
+        let mut settled = false;
+        for _ in 0..64 {
+            match store.reserve(&scope, &key, &fp).map_err(|e| format!("reserve {i}: {e}"))? {
+                Reservation::Acquired(lease) => {
+                    let body = format!("ch-{i}-{}", std::process::id());
+                    // The effect: one append, which a SIGKILL cannot split.
+                    ledger.write_all(format!("E {i} {body}\n").as_bytes()).map_err(|e| e.to_string())?;
+                    store.complete(&lease, body.clone().into_bytes()).map_err(|e| format!("complete {i}: {e}"))?;
+                    writeln!(out, "C {i} {body}").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
+                    settled = true;
+                }
+                Reservation::Replay { outcome: OutcomeClass::Completed, body } => {
+                    writeln!(out, "C {i} {}", String::from_utf8_lossy(&body))
+                        .and_then(|()| out.flush())
+                        .map_err(|e| e.to_string())?;
+                    settled = true;
+                }
+                Reservation::InProgress { retry_after } => std::thread::sleep(retry_after + Duration::from_millis(1)),
+                Reservation::NeedsReconciliation { .. } => {
+                    let (first, _) = read_ledger(Path::new(ledger_path));
+                    let resolution = match first.get(&i) {
+                        Some(body) => Resolution::Completed(body.clone().into_bytes()),
+                        None => Resolution::Released,
+                    };
+                    store.reconcile(&scope, &key, resolution).map_err(|e| format!("reconcile {i}: {e}"))?;
+                }
+                other => return Err(format!("intent {i}: unexpected answer {other:?}")),
+            }
+            if settled {
+                break;
+            }
+        }
+        if !settled {
+            return Err(format!("intent {i} did not settle"));
+        }
+    }
+    Ok(())
+}
+
+/// How many kills, and where the child binary is.
+#[derive(Debug, Clone)]
+pub struct KillConfig {
+    /// The `reliability-child` executable.
+    pub child: PathBuf,
+    /// Kills to perform (children that finished before the kill do not count).
+    pub kills: u64,
+    /// A new store file after this many kills (the first kill on each file may land during
+    /// its creation).
+    pub kills_per_file: u64,
+    /// New intents per child.
+    pub intents_per_child: u64,
+    /// Schedule seed.
+    pub seed: u64,
+    /// Where the files go (a temporary directory when `None`).
+    pub dir: Option<PathBuf>,
+}
+
+/// What the kill test found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KillReport {
+    /// Children killed while running.
+    pub kills: u64,
+    /// Of which while the store was still being opened or created (before the child said `O`).
+    pub kills_before_open: u64,
+    /// Children that finished before their kill (not counted as kills).
+    pub finished_early: u64,
+    /// Store files used.
+    pub files: u64,
+    /// Outcomes reported by children.
+    pub completions_reported: u64,
+    /// Reported outcomes found stored after a kill (checked after every kill).
+    pub completions_verified: u64,
+    /// Reported outcomes not found as reported.
+    pub lost: u64,
+    /// Effects beyond the first for an intent.
+    pub double: u64,
+    /// Reopens that failed.
+    pub unopenable: u64,
+    /// `verify` problems after a reopen.
+    pub integrity_failures: u64,
+    /// Children that reported an error (`X ...`).
+    pub child_errors: u64,
+    /// The first few failures.
+    pub notes: Vec<String>,
+}
+
+impl KillReport {
+    fn note(&mut self, note: String) {
+        if self.notes.len() < 12 {
+            self.notes.push(note);
+        }
+    }
+
+    /// Whether nothing breaks a promise.
+    pub fn clean(&self) -> bool {
+        self.lost == 0
+            && self.double == 0
+            && self.unopenable == 0
+            && self.integrity_failures == 0
+            && self.child_errors == 0
+    }
+}
+
+struct FileState {
+    store: PathBuf,
+    ledger: PathBuf,
+    reported: BTreeMap<u64, String>,
+    pending: BTreeSet<u64>,
+    next: u64,
+    kills: u64,
+    doubles_counted: u64,
+}
+
+/// Runs the kill test.
+///
+/// # Errors
+/// I/O errors of the harness itself (temporary directory, spawning the child).
+pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
+    let temp = match &config.dir {
+        Some(_) => None,
+        None => Some(tempfile::tempdir()?),
+    };
+    let root = match (&config.dir, &temp) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(temp)) => temp.path().to_path_buf(),
+        (None, None) => std::env::temp_dir(),
+    };
+    fs::create_dir_all(&root)?;
+    let mut rng = Rng::new(config.seed);
+    let mut report = KillReport::default();
+    let mut file: Option<FileState> = None;
+    let mut attempts = 0u64;
+    while report.kills < config.kills && attempts < config.kills * 4 + 16 {
+        attempts += 1;
+        let state = match &mut file {
+            Some(state) if state.kills < config.kills_per_file => state,
+            _ => {
+                report.files += 1;
+                let dir = root.join(format!("file-{}", report.files));
+                if dir.exists() {
+                    fs::remove_dir_all(&dir)?;
+                }
+                fs::create_dir_all(&dir)?;
+                file.insert(FileState {
+                    store: dir.join("store.idemdb"),
+                    ledger: dir.join("ledger.txt"),
+                    reported: BTreeMap::new(),
+                    pending: BTreeSet::new(),
+                    next: 0,
+                    kills: 0,
+                    doubles_counted: 0,
+                })
+            }
+        };
+        let fresh = !state.store.exists();
+        let mut intents: Vec<u64> = state.pending.iter().copied().collect();
+        for _ in 0..config.intents_per_child {
+            intents.push(state.next);
+            state.pending.insert(state.next);
+            state.next += 1;
+        }
+        let mut child = Command::new(&config.child)
+            .arg(&state.store)
+            .arg(&state.ledger)
+            .args(intents.iter().map(u64::to_string))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let Some(stdout) = child.stdout.take() else { return Err(std::io::Error::other("no child stdout")) };
+        let mut reader = BufReader::new(stdout);
+        let mut lines = Vec::new();
+        // When to kill: during creation/open of a fresh file, after a random number of
+        // reported outcomes, or after a random time.
+        let mode = if fresh && rng.chance(50) { 0 } else { 1 + rng.below(2) };
+        match mode {
+            0 => std::thread::sleep(Duration::from_micros(rng.below(4_000))),
+            1 => {
+                let wait_for = rng.below(config.intents_per_child + 1);
+                let mut seen = 0;
+                let mut line = String::new();
+                while seen < wait_for {
+                    line.clear();
+                    if reader.read_line(&mut line)? == 0 {
+                        break;
+                    }
+                    if line.starts_with('C') {
+                        seen += 1;
+                    }
+                    lines.push(line.trim_end().to_string());
+                }
+                std::thread::sleep(Duration::from_micros(rng.below(3_000)));
+            }
+            _ => std::thread::sleep(Duration::from_micros(rng.below(40_000))),
+        }
+        let running = child.try_wait()?.is_none();
+        child.kill()?;
+        child.wait()?;
+        let mut rest = String::new();
+        reader.read_to_string(&mut rest)?;
+        lines.extend(rest.lines().map(str::to_string));
+        if running {
+            report.kills += 1;
+            state.kills += 1;
+            if !lines.iter().any(|l| l == "O") {
+                report.kills_before_open += 1;
+            }
+        } else {
+            report.finished_early += 1;
+        }
+        for line in &lines {
+            let mut parts = line.splitn(3, ' ');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some("C"), Some(intent), Some(body)) => {
+                    if let Ok(intent) = intent.parse::<u64>() {
+                        report.completions_reported += 1;
+                        state.pending.remove(&intent);
+                        if let Some(before) = state.reported.insert(intent, body.to_string()) {
+                            if before != body {
+                                report.lost += 1;
+                                report.note(format!("intent {intent} reported {before} then {body}"));
+                            }
+                        }
+                    }
+                }
+                (Some("X"), _, _) => {
+                    report.child_errors += 1;
+                    report.note(format!("child error: {line}"));
+                }
+                _ => {}
+            }
+        }
+        check_file(state, &mut report);
+    }
+    Ok(report)
+}
+
+/// After a kill: the file opens and verifies, every reported outcome is stored as reported,
+/// and the ledger has at most one effect per intent.
+fn check_file(state: &mut FileState, report: &mut KillReport) {
+    if !state.store.exists() {
+        // Killed before the new file was moved into place: nothing was reported.
+        if !state.reported.is_empty() {
+            report.lost += state.reported.len() as u64;
+            report.note("store file vanished".into());
+        }
+        return;
+    }
+    let mut store = match Store::builder().default_policy(policy()).open(&state.store) {
+        Ok(store) => store,
+        Err(error) => {
+            report.unopenable += 1;
+            report.note(format!("{}: {error}", state.store.display()));
+            return;
+        }
+    };
+    match store.verify() {
+        Ok(verify) if verify.is_ok() => {}
+        Ok(verify) => {
+            report.integrity_failures += 1;
+            report.note(format!("verify: {:?}", verify.problems));
+        }
+        Err(error) => {
+            report.integrity_failures += 1;
+            report.note(format!("verify: {error}"));
+        }
+    }
+    let scope = scope();
+    for (intent, body) in &state.reported {
+        let Ok(key) = intent_key(*intent) else { continue };
+        match store.get(&scope, &key) {
+            Ok(Some(record)) if matches!(&record.state, State::Completed { result, .. } if result == body.as_bytes()) =>
+            {
+                report.completions_verified += 1;
+            }
+            other => {
+                report.lost += 1;
+                report.note(format!("intent {intent} reported {body}, stored {other:?}"));
+            }
+        }
+    }
+    let (_, counts) = read_ledger(&state.ledger);
+    // Effect counts only grow; add what is new since this file's previous check.
+    let doubles: u64 = counts.values().map(|n| n.saturating_sub(1)).sum();
+    if doubles > state.doubles_counted {
+        report.double += doubles - state.doubles_counted;
+        report.note(format!("{}: {doubles} double effects", state.ledger.display()));
+        state.doubles_counted = doubles;
+    }
+}

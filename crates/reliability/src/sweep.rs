@@ -1,14 +1,14 @@
 //! The crash sweep: every operation index of every workload × damage seeds (crash, plus one
 //! fail-once and one fail-forever per index), then random crash points on top.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use idemdb::Durability;
 
 use crate::fault::{FaultKind, FaultPlan};
-use crate::rng::{mix, Rng};
-use crate::workload::{probe_ops, run, Counts, Injection, Scenario, Workload};
+use crate::rng::{Rng, mix};
+use crate::workload::{Counts, Injection, Scenario, Workload, probe_ops, run};
 
 /// How big a sweep is.
 #[derive(Debug, Clone)]

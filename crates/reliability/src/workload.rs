@@ -27,7 +27,7 @@ use idemdb::{
 
 use crate::fault::{Disk, FaultKind, FaultPlan};
 use crate::ledger::Provider;
-use crate::rng::{mix, Rng};
+use crate::rng::{Rng, mix};
 
 /// Start of the simulated clock: 2023-11-14T22:13:20Z.
 pub const T0: u64 = 1_700_000_000_000;
@@ -562,7 +562,8 @@ impl Sim {
             Ok(report) if report.is_ok() => {}
             Ok(report) => {
                 self.counts.integrity_failures += 1;
-                let problems: Vec<String> = report.problems.iter().map(|p| format!("{}: {}", p.table, p.detail)).collect();
+                let problems: Vec<String> =
+                    report.problems.iter().map(|p| format!("{}: {}", p.table, p.detail)).collect();
                 self.counts.note(format!(
                     "{:?} {injection:?}: verify: storage_ok={} {problems:?}",
                     self.scenario, report.storage_ok
@@ -623,7 +624,9 @@ impl Sim {
                 Ok(Some((State::Failed { error, .. }, fp))) => {
                     seen.outcome == OutcomeClass::Failed && *error == seen.body && fp == fingerprint(i)
                 }
-                Ok(Some((State::Tombstone { outcome, .. }, _))) => *outcome == seen.outcome && now >= seen.at + response_ms,
+                Ok(Some((State::Tombstone { outcome, .. }, _))) => {
+                    *outcome == seen.outcome && now >= seen.at + response_ms
+                }
                 _ => false,
             };
             if kept {
