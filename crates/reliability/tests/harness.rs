@@ -166,3 +166,15 @@ fn fuzz_targets_refuse_bad_input_with_typed_errors() {
     assert!(fuzzing::keys(b"acme\xffpay\xffk-1"));
     assert!(fuzzing::ops(&[0, 0, 0, 1, 0, 5, 9, 1, 2, 0, 0, 0]));
 }
+
+#[test]
+fn the_operation_sequence_of_a_workload_is_deterministic() {
+    // The sweep's "every operation index" relies on a run replaying the same storage operations.
+    for scenario in SweepConfig::all_scenarios() {
+        let first = idemdb_reliability::workload::probe_ops(scenario);
+        for _ in 0..5 {
+            assert_eq!(idemdb_reliability::workload::probe_ops(scenario), first, "{scenario:?}");
+        }
+        assert!(first > 10, "{scenario:?}: {first} operations");
+    }
+}

@@ -1,2 +1,480 @@
-//! `cargo xtask reliability [--quick|--full]`.
-fn main() {}
+//! Project tasks that cargo alone does not run.
+//!
+//! ```text
+//! cargo xtask reliability [--quick|--full] [--seed N] [--fuzz-seconds N] [--no-fuzz]
+//! ```
+//!
+//! Runs the crash sweep, the `kill -9` test, the races, a bad-input pass, the harness
+//! self-check (broken adapters must be caught) and the cargo-fuzz targets, then prints one table
+//! with the targets of the chosen size and PASS/MISS, and exits non-zero on any lost completion,
+//! double effect, unopenable store, integrity failure, protocol error, fuzz crash, or missed
+//! target. `--quick` (the default) is the CI-sized run; `--full` the documented one.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use idemdb::Durability;
+use idemdb_reliability::fuzzing;
+use idemdb_reliability::kill::{KillConfig, run_kills};
+use idemdb_reliability::races::{RaceConfig, run_races};
+use idemdb_reliability::rng::Rng;
+use idemdb_reliability::sweep::{SweepConfig, sweep};
+use idemdb_reliability::workload::{Adapter, Counts, Scenario, Workload, probe_ops};
+
+const FUZZ_TARGETS: [&str; 4] = ["record_decode", "canonical", "keys", "ops"];
+
+struct Size {
+    name: &'static str,
+    crash_points: u64,
+    seeds_per_point: u64,
+    kills: u64,
+    races: u64,
+    fuzz_seconds: u64,
+    bad_inputs: u64,
+}
+
+const QUICK: Size = Size {
+    name: "quick",
+    crash_points: 50_000,
+    seeds_per_point: 20,
+    kills: 500,
+    races: 100_000,
+    fuzz_seconds: 10,
+    bad_inputs: 100_000,
+};
+const FULL: Size = Size {
+    name: "full",
+    crash_points: 1_000_000,
+    seeds_per_point: 100,
+    kills: 5_000,
+    races: 1_000_000,
+    fuzz_seconds: 600,
+    bad_inputs: 2_000_000,
+};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("reliability") => match reliability(&args[1..]) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(error) => {
+                eprintln!("xtask reliability: {error}");
+                ExitCode::from(2)
+            }
+        },
+        _ => {
+            eprintln!("usage: cargo xtask reliability [--quick|--full] [--seed N] [--fuzz-seconds N] [--no-fuzz]");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
+}
+
+fn parse_u64(args: &[String], flag: &str) -> Result<Option<u64>, String> {
+    match args.iter().position(|a| a == flag) {
+        None => Ok(None),
+        Some(i) => {
+            args.get(i + 1).and_then(|v| v.parse().ok()).map(Some).ok_or_else(|| format!("{flag} needs a number"))
+        }
+    }
+}
+
+struct Row {
+    name: &'static str,
+    value: u64,
+    target: String,
+    pass: Option<bool>,
+}
+
+fn row(name: &'static str, value: u64, target: Option<(&str, bool)>) -> Row {
+    match target {
+        Some((text, pass)) => Row { name, value, target: text.to_string(), pass: Some(pass) },
+        None => Row { name, value, target: "(info)".into(), pass: None },
+    }
+}
+
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn reliability(args: &[String]) -> Result<bool, String> {
+    let size = if args.iter().any(|a| a == "--full") { &FULL } else { &QUICK };
+    let seed = parse_u64(args, "--seed")?.unwrap_or(0x1de3_db);
+    let fuzz_seconds = parse_u64(args, "--fuzz-seconds")?.unwrap_or(size.fuzz_seconds);
+    let fuzz = !args.iter().any(|a| a == "--no-fuzz");
+    let started = Instant::now();
+    let mut timings: Vec<(&str, Duration)> = Vec::new();
+    println!("idemdb reliability run: {} (seed {seed:#x}, {} threads)", size.name, threads());
+
+    // 1. Crash sweep.
+    let t = Instant::now();
+    let scenarios = SweepConfig::all_scenarios();
+    let exhaustive: u64 = scenarios.iter().map(|s| probe_ops(*s) * (size.seeds_per_point + 2)).sum();
+    let random_points = size.crash_points.saturating_sub(exhaustive);
+    let crash = sweep(&SweepConfig {
+        scenarios,
+        seeds_per_point: size.seeds_per_point,
+        random_points,
+        threads: threads(),
+        seed,
+    });
+    timings.push(("crash sweep", t.elapsed()));
+    println!(
+        "  crash sweep: {} points ({} exhaustive, {} random) in {:.1?}",
+        group(crash.points),
+        group(crash.exhaustive_points),
+        group(random_points),
+        t.elapsed()
+    );
+    for (scenario, ops, counts) in &crash.per_scenario {
+        println!(
+            "    {:<10} {:<9} {:>4} ops  {:>8} runs  verified {:>9}  rolled back {:>7}  lost {} double {} reopen-fail {} integrity {} protocol {}",
+            scenario.workload.name(),
+            format!("{:?}", scenario.durability),
+            ops,
+            group(counts.runs),
+            group(counts.completions_verified),
+            group(counts.rolled_back),
+            counts.lost,
+            counts.double,
+            counts.reopen_failures,
+            counts.integrity_failures,
+            counts.unexpected
+        );
+    }
+    print_notes("crash sweep", &crash.total.notes);
+
+    // 2. Kill -9.
+    let t = Instant::now();
+    let child = build_child()?;
+    let kills =
+        run_kills(&KillConfig { child, kills: size.kills, kills_per_file: 25, intents_per_child: 8, seed, dir: None })
+            .map_err(|e| format!("kill test: {e}"))?;
+    timings.push(("kill -9", t.elapsed()));
+    println!(
+        "  kill -9: {} kills ({} before the store was open, {} files), {} completions reported, in {:.1?}",
+        group(kills.kills),
+        group(kills.kills_before_open),
+        kills.files,
+        group(kills.completions_reported),
+        t.elapsed()
+    );
+    print_notes("kill -9", &kills.notes);
+
+    // 3. Races.
+    let t = Instant::now();
+    let races = run_races(&RaceConfig { attempts: size.races, threads: 8, keys: 16, file_every: 16, seed })
+        .map_err(|e| format!("races: {e}"))?;
+    timings.push(("races", t.elapsed()));
+    println!(
+        "  races: {} attempts in {} rounds ({} on files) in {:.1?}",
+        group(races.attempts),
+        group(races.rounds),
+        races.file_rounds,
+        t.elapsed()
+    );
+    print_notes("races", &races.notes);
+
+    // 4. Bad inputs (mutated seeds through the fuzz target bodies, in process).
+    let t = Instant::now();
+    let bad = bad_inputs(size.bad_inputs, seed)?;
+    timings.push(("bad inputs", t.elapsed()));
+    println!(
+        "  bad inputs: {} refused with a typed error (of {} tried) in {:.1?}",
+        group(bad.0),
+        group(bad.1),
+        t.elapsed()
+    );
+
+    // 5. The harness bites: broken adapters must be caught.
+    let t = Instant::now();
+    let bites = self_check(seed);
+    timings.push(("self-check", t.elapsed()));
+    for (name, counts) in &bites {
+        println!(
+            "  self-check, broken {name}: lost {} double {} reopen-fail {}",
+            counts.lost, counts.double, counts.reopen_failures
+        );
+    }
+    let bites_caught = bites.iter().filter(|(_, c)| c.lost + c.double > 0).count() as u64;
+
+    // 6. Fuzzing.
+    let mut fuzz_execs = 0u64;
+    let mut fuzz_crashes = 0u64;
+    let mut fuzz_min = u64::MAX;
+    if fuzz {
+        let t = Instant::now();
+        let results = run_fuzz(fuzz_seconds)?;
+        timings.push(("fuzz (build + run)", t.elapsed()));
+        for (target, execs, crashed) in &results {
+            println!(
+                "  fuzz {target}: {} executions in {fuzz_seconds} s{}",
+                group(*execs),
+                if *crashed { ", CRASHED (see fuzz/artifacts)" } else { "" }
+            );
+            fuzz_execs += execs;
+            fuzz_min = fuzz_min.min(*execs);
+            fuzz_crashes += u64::from(*crashed);
+        }
+    }
+
+    // The table.
+    let lost = crash.total.lost + kills.lost + races.wrong_answers;
+    let double = crash.total.double + kills.double + races.double;
+    let unopenable = crash.total.reopen_failures + kills.unopenable;
+    let integrity = crash.total.integrity_failures + kills.integrity_failures;
+    let protocol = crash.total.unexpected + kills.child_errors + races.unexpected + races.missing;
+    let zero = |v: u64| Some(("0", v == 0));
+    let fuzz_target = format!("each target ran {fuzz_seconds} s, 0 crashes");
+    let rows = vec![
+        row(
+            "crash points tried",
+            crash.points,
+            Some((&format!(">= {}", group(size.crash_points)), crash.points >= size.crash_points)),
+        ),
+        row("lost completions", lost, zero(lost)),
+        row("double effects", double, zero(double)),
+        row("reopen failures", unopenable, zero(unopenable)),
+        row("integrity failures", integrity, zero(integrity)),
+        row("protocol errors", protocol, zero(protocol)),
+        row("kills", kills.kills, Some((&format!(">= {}", group(size.kills)), kills.kills >= size.kills))),
+        row(
+            "completions verified",
+            crash.total.completions_verified + kills.completions_verified,
+            Some(("> 0", crash.total.completions_verified > 0 && kills.completions_verified > 0)),
+        ),
+        row(
+            "race attempts",
+            races.attempts,
+            Some((&format!(">= {}", group(size.races)), races.attempts >= size.races)),
+        ),
+        row(
+            "fuzz executions",
+            fuzz_execs,
+            if fuzz {
+                Some((fuzz_target.as_str(), fuzz_crashes == 0 && fuzz_min > 0))
+            } else {
+                Some(("skipped (--no-fuzz)", false))
+            },
+        ),
+        row("bad inputs tried", bad.1, Some((&format!(">= {}", group(size.bad_inputs)), bad.1 >= size.bad_inputs))),
+        row("power cuts simulated", crash.total.power_cuts, None),
+        row("eventual-mode rollbacks", crash.total.rolled_back, None),
+        row(
+            "broken adapters caught",
+            bites_caught,
+            Some((&format!("{} of {}", bites.len(), bites.len()), bites_caught == bites.len() as u64)),
+        ),
+    ];
+    println!();
+    println!("| {:<24} | {:>13} | {:<34} | {:<6} |", "row", "value", format!("target ({})", size.name), "status");
+    println!("|{:-<26}|{:->15}|{:-<36}|{:-<8}|", "", "", "", "");
+    let mut ok = true;
+    for r in &rows {
+        let status = match r.pass {
+            Some(true) => "PASS",
+            Some(false) => {
+                ok = false;
+                "MISS"
+            }
+            None => "",
+        };
+        println!("| {:<24} | {:>13} | {:<34} | {:<6} |", r.name, group(r.value), r.target, status);
+    }
+    println!();
+    let times: Vec<String> = timings.iter().map(|(name, d)| format!("{name} {:.0?}", d)).collect();
+    println!("time: {} — total {:.0?}", times.join(", "), started.elapsed());
+    println!("{}", if ok { "RESULT: PASS" } else { "RESULT: FAIL" });
+    Ok(ok)
+}
+
+fn print_notes(what: &str, notes: &[String]) {
+    for note in notes.iter().take(6) {
+        println!("    ! {what}: {note}");
+    }
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Builds the kill test's child in release mode and returns its path.
+fn build_child() -> Result<PathBuf, String> {
+    let status = cargo()
+        .args(["build", "--release", "--quiet", "-p", "idemdb-reliability", "--bin", "reliability-child"])
+        .current_dir(workspace_root())
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err("building reliability-child failed".into());
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    Ok(target.join("release").join(format!("reliability-child{}", std::env::consts::EXE_SUFFIX)))
+}
+
+/// Mutations of the seed inputs (bit flips, cuts, insertions, random bytes) through the bodies
+/// of the non-storage fuzz targets. Returns (refused, tried); a panic would abort the run.
+fn bad_inputs(total: u64, seed: u64) -> Result<(u64, u64), String> {
+    let root = workspace_root().join("fuzz/seeds");
+    let targets: [(&str, fn(&[u8]) -> bool); 3] =
+        [("record_decode", fuzzing::record_decode), ("canonical", fuzzing::canonical), ("keys", fuzzing::keys)];
+    let mut rng = Rng::new(seed ^ 0xbad);
+    let (mut refused, mut tried) = (0u64, 0u64);
+    let per_target = total.div_ceil(targets.len() as u64);
+    for (name, target) in targets {
+        let mut seeds = Vec::new();
+        for entry in std::fs::read_dir(root.join(name)).map_err(|e| format!("{name} seeds: {e}"))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            seeds.push(std::fs::read(&path).map_err(|e| e.to_string())?);
+        }
+        if seeds.is_empty() {
+            return Err(format!("no seeds for {name}"));
+        }
+        let mut done = 0;
+        while done < per_target {
+            let mut data = seeds[usize::try_from(rng.below(seeds.len() as u64)).unwrap_or(0)].clone();
+            for _ in 0..1 + rng.below(4) {
+                mutate(&mut data, &mut rng);
+            }
+            tried += 1;
+            done += 1;
+            if !target(&data) {
+                refused += 1;
+            }
+        }
+    }
+    Ok((refused, tried))
+}
+
+fn mutate(data: &mut Vec<u8>, rng: &mut Rng) {
+    let len = data.len() as u64;
+    let at = |rng: &mut Rng| usize::try_from(rng.below(len.max(1))).unwrap_or(0);
+    match rng.below(6) {
+        0 if !data.is_empty() => {
+            let i = at(rng);
+            data[i] ^= 1 << rng.below(8);
+        }
+        1 if !data.is_empty() => data.truncate(at(rng)),
+        2 => {
+            let i = at(rng).min(data.len());
+            data.insert(i, rng.next_u64() as u8);
+        }
+        3 if !data.is_empty() => {
+            let i = at(rng);
+            data.remove(i);
+        }
+        4 if !data.is_empty() => {
+            let i = at(rng);
+            data[i] =
+                [0x00, 0xff, b'"', b'{', b'[', b'\\', b'.', b'e', b'-'][usize::try_from(rng.below(9)).unwrap_or(0)];
+        }
+        _ => {
+            let i = at(rng).min(data.len());
+            let junk: Vec<u8> = (0..rng.below(8)).map(|_| rng.next_u64() as u8).collect();
+            data.splice(i..i, junk);
+        }
+    }
+}
+
+/// Small sweeps with deliberately broken clients and disks: each must be reported with lost or
+/// double effects, or the harness is not testing anything.
+fn self_check(seed: u64) -> Vec<(&'static str, Counts)> {
+    let cases = [
+        ("client: completion without durability", Workload::Charge, Adapter::CompleteWithoutDurability),
+        ("client: re-runs an in-progress attempt", Workload::Uncertain, Adapter::RerunInProgress),
+        ("disk: sync that lies", Workload::Charge, Adapter::LyingDisk),
+    ];
+    cases
+        .iter()
+        .map(|(name, workload, adapter)| {
+            let scenario = Scenario { workload: *workload, durability: Durability::Immediate, adapter: *adapter };
+            let report = sweep(&SweepConfig {
+                scenarios: vec![scenario],
+                seeds_per_point: 2,
+                random_points: 0,
+                threads: threads(),
+                seed,
+            });
+            (*name, report.total)
+        })
+        .collect()
+}
+
+fn fuzz_dir() -> PathBuf {
+    workspace_root().join("fuzz")
+}
+
+/// Installs cargo-fuzz when missing, builds the targets (stable toolchain, no sanitizer) and runs
+/// each for `seconds`. Returns (target, executions, crashed).
+fn run_fuzz(seconds: u64) -> Result<Vec<(&'static str, u64, bool)>, String> {
+    let installed = cargo().args(["fuzz", "--version"]).output().is_ok_and(|o| o.status.success());
+    if !installed {
+        let t = Instant::now();
+        println!("  installing cargo-fuzz (cargo install cargo-fuzz --locked) ...");
+        let status =
+            cargo().args(["install", "cargo-fuzz", "--locked"]).status().map_err(|e| format!("cargo install: {e}"))?;
+        if !status.success() {
+            return Err("cargo install cargo-fuzz failed".into());
+        }
+        println!("  installed cargo-fuzz in {:.0?}", t.elapsed());
+    }
+    let t = Instant::now();
+    let status = cargo()
+        .args(["fuzz", "build", "--sanitizer", "none", "-O"])
+        .current_dir(fuzz_dir())
+        .status()
+        .map_err(|e| format!("cargo fuzz build: {e}"))?;
+    if !status.success() {
+        return Err("cargo fuzz build failed".into());
+    }
+    println!("  fuzz targets built in {:.0?}", t.elapsed());
+    let mut results = Vec::new();
+    for target in FUZZ_TARGETS {
+        let corpus = fuzz_dir().join("corpus").join(target);
+        std::fs::create_dir_all(&corpus).map_err(|e| e.to_string())?;
+        let output = cargo()
+            .args(["fuzz", "run", target, "--sanitizer", "none", "-O"])
+            .arg(&corpus)
+            .arg(fuzz_dir().join("seeds").join(target))
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .current_dir(fuzz_dir())
+            .output()
+            .map_err(|e| format!("cargo fuzz run {target}: {e}"))?;
+        let log = String::from_utf8_lossy(&output.stderr);
+        let execs = log
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("Done ").and_then(|rest| rest.split_whitespace().next()).and_then(|n| n.parse().ok())
+            })
+            .last()
+            .unwrap_or(0);
+        let crashed = !output.status.success();
+        if crashed {
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            for line in tail.into_iter().rev() {
+                println!("    | {line}");
+            }
+        }
+        results.push((target, execs, crashed));
+    }
+    Ok(results)
+}
