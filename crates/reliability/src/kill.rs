@@ -54,11 +54,11 @@ fn read_ledger(path: &Path) -> (BTreeMap<u64, String>, BTreeMap<u64, u64>) {
     let text = fs::read_to_string(path).unwrap_or_default();
     for line in text.lines() {
         let mut parts = line.splitn(3, ' ');
-        if let (Some("E"), Some(intent), Some(body)) = (parts.next(), parts.next(), parts.next()) {
-            if let Ok(intent) = intent.parse::<u64>() {
-                first.entry(intent).or_insert_with(|| body.to_string());
-                *count.entry(intent).or_insert(0) += 1;
-            }
+        if let (Some("E"), Some(intent), Some(body)) = (parts.next(), parts.next(), parts.next())
+            && let Ok(intent) = intent.parse::<u64>()
+        {
+            first.entry(intent).or_insert_with(|| body.to_string());
+            *count.entry(intent).or_insert(0) += 1;
         }
     }
     (first, count)
@@ -299,11 +299,11 @@ pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
                     if let Ok(intent) = intent.parse::<u64>() {
                         report.completions_reported += 1;
                         state.pending.remove(&intent);
-                        if let Some(before) = state.reported.insert(intent, body.to_string()) {
-                            if before != body {
-                                report.lost += 1;
-                                report.note(format!("intent {intent} reported {before} then {body}"));
-                            }
+                        if let Some(before) = state.reported.insert(intent, body.to_string())
+                            && before != body
+                        {
+                            report.lost += 1;
+                            report.note(format!("intent {intent} reported {before} then {body}"));
                         }
                     }
                 }

@@ -147,7 +147,7 @@ fn round(config: &RaceConfig, number: u64, dir: &std::path::Path, report: &mut R
         1 => Kind::Execute,
         _ => Kind::ChargeWithPurge,
     };
-    let on_file = config.file_every > 0 && number % config.file_every == 0;
+    let on_file = config.file_every > 0 && number.is_multiple_of(config.file_every);
     let path = dir.join(format!("race-{number}.idemdb"));
     let clock = ManualClock::new(T0);
     let store = match open(kind, on_file.then_some(path.as_path()), &clock) {

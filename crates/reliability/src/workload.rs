@@ -356,17 +356,17 @@ impl Sim {
 
     fn saw(&mut self, i: usize, outcome: OutcomeClass, body: Vec<u8>) {
         let at = self.now();
-        if let Some(before) = self.seen.get(&i) {
-            if before.outcome != outcome || before.body != body {
-                self.counts.lost += 1;
-                self.counts.note(format!(
-                    "{:?}: intent {i} replayed {outcome} {:?} after the client saw {} {:?}",
-                    self.scenario,
-                    String::from_utf8_lossy(&body),
-                    before.outcome,
-                    String::from_utf8_lossy(&before.body)
-                ));
-            }
+        if let Some(before) = self.seen.get(&i)
+            && (before.outcome != outcome || before.body != body)
+        {
+            self.counts.lost += 1;
+            self.counts.note(format!(
+                "{:?}: intent {i} replayed {outcome} {:?} after the client saw {} {:?}",
+                self.scenario,
+                String::from_utf8_lossy(&body),
+                before.outcome,
+                String::from_utf8_lossy(&before.body)
+            ));
         }
         self.seen.insert(i, Seen { outcome, body, at });
         self.done.insert(i);
@@ -498,10 +498,7 @@ impl Sim {
         store
             .write(|txn| -> Result<BTreeMap<usize, u64>, Error> {
                 let mut out = BTreeMap::new();
-                let table = match txn.tables().open_table(APP_EFFECTS) {
-                    Ok(table) => table,
-                    Err(error) => return Err(error.into()),
-                };
+                let table = txn.tables().open_table(APP_EFFECTS)?;
                 for entry in table.iter().map_err(Error::from)? {
                     let (k, v) = entry.map_err(Error::from)?;
                     out.insert(usize::try_from(k.value()).unwrap_or(usize::MAX), v.value());
@@ -759,11 +756,11 @@ pub fn run(scenario: Scenario, injection: &Injection) -> Counts {
     // (with durable commits), then the effects are counted.
     cuts += 1;
     let last = Injection { recovery_crashes: 0, ..*injection };
-    if sim.power_cut(&last, cuts).is_ok() {
-        if let Err(stop) = sim.settle() {
-            sim.counts.unexpected += 1;
-            sim.counts.note(format!("{scenario:?} {injection:?}: retries after the last cut failed: {stop:?}"));
-        }
+    if sim.power_cut(&last, cuts).is_ok()
+        && let Err(stop) = sim.settle()
+    {
+        sim.counts.unexpected += 1;
+        sim.counts.note(format!("{scenario:?} {injection:?}: retries after the last cut failed: {stop:?}"));
     }
     finish(sim)
 }

@@ -130,12 +130,7 @@ fn a_store_whose_creation_was_interrupted_opens_again() {
 #[test]
 fn fuzz_seeds_and_past_findings_run_clean() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
-    let targets: [(&str, fn(&[u8]) -> bool); 4] = [
-        ("record_decode", fuzzing::record_decode),
-        ("canonical", fuzzing::canonical),
-        ("keys", fuzzing::keys),
-        ("ops", fuzzing::ops),
-    ];
+    let targets = fuzzing::TARGETS;
     let mut accepted = 0;
     for (name, target) in targets {
         for folder in ["seeds", "regressions"] {

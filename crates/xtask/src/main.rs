@@ -107,7 +107,7 @@ fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -117,7 +117,7 @@ fn group(n: u64) -> String {
 
 fn reliability(args: &[String]) -> Result<bool, String> {
     let size = if args.iter().any(|a| a == "--full") { &FULL } else { &QUICK };
-    let seed = parse_u64(args, "--seed")?.unwrap_or(0x1de3_db);
+    let seed = parse_u64(args, "--seed")?.unwrap_or(0x001d_e3db);
     let fuzz_seconds = parse_u64(args, "--fuzz-seconds")?.unwrap_or(size.fuzz_seconds);
     let fuzz = !args.iter().any(|a| a == "--no-fuzz");
     let started = Instant::now();
@@ -334,8 +334,8 @@ fn build_child() -> Result<PathBuf, String> {
 /// of the non-storage fuzz targets. Returns (refused, tried); a panic would abort the run.
 fn bad_inputs(total: u64, seed: u64) -> Result<(u64, u64), String> {
     let root = workspace_root().join("fuzz/seeds");
-    let targets: [(&str, fn(&[u8]) -> bool); 3] =
-        [("record_decode", fuzzing::record_decode), ("canonical", fuzzing::canonical), ("keys", fuzzing::keys)];
+    let targets: Vec<(&str, fuzzing::Target)> =
+        fuzzing::TARGETS.into_iter().filter(|(name, _)| *name != "ops").collect();
     let mut rng = Rng::new(seed ^ 0xbad);
     let (mut refused, mut tried) = (0u64, 0u64);
     let per_target = total.div_ceil(targets.len() as u64);
@@ -465,7 +465,7 @@ fn run_fuzz(seconds: u64) -> Result<Vec<(&'static str, u64, bool)>, String> {
             .filter_map(|l| {
                 l.strip_prefix("Done ").and_then(|rest| rest.split_whitespace().next()).and_then(|n| n.parse().ok())
             })
-            .last()
+            .next_back()
             .unwrap_or(0);
         let crashed = !output.status.success();
         if crashed {
