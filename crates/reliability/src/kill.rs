@@ -146,6 +146,9 @@ pub struct KillReport {
     pub kills: u64,
     /// Of which while the store was still being opened or created (before the child said `O`).
     pub kills_before_open: u64,
+    /// Of which while the store file was being created: after the kill the file was not in place
+    /// yet, or the temporary file of its creation was left beside it.
+    pub kills_during_creation: u64,
     /// Children that finished before their kill (not counted as kills).
     pub finished_early: u64,
     /// Store files used.
@@ -288,6 +291,9 @@ pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
             state.kills += 1;
             if !lines.iter().any(|l| l == "O") {
                 report.kills_before_open += 1;
+                if fresh && creation_interrupted(&state.store) {
+                    report.kills_during_creation += 1;
+                }
             }
         } else {
             report.finished_early += 1;
@@ -317,6 +323,19 @@ pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
         check_file(state, &mut report);
     }
     Ok(report)
+}
+
+/// Whether the store's creation was cut short: the file is missing, or a temporary creation
+/// file (`.<name>.tmp-*`) is beside it.
+fn creation_interrupted(store: &Path) -> bool {
+    if !store.exists() {
+        return true;
+    }
+    let name = store.file_name().map(|n| format!(".{}.tmp-", n.to_string_lossy())).unwrap_or_default();
+    store
+        .parent()
+        .and_then(|dir| fs::read_dir(dir).ok())
+        .is_some_and(|entries| entries.flatten().any(|e| e.file_name().to_string_lossy().starts_with(&name)))
 }
 
 /// After a kill: the file opens and verifies, every reported outcome is stored as reported,

@@ -170,9 +170,10 @@ fn reliability(args: &[String]) -> Result<bool, String> {
             .map_err(|e| format!("kill test: {e}"))?;
     timings.push(("kill -9", t.elapsed()));
     println!(
-        "  kill -9: {} kills ({} before the store was open, {} files), {} completions reported, in {:.1?}",
+        "  kill -9: {} kills ({} before the store was open, {} of them while the file was being created; {} files), {} completions reported, in {:.1?}",
         group(kills.kills),
         group(kills.kills_before_open),
+        group(kills.kills_during_creation),
         kills.files,
         group(kills.completions_reported),
         t.elapsed()
@@ -276,6 +277,7 @@ fn reliability(args: &[String]) -> Result<bool, String> {
             },
         ),
         row("bad inputs tried", bad.1, Some((&format!(">= {}", group(size.bad_inputs)), bad.1 >= size.bad_inputs))),
+        row("kills during store creation", kills.kills_during_creation, None),
         row("power cuts simulated", crash.total.power_cuts, None),
         row("eventual-mode rollbacks", crash.total.rolled_back, None),
         row(
