@@ -10,6 +10,7 @@
 //!   [`workload::Adapter`] also holds deliberately broken clients and disks, so tests can prove
 //!   the harness reports them;
 //! * [`sweep`]: every operation index of every workload × damage seeds, plus random points;
+//! * [`concurrent`]: faults landing inside group commits shared by several client threads;
 //! * [`kill`]: a child process on a file store, killed with SIGKILL at random moments;
 //! * [`races`]: threads racing on shared keys over file and memory stores;
 //! * [`fuzzing`]: the bodies of the cargo-fuzz targets (in `fuzz/`), callable from tests so
@@ -33,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod concurrent;
 pub mod fault;
 pub mod fuzzing;
 pub mod kill;

@@ -66,6 +66,14 @@ fn a_store_killed_at_random_moments_always_opens_and_keeps_what_it_reported() {
 }
 
 #[test]
+fn faults_inside_shared_group_commits_lose_nothing_and_double_nothing() {
+    let counts = idemdb_reliability::concurrent::run_concurrent(150, 3);
+    assert!(counts.clean(), "{counts:#?}");
+    assert_eq!(counts.runs, 150);
+    assert!(counts.completions_verified > 0 && counts.faults_fired > 0, "{counts:?}");
+}
+
+#[test]
 fn racing_threads_get_one_effect_per_key_on_file_and_memory_stores() {
     let report = run_races(&RaceConfig { attempts: 3_000, threads: 6, keys: 8, file_every: 4, seed: 2 }).unwrap();
     assert!(report.clean(), "{report:#?}");

@@ -16,6 +16,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use idemdb::Durability;
+use idemdb_reliability::concurrent::run_concurrent;
 use idemdb_reliability::fuzzing;
 use idemdb_reliability::kill::{KillConfig, run_kills};
 use idemdb_reliability::races::{RaceConfig, run_races};
@@ -33,6 +34,7 @@ struct Size {
     races: u64,
     fuzz_seconds: u64,
     bad_inputs: u64,
+    concurrent_points: u64,
 }
 
 const QUICK: Size = Size {
@@ -43,6 +45,7 @@ const QUICK: Size = Size {
     races: 100_000,
     fuzz_seconds: 10,
     bad_inputs: 100_000,
+    concurrent_points: 2_000,
 };
 const FULL: Size = Size {
     name: "full",
@@ -52,6 +55,7 @@ const FULL: Size = Size {
     races: 1_000_000,
     fuzz_seconds: 600,
     bad_inputs: 2_000_000,
+    concurrent_points: 50_000,
 };
 
 fn main() -> ExitCode {
@@ -162,6 +166,19 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     }
     print_notes("crash sweep", &crash.total.notes);
 
+    // 1b. Crash points inside shared group commits.
+    let t = Instant::now();
+    let concurrent = run_concurrent(size.concurrent_points, seed);
+    timings.push(("concurrent crash points", t.elapsed()));
+    println!(
+        "  concurrent crash points: {} ({} faults fired, {} outcomes verified) in {:.1?}",
+        group(concurrent.runs),
+        group(concurrent.faults_fired),
+        group(concurrent.completions_verified),
+        t.elapsed()
+    );
+    print_notes("concurrent", &concurrent.notes);
+
     // 2. Kill -9.
     let t = Instant::now();
     let child = build_child()?;
@@ -238,11 +255,12 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     }
 
     // The table.
-    let lost = crash.total.lost + kills.lost + races.wrong_answers;
-    let double = crash.total.double + kills.double + races.double;
-    let unopenable = crash.total.reopen_failures + kills.unopenable;
-    let integrity = crash.total.integrity_failures + kills.integrity_failures;
-    let protocol = crash.total.unexpected + kills.child_errors + races.unexpected + races.missing;
+    let lost = crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers;
+    let double = crash.total.double + concurrent.double + kills.double + races.double;
+    let unopenable = crash.total.reopen_failures + concurrent.reopen_failures + kills.unopenable;
+    let integrity = crash.total.integrity_failures + concurrent.integrity_failures + kills.integrity_failures;
+    let protocol =
+        crash.total.unexpected + concurrent.unexpected + kills.child_errors + races.unexpected + races.missing;
     let zero = |v: u64| Some(("0", v == 0));
     let fuzz_target = format!("each target ran {fuzz_seconds} s, 0 crashes");
     let rows = vec![
@@ -259,7 +277,7 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         row("kills", kills.kills, Some((&format!(">= {}", group(size.kills)), kills.kills >= size.kills))),
         row(
             "completions verified",
-            crash.total.completions_verified + kills.completions_verified,
+            crash.total.completions_verified + concurrent.completions_verified + kills.completions_verified,
             Some(("> 0", crash.total.completions_verified > 0 && kills.completions_verified > 0)),
         ),
         row(
@@ -277,8 +295,13 @@ fn reliability(args: &[String]) -> Result<bool, String> {
             },
         ),
         row("bad inputs tried", bad.1, Some((&format!(">= {}", group(size.bad_inputs)), bad.1 >= size.bad_inputs))),
+        row(
+            "concurrent crash points",
+            concurrent.runs,
+            Some((&format!(">= {}", group(size.concurrent_points)), concurrent.runs >= size.concurrent_points)),
+        ),
         row("kills during store creation", kills.kills_during_creation, None),
-        row("power cuts simulated", crash.total.power_cuts, None),
+        row("power cuts simulated", crash.total.power_cuts + concurrent.power_cuts, None),
         row("eventual-mode rollbacks", crash.total.rolled_back, None),
         row(
             "broken adapters caught",
