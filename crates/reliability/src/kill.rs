@@ -146,8 +146,8 @@ pub struct KillReport {
     pub kills: u64,
     /// Of which while the store was still being opened or created (before the child said `O`).
     pub kills_before_open: u64,
-    /// Of which while the store file was being created: after the kill the file was not in place
-    /// yet, or the temporary file of its creation was left beside it.
+    /// Of which while the store file was being created: the temporary file it is created under
+    /// was left beside it.
     pub kills_during_creation: u64,
     /// Children that finished before their kill (not counted as kills).
     pub finished_early: u64,
@@ -217,6 +217,9 @@ pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
     let mut report = KillReport::default();
     let mut file: Option<FileState> = None;
     let mut attempts = 0u64;
+    // How long a child takes from spawn to an open store on a new file (fsync latency varies
+    // a lot): creation-time kills are drawn within it.
+    let mut creation_us: u64 = 5_000;
     while report.kills < config.kills && attempts < config.kills * 4 + 16 {
         attempts += 1;
         let state = match &mut file {
@@ -246,6 +249,7 @@ pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
             state.pending.insert(state.next);
             state.next += 1;
         }
+        let spawned = std::time::Instant::now();
         let mut child = Command::new(&config.child)
             .arg(&state.store)
             .arg(&state.ledger)
@@ -259,9 +263,21 @@ pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
         let mut lines = Vec::new();
         // When to kill: during creation/open of a fresh file, after a random number of
         // reported outcomes, or after a random time.
+        // A file that is not in place yet (new, or its creation was killed) is killed during
+        // its creation half of the time; otherwise the child is left to create it, and the time
+        // it takes is measured.
         let mode = if fresh && rng.chance(50) { 0 } else { 1 + rng.below(2) };
         match mode {
-            0 => std::thread::sleep(Duration::from_micros(rng.below(4_000))),
+            0 => std::thread::sleep(Duration::from_micros(rng.below(creation_us + 1))),
+            _ if fresh => {
+                let mut line = String::new();
+                if reader.read_line(&mut line)? > 0 && line.trim_end() == "O" {
+                    let took = u64::try_from(spawned.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    creation_us = (creation_us * 3 + took) / 4;
+                }
+                lines.push(line.trim_end().to_string());
+                std::thread::sleep(Duration::from_micros(rng.below(3_000)));
+            }
             1 => {
                 let wait_for = rng.below(config.intents_per_child + 1);
                 let mut seen = 0;
@@ -325,12 +341,10 @@ pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
     Ok(report)
 }
 
-/// Whether the store's creation was cut short: the file is missing, or a temporary creation
-/// file (`.<name>.tmp-*`) is beside it.
+/// Whether the store's creation was cut short: the temporary file the store is created under
+/// (`.<name>.tmp-*`) was left beside it. (A kill before the child began creating leaves no
+/// temporary file and does not count.)
 fn creation_interrupted(store: &Path) -> bool {
-    if !store.exists() {
-        return true;
-    }
     let name = store.file_name().map(|n| format!(".{}.tmp-", n.to_string_lossy())).unwrap_or_default();
     store
         .parent()

@@ -183,7 +183,7 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     let t = Instant::now();
     let child = build_child()?;
     let kills =
-        run_kills(&KillConfig { child, kills: size.kills, kills_per_file: 25, intents_per_child: 8, seed, dir: None })
+        run_kills(&KillConfig { child, kills: size.kills, kills_per_file: 10, intents_per_child: 8, seed, dir: None })
             .map_err(|e| format!("kill test: {e}"))?;
     timings.push(("kill -9", t.elapsed()));
     println!(
@@ -310,8 +310,8 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         ),
     ];
     println!();
-    println!("| {:<24} | {:>13} | {:<34} | {:<6} |", "row", "value", format!("target ({})", size.name), "status");
-    println!("|{:-<26}|{:->15}|{:-<36}|{:-<8}|", "", "", "", "");
+    println!("| {:<28} | {:>13} | {:<34} | {:<6} |", "row", "value", format!("target ({})", size.name), "status");
+    println!("|{:-<30}|{:->15}|{:-<36}|{:-<8}|", "", "", "", "");
     let mut ok = true;
     for r in &rows {
         let status = match r.pass {
@@ -322,7 +322,7 @@ fn reliability(args: &[String]) -> Result<bool, String> {
             }
             None => "",
         };
-        println!("| {:<24} | {:>13} | {:<34} | {:<6} |", r.name, group(r.value), r.target, status);
+        println!("| {:<28} | {:>13} | {:<34} | {:<6} |", r.name, group(r.value), r.target, status);
     }
     println!();
     let times: Vec<String> = timings.iter().map(|(name, d)| format!("{name} {:.0?}", d)).collect();
