@@ -1,5 +1,6 @@
 //! The integration suite: one binary for every cross-crate test (faster builds on 2 cores).
 
+mod audit;
 mod bad_input;
 mod decision_table;
 mod golden;

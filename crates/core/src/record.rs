@@ -45,6 +45,7 @@ pub enum State {
     /// Finished with a result, replayed byte for byte until `expires_at`.
     Completed {
         /// The stored result.
+        #[serde(with = "serde_bytes")]
         result: Vec<u8>,
         /// When the result stops being replayed and becomes a tombstone.
         expires_at: Timestamp,
@@ -54,6 +55,7 @@ pub enum State {
     /// Failed definitively; the failure is replayed until `expires_at`.
     Failed {
         /// The stored failure body.
+        #[serde(with = "serde_bytes")]
         error: Vec<u8>,
         /// When the failure stops being replayed and becomes a tombstone.
         expires_at: Timestamp,

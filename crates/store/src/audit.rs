@@ -9,10 +9,31 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use idemdb_core::{Fingerprint, Timestamp};
+use idemdb_core::{decode_versioned, encode_versioned, DecodeError, Fingerprint, Timestamp};
 
-/// Version of stored audit events.
-pub(crate) const AUDIT_FORMAT: u8 = 1;
+/// Version byte of an audit entry holding one event (what the first builds wrote; still read).
+pub(crate) const AUDIT_EVENT_FORMAT: u8 = 1;
+/// Version byte of an audit entry holding a segment: the events one commit wrote, oldest
+/// first, keyed by the time of the newest.
+pub(crate) const AUDIT_SEGMENT_FORMAT: u8 = 2;
+/// Most events one segment holds.
+pub(crate) const MAX_SEGMENT_EVENTS: usize = 1024;
+
+/// Encodes events (at most [`MAX_SEGMENT_EVENTS`]) as one audit entry.
+pub(crate) fn encode_segment(events: &[AuditEvent]) -> Vec<u8> {
+    encode_versioned(AUDIT_SEGMENT_FORMAT, &events)
+}
+
+/// Decodes an audit entry of either version into its events.
+///
+/// # Errors
+/// [`DecodeError`] for a malformed entry or a version this build does not know.
+pub(crate) fn decode_entry(bytes: &[u8]) -> Result<Vec<AuditEvent>, DecodeError> {
+    match bytes.first() {
+        Some(&AUDIT_EVENT_FORMAT) => decode_versioned(bytes, AUDIT_EVENT_FORMAT).map(|event| vec![event]),
+        _ => decode_versioned(bytes, AUDIT_SEGMENT_FORMAT),
+    }
+}
 
 /// A keyed hash of a `(scope, key)`: 16 bytes, shown as 32 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

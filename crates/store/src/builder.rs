@@ -214,15 +214,17 @@ impl StoreBuilder {
     /// leaves the file's bytes untouched. A file that needs crash recovery cannot be read
     /// without writing; it is checked by the read-write open, after redb's repair.
     fn check_read_only(&self, path: &Path) -> Result<(), OpenError> {
-        let database = match self.redb_builder().open_read_only(path) {
-            Ok(database) => database,
-            Err(redb::DatabaseError::RepairAborted) => return Ok(()),
-            Err(other) => return Err(other.into()),
-        };
         // A read-only handle reads pages without verifying their checksums, and redb 4.6 can
-        // panic on a damaged page instead of reporting it. A panic here only means the file is
-        // damaged: the read-write open that follows runs the integrity check, which verifies
-        // every checksum and repairs or refuses the file with a typed error.
+        // panic on a damaged page instead of reporting it (already while opening, when the
+        // damage is in the table tree). A panic here only means the file is damaged: the
+        // read-write open that follows runs the integrity check, which verifies every checksum
+        // and repairs or refuses the file with a typed error.
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.redb_builder().open_read_only(path)));
+        let database = match opened {
+            Ok(Ok(database)) => database,
+            Ok(Err(redb::DatabaseError::RepairAborted)) | Err(_) => return Ok(()),
+            Ok(Err(other)) => return Err(other.into()),
+        };
         let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             database.begin_read().map_err(OpenError::from).and_then(|read| read_meta(&read))
         }));

@@ -10,9 +10,14 @@
 //! the whole batch, and every caller in it gets the error. The leader never waits to fill a
 //! batch: a lone caller commits at once, so batching adds no latency, and under load a batch
 //! holds whatever arrived during the previous commit.
+//!
+//! Wake-ups are targeted: every caller waits on its own slot. After a commit the leader first
+//! hands leadership to the caller of the oldest queued operation (so the next batch starts at
+//! once), then wakes exactly the callers of the batch it committed. Nobody else is woken, so
+//! a commit costs one wake-up per operation, not one per waiting thread.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use crate::txn::Txn;
 use crate::{Error, Store};
@@ -22,8 +27,8 @@ pub(crate) const MAX_BATCH: usize = 256;
 
 /// One queued operation, type-erased.
 trait Queued: Send {
-    /// Whether a leader took it.
-    fn taken(&self) -> &AtomicBool;
+    /// Makes its caller the next leader.
+    fn promote(&self);
     /// Runs the operation in the shared transaction; its answer waits for the commit.
     fn execute(self: Box<Self>, txn: &mut Txn<'_>) -> Box<dyn Executed>;
     /// The transaction could not even begin: answer with that error.
@@ -35,33 +40,91 @@ trait Executed: Send {
     fn finish(self: Box<Self>, commit: &Result<(), Error>);
 }
 
+/// What a waiting caller is told.
+enum Turn<R> {
+    /// Still queued or in a batch being committed.
+    Wait,
+    /// Take the queue and commit the next batch.
+    Lead,
+    /// The answer, after its batch committed.
+    Done(Result<R, Error>),
+}
+
+/// Where one caller waits.
 struct Slot<R> {
-    answer: Mutex<Option<Result<R, Error>>>,
-    taken: AtomicBool,
+    turn: Mutex<Turn<R>>,
+    changed: Condvar,
+}
+
+impl<R> Slot<R> {
+    fn set(&self, turn: Turn<R>) {
+        let mut current = lock(&self.turn);
+        // An answer is final: a leadership hand-off never overwrites it.
+        if !matches!(*current, Turn::Done(_)) {
+            *current = turn;
+        }
+        drop(current);
+        self.changed.notify_one();
+    }
+
+    /// Blocks until told to lead or answered.
+    fn wait(&self) -> Turn<R> {
+        let mut turn = lock(&self.turn);
+        loop {
+            match std::mem::replace(&mut *turn, Turn::Wait) {
+                Turn::Wait => turn = self.changed.wait(turn).unwrap_or_else(PoisonError::into_inner),
+                told => return told,
+            }
+        }
+    }
+}
+
+/// The way back to a waiting caller. Dropped without an answer (a panic unwinding through
+/// the leader), it answers with an error, so no caller waits for ever.
+struct Reply<R> {
+    slot: Option<Arc<Slot<R>>>,
+}
+
+impl<R> Reply<R> {
+    fn send(mut self, answer: Result<R, Error>) {
+        if let Some(slot) = self.slot.take() {
+            slot.set(Turn::Done(answer));
+        }
+    }
+}
+
+impl<R> Drop for Reply<R> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.set(Turn::Done(Err(abandoned())));
+        }
+    }
 }
 
 struct Pending<R, F> {
     operation: F,
-    slot: Arc<Slot<R>>,
+    reply: Reply<R>,
 }
 
 struct Ran<R> {
     answer: Result<R, Error>,
-    slot: Arc<Slot<R>>,
+    reply: Reply<R>,
 }
 
 impl<R: Send + 'static, F: FnOnce(&mut Txn<'_>) -> Result<R, Error> + Send> Queued for Pending<R, F> {
-    fn taken(&self) -> &AtomicBool {
-        &self.slot.taken
+    fn promote(&self) {
+        if let Some(slot) = &self.reply.slot {
+            slot.set(Turn::Lead);
+        }
     }
 
     fn execute(self: Box<Self>, txn: &mut Txn<'_>) -> Box<dyn Executed> {
-        let Pending { operation, slot } = *self;
-        Box::new(Ran { answer: operation(txn), slot })
+        let Pending { operation, reply } = *self;
+        Box::new(Ran { answer: operation(txn), reply })
     }
 
     fn abort(self: Box<Self>, error: &Error) {
-        *lock(&self.slot.answer) = Some(Err(error.clone()));
+        self.reply.send(Err(error.clone()));
     }
 }
 
@@ -73,22 +136,37 @@ impl<R: Send> Executed for Ran<R> {
             (Ok(()), Ok(value)) => Ok(value),
             (Err(shared), Ok(_)) => Err(shared.clone()),
         };
-        *lock(&self.slot.answer) = Some(answer);
+        self.reply.send(answer);
     }
 }
 
 #[derive(Default)]
 struct Queue {
     operations: Vec<Box<dyn Queued>>,
+    /// Whether some caller leads. While one does, queued operations wait for it to hand over;
+    /// while none does, the queue is empty.
     leader_active: bool,
+    /// How many operations the last batch answered: callers that are likely to come back.
+    last_batch: usize,
+    /// How long the last commit took.
+    last_commit: Duration,
+    /// Whether a leader waits for arrivals (only then does a new arrival signal).
+    lingering: bool,
 }
 
 /// The group-commit queue of a store.
 #[derive(Default)]
 pub(crate) struct GroupCommit {
     queue: Mutex<Queue>,
-    changed: Condvar,
+    /// Signalled when an operation arrives while a leader lingers.
+    arrived: Condvar,
 }
+
+/// The longest a leader waits for callers of the last batch to come back, as a fraction of a
+/// commit: `1 / LINGER_DIVISOR` of the last commit's duration.
+const LINGER_DIVISOR: u32 = 2;
+/// And never longer than this.
+const MAX_LINGER: Duration = Duration::from_millis(1);
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks cannot leave them inconsistent (plain pushes/pops).
@@ -103,45 +181,142 @@ impl GroupCommit {
         R: Send + 'static,
         F: FnOnce(&mut Txn<'_>) -> Result<R, Error> + Send + 'static,
     {
-        let slot = Arc::new(Slot { answer: Mutex::new(None), taken: AtomicBool::new(false) });
-        let mut queue = lock(&self.queue);
-        queue.operations.push(Box::new(Pending { operation, slot: Arc::clone(&slot) }));
-        loop {
-            if let Some(answer) = lock(&slot.answer).take() {
-                return answer;
+        let slot = Arc::new(Slot { turn: Mutex::new(Turn::Wait), changed: Condvar::new() });
+        let lead_now = {
+            let mut queue = lock(&self.queue);
+            queue.operations.push(Box::new(Pending { operation, reply: Reply { slot: Some(Arc::clone(&slot)) } }));
+            if queue.lingering {
+                self.arrived.notify_one();
             }
-            if !queue.leader_active && !slot.taken.load(Ordering::SeqCst) {
-                queue.leader_active = true;
-                let take = queue.operations.len().min(MAX_BATCH);
-                let batch: Vec<Box<dyn Queued>> = queue.operations.drain(..take).collect();
-                for operation in &batch {
-                    operation.taken().store(true, Ordering::SeqCst);
-                }
-                drop(queue);
-                lead(store, batch);
-                queue = lock(&self.queue);
-                queue.leader_active = false;
-                self.changed.notify_all();
-                continue;
+            !std::mem::replace(&mut queue.leader_active, true)
+        };
+        if !lead_now {
+            match slot.wait() {
+                Turn::Done(answer) => return answer,
+                Turn::Lead | Turn::Wait => {}
             }
-            queue = self.changed.wait(queue).unwrap_or_else(PoisonError::into_inner);
+        }
+        // Leading: this caller's operation is the oldest queued one, so the batch holds it.
+        self.lead(store);
+        match slot.wait() {
+            Turn::Done(answer) => answer,
+            // Unreachable: the batch this caller committed answered its own operation, and a
+            // leader is never promoted again while its operation is queued.
+            Turn::Lead | Turn::Wait => unreachable_turn(),
+        }
+    }
+
+    /// Commits one batch from the front of the queue, then hands over.
+    fn lead(&self, store: &Store) {
+        let handover = Handover { group: self };
+        let batch: Vec<Box<dyn Queued>> = {
+            let mut queue = self.linger(lock(&self.queue));
+            let take = queue.operations.len().min(MAX_BATCH);
+            queue.last_batch = take;
+            queue.operations.drain(..take).collect()
+        };
+        let started = Started::now();
+        let mut txn = match Txn::begin(store) {
+            Ok(txn) => txn,
+            Err(error) => {
+                drop(handover);
+                batch.into_iter().for_each(|operation| operation.abort(&error));
+                return;
+            }
+        };
+        let ran: Vec<Box<dyn Executed>> = batch.into_iter().map(|operation| operation.execute(&mut txn)).collect();
+        let commit = txn.commit();
+        if let Some(took) = started.and_then(|started| started.elapsed()) {
+            lock(&self.queue).last_commit = took;
+        }
+        // The next leader starts on its batch while this one answers its own.
+        drop(handover);
+        for operation in ran {
+            operation.finish(&commit);
         }
     }
 }
 
-fn lead(store: &Store, batch: Vec<Box<dyn Queued>>) {
-    let mut txn = match Txn::begin(store) {
-        Ok(txn) => txn,
-        Err(error) => {
-            batch.into_iter().for_each(|operation| operation.abort(&error));
-            return;
+impl GroupCommit {
+    /// Under load, waits briefly for the callers the last batch answered to come back, so
+    /// that callers who take turns share commits instead of alternating between batches of
+    /// one. Waits only while fewer operations are queued than the last batch answered, at most
+    /// half the last commit's duration (and [`MAX_LINGER`]); a lone caller never waits.
+    fn linger<'q>(&self, mut queue: MutexGuard<'q, Queue>) -> MutexGuard<'q, Queue> {
+        let limit = (queue.last_commit / LINGER_DIVISOR).min(MAX_LINGER);
+        if queue.operations.len() >= queue.last_batch || limit.is_zero() {
+            return queue;
         }
-    };
-    let ran: Vec<Box<dyn Executed>> = batch.into_iter().map(|operation| operation.execute(&mut txn)).collect();
-    let commit = txn.commit();
-    for operation in ran {
-        operation.finish(&commit);
+        let Some(started) = Started::now() else { return queue };
+        queue.lingering = true;
+        while queue.operations.len() < queue.last_batch {
+            let Some(waited) = started.elapsed() else { break };
+            let Some(left) = limit.checked_sub(waited).filter(|left| !left.is_zero()) else { break };
+            queue = self.arrived.wait_timeout(queue, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        queue.lingering = false;
+        queue
     }
+}
+
+/// A monotonic instant where the platform has one (not on `wasm32-unknown-unknown`, whose
+/// single thread never batches anyway).
+struct Started(#[cfg(not(target_arch = "wasm32"))] std::time::Instant);
+
+impl Started {
+    #[cfg(not(target_arch = "wasm32"))]
+    fn now() -> Option<Self> {
+        Some(Started(std::time::Instant::now()))
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn now() -> Option<Self> {
+        None
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn elapsed(&self) -> Option<Duration> {
+        Some(self.0.elapsed())
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn elapsed(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Passes leadership on when a leader is done with the queue, also when a panic unwinds
+/// through it: the caller of the oldest queued operation leads next, or nobody leads when
+/// the queue is empty.
+struct Handover<'g> {
+    group: &'g GroupCommit,
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        let mut queue = lock(&self.group.queue);
+        match queue.operations.first() {
+            Some(next) => next.promote(),
+            None => queue.leader_active = false,
+        }
+    }
+}
+
+/// The answer of an operation whose batch was abandoned by a panic in the leader.
+fn abandoned() -> Error {
+    Error::Transition(idemdb_core::TransitionError::WrongState {
+        state: idemdb_core::StateKind::InProgress,
+        action: "finish a group commit whose leader panicked",
+    })
+}
+
+/// A leader's own slot is answered by its own batch; reported rather than panicking should
+/// that ever not hold.
+fn unreachable_turn<R>() -> Result<R, Error> {
+    Err(Error::Transition(idemdb_core::TransitionError::WrongState {
+        state: idemdb_core::StateKind::InProgress,
+        action: "wait for a group commit that did not answer",
+    }))
 }
 
 #[cfg(test)]
@@ -208,18 +383,37 @@ mod tests {
         }
     }
 
+    fn open_gate(gate: &Gate) {
+        let mut state = gate.state.lock().unwrap();
+        state.closed = false;
+        gate.changed.notify_all();
+    }
+
+    fn wait_for_queue(store: &Store, length: usize) {
+        while queued(store) < length {
+            thread::yield_now();
+        }
+    }
+
+    /// A store whose flushes wait at the returned gate.
+    fn gated_store() -> (Arc<Gate>, Arc<Store>) {
+        let gate = Arc::new(Gate::default());
+        let backend = GatedBackend { inner: InMemoryBackend::new(), gate: Arc::clone(&gate) };
+        (Arc::clone(&gate), Arc::new(Store::builder().clock(ManualClock::new(1_000)).open_backend(backend).unwrap()))
+    }
+
+    fn key(i: usize) -> IdempotencyKey {
+        IdempotencyKey::new(format!("k-{i}")).unwrap()
+    }
+
     fn queued(store: &Store) -> usize {
         store.group.queue.lock().unwrap().operations.len()
     }
 
     #[test]
     fn callers_queued_behind_a_commit_share_one_flush_and_keep_their_own_answers() {
-        let gate = Arc::new(Gate::default());
-        let backend = GatedBackend { inner: InMemoryBackend::new(), gate: Arc::clone(&gate) };
-        let store = Arc::new(Store::builder().clock(ManualClock::new(1_000)).open_backend(backend).unwrap());
-        let scope = Scope::new("acme", "pay").unwrap();
-        let fp = Fingerprint::from_bytes([1; 32]);
-        let key = |i: usize| IdempotencyKey::new(format!("k-{i}")).unwrap();
+        let (gate, store) = gated_store();
+        let (scope, fp) = (Scope::new("acme", "pay").unwrap(), Fingerprint::from_bytes([1; 32]));
 
         // A finished record whose lease can no longer complete or renew.
         let Reservation::Acquired(done) = store.reserve(&scope, &key(999), &fp).unwrap() else { panic!() };
@@ -244,14 +438,8 @@ mod tests {
                 _ => store.reserve(&scope, &key(i), &fp).map(Some),
             }));
         }
-        while queued(&store) < 20 {
-            thread::yield_now();
-        }
-        {
-            let mut state = gate.state.lock().unwrap();
-            state.closed = false;
-            gate.changed.notify_all();
-        }
+        wait_for_queue(&store, 20);
+        open_gate(&gate);
 
         assert!(matches!(first.join().unwrap().unwrap(), Reservation::Acquired(_)));
         let (mut acquired, mut refused) = (0, 0);
@@ -268,5 +456,37 @@ mod tests {
         for i in (1..=20).filter(|i| i % 4 >= 2) {
             assert!(store.get(&scope, &key(i)).unwrap().is_some(), "reservation {i} was stored");
         }
+    }
+
+    #[test]
+    fn a_panicking_operation_fails_its_batch_without_stranding_anyone() {
+        let (gate, store) = gated_store();
+        let (scope, fp) = (Scope::new("acme", "pay").unwrap(), Fingerprint::from_bytes([1; 32]));
+
+        gate.state.lock().unwrap().closed = true;
+        let first = {
+            let (store, scope) = (Arc::clone(&store), scope.clone());
+            thread::spawn(move || store.reserve(&scope, &key(0), &fp))
+        };
+        wait_until(&gate, |state| state.waiting == 1);
+        // Queued behind the stalled commit: an operation that panics, then a reservation.
+        let panicking = {
+            let store = Arc::clone(&store);
+            thread::spawn(move || store.group.run(&store, |_txn| -> Result<(), Error> { panic!("an operation bug") }))
+        };
+        wait_for_queue(&store, 1);
+        let behind = {
+            let (store, scope) = (Arc::clone(&store), scope.clone());
+            thread::spawn(move || store.reserve(&scope, &key(1), &fp))
+        };
+        wait_for_queue(&store, 2);
+        open_gate(&gate);
+        assert!(matches!(first.join().unwrap().unwrap(), Reservation::Acquired(_)));
+        assert!(panicking.join().is_err(), "the panic reaches its own caller");
+        let answer = behind.join().unwrap();
+        assert!(answer.is_err(), "the batch was abandoned, and its other caller told so: {answer:?}");
+        assert!(store.get(&scope, &key(1)).unwrap().is_none(), "nothing of the abandoned batch was committed");
+        // The queue works on: a new leader is elected.
+        assert!(matches!(store.reserve(&scope, &key(1), &fp).unwrap(), Reservation::Acquired(_)));
     }
 }

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use idemdb_core::{decode_record, decode_versioned, Record, ScopedKey, State, StateKind, Timestamp};
+use idemdb_core::{decode_record, Record, ScopedKey, State, StateKind, Timestamp};
 
-use crate::audit::{AuditEvent, KeyHash, AUDIT_FORMAT};
+use crate::audit::{decode_entry, AuditEvent, KeyHash};
 use crate::tables::{split_expiry_key, AUDIT, EXPIRY, RECORDS};
 use crate::{Error, Store};
 
@@ -157,7 +157,7 @@ impl Store {
             let index = read.open_table(EXPIRY)?;
             stats.index_entries = index.len()?;
             stats.next_due = index.first()?.and_then(|(key, _)| split_expiry_key(key.value()).map(|(due, _)| due));
-            stats.audit_events = read.open_table(AUDIT)?.len()?;
+            stats.audit_events = count_audit_events(&read.open_table(AUDIT)?)?;
         }
         let tx = self.db.begin_write()?;
         let db_stats = tx.stats()?;
@@ -223,14 +223,20 @@ impl Store {
         let audit = read.open_table(AUDIT)?;
         let mut buffered = self.buffered_audit_events();
         let stored_limit = limit.saturating_sub(buffered.len());
-        let mut events = Vec::new();
-        for entry in audit.iter()?.rev().take(stored_limit) {
+        // Newest entries first, each entry's events oldest first.
+        let mut newest_first = Vec::new();
+        let mut stored = 0;
+        for entry in audit.iter()?.rev() {
+            if stored >= stored_limit {
+                break;
+            }
             let (_, value) = entry?;
-            events.push(
-                decode_versioned(value.value(), AUDIT_FORMAT).map_err(|source| Error::Corrupt { what: "audit event", source })?,
-            );
+            let entry = decode_entry(value.value()).map_err(|source| Error::Corrupt { what: "audit event", source })?;
+            stored += entry.len();
+            newest_first.push(entry);
         }
-        events.reverse();
+        let mut events: Vec<AuditEvent> = newest_first.into_iter().rev().flatten().collect();
+        events.drain(..events.len().saturating_sub(stored_limit));
         let skip = buffered.len().saturating_sub(limit);
         events.extend(buffered.drain(skip..));
         Ok(events)
@@ -243,6 +249,8 @@ impl Store {
     /// Storage errors that prevent the check from running.
     pub fn verify(&mut self) -> Result<VerifyReport, Error> {
         let mut report = VerifyReport::default();
+        // redb checks integrity only without live read transactions: drop the cached snapshot.
+        self.snapshots.invalidate();
         match self.db.check_integrity() {
             Ok(ok) => report.storage_ok = ok,
             Err(error) => {
@@ -299,11 +307,11 @@ impl Store {
             }
         }
         let mut audit_count = 0;
-        for entry in read.open_table(AUDIT)?.iter()? {
+        for (position, entry) in read.open_table(AUDIT)?.iter()?.enumerate() {
             let (_, value) = entry?;
-            audit_count += 1;
-            if let Err(error) = decode_versioned::<AuditEvent>(value.value(), AUDIT_FORMAT) {
-                problem("idemdb_audit", format!("event {audit_count}: {error}"));
+            match decode_entry(value.value()) {
+                Ok(events) => audit_count += events.len() as u64,
+                Err(error) => problem("idemdb_audit", format!("entry {}: {error}", position + 1)),
             }
         }
         report.records = record_count;
@@ -318,6 +326,21 @@ impl Store {
     /// # Errors
     /// Storage errors.
     pub fn compact(&mut self) -> Result<bool, Error> {
+        // redb compacts only without live read transactions: drop the cached snapshot.
+        self.snapshots.invalidate();
         Ok(self.db.compact()?)
     }
+}
+
+/// Events in the audit table (entries hold one event or a segment of them); an entry that
+/// does not decode counts as one (`verify` names it).
+pub(crate) fn count_audit_events(
+    audit: &impl ReadableTable<[u8; 16], &'static [u8]>,
+) -> Result<u64, Error> {
+    let mut count = 0;
+    for entry in audit.iter()? {
+        let (_, value) = entry?;
+        count += decode_entry(value.value()).map_or(1, |events| events.len() as u64);
+    }
+    Ok(count)
 }

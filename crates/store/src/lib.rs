@@ -50,6 +50,7 @@ mod group;
 mod inspect;
 mod intents;
 mod purge;
+mod snapshot;
 mod store;
 mod tables;
 mod txn;

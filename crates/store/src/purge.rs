@@ -6,6 +6,7 @@ use redb::{ReadableDatabase, ReadableTable};
 use idemdb_core::{Retention, ScopedKey, Timestamp};
 
 use crate::audit::AuditKind;
+use crate::audit::decode_entry;
 use crate::tables::{audit_key, expiry_key, split_expiry_key, AUDIT, EXPIRY};
 use crate::txn::Txn;
 use crate::{Error, Store};
@@ -76,7 +77,10 @@ impl Store {
         }
         let cutoff = now.as_millis().saturating_sub(u64::try_from(self.config.audit_retention.as_millis()).unwrap_or(u64::MAX));
         let audit = read.open_table(AUDIT)?;
-        report.audit_removed = audit.range(..audit_key(Timestamp::from_millis(cutoff), 0))?.count() as u64;
+        for entry in audit.range(..audit_key(Timestamp::from_millis(cutoff), 0))? {
+            let (_, value) = entry?;
+            report.audit_removed += decode_entry(value.value()).map_or(1, |events| events.len() as u64);
+        }
         Ok(report)
     }
 }
@@ -144,19 +148,21 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
     // Old audit events go in the same pass, oldest first.
     let retention_ms = u64::try_from(txn_audit_retention(txn).as_millis()).unwrap_or(u64::MAX);
     let cutoff = audit_key(Timestamp::from_millis(now.as_millis().saturating_sub(retention_ms)), 0);
+    // An entry (one event, or a segment keyed by its newest event) goes once all its events
+    // are past retention. The budget counts entries.
     let mut audit = txn.tables().open_table(AUDIT)?;
     let mut removed = 0usize;
     while removed < budget {
-        let first = audit.first()?.map(|(key, _)| key.value());
+        let first = audit.first()?.map(|(key, value)| (key.value(), decode_entry(value.value()).map_or(1, |e| e.len())));
         match first {
-            Some(key) if key < cutoff => {
+            Some((key, events)) if key < cutoff => {
                 audit.remove(key)?;
                 removed += 1;
+                report.audit_removed += events as u64;
             }
             _ => break,
         }
     }
-    report.audit_removed = removed as u64;
     if removed == budget && audit.first()?.is_some_and(|(key, _)| key.value() < cutoff) {
         report.more = true;
     }

@@ -15,8 +15,9 @@ use idemdb_core::{
 
 use crate::audit::{fingerprint_prefix, AuditEvent, AuditKind, KeyHash};
 use crate::group::GroupCommit;
+use crate::snapshot::Snapshots;
 use crate::builder::{Initialiser, Meta};
-use crate::tables::{AUDIT, META, META_CLOCK, META_FENCE_FLOOR, RECORDS};
+use crate::tables::{AUDIT, META, META_CLOCK, META_FENCE_FLOOR};
 use crate::txn::{reservation_from, Txn};
 use crate::{Clock, Durability, Error, OpenError, StoreBuilder};
 
@@ -157,6 +158,8 @@ pub enum ExecuteError<E> {
 /// read the record, decide with [`idemdb_core::decide`] or a transition, write, commit.
 /// `Store` is `Send + Sync`; share it across threads with an `Arc`.
 pub struct Store {
+    /// Declared before `db`: the cached read snapshot is dropped before the database.
+    pub(crate) snapshots: Snapshots,
     pub(crate) db: Database,
     pub(crate) path: Option<PathBuf>,
     pub(crate) config: Config,
@@ -230,6 +233,7 @@ impl Store {
             .unwrap_or(0)
         };
         Ok(Store {
+            snapshots: Snapshots::default(),
             db,
             path,
             config,
@@ -529,9 +533,8 @@ impl Store {
     }
 
     pub(crate) fn get_encoded(&self, scoped: &[u8]) -> Result<Option<Record>, Error> {
-        let read = self.db.begin_read()?;
-        let records = read.open_table(RECORDS)?;
-        let Some(value) = records.get(scoped)? else { return Ok(None) };
+        let snapshot = self.snapshots.records(&self.db)?;
+        let Some(value) = snapshot.records.get(scoped)? else { return Ok(None) };
         decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
     }
 

@@ -3,11 +3,11 @@
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    decide_above, decode_record, encode_record, encode_versioned, validate_correlation, Failure, Fingerprint,
+    decide_above, decode_record, encode_record, validate_correlation, Failure, Fingerprint,
     IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, Verdict,
 };
 
-use crate::audit::{AuditEvent, AuditKind, AUDIT_FORMAT};
+use crate::audit::{encode_segment, AuditEvent, AuditKind, MAX_SEGMENT_EVENTS};
 use crate::store::{Lease, Reservation, Store};
 use crate::tables::{audit_key, expiry_key, AUDIT, EXPIRY, RECORDS};
 use crate::Error;
@@ -273,17 +273,23 @@ impl<'s> Txn<'s> {
         if self.store.audit_batch_due(self.audit.len(), self.now, self.flush_audit) {
             carried = self.store.take_buffered_audit();
             carried.append(&mut self.audit);
+            // One entry per segment of events, keyed by its newest event's time: one B-tree
+            // insert per batch instead of one per event.
+            carried.sort_by_key(|event| event.at);
             let mut audit = self.tx.open_table(AUDIT)?;
-            for event in &carried {
-                let key = audit_key(event.at, self.store.next_audit_sequence());
-                audit.insert(key, encode_versioned(AUDIT_FORMAT, event).as_slice())?;
+            for segment in carried.chunks(MAX_SEGMENT_EVENTS) {
+                let Some(newest) = segment.last() else { continue };
+                let key = audit_key(newest.at, self.store.next_audit_sequence());
+                audit.insert(key, encode_segment(segment).as_slice())?;
             }
         }
         if !self.written.is_empty() {
             self.store.persist_clock_if_due(&self.tx, false)?;
         }
         let Txn { store, tx, written, audit: own, .. } = self;
-        let result = match tx.commit() {
+        let committed = tx.commit();
+        store.snapshots.invalidate();
+        let result = match committed {
             Ok(()) => Ok(()),
             Err(error) => {
                 let error = crate::error::StorageError::from(error);
