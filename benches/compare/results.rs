@@ -126,7 +126,7 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
             space.key_bytes, space.in_progress_bytes, space.completed_bytes
         );
         let space_rows: Vec<Vec<String>> =
-            [Some(&space.idemdb), Some(&space.idemdb_audit), Some(&space.raw_redb), space.sqlite.as_ref()]
+            [Some(&space.idemdb), Some(&space.idemdb_audit), Some(&space.idemdb_compact_only), Some(&space.raw_redb), space.sqlite.as_ref()]
                 .into_iter()
                 .flatten()
                 .map(|row| {

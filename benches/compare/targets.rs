@@ -202,7 +202,7 @@ fn space_targets(space: &space::Space, out: &mut Vec<Target>) {
             None => ("-".into(), "-".into(), Verdict::Skipped(sqlite::SKIPPED.into())),
         };
         out.push(Target {
-            name: format!("space per record after compact, {}", row.name),
+            name: format!("space per record after rebuild, {}", row.name),
             measured: format!("{:.0} B", row.file_per_record),
             baseline,
             ratio,

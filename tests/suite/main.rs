@@ -5,4 +5,5 @@ mod bad_input;
 mod decision_table;
 mod golden;
 mod model;
+mod rebuild;
 mod seed;

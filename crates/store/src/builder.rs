@@ -344,7 +344,7 @@ fn discard_unfinished_creation(backend: &impl StorageBackend) -> Result<(), Open
 }
 
 #[cfg(unix)]
-fn sync_parent(path: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_parent(path: &Path) -> std::io::Result<()> {
     let parent = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
@@ -353,7 +353,7 @@ fn sync_parent(path: &Path) -> std::io::Result<()> {
 }
 
 #[cfg(not(unix))]
-fn sync_parent(_path: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_parent(_path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 

@@ -50,6 +50,7 @@ mod group;
 mod inspect;
 mod intents;
 mod purge;
+mod rebuild;
 mod snapshot;
 mod store;
 mod tables;
@@ -67,6 +68,9 @@ pub use intents::{
 };
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use purge::PurgeReport;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use rebuild::rebuild;
+pub use rebuild::{RebuildError, RebuildReport};
 pub use store::{ExecuteError, Executed, Lease, Reservation, Store};
 pub use tables::STORE_FORMAT;
 pub use txn::Txn;
