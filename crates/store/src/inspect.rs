@@ -221,7 +221,7 @@ impl Store {
     pub fn audit_events(&self, limit: usize) -> Result<Vec<AuditEvent>, Error> {
         let read = self.db.begin_read()?;
         let audit = read.open_table(AUDIT)?;
-        let mut buffered = self.buffered_audit_events();
+        let mut buffered = self.buffered_audit_events()?;
         let stored_limit = limit.saturating_sub(buffered.len());
         // Newest entries first, each entry's events oldest first.
         let mut newest_first = Vec::new();

@@ -13,7 +13,7 @@ use idemdb_core::{
     StateKind, Timestamp, UncertainCause,
 };
 
-use crate::audit::{fingerprint_prefix, AuditEvent, AuditKind, KeyHash};
+use crate::audit::{fingerprint_prefix, AuditEvent, AuditKind, EncodedEvent, KeyHash};
 use crate::group::GroupCommit;
 use crate::snapshot::Snapshots;
 use crate::builder::{Initialiser, Meta};
@@ -172,7 +172,7 @@ pub struct Store {
     /// The highest fence of any record purge removed (persisted as meta `fence_floor`).
     fence_floor: AtomicU64,
     /// Audit events not yet written: they go out in batches with a later commit.
-    buffered_audit: Mutex<Vec<AuditEvent>>,
+    buffered_audit: Mutex<Vec<EncodedEvent>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -182,7 +182,7 @@ impl std::fmt::Debug for Store {
 }
 
 /// Buffered audit events that make an answer commit the buffer by itself.
-const AUDIT_BUFFER: usize = 1024;
+const AUDIT_BUFFER: usize = 4096;
 /// Buffered audit events that make the next commit carry them.
 const AUDIT_BATCH: usize = 256;
 /// Store time after which the next commit carries buffered audit events.
@@ -431,7 +431,7 @@ impl Store {
         if decision.write.is_some() {
             return Ok(None);
         }
-        let (answer, kind, fence) = reservation_from(decision.verdict, Some(record), scoped.clone())?;
+        let (answer, kind, fence) = reservation_from(decision.verdict, Some(record), || scoped.clone())?;
         if let Some(event) = self.audit_event(now, kind, &scoped.scope, &encoded, fence, Some(fingerprint), correlation) {
             self.buffer_audit(event)?;
         }
@@ -549,7 +549,7 @@ impl Store {
         fence: u64,
         fingerprint: Option<&Fingerprint>,
         correlation: Option<&str>,
-    ) -> Option<AuditEvent> {
+    ) -> Option<EncodedEvent> {
         let key_hash = self.key_hash_of(encoded);
         tracing::debug!(
             target: "idemdb",
@@ -560,20 +560,22 @@ impl Store {
             fence,
             correlation = correlation.unwrap_or(""),
         );
-        self.config.audit.then(|| AuditEvent {
-            at,
-            kind,
-            tenant: scope.tenant().to_string(),
-            operation: scope.operation().to_string(),
-            key_hash,
-            fence,
-            fingerprint_prefix: fingerprint.map(fingerprint_prefix),
-            correlation: correlation.map(str::to_string),
+        self.config.audit.then(|| {
+            EncodedEvent::new(
+                at,
+                kind,
+                scope.tenant(),
+                scope.operation(),
+                key_hash,
+                fence,
+                fingerprint.map(fingerprint_prefix),
+                correlation,
+            )
         })
     }
 
     /// Keeps an answer's audit event for a later commit; commits the buffer when it is full.
-    fn buffer_audit(&self, event: AuditEvent) -> Result<(), Error> {
+    fn buffer_audit(&self, event: EncodedEvent) -> Result<(), Error> {
         let full = {
             let mut buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
             buffer.push(event);
@@ -585,7 +587,7 @@ impl Store {
         Ok(())
     }
 
-    pub(crate) fn buffer_audit_events(&self, mut events: Vec<AuditEvent>) {
+    pub(crate) fn buffer_audit_events(&self, mut events: Vec<EncodedEvent>) {
         if !events.is_empty() {
             self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner).append(&mut events);
         }
@@ -607,11 +609,16 @@ impl Store {
             || buffer.first().is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
     }
 
-    pub(crate) fn buffered_audit_events(&self) -> Vec<AuditEvent> {
-        self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    /// The events not yet written, decoded.
+    pub(crate) fn buffered_audit_events(&self) -> Result<Vec<AuditEvent>, Error> {
+        let buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
+        buffer
+            .iter()
+            .map(|event| event.decode().map_err(|source| Error::Corrupt { what: "buffered audit event", source }))
+            .collect()
     }
 
-    pub(crate) fn take_buffered_audit(&self) -> Vec<AuditEvent> {
+    pub(crate) fn take_buffered_audit(&self) -> Vec<EncodedEvent> {
         std::mem::take(&mut *self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner))
     }
 

@@ -7,7 +7,7 @@ use idemdb_core::{
     IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, Verdict,
 };
 
-use crate::audit::{encode_segment, AuditEvent, AuditKind, MAX_SEGMENT_EVENTS};
+use crate::audit::{encode_segment, AuditKind, EncodedEvent, MAX_SEGMENT_EVENTS};
 use crate::store::{Lease, Reservation, Store};
 use crate::tables::{audit_key, expiry_key, AUDIT, EXPIRY, RECORDS};
 use crate::Error;
@@ -18,7 +18,7 @@ pub struct Txn<'s> {
     store: &'s Store,
     tx: WriteTransaction,
     now: Timestamp,
-    audit: Vec<AuditEvent>,
+    audit: Vec<EncodedEvent>,
     /// The last value written per record key, to read back after a failed commit.
     written: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// Positions in `written` by record key.
@@ -102,7 +102,7 @@ impl<'s> Txn<'s> {
         if let Some(record) = &decision.write {
             self.put(&encoded, existing.as_ref(), record)?;
         }
-        let (reservation, kind, fence) = reservation_from(decision.verdict, existing, scoped)?;
+        let (reservation, kind, fence) = reservation_from(decision.verdict, existing, || scoped)?;
         self.event(kind, scope, &encoded, fence, Some(fingerprint), correlation);
         Ok(reservation)
     }
@@ -327,14 +327,17 @@ fn read_back(store: &Store, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<bo
 }
 
 /// Turns a verdict into the caller's answer, its audit kind and the fence involved.
+///
+/// `scoped` is called only for a lease (the one answer that carries the key), so answers from
+/// a snapshot need not copy it.
 pub(crate) fn reservation_from(
     verdict: Verdict,
     existing: Option<Record>,
-    scoped: ScopedKey,
+    scoped: impl FnOnce() -> ScopedKey,
 ) -> Result<(Reservation, AuditKind, u64), Error> {
     Ok(match verdict {
         Verdict::Acquired { fence, lease_expires_at, attempt } => (
-            Reservation::Acquired(Lease { scoped, fence, expires_at: lease_expires_at, attempt }),
+            Reservation::Acquired(Lease { scoped: scoped(), fence, expires_at: lease_expires_at, attempt }),
             AuditKind::Reserved,
             fence,
         ),
