@@ -235,9 +235,7 @@ impl GroupCommit {
             operation.finish(&commit);
         }
     }
-}
 
-impl GroupCommit {
     /// Under load, waits briefly for the callers the last batch answered to come back, so
     /// that callers who take turns share commits instead of alternating between batches of
     /// one. Waits only while fewer operations are queued than the last batch answered, at most
