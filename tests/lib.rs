@@ -4,9 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use idemdb::{
-    Fingerprint, FingerprintBuilder, IdempotencyKey, ListFilter, Record, Scope, ScopedKey, Store,
-};
+use idemdb::{Fingerprint, FingerprintBuilder, IdempotencyKey, ListFilter, Record, Scope, ScopedKey, Store};
 
 /// A fixed starting time for [`idemdb::ManualClock`]: 2023-11-14T22:13:20Z.
 pub const T0: u64 = 1_700_000_000_000;

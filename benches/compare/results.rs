@@ -125,19 +125,24 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
             "One record: key {} B + in-progress record {} B, or + completed record {} B (with its 200 B result).\n",
             space.key_bytes, space.in_progress_bytes, space.completed_bytes
         );
-        let space_rows: Vec<Vec<String>> =
-            [Some(&space.idemdb), Some(&space.idemdb_audit), Some(&space.idemdb_compact_only), Some(&space.raw_redb), space.sqlite.as_ref()]
-                .into_iter()
-                .flatten()
-                .map(|row| {
-                    vec![
-                        row.name.clone(),
-                        format!("{:.0}", row.file_per_record),
-                        format!("{:.0}", row.pages_per_record),
-                        row.stored_per_record.map_or("n/a".into(), |v| format!("{v:.0}")),
-                    ]
-                })
-                .collect();
+        let space_rows: Vec<Vec<String>> = [
+            Some(&space.idemdb),
+            Some(&space.idemdb_audit),
+            Some(&space.idemdb_compact_only),
+            Some(&space.raw_redb),
+            space.sqlite.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|row| {
+            vec![
+                row.name.clone(),
+                format!("{:.0}", row.file_per_record),
+                format!("{:.0}", row.pages_per_record),
+                row.stored_per_record.map_or("n/a".into(), |v| format!("{v:.0}")),
+            ]
+        })
+        .collect();
         print!(
             "{}",
             table(&["store", "file blocks B/record", "allocated pages B/record", "stored B/record"], &space_rows)

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idemdb::redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use idemdb::{AuditKind, ManualClock, Reservation, Store, StoreBuilder};
-use idemdb_tests::{fp, key, scope, T0};
+use idemdb_tests::{T0, fp, key, scope};
 
 const AUDIT: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("idemdb_audit");
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 use idemdb::redb::{self, ReadableDatabase, TableDefinition};
 use idemdb::{
     CanonicalError, Canonicalizer, Error, Failure, IdempotencyKey, KeyError, ManualClock, Normaliser, OpenError,
-    OutcomeClass, Policy, PolicyError, Reservation, Resolution, Scope, ScopedKey, StateKind, Store, StoreBuilder,
-    TransitionError, STORE_FORMAT,
+    OutcomeClass, Policy, PolicyError, Reservation, Resolution, STORE_FORMAT, Scope, ScopedKey, StateKind, Store,
+    StoreBuilder, TransitionError,
 };
 use idemdb_core::{DecodeError, IdentityPart, MAX_KEY_LEN, MAX_SCOPE_PART_LEN};
-use idemdb_tests::{fp, key, scope, snapshot, T0};
+use idemdb_tests::{T0, fp, key, scope, snapshot};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("idemdb_meta");
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_records");
@@ -346,7 +346,8 @@ fn a_redb_file_of_another_application_is_refused_as_foreign_and_its_data_kept() 
     let read = db.begin_read().expect("read");
     let value = read.open_table(APP).expect("table").get("answer").expect("get").map(|v| v.value());
     assert_eq!(value, Some(42), "the application's data is intact");
-    let tables: Vec<String> = read.list_tables().expect("tables").map(|t| redb::TableHandle::name(&t).to_string()).collect();
+    let tables: Vec<String> =
+        read.list_tables().expect("tables").map(|t| redb::TableHandle::name(&t).to_string()).collect();
     assert_eq!(tables, ["app_stuff"], "no idemdb table was added");
 
     // A redb file with no tables at all is not adopted either.
@@ -446,7 +447,11 @@ fn an_invalid_policy_is_refused_before_any_file_is_created() {
     let path = dir.path().join("never.idemdb");
     let clock = ManualClock::new(T0);
     let cases = [
-        (Store::builder().default_policy(Policy::default().with_lease_ttl(Duration::ZERO)), None, PolicyError::ZeroLeaseTtl),
+        (
+            Store::builder().default_policy(Policy::default().with_lease_ttl(Duration::ZERO)),
+            None,
+            PolicyError::ZeroLeaseTtl,
+        ),
         (
             Store::builder().default_policy(Policy::default().with_lease_ttl(Duration::from_micros(999))),
             None,
@@ -502,10 +507,7 @@ fn a_corrupt_record_is_a_typed_error_and_the_other_records_stay_readable() {
             assert!(matches!(result, Err(Error::Corrupt { what: "record", .. })), "{what}: {result:?}");
         }
         assert!(matches!(store.get(&charge, key), Err(Error::Corrupt { .. })), "{what}");
-        assert!(
-            matches!(store.reconcile(&charge, key, Resolution::Released), Err(Error::Corrupt { .. })),
-            "{what}"
-        );
+        assert!(matches!(store.reconcile(&charge, key, Resolution::Released), Err(Error::Corrupt { .. })), "{what}");
     }
     match store.get(&charge, &key("declined")) {
         Err(Error::Corrupt { source, .. }) => assert_eq!(source, DecodeError::Empty),
@@ -520,7 +522,9 @@ fn a_corrupt_record_is_a_typed_error_and_the_other_records_stay_readable() {
     let running = store.get(&charge, &key("running")).expect("get").expect("record");
     assert_eq!(running.state.kind(), StateKind::InProgress);
     assert!(matches!(store.reserve(&charge, &key("running"), &fp(1)), Ok(Reservation::InProgress { .. })));
-    let Ok(Reservation::Acquired(new)) = store.reserve(&charge, &key("new"), &fp(1)) else { panic!("new key acquires") };
+    let Ok(Reservation::Acquired(new)) = store.reserve(&charge, &key("new"), &fp(1)) else {
+        panic!("new key acquires")
+    };
     store.complete(&new, b"ok".to_vec()).expect("complete beside damaged records");
 
     // A listing stops at the damage with the same typed error (documented). A purge steps over
@@ -562,7 +566,7 @@ fn flipped_copies(dir: &Path) -> impl Iterator<Item = (usize, PathBuf)> {
 /// store can panic inside redb: that is the next, ignored, test.)
 #[test]
 fn a_store_with_a_damaged_byte_never_panics_on_open_or_read() {
-    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     let dir = tempfile::tempdir().expect("dir");
     let (mut refused_open, mut opened) = (0, 0);
     for (offset, path) in flipped_copies(dir.path()) {
@@ -604,7 +608,7 @@ fn a_store_with_a_damaged_byte_never_panics_on_open_or_read() {
 /// damaged file is repaired or refused before any write reaches the damaged page.
 #[test]
 fn a_write_or_close_of_a_store_with_a_damaged_byte_is_a_typed_error_not_a_panic() {
-    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     let dir = tempfile::tempdir().expect("dir");
     let mut panicked = Vec::new();
     for (offset, path) in flipped_copies(dir.path()) {
@@ -637,6 +641,10 @@ fn verify_reports_damage_found_by_the_integrity_check_instead_of_failing() {
             failures.push((offset, error.to_string()));
         }
     }
-    assert!(failures.is_empty(), "verify failed instead of reporting, at {} offsets: {:?}", failures.len(), failures.first());
+    assert!(
+        failures.is_empty(),
+        "verify failed instead of reporting, at {} offsets: {:?}",
+        failures.len(),
+        failures.first()
+    );
 }
-

@@ -7,7 +7,7 @@ use idemdb::{
     Failure, Fingerprint, IdempotencyKey, ManualClock, OutcomeClass, Reservation, Scope, StateKind, Store,
     UncertainCause,
 };
-use idemdb_core::{complete, decide, fail, ExpiredLease, Policy, Record, Retention, Timestamp, Verdict};
+use idemdb_core::{ExpiredLease, Policy, Record, Retention, Timestamp, Verdict, complete, decide, fail};
 use serde::Deserialize;
 
 const TABLE: &str = include_str!("../testdata/decisions.json");
@@ -233,7 +233,14 @@ fn decision_table_against_pure_decide() {
 
 // ---- the redb store ----------------------------------------------------------------------
 
-fn store_setup(store: &Store, clock: &ManualClock, scope: &Scope, key: &IdempotencyKey, stored: &str, limits: PolicyMs) {
+fn store_setup(
+    store: &Store,
+    clock: &ManualClock,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    stored: &str,
+    limits: PolicyMs,
+) {
     let fp = fingerprint("same");
     let acquire = || match store.reserve(scope, key, &fp).expect("reserve") {
         Reservation::Acquired(lease) => lease,
@@ -245,9 +252,7 @@ fn store_setup(store: &Store, clock: &ManualClock, scope: &Scope, key: &Idempote
             acquire();
         }
         "completed" | "tombstone_completed" => store.complete(&acquire(), RESULT.to_vec()).expect("complete"),
-        "failed" | "tombstone_failed" => {
-            store.fail(&acquire(), Failure::Definitive(DECLINED.to_vec())).expect("fail")
-        }
+        "failed" | "tombstone_failed" => store.fail(&acquire(), Failure::Definitive(DECLINED.to_vec())).expect("fail"),
         "released" => store.fail(&acquire(), Failure::Retryable).expect("release"),
         "uncertain_reported" => store.fail(&acquire(), Failure::Uncertain).expect("uncertain"),
         "uncertain_lease_expired" => {
@@ -302,7 +307,8 @@ fn run_on_store(backend: &str, open: impl Fn(ManualClock, &Table, &Case) -> Stor
             other => panic!("unknown reservation {other:?}"),
         }
         check(case, backend, &observed, previous_fence, at_ms);
-        let kinds: Vec<StateKind> = store.list(&Default::default()).expect("list").records.iter().map(|r| r.record.state.kind()).collect();
+        let kinds: Vec<StateKind> =
+            store.list(&Default::default()).expect("list").records.iter().map(|r| r.record.state.kind()).collect();
         assert!(kinds.len() <= 1, "{backend}: one record per key, {}", case.name);
     }
 }

@@ -20,7 +20,7 @@ use idemdb::{
     Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder, Timestamp, TransitionError,
     UncertainCause,
 };
-use idemdb_tests::{fp, snapshot, T0};
+use idemdb_tests::{T0, fp, snapshot};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -85,7 +85,8 @@ struct Slot {
 impl Slot {
     fn all() -> impl Iterator<Item = Slot> {
         (0..TENANTS.len()).flat_map(|tenant| {
-            (0..OPERATIONS.len()).flat_map(move |operation| (0..KEYS.len()).map(move |key| Slot { tenant, operation, key }))
+            (0..OPERATIONS.len())
+                .flat_map(move |operation| (0..KEYS.len()).map(move |key| Slot { tenant, operation, key }))
         })
     }
 
@@ -190,19 +191,47 @@ impl MRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Answer {
     /// `fence` is only a lower bound (exclusive) in the model's answer.
-    Acquired { fence: u64, lease_until: u64, attempt: u32 },
-    Replay { outcome: OutcomeClass, body: Vec<u8> },
-    InProgress { retry_after_ms: u64 },
-    Mismatch { stored: StateKind },
-    NeedsReconciliation { cause: UncertainCause },
-    Expired { outcome: OutcomeClass },
+    Acquired {
+        fence: u64,
+        lease_until: u64,
+        attempt: u32,
+    },
+    Replay {
+        outcome: OutcomeClass,
+        body: Vec<u8>,
+    },
+    InProgress {
+        retry_after_ms: u64,
+    },
+    Mismatch {
+        stored: StateKind,
+    },
+    NeedsReconciliation {
+        cause: UncertainCause,
+    },
+    Expired {
+        outcome: OutcomeClass,
+    },
     Done,
-    Renewed { lease_until: u64 },
+    Renewed {
+        lease_until: u64,
+    },
     NotFound,
-    StaleFence { presented: u64, current: u64 },
-    WrongState { state: StateKind, action: &'static str },
-    LeaseLive { until: u64 },
-    ResultTooLarge { len: usize, max: usize },
+    StaleFence {
+        presented: u64,
+        current: u64,
+    },
+    WrongState {
+        state: StateKind,
+        action: &'static str,
+    },
+    LeaseLive {
+        until: u64,
+    },
+    ResultTooLarge {
+        len: usize,
+        max: usize,
+    },
 }
 
 impl Answer {
@@ -347,7 +376,9 @@ impl Model {
                 Answer::Replay { outcome: OutcomeClass::Completed, body }
             }
             MState::Completed { .. } => Answer::Expired { outcome: OutcomeClass::Completed },
-            MState::Failed { body, expires, .. } if now < expires => Answer::Replay { outcome: OutcomeClass::Failed, body },
+            MState::Failed { body, expires, .. } if now < expires => {
+                Answer::Replay { outcome: OutcomeClass::Failed, body }
+            }
             MState::Failed { .. } => Answer::Expired { outcome: OutcomeClass::Failed },
             MState::Released { .. } => again(record),
             MState::Uncertain { cause } => Answer::NeedsReconciliation { cause },
@@ -511,7 +542,10 @@ impl Model {
 
     /// The model's records as the store's types, in storage order.
     fn expected_contents(&self) -> Vec<(ScopedKey, Record)> {
-        self.records.values().map(|(slot, record)| (ScopedKey::new(slot.scope(), slot.key()), to_record(record))).collect()
+        self.records
+            .values()
+            .map(|(slot, record)| (ScopedKey::new(slot.scope(), slot.key()), to_record(record)))
+            .collect()
     }
 
     fn index_entries(&self) -> u64 {
@@ -713,7 +747,11 @@ impl Harness {
                         self.leases.push(lease);
                     }
                     (expected, actual) => {
-                        assert_eq!(Answer::of_reservation(actual), expected, "step {step}: reserve {slot:?} fp {fingerprint}");
+                        assert_eq!(
+                            Answer::of_reservation(actual),
+                            expected,
+                            "step {step}: reserve {slot:?} fp {fingerprint}"
+                        );
                     }
                 }
             }
@@ -782,11 +820,19 @@ impl Harness {
                 let (tombstoned, forgotten, more) = self.model.purge(*budget);
                 let report = self.store().purge_expired(*budget).expect("purge");
                 assert_eq!(
-                    (report.tombstoned, report.forgotten, report.stale_index_entries, report.audit_removed, report.more),
+                    (
+                        report.tombstoned,
+                        report.forgotten,
+                        report.stale_index_entries,
+                        report.audit_removed,
+                        report.more
+                    ),
                     (tombstoned, forgotten, 0, 0, more),
                     "step {step}: purge with budget {budget}"
                 );
-                for (reached, name) in [(tombstoned > 0, "purge:tombstoned"), (forgotten > 0, "purge:forgotten"), (more, "purge:more")] {
+                for (reached, name) in
+                    [(tombstoned > 0, "purge:tombstoned"), (forgotten > 0, "purge:forgotten"), (more, "purge:more")]
+                {
                     if reached {
                         self.coverage.add(name);
                     }

@@ -4,9 +4,9 @@ use std::fs;
 use std::time::Duration;
 
 use idemdb::{
-    rebuild, Canonicalizer, Failure, ManualClock, OpenError, RebuildError, Reservation, Resolution, Store, StoreBuilder,
+    Canonicalizer, Failure, ManualClock, OpenError, RebuildError, Reservation, Resolution, Store, StoreBuilder, rebuild,
 };
-use idemdb_tests::{fp, key, scope, snapshot, T0};
+use idemdb_tests::{T0, fp, key, scope, snapshot};
 
 fn builder(clock: &ManualClock) -> StoreBuilder {
     Store::builder().clock(clock.clone())
@@ -35,7 +35,12 @@ fn populate(store: &Store, clock: &ManualClock) {
         clock.advance(Duration::from_millis(3));
     }
     store
-        .create_intent(&idemdb_tests::scope("shop", "checkout"), &key("intent-1"), br#"{"cart":1}"#, &Canonicalizer::new())
+        .create_intent(
+            &idemdb_tests::scope("shop", "checkout"),
+            &key("intent-1"),
+            br#"{"cart":1}"#,
+            &Canonicalizer::new(),
+        )
         .expect("intent");
 }
 
@@ -63,7 +68,9 @@ fn a_rebuilt_copy_keeps_every_record_event_intent_and_secret_in_less_space() {
         before.allocated_bytes
     );
     // The same secret: listed key hashes are equal.
-    let hashes = |s: &Store| s.list(&idemdb::ListFilter::default()).expect("list").records.iter().map(|r| r.key_hash).collect::<Vec<_>>();
+    let hashes = |s: &Store| {
+        s.list(&idemdb::ListFilter::default()).expect("list").records.iter().map(|r| r.key_hash).collect::<Vec<_>>()
+    };
     assert_eq!(hashes(&copy), hashes(&store));
     // It behaves as the original: a retry replays, a new key is reserved.
     let scope = scope("acme", "create_payment");

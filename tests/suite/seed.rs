@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use idemdb::redb::{ReadableTable, TableDefinition};
 use idemdb::{
-    Durability, Error, ExecuteError, Executed, ExpiredLease, Failure, Fingerprint, IdempotencyKey, Lease,
-    ManualClock, OutcomeClass, Policy, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store,
-    StoreBuilder, Timestamp, TransitionError, UncertainCause,
+    Durability, Error, ExecuteError, Executed, ExpiredLease, Failure, Fingerprint, IdempotencyKey, Lease, ManualClock,
+    OutcomeClass, Policy, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder, Timestamp,
+    TransitionError, UncertainCause,
 };
-use idemdb_tests::{fp, key, scope, snapshot, EffectLedger, T0};
+use idemdb_tests::{EffectLedger, T0, fp, key, scope, snapshot};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use tempfile::TempDir;
@@ -113,7 +113,14 @@ enum Delivery {
 
 /// One delivery of an intent: reserve; with a lease, charge the provider once and store the
 /// result.
-fn deliver(store: &Store, ledger: &EffectLedger, scope: &Scope, key: &IdempotencyKey, fingerprint: &Fingerprint, intent: &str) -> Delivery {
+fn deliver(
+    store: &Store,
+    ledger: &EffectLedger,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    intent: &str,
+) -> Delivery {
     match store.reserve(scope, key, fingerprint).expect("reserve") {
         Reservation::Acquired(lease) => {
             let n = ledger.perform(intent);
@@ -162,7 +169,8 @@ fn concurrent_retries_of_the_same_keys_acquire_once_and_charge_once_per_key() {
 
     let threads: Vec<_> = (0..THREADS)
         .map(|thread| {
-            let (store, ledger, scope, barrier) = (Arc::clone(&store), Arc::clone(&ledger), scope.clone(), Arc::clone(&barrier));
+            let (store, ledger, scope, barrier) =
+                (Arc::clone(&store), Arc::clone(&ledger), scope.clone(), Arc::clone(&barrier));
             let (acquired_count, refused_count) = (Arc::clone(&acquired_count), Arc::clone(&refused_count));
             thread::spawn(move || {
                 barrier.wait();
@@ -367,16 +375,16 @@ fn a_reservation_survives_a_crash_before_completion_and_is_never_run_again_blind
         let record = store.get(&scope, &key).expect("get").expect("the reservation was not lost");
         assert_eq!(record.state, State::InProgress { lease_expires_at: lease.expires_at() });
         assert_eq!(record.fence, lease.fence());
-        assert!(matches!(
-            store.reserve(&scope, &key, &fingerprint).expect("reserve"),
-            Reservation::InProgress { .. }
-        ));
+        assert!(matches!(store.reserve(&scope, &key, &fingerprint).expect("reserve"), Reservation::InProgress { .. }));
     }
     fixture.advance(LEASE_MS);
     for store in [fixture.store(), &crash_image] {
         for _retry in 0..3 {
             let answer = deliver(store, &ledger, &scope, &key, &fingerprint, "842");
-            assert_eq!(answer, Delivery::Answered(Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired }));
+            assert_eq!(
+                answer,
+                Delivery::Answered(Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired })
+            );
         }
     }
     assert_eq!(ledger.count("842"), 1, "the unknown outcome is never re-executed");
@@ -394,7 +402,10 @@ fn a_result_committed_before_a_crash_is_replayed_after_restart() {
     fixture.restart();
     for store in [fixture.store(), &crash_image] {
         let answer = deliver(store, &ledger, &scope, &key, &fingerprint, "842");
-        assert_eq!(answer, Delivery::Answered(Reservation::Replay { outcome: OutcomeClass::Completed, body: result.clone() }));
+        assert_eq!(
+            answer,
+            Delivery::Answered(Reservation::Replay { outcome: OutcomeClass::Completed, body: result.clone() })
+        );
     }
     assert_eq!(ledger.count("842"), 1);
 }
@@ -416,7 +427,10 @@ fn a_result_the_caller_never_saw_is_replayed_after_restart_without_a_second_char
     for _retry in 0..3 {
         fixture.advance(2_000);
         let answer = deliver(fixture.store(), &ledger, &scope, &key, &fingerprint, "842");
-        assert_eq!(answer, Delivery::Answered(Reservation::Replay { outcome: OutcomeClass::Completed, body: stored.clone() }));
+        assert_eq!(
+            answer,
+            Delivery::Answered(Reservation::Replay { outcome: OutcomeClass::Completed, body: stored.clone() })
+        );
     }
     assert_eq!(ledger.count("842"), 1);
 }
@@ -452,7 +466,10 @@ fn a_timeout_after_remote_success_is_reconciled_to_the_provider_result_and_never
     store.reconcile(&scope, &key, Resolution::Completed(provider_result.clone())).expect("reconcile");
 
     let answer = deliver(store, &provider, &scope, &key, &fingerprint, "842");
-    assert_eq!(answer, Delivery::Answered(Reservation::Replay { outcome: OutcomeClass::Completed, body: provider_result }));
+    assert_eq!(
+        answer,
+        Delivery::Answered(Reservation::Replay { outcome: OutcomeClass::Completed, body: provider_result })
+    );
     assert_eq!(provider.count("842"), 1, "never a second charge");
 }
 
@@ -474,7 +491,10 @@ fn an_expired_lease_under_the_default_policy_needs_reconciliation_not_a_second_a
     fixture.advance(LEASE_MS);
     for _retry in 0..3 {
         let answer = deliver(store, &provider, &scope, &key, &fingerprint, "842");
-        assert_eq!(answer, Delivery::Answered(Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired }));
+        assert_eq!(
+            answer,
+            Delivery::Answered(Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired })
+        );
         fixture.advance(LEASE_MS);
     }
     assert_eq!(provider.count("842"), 1);
@@ -623,10 +643,12 @@ fn a_stale_lease_cannot_complete_fail_or_renew_after_a_takeover() {
 // Tenant isolation.
 
 fn part(allow_space: bool) -> impl Strategy<Value = String> {
-    let separators: Vec<char> = if allow_space { vec![':', '/', '|', ' ', 'a', 'b', '0'] } else { vec![':', '/', '|', 'a', 'b', '0'] };
+    let separators: Vec<char> =
+        if allow_space { vec![':', '/', '|', ' ', 'a', 'b', '0'] } else { vec![':', '/', '|', 'a', 'b', '0'] };
     let regex = if allow_space { "[ -~]{1,12}" } else { "[!-~]{1,12}" };
     prop_oneof![
-        proptest::collection::vec(proptest::sample::select(separators), 1..8).prop_map(|chars| chars.into_iter().collect()),
+        proptest::collection::vec(proptest::sample::select(separators), 1..8)
+            .prop_map(|chars| chars.into_iter().collect()),
         proptest::string::string_regex(regex).expect("regex"),
     ]
 }
@@ -647,7 +669,10 @@ fn resplit((tenant, operation, key): &(String, String, String), cut1: usize, cut
 }
 
 fn scoped((tenant, operation, key): &(String, String, String)) -> ScopedKey {
-    ScopedKey::new(Scope::new(tenant.clone(), operation.clone()).expect("scope"), IdempotencyKey::new(key.clone()).expect("key"))
+    ScopedKey::new(
+        Scope::new(tenant.clone(), operation.clone()).expect("scope"),
+        IdempotencyKey::new(key.clone()).expect("key"),
+    )
 }
 
 fn isolation_config() -> Config {
@@ -708,7 +733,10 @@ fn a_record_of_one_tenant_is_never_reachable_from_another_tenant() {
                 prop_assert!(
                     matches!(&answer, Reservation::Acquired(lease) if lease.attempt() == 1),
                     "tenant {:?} key {:?} reached a record of tenant {:?}: {:?}",
-                    b_key.scope.tenant(), probe, a_key.scope.tenant(), answer
+                    b_key.scope.tenant(),
+                    probe,
+                    a_key.scope.tenant(),
+                    answer
                 );
             }
         }
@@ -800,7 +828,10 @@ fn an_app_write_and_the_completion_commit_together_in_one_write() {
         txn.tables().open_table(ORDERS)?.insert("order-842", 1050)?;
         txn.complete(&lease, oversized)
     });
-    assert!(matches!(refused_write, Err(Error::Transition(TransitionError::ResultTooLarge { .. }))), "{refused_write:?}");
+    assert!(
+        matches!(refused_write, Err(Error::Transition(TransitionError::ResultTooLarge { .. }))),
+        "{refused_write:?}"
+    );
     assert_eq!(read_order(fixture.store(), "order-842"), None);
     assert_eq!(fixture.store().get(&scope, &key).expect("get").expect("record").state.kind(), StateKind::InProgress);
 
@@ -841,14 +872,20 @@ fn a_lease_seen_expired_is_not_revived_when_the_clock_goes_back_even_across_a_re
         }
         fixture.clock.set(T0); // the wall clock jumps back to when the leases were live
         let answer = deliver(fixture.store(), &provider, &charge, &key, &fingerprint, "842");
-        assert_eq!(answer, Delivery::Answered(Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired }));
+        assert_eq!(
+            answer,
+            Delivery::Answered(Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired })
+        );
         let record = fixture.store().get(&charge, &key).expect("get").expect("record");
         assert_eq!(record.state, State::Uncertain { cause: UncertainCause::LeaseExpired });
     }
     // Under the takeover policy the expired lease is taken over, not reported as in progress.
     let takeover = acquired(fixture.store().reserve(&local, &key, &fingerprint).expect("reserve"));
     assert!(takeover.fence() > local_lease.fence());
-    assert!(takeover.expires_at() > Timestamp::from_millis(T0 + LEASE_MS), "the new lease is counted from the latest time seen");
+    assert!(
+        takeover.expires_at() > Timestamp::from_millis(T0 + LEASE_MS),
+        "the new lease is counted from the latest time seen"
+    );
     assert_eq!(provider.count("842"), 1);
 }
 
@@ -951,6 +988,9 @@ fn a_lease_of_a_purged_binding_cannot_complete_the_next_binding_even_with_zero_t
     let new = acquired(store.reserve(&scope, &key, &fp(2)).expect("a new binding"));
     assert!(new.fence() > old.fence(), "fence {} reissued after {}", new.fence(), old.fence());
     let before = store.get(&scope, &key).expect("get");
-    assert!(store.complete(&old, b"old again".to_vec()).is_err(), "a lease of the purged binding completed the new one");
+    assert!(
+        store.complete(&old, b"old again".to_vec()).is_err(),
+        "a lease of the purged binding completed the new one"
+    );
     assert_eq!(store.get(&scope, &key).expect("get"), before);
 }

@@ -296,11 +296,16 @@ fn compact_rebuild_rewrites_the_file_smaller_and_keeps_every_record() {
     let json = idemdb(["compact", arg(&path), "--rebuild", "--json"]).code(0).json();
     assert_eq!(json["rebuilt"], true);
     assert_eq!(json["records"], 3_000);
-    let (was, is) = (json["file_bytes_before"].as_u64().expect("before"), json["file_bytes_after"].as_u64().expect("after"));
+    let (was, is) =
+        (json["file_bytes_before"].as_u64().expect("before"), json["file_bytes_after"].as_u64().expect("after"));
     assert!(is < was, "the rebuilt file is smaller: {is} < {was}");
     assert_eq!(std::fs::metadata(&path).expect("size").len(), is);
     assert!(!dir.path().join("many.idemdb.rebuild").exists(), "the copy replaced the file");
-    assert_eq!(idemdb(["list", arg(&path), "--json", "--limit", "5000"]).code(0).stdout, before, "same records, same hashes");
+    assert_eq!(
+        idemdb(["list", arg(&path), "--json", "--limit", "5000"]).code(0).stdout,
+        before,
+        "same records, same hashes"
+    );
     assert_eq!(idemdb(["verify", arg(&path), "--json"]).code(0).json()["ok"], true);
     assert!(idemdb(["compact", arg(&path), "--rebuild"]).code(0).stdout.contains("rebuilt in key order"));
     // A missing file is an open error (exit 3), and nothing is created.

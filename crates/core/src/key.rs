@@ -78,12 +78,7 @@ fn validate(part: IdentityPart, value: &str, max: usize, allow_space: bool) -> R
         return Err(KeyError::TooLong { part, len: value.len(), max });
     }
     let lowest = if allow_space { 0x20 } else { 0x21 };
-    if let Some((offset, &byte)) = value
-        .as_bytes()
-        .iter()
-        .enumerate()
-        .find(|(_, b)| !(lowest..=0x7e).contains(*b))
-    {
+    if let Some((offset, &byte)) = value.as_bytes().iter().enumerate().find(|(_, b)| !(lowest..=0x7e).contains(*b)) {
         return Err(KeyError::InvalidByte { part, byte, offset });
     }
     Ok(())
@@ -292,10 +287,7 @@ mod tests {
     fn key_validation_reports_each_fault() {
         assert_eq!(IdempotencyKey::new(""), Err(KeyError::Empty { part: IdentityPart::Key }));
         let long = "k".repeat(MAX_KEY_LEN + 1);
-        assert_eq!(
-            IdempotencyKey::new(long),
-            Err(KeyError::TooLong { part: IdentityPart::Key, len: 256, max: 255 })
-        );
+        assert_eq!(IdempotencyKey::new(long), Err(KeyError::TooLong { part: IdentityPart::Key, len: 256, max: 255 }));
         assert!(IdempotencyKey::new("k".repeat(MAX_KEY_LEN)).is_ok());
         assert_eq!(
             IdempotencyKey::new("ab c"),

@@ -43,17 +43,19 @@ mod time;
 mod transition;
 
 pub use canonical::{CanonicalError, Canonicalizer, Normaliser};
-pub use codec::{decode_record, decode_versioned, encode_record, encode_versioned, split_version, DecodeError, RECORD_FORMAT};
-pub use decide::{decide, decide_above, Decision, Verdict};
-pub use fingerprint::{Fingerprint, FingerprintBuilder, FINGERPRINT_CONTEXT};
+pub use codec::{
+    DecodeError, RECORD_FORMAT, decode_record, decode_versioned, encode_record, encode_versioned, split_version,
+};
+pub use decide::{Decision, Verdict, decide, decide_above};
+pub use fingerprint::{FINGERPRINT_CONTEXT, Fingerprint, FingerprintBuilder};
 pub use key::{
-    validate_correlation, IdempotencyKey, IdentityPart, KeyError, Scope, ScopedKey, MAX_CORRELATION_LEN, MAX_KEY_LEN,
-    MAX_SCOPE_PART_LEN,
+    IdempotencyKey, IdentityPart, KeyError, MAX_CORRELATION_LEN, MAX_KEY_LEN, MAX_SCOPE_PART_LEN, Scope, ScopedKey,
+    validate_correlation,
 };
 pub use policy::{
-    ExpiredLease, Policy, PolicyError, DEFAULT_LEASE_TTL, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESPONSE_TTL,
-    DEFAULT_TOMBSTONE_TTL,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, Policy,
+    PolicyError,
 };
 pub use record::{OutcomeClass, Record, Retention, State, StateKind, UncertainCause};
 pub use time::Timestamp;
-pub use transition::{complete, fail, reconcile, renew, Failure, Resolution, TransitionError};
+pub use transition::{Failure, Resolution, TransitionError, complete, fail, reconcile, renew};

@@ -250,7 +250,10 @@ mod tests {
         let record = completed(100, 1_000);
         assert_eq!(record.retention(Timestamp::from_millis(99)), Retention::Keep);
         let Retention::Tombstone(tombstone) = record.retention(Timestamp::from_millis(100)) else { panic!() };
-        assert_eq!(tombstone.state, State::Tombstone { outcome: OutcomeClass::Completed, forget_at: Timestamp::from_millis(1_000) });
+        assert_eq!(
+            tombstone.state,
+            State::Tombstone { outcome: OutcomeClass::Completed, forget_at: Timestamp::from_millis(1_000) }
+        );
         assert_eq!(tombstone.due_at(), Some(Timestamp::from_millis(1_000)));
         assert_eq!(tombstone.retention(Timestamp::from_millis(999)), Retention::Keep);
         assert_eq!(tombstone.retention(Timestamp::from_millis(1_000)), Retention::Forget);

@@ -86,10 +86,7 @@ fn check_size(body: &[u8], policy: &Policy) -> Result<(), TransitionError> {
 /// Whether the lease holder may still finish: the record is in progress, or became uncertain
 /// only because its lease ran out (the holder's report is then the best evidence there is).
 fn holder_may_finish(record: &Record) -> bool {
-    matches!(
-        record.state,
-        State::InProgress { .. } | State::Uncertain { cause: UncertainCause::LeaseExpired }
-    )
+    matches!(record.state, State::InProgress { .. } | State::Uncertain { cause: UncertainCause::LeaseExpired })
 }
 
 fn finished(record: &Record, outcome: OutcomeClass, body: Vec<u8>, now: Timestamp, policy: &Policy) -> Record {
@@ -112,7 +109,13 @@ fn released(record: &Record, now: Timestamp, policy: &Policy) -> Record {
 /// # Errors
 /// [`TransitionError::StaleFence`], [`TransitionError::WrongState`] (already finished),
 /// [`TransitionError::ResultTooLarge`].
-pub fn complete(record: &Record, fence: u64, result: Vec<u8>, now: Timestamp, policy: &Policy) -> Result<Record, TransitionError> {
+pub fn complete(
+    record: &Record,
+    fence: u64,
+    result: Vec<u8>,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Record, TransitionError> {
     check_fence(record, fence)?;
     if !holder_may_finish(record) {
         return Err(TransitionError::WrongState { state: record.state.kind(), action: "complete" });
@@ -126,7 +129,13 @@ pub fn complete(record: &Record, fence: u64, result: Vec<u8>, now: Timestamp, po
 /// # Errors
 /// [`TransitionError::StaleFence`], [`TransitionError::WrongState`] (already finished),
 /// [`TransitionError::ResultTooLarge`].
-pub fn fail(record: &Record, fence: u64, failure: Failure, now: Timestamp, policy: &Policy) -> Result<Record, TransitionError> {
+pub fn fail(
+    record: &Record,
+    fence: u64,
+    failure: Failure,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Record, TransitionError> {
     check_fence(record, fence)?;
     if !holder_may_finish(record) {
         return Err(TransitionError::WrongState { state: record.state.kind(), action: "fail" });
@@ -138,11 +147,9 @@ pub fn fail(record: &Record, fence: u64, failure: Failure, now: Timestamp, polic
             finished(record, OutcomeClass::Failed, body, now, policy)
         }
         Failure::Retryable => released(record, now, policy),
-        Failure::Uncertain => Record {
-            state: State::Uncertain { cause: UncertainCause::Reported },
-            updated_at: now,
-            ..record.clone()
-        },
+        Failure::Uncertain => {
+            Record { state: State::Uncertain { cause: UncertainCause::Reported }, updated_at: now, ..record.clone() }
+        }
     })
 }
 
@@ -151,7 +158,12 @@ pub fn fail(record: &Record, fence: u64, failure: Failure, now: Timestamp, polic
 /// # Errors
 /// [`TransitionError::StaleFence`], or [`TransitionError::WrongState`] when the record is not
 /// in progress (a retry already marked it uncertain, or it finished).
-pub fn renew(record: &Record, fence: u64, now: Timestamp, policy: &Policy) -> Result<(Record, Timestamp), TransitionError> {
+pub fn renew(
+    record: &Record,
+    fence: u64,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<(Record, Timestamp), TransitionError> {
     check_fence(record, fence)?;
     let State::InProgress { lease_expires_at } = record.state else {
         return Err(TransitionError::WrongState { state: record.state.kind(), action: "renew" });
@@ -168,7 +180,12 @@ pub fn renew(record: &Record, fence: u64, now: Timestamp, policy: &Policy) -> Re
 /// [`TransitionError::LeaseLive`] while an attempt may still be running,
 /// [`TransitionError::WrongState`] for a record that is not uncertain,
 /// [`TransitionError::ResultTooLarge`].
-pub fn reconcile(record: &Record, resolution: Resolution, now: Timestamp, policy: &Policy) -> Result<Record, TransitionError> {
+pub fn reconcile(
+    record: &Record,
+    resolution: Resolution,
+    now: Timestamp,
+    policy: &Policy,
+) -> Result<Record, TransitionError> {
     let now = now.max(record.updated_at);
     match record.state {
         State::Uncertain { .. } => {}
@@ -192,7 +209,7 @@ pub fn reconcile(record: &Record, resolution: Resolution, now: Timestamp, policy
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{decide, ExpiredLease, Fingerprint, Policy, Verdict};
+    use crate::{ExpiredLease, Fingerprint, Policy, Verdict, decide};
     use core::time::Duration;
 
     fn policy() -> Policy {
@@ -224,7 +241,10 @@ mod tests {
         let Verdict::Acquired { fence, attempt, .. } = decision.verdict else { panic!("{decision:?}") };
         assert_eq!((fence, attempt), (old_fence + 1, 2));
         let taken = decision.write.unwrap();
-        assert!(matches!(complete(&taken, old_fence, vec![], later, &takeover), Err(TransitionError::StaleFence { .. })));
+        assert!(matches!(
+            complete(&taken, old_fence, vec![], later, &takeover),
+            Err(TransitionError::StaleFence { .. })
+        ));
         assert!(complete(&taken, fence, vec![], later, &takeover).is_ok());
     }
 
@@ -237,7 +257,10 @@ mod tests {
             complete(&done, done.fence, b"again".to_vec(), at, &policy()),
             Err(TransitionError::WrongState { state: crate::StateKind::Completed, action: "complete" })
         );
-        assert!(matches!(fail(&done, done.fence, Failure::Uncertain, at, &policy()), Err(TransitionError::WrongState { .. })));
+        assert!(matches!(
+            fail(&done, done.fence, Failure::Uncertain, at, &policy()),
+            Err(TransitionError::WrongState { .. })
+        ));
         assert!(matches!(renew(&done, done.fence, at, &policy()), Err(TransitionError::WrongState { .. })));
     }
 
@@ -295,7 +318,11 @@ mod tests {
         let done = complete(&uncertain, record.fence, b"late".to_vec(), Timestamp::from_millis(21_000), &policy());
         assert!(done.is_ok());
         // ...but a reported uncertainty needs an explicit reconcile.
-        let reported = fail(&record, record.fence, Failure::Uncertain, Timestamp::from_millis(2_000), &policy()).unwrap();
-        assert!(matches!(complete(&reported, record.fence, vec![], Timestamp::from_millis(3_000), &policy()), Err(TransitionError::WrongState { .. })));
+        let reported =
+            fail(&record, record.fence, Failure::Uncertain, Timestamp::from_millis(2_000), &policy()).unwrap();
+        assert!(matches!(
+            complete(&reported, record.fence, vec![], Timestamp::from_millis(3_000), &policy()),
+            Err(TransitionError::WrongState { .. })
+        ));
     }
 }

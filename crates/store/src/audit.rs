@@ -9,7 +9,7 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use idemdb_core::{decode_versioned, encode_versioned, DecodeError, Fingerprint, Timestamp};
+use idemdb_core::{DecodeError, Fingerprint, Timestamp, decode_versioned, encode_versioned};
 
 /// Version byte of an audit entry holding one event (what the first builds wrote; still read).
 pub(crate) const AUDIT_EVENT_FORMAT: u8 = 1;

@@ -11,7 +11,10 @@ use redb::{Database, ReadableDatabase, StorageBackend, TableHandle};
 use idemdb_core::Policy;
 
 use crate::store::{Config, Store};
-use crate::tables::{AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_FENCE_FLOOR, META_FORMAT, META_MAGIC, META_SECRET, RECORDS, STORE_FORMAT};
+use crate::tables::{
+    AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_FENCE_FLOOR, META_FORMAT, META_MAGIC, META_SECRET, RECORDS,
+    STORE_FORMAT,
+};
 use crate::{Clock, OpenError};
 
 /// How durable a commit is when the call returns.
@@ -219,7 +222,8 @@ impl StoreBuilder {
         // damage is in the table tree). A panic here only means the file is damaged: the
         // read-write open that follows runs the integrity check, which verifies every checksum
         // and repairs or refuses the file with a typed error.
-        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.redb_builder().open_read_only(path)));
+        let opened =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.redb_builder().open_read_only(path)));
         let database = match opened {
             Ok(Ok(database)) => database,
             Ok(Err(redb::DatabaseError::RepairAborted)) | Err(_) => return Ok(()),
@@ -415,8 +419,10 @@ fn read_meta(read: &redb::ReadTransaction) -> Result<Option<Meta>, OpenError> {
         // A metadata table of another shape (damaged type bytes, or another program's table).
         Err(other) => return Err(OpenError::CorruptMeta(other.to_string())),
     };
-    let get = |name: &str| -> Result<Option<Vec<u8>>, OpenError> { Ok(meta.get(name)?.map(|guard| guard.value().to_vec())) };
-    let be_u64 = |bytes: Option<Vec<u8>>| bytes.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok()).map(u64::from_be_bytes);
+    let get =
+        |name: &str| -> Result<Option<Vec<u8>>, OpenError> { Ok(meta.get(name)?.map(|guard| guard.value().to_vec())) };
+    let be_u64 =
+        |bytes: Option<Vec<u8>>| bytes.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok()).map(u64::from_be_bytes);
     if get(META_MAGIC)?.as_deref() != Some(MAGIC) {
         return Err(OpenError::Foreign { tables: "idemdb_meta without the idemdb magic".into() });
     }

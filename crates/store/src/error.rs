@@ -166,7 +166,9 @@ pub enum OpenError {
 impl From<redb::DatabaseError> for OpenError {
     fn from(error: redb::DatabaseError) -> Self {
         match error {
-            redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => OpenError::AlreadyOpen,
+            redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => {
+                OpenError::AlreadyOpen
+            }
             redb::DatabaseError::UpgradeRequired(version) => {
                 OpenError::NotAStore { reason: format!("redb file format {version} needs a manual upgrade") }
             }
@@ -190,4 +192,10 @@ macro_rules! open_from_storage {
         }
     )*};
 }
-open_from_storage!(redb::StorageError, redb::TableError, redb::TransactionError, redb::CommitError, redb::SetDurabilityError);
+open_from_storage!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);

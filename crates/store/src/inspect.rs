@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use idemdb_core::{decode_record, Record, ScopedKey, State, StateKind, Timestamp};
+use idemdb_core::{Record, ScopedKey, State, StateKind, Timestamp, decode_record};
 
-use crate::audit::{decode_entry, AuditEvent, KeyHash};
-use crate::tables::{split_expiry_key, AUDIT, EXPIRY, RECORDS};
+use crate::audit::{AuditEvent, KeyHash, decode_entry};
+use crate::tables::{AUDIT, EXPIRY, RECORDS, split_expiry_key};
 use crate::{Error, Store};
 
 /// Counts and sizes of a store.
@@ -136,12 +136,15 @@ impl Store {
             let records = read.open_table(RECORDS)?;
             for entry in records.iter()? {
                 let (key, value) = entry?;
-                let record = decode_record(value.value()).map_err(|source| Error::Corrupt { what: "record", source })?;
-                let operation = ScopedKey::decode(key.value()).map(|s| s.scope.operation().to_string()).unwrap_or_default();
+                let record =
+                    decode_record(value.value()).map_err(|source| Error::Corrupt { what: "record", source })?;
+                let operation =
+                    ScopedKey::decode(key.value()).map(|s| s.scope.operation().to_string()).unwrap_or_default();
                 *stats.by_operation.entry(operation).or_default().entry(record.state.kind()).or_default() += 1;
                 stats.records += 1;
                 if let State::InProgress { .. } = record.state {
-                    stats.oldest_in_progress = Some(stats.oldest_in_progress.map_or(record.created_at, |t| t.min(record.created_at)));
+                    stats.oldest_in_progress =
+                        Some(stats.oldest_in_progress.map_or(record.created_at, |t| t.min(record.created_at)));
                 }
                 let last_known = match &record.state {
                     State::Completed { forget_at, .. }
@@ -334,9 +337,7 @@ impl Store {
 
 /// Events in the audit table (entries hold one event or a segment of them); an entry that
 /// does not decode counts as one (`verify` names it).
-pub(crate) fn count_audit_events(
-    audit: &impl ReadableTable<[u8; 16], &'static [u8]>,
-) -> Result<u64, Error> {
+pub(crate) fn count_audit_events(audit: &impl ReadableTable<[u8; 16], &'static [u8]>) -> Result<u64, Error> {
     let mut count = 0;
     for entry in audit.iter()? {
         let (_, value) = entry?;

@@ -57,16 +57,16 @@ mod tables;
 mod txn;
 
 pub use audit::{AuditEvent, AuditKind, KeyHash};
-pub use builder::{Durability, StoreBuilder, DEFAULT_AUDIT_RETENTION};
+pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use clock::SystemClock;
 pub use clock::{Clock, ManualClock};
 pub use error::{Error, OpenError, StorageError};
+pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use intents::{
-    Attempt, AttemptOutcome, Intent, IntentError, IntentPurge, IntentResponse, IntentState, INTENT_FORMAT,
+    Attempt, AttemptOutcome, INTENT_FORMAT, Intent, IntentError, IntentPurge, IntentResponse, IntentState,
     MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS,
 };
-pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use purge::PurgeReport;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;

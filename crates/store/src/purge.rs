@@ -7,7 +7,7 @@ use idemdb_core::{Retention, ScopedKey, Timestamp};
 
 use crate::audit::AuditKind;
 use crate::audit::decode_entry;
-use crate::tables::{audit_key, expiry_key, split_expiry_key, AUDIT, EXPIRY};
+use crate::tables::{AUDIT, EXPIRY, audit_key, expiry_key, split_expiry_key};
 use crate::txn::Txn;
 use crate::{Error, Store};
 
@@ -75,7 +75,8 @@ impl Store {
                 Some(Retention::Keep) | None => report.stale_index_entries += 1,
             }
         }
-        let cutoff = now.as_millis().saturating_sub(u64::try_from(self.config.audit_retention.as_millis()).unwrap_or(u64::MAX));
+        let cutoff =
+            now.as_millis().saturating_sub(u64::try_from(self.config.audit_retention.as_millis()).unwrap_or(u64::MAX));
         let audit = read.open_table(AUDIT)?;
         for entry in audit.range(..audit_key(Timestamp::from_millis(cutoff), 0))? {
             let (_, value) = entry?;
@@ -153,7 +154,8 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
     let mut audit = txn.tables().open_table(AUDIT)?;
     let mut removed = 0usize;
     while removed < budget {
-        let first = audit.first()?.map(|(key, value)| (key.value(), decode_entry(value.value()).map_or(1, |e| e.len())));
+        let first =
+            audit.first()?.map(|(key, value)| (key.value(), decode_entry(value.value()).map_or(1, |e| e.len())));
         match first {
             Some((key, events)) if key < cutoff => {
                 audit.remove(key)?;

@@ -100,7 +100,10 @@ impl Store {
         self.flush()?;
         let read = self.db.begin_read().map_err(Error::from)?;
         let mut copy = Database::builder().create(dest).map_err(Error::from)?;
-        let mut report = RebuildReport { bytes_before: self.path().and_then(|p| fs::metadata(p).ok()).map(|m| m.len()), ..RebuildReport::default() };
+        let mut report = RebuildReport {
+            bytes_before: self.path().and_then(|p| fs::metadata(p).ok()).map(|m| m.len()),
+            ..RebuildReport::default()
+        };
         report.entries += copy_table(&read, &copy, META)?;
         report.records = copy_table(&read, &copy, RECORDS)?;
         report.entries += report.records;
@@ -110,7 +113,10 @@ impl Store {
         // The high-water mark as this handle knows it (it may be ahead of the stored one).
         let mut tx = copy.begin_write().map_err(Error::from)?;
         tx.set_durability(redb::Durability::Immediate).map_err(Error::from)?;
-        tx.open_table(META).map_err(Error::from)?.insert(META_CLOCK, self.now().as_millis().to_be_bytes().as_slice()).map_err(Error::from)?;
+        tx.open_table(META)
+            .map_err(Error::from)?
+            .insert(META_CLOCK, self.now().as_millis().to_be_bytes().as_slice())
+            .map_err(Error::from)?;
         tx.commit().map_err(Error::from)?;
         while copy.compact().map_err(Error::from)? {}
         drop(copy);

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
-use crate::tables::RECORDS;
 use crate::Error;
+use crate::tables::RECORDS;
 
 /// An open records table and the write generation it was opened at.
 pub(crate) struct Snapshot {

@@ -2,23 +2,23 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    decide_above, decode_record, Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey,
-    StateKind, Timestamp, UncertainCause,
+    Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey, StateKind,
+    Timestamp, UncertainCause, decide_above, decode_record,
 };
 
-use crate::audit::{fingerprint_prefix, AuditEvent, AuditKind, EncodedEvent, KeyHash};
+use crate::audit::{AuditEvent, AuditKind, EncodedEvent, KeyHash, fingerprint_prefix};
+use crate::builder::{Initialiser, Meta};
 use crate::group::GroupCommit;
 use crate::snapshot::Snapshots;
-use crate::builder::{Initialiser, Meta};
 use crate::tables::{AUDIT, META, META_CLOCK, META_FENCE_FLOOR};
-use crate::txn::{reservation_from, Txn};
+use crate::txn::{Txn, reservation_from};
 use crate::{Clock, Durability, Error, OpenError, StoreBuilder};
 
 /// Settings fixed when the store is opened.
@@ -379,7 +379,12 @@ impl Store {
     /// # Errors
     /// [`Error::Storage`] / [`Error::CommitUnknown`] when the storage fails,
     /// [`Error::Corrupt`] for an undecodable record.
-    pub fn reserve(&self, scope: &Scope, key: &IdempotencyKey, fingerprint: &Fingerprint) -> Result<Reservation, Error> {
+    pub fn reserve(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Reservation, Error> {
         self.reserve_inner(scope, key, fingerprint, None)
     }
 
@@ -413,9 +418,8 @@ impl Store {
         }
         let fingerprint = *fingerprint;
         let correlation = correlation.map(str::to_string);
-        self.group.run(self, move |txn| {
-            txn.reserve_traced(&scoped.scope, &scoped.key, &fingerprint, correlation.as_deref())
-        })
+        self.group
+            .run(self, move |txn| txn.reserve_traced(&scoped.scope, &scoped.key, &fingerprint, correlation.as_deref()))
     }
 
     fn answer_from_snapshot(
@@ -427,12 +431,14 @@ impl Store {
         let encoded = scoped.encode();
         let Some(record) = self.get_encoded(&encoded)? else { return Ok(None) };
         let now = self.now();
-        let decision = decide_above(Some(&record), fingerprint, now, self.policy(scoped.scope.operation()), self.fence_floor());
+        let decision =
+            decide_above(Some(&record), fingerprint, now, self.policy(scoped.scope.operation()), self.fence_floor());
         if decision.write.is_some() {
             return Ok(None);
         }
         let (answer, kind, fence) = reservation_from(decision.verdict, Some(record), || scoped.clone())?;
-        if let Some(event) = self.audit_event(now, kind, &scoped.scope, &encoded, fence, Some(fingerprint), correlation) {
+        if let Some(event) = self.audit_event(now, kind, &scoped.scope, &encoded, fence, Some(fingerprint), correlation)
+        {
             self.buffer_audit(event)?;
         }
         Ok(Some(answer))
@@ -606,7 +612,9 @@ impl Store {
         }
         force
             || buffer.len() + own >= AUDIT_BATCH
-            || buffer.first().is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
+            || buffer
+                .first()
+                .is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
     }
 
     /// The events not yet written, decoded.

@@ -3,14 +3,14 @@
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    decide_above, decode_record, encode_record, validate_correlation, Failure, Fingerprint,
-    IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, Verdict,
+    Failure, Fingerprint, IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError,
+    Verdict, decide_above, decode_record, encode_record, validate_correlation,
 };
 
-use crate::audit::{encode_segment, AuditKind, EncodedEvent, MAX_SEGMENT_EVENTS};
-use crate::store::{Lease, Reservation, Store};
-use crate::tables::{audit_key, expiry_key, AUDIT, EXPIRY, RECORDS};
 use crate::Error;
+use crate::audit::{AuditKind, EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
+use crate::store::{Lease, Reservation, Store};
+use crate::tables::{AUDIT, EXPIRY, RECORDS, audit_key, expiry_key};
 
 /// An open write transaction. Obtained through [`Store::write`]; committed when the closure
 /// returns `Ok`, rolled back otherwise.
@@ -76,7 +76,12 @@ impl<'s> Txn<'s> {
     ///
     /// # Errors
     /// As [`Store::reserve`].
-    pub fn reserve(&mut self, scope: &Scope, key: &IdempotencyKey, fingerprint: &Fingerprint) -> Result<Reservation, Error> {
+    pub fn reserve(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Reservation, Error> {
         self.reserve_traced(scope, key, fingerprint, None)
     }
 
@@ -127,8 +132,10 @@ impl<'s> Txn<'s> {
     pub fn fail(&mut self, lease: &Lease, failure: Failure) -> Result<(), Error> {
         let now = self.now;
         let policy = self.store.policy(lease.scope().operation()).clone();
-        self.transition(lease, AuditKind::Failed, |record| idemdb_core::fail(record, lease.fence, failure, now, &policy))
-            .map(drop)
+        self.transition(lease, AuditKind::Failed, |record| {
+            idemdb_core::fail(record, lease.fence, failure, now, &policy)
+        })
+        .map(drop)
     }
 
     /// [`Store::renew`] inside this transaction.

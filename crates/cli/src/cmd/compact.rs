@@ -13,11 +13,13 @@ use crate::output;
 
 /// Arguments of `idemdb compact`.
 #[derive(Debug, Args)]
-#[command(after_help = "Nothing else may have the store open while it is compacted. Most useful after a large purge.\n\n\
+#[command(
+    after_help = "Nothing else may have the store open while it is compacted. Most useful after a large purge.\n\n\
 Without --rebuild, free pages at the end of the file go back to the file system; entries stay where they are. \
 With --rebuild, every table is copied in key order into FILE.rebuild (full B-tree pages: about a quarter smaller \
 after inserts in random key order), which then replaces FILE atomically. The rebuild needs free disk space for \
-the copy; a crash before the replacement leaves FILE untouched.")]
+the copy; a crash before the replacement leaves FILE untouched."
+)]
 pub(crate) struct CompactArgs {
     #[command(flatten)]
     file: FileArg,
@@ -39,7 +41,9 @@ pub(crate) fn run(args: &CompactArgs, json: bool) -> Result<Exit, CliError> {
             Err(panic) => {
                 return Err(CliError::open_msg(
                     file,
-                    format!("the file is damaged: the storage layer failed while reading it ({panic}); see `idemdb verify`"),
+                    format!(
+                        "the file is damaged: the storage layer failed while reading it ({panic}); see `idemdb verify`"
+                    ),
                 ));
             }
         };
@@ -63,11 +67,14 @@ pub(crate) fn run(args: &CompactArgs, json: bool) -> Result<Exit, CliError> {
     } else {
         let mut fields = vec![
             ("store", file.display().to_string()),
-            ("compacted", match (args.rebuild, compacted) {
-                (true, _) => "yes (rebuilt in key order)".into(),
-                (false, true) => "yes".into(),
-                (false, false) => "no (nothing to reclaim)".into(),
-            }),
+            (
+                "compacted",
+                match (args.rebuild, compacted) {
+                    (true, _) => "yes (rebuilt in key order)".into(),
+                    (false, true) => "yes".into(),
+                    (false, false) => "no (nothing to reclaim)".into(),
+                },
+            ),
         ];
         if let Some(records) = records {
             fields.push(("records copied", output::count(records)));
