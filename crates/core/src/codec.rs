@@ -67,11 +67,24 @@ pub fn split_version(bytes: &[u8], supported: u8) -> Result<&[u8], DecodeError> 
 /// Encodes any serde value behind a version byte.
 pub fn encode_versioned<T: serde::Serialize>(version: u8, value: &T) -> Vec<u8> {
     let mut out = vec![version];
+    encode_append(&mut out, value);
+    out
+}
+
+/// Appends the encoding of a serde value, without a version byte, to `out` — for values that
+/// share the version byte of the entry that holds them (events inside an audit segment).
+///
+/// ```
+/// use idemdb_core::{encode_append, encode_versioned};
+/// let mut out = vec![7u8];
+/// encode_append(&mut out, &(1u64, "a"));
+/// assert_eq!(out, encode_versioned(7, &(1u64, "a")));
+/// ```
+pub fn encode_append<T: serde::Serialize>(out: &mut Vec<u8>, value: &T) {
     // Encoding into a Vec cannot fail for the plain data types stored here.
-    if let Err(error) = bincode::serde::encode_into_std_write(value, &mut out, config()) {
+    if let Err(error) = bincode::serde::encode_into_std_write(value, out, config()) {
         debug_assert!(false, "encoding a stored value failed: {error}");
     }
-    out
 }
 
 /// Decodes a value written by [`encode_versioned`], refusing trailing bytes.

@@ -233,7 +233,21 @@ impl ScopedKey {
     /// bytes, whatever separators their parts contain. Records of one tenant sort together,
     /// then by operation, which lets a listing filter by tenant with a range scan.
     pub fn encode(&self) -> Vec<u8> {
-        let parts = [self.scope.tenant.as_bytes(), self.scope.operation.as_bytes(), self.key.0.as_bytes()];
+        Self::encode_parts(&self.scope, &self.key)
+    }
+
+    /// [`ScopedKey::encode`] of a scope and a key that are not yet paired (no clone needed).
+    ///
+    /// ```
+    /// use idemdb_core::{IdempotencyKey, Scope, ScopedKey};
+    /// let scope = Scope::new("acme", "charge")?;
+    /// let key = IdempotencyKey::new("k1")?;
+    /// let encoded = ScopedKey::encode_parts(&scope, &key);
+    /// assert_eq!(encoded, ScopedKey::new(scope, key).encode());
+    /// # Ok::<(), idemdb_core::KeyError>(())
+    /// ```
+    pub fn encode_parts(scope: &Scope, key: &IdempotencyKey) -> Vec<u8> {
+        let parts = [scope.tenant.as_bytes(), scope.operation.as_bytes(), key.0.as_bytes()];
         let mut out = Vec::with_capacity(3 + parts.iter().map(|p| p.len()).sum::<usize>());
         for part in parts {
             // Validation caps every part at 255 bytes, so the cast cannot truncate.

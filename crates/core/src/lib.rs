@@ -44,7 +44,8 @@ mod transition;
 
 pub use canonical::{CanonicalError, Canonicalizer, Normaliser};
 pub use codec::{
-    DecodeError, RECORD_FORMAT, decode_record, decode_versioned, encode_record, encode_versioned, split_version,
+    DecodeError, RECORD_FORMAT, decode_record, decode_versioned, encode_append, encode_record, encode_versioned,
+    split_version,
 };
 pub use decide::{Decision, Verdict, decide, decide_above};
 pub use fingerprint::{FINGERPRINT_CONTEXT, Fingerprint, FingerprintBuilder};

@@ -9,7 +9,7 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use idemdb_core::{DecodeError, Fingerprint, Timestamp, decode_versioned, encode_versioned};
+use idemdb_core::{DecodeError, Fingerprint, Timestamp, decode_versioned, encode_append, encode_versioned};
 
 /// Version byte of an audit entry holding one event (what the first builds wrote; still read).
 pub(crate) const AUDIT_EVENT_FORMAT: u8 = 1;
@@ -54,9 +54,10 @@ impl EncodedEvent {
         correlation: Option<&str>,
     ) -> Self {
         let event = AuditEventRef { at, kind, tenant, operation, key_hash, fence, fingerprint_prefix, correlation };
-        // The version byte is dropped: a segment carries one for all its events.
-        let mut bytes = encode_versioned(AUDIT_SEGMENT_FORMAT, &event);
-        bytes.remove(0);
+        // No version byte: a segment carries one for all its events.
+        // Fixed fields take at most about 60 bytes; sized once, the buffer never grows.
+        let mut bytes = Vec::with_capacity(64 + tenant.len() + operation.len() + correlation.map_or(0, str::len));
+        encode_append(&mut bytes, &event);
         EncodedEvent { at, bytes }
     }
 

@@ -410,12 +410,12 @@ impl Store {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
-        let scoped = ScopedKey::new(scope.clone(), key.clone());
         // Answers that change nothing (replay, in progress, mismatch, expired, uncertain) are
-        // decided from a read snapshot: no write lock, no flush.
-        if let Some(answer) = self.answer_from_snapshot(&scoped, fingerprint, correlation)? {
+        // decided from a read snapshot: no write lock, no flush, no clone of the scope or key.
+        if let Some(answer) = self.answer_from_snapshot(scope, key, fingerprint, correlation)? {
             return Ok(answer);
         }
+        let scoped = ScopedKey::new(scope.clone(), key.clone());
         let fingerprint = *fingerprint;
         let correlation = correlation.map(str::to_string);
         self.group
@@ -424,21 +424,22 @@ impl Store {
 
     fn answer_from_snapshot(
         &self,
-        scoped: &ScopedKey,
+        scope: &Scope,
+        key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Option<Reservation>, Error> {
-        let encoded = scoped.encode();
+        let encoded = ScopedKey::encode_parts(scope, key);
         let Some(record) = self.get_encoded(&encoded)? else { return Ok(None) };
         let now = self.now();
         let decision =
-            decide_above(Some(&record), fingerprint, now, self.policy(scoped.scope.operation()), self.fence_floor());
+            decide_above(Some(&record), fingerprint, now, self.policy(scope.operation()), self.fence_floor());
         if decision.write.is_some() {
             return Ok(None);
         }
-        let (answer, kind, fence) = reservation_from(decision.verdict, Some(record), || scoped.clone())?;
-        if let Some(event) = self.audit_event(now, kind, &scoped.scope, &encoded, fence, Some(fingerprint), correlation)
-        {
+        let (answer, kind, fence) =
+            reservation_from(decision.verdict, Some(record), || ScopedKey::new(scope.clone(), key.clone()))?;
+        if let Some(event) = self.audit_event(now, kind, scope, &encoded, fence, Some(fingerprint), correlation) {
             self.buffer_audit(event)?;
         }
         Ok(Some(answer))
