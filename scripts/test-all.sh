@@ -40,6 +40,19 @@ if [ -f crates/xtask/Cargo.toml ]; then
   run_logged reliability cargo xtask reliability --quick
 fi
 
+bench_smoke() {
+  # The benchmark harness end to end at small sizes (SQLite baselines included); a smoke test
+  # of the command, not a timing check: it fails only if the harness fails or prints no table.
+  local out status=0
+  out=$(mktemp)
+  { cargo bench -p idemdb-benches --features sqlite -- --quick >"$out" && grep -q '^## Targets' "$out"; } || status=$?
+  grep -E '^\| (group commit|replay lookup vs|durable reserve, 1 caller)' "$out" || true
+  rm -f "$out"
+  return $status
+}
+step "benchmark harness smoke (cargo bench ... -- --quick)"
+run_logged bench-smoke bench_smoke
+
 if [ -x bindings/npm/scripts/test-all.sh ] || [ -f bindings/npm/scripts/test-all.sh ]; then
   step "WebAssembly and npm package: Node, Chromium, workerd, cross-reads"
   run_logged npm bash bindings/npm/scripts/test-all.sh
