@@ -49,12 +49,23 @@ const worker :Workerd.Worker = (
 `;
 }
 
-async function freePort() {
+// A listening socket on a port the kernel picks. workerd inherits it (`--socket-fd`), so no
+// other process can take the port between choosing it and workerd listening on it.
+async function listeningSocket() {
   const server = createServer();
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
+  return { server, port: server.address().port, fd: server._handle.fd };
+}
+
+// Starts workerd on `config` with its socket `http` on an inherited listening socket.
+async function serveWorkerd(config) {
+  const socket = await listeningSocket();
+  const proc = spawn(workerdBin, ['serve', config, '--socket-fd', 'http=3'], {
+    stdio: ['ignore', 'pipe', 'pipe', socket.fd],
+  });
+  // The child holds its own copy; the parent must not accept connections on it.
+  await new Promise((resolve) => socket.server.close(resolve));
+  return { proc, port: socket.port };
 }
 
 let child;
@@ -62,11 +73,13 @@ let base;
 let logs = '';
 
 before(async () => {
-  const port = await freePort();
   const config = join(project, 'workerd-test.capnp');
   copyFileSync(join(here, 'worker.js'), join(project, 'worker.js'));
-  writeFileSync(config, workerdConfig('worker.js', port));
-  child = spawn(workerdBin, ['serve', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // The address in the file is overridden by the inherited socket.
+  writeFileSync(config, workerdConfig('worker.js', 8787));
+  const started = await serveWorkerd(config);
+  child = started.proc;
+  const port = started.port;
   child.stdout.on('data', (d) => (logs += d));
   child.stderr.on('data', (d) => (logs += d));
   base = `http://127.0.0.1:${port}`;
@@ -116,11 +129,10 @@ test('a snapshot exported in workerd opens natively', { skip: !process.env.IDEMD
 });
 
 test('the README workerd example (worker and config) runs as written', async () => {
-  const port = await freePort();
   writeFileSync(join(project, 'worker.js'), readmeBlock(project, '// worker.js'));
-  const config = readmeBlock(project, 'using Workerd').replace('127.0.0.1:8787', `127.0.0.1:${port}`);
-  writeFileSync(join(project, 'readme-config.capnp'), config);
-  const readme = spawn(workerdBin, ['serve', join(project, 'readme-config.capnp')], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // The README's config as written; its socket `http` is overridden by an inherited one.
+  writeFileSync(join(project, 'readme-config.capnp'), readmeBlock(project, 'using Workerd'));
+  const { proc: readme, port } = await serveWorkerd(join(project, 'readme-config.capnp'));
   let out = '';
   readme.stdout.on('data', (d) => (out += d));
   readme.stderr.on('data', (d) => (out += d));
