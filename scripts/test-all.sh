@@ -42,10 +42,14 @@ fi
 
 bench_smoke() {
   # The benchmark harness end to end at small sizes (SQLite baselines included); a smoke test
-  # of the command, not a timing check: it fails only if the harness fails or prints no table.
-  local out status=0
+  # of the command, not a timing check: it fails only if the harness fails or does not print a
+  # verdict (PASS or MISS) for each of the 11 goal rows.
+  local out status=0 verdicts
   out=$(mktemp)
-  { cargo bench -p idemdb-benches --features sqlite -- --quick >"$out" && grep -q '^## Targets' "$out"; } || status=$?
+  cargo bench -p idemdb-benches --features sqlite -- --quick >"$out" || status=$?
+  verdicts=$(grep -cE '\| (PASS|MISS) +\|$' "$out" || true)
+  echo "benchmark smoke: $verdicts goal rows with a verdict"
+  if [ "$status" -eq 0 ] && [ "$verdicts" -lt 11 ]; then status=1; fi
   grep -E '^\| (group commit|replay lookup vs|durable reserve, 1 caller)' "$out" || true
   rm -f "$out"
   return $status
