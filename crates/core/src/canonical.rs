@@ -279,6 +279,13 @@ pub enum Normaliser {
     DecimalAmount,
 }
 
+crate::names::names!(Normaliser, "normaliser", {
+    Trim => "trim",
+    Uppercase => "uppercase",
+    Lowercase => "lowercase",
+    DecimalAmount => "decimal",
+});
+
 impl Normaliser {
     /// What the normaliser accepts, for error messages.
     fn expected(self) -> &'static str {
@@ -286,17 +293,6 @@ impl Normaliser {
             Normaliser::Trim | Normaliser::Uppercase | Normaliser::Lowercase => "a string",
             Normaliser::DecimalAmount => "a decimal string or number",
         }
-    }
-}
-
-impl fmt::Display for Normaliser {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Normaliser::Trim => "trim",
-            Normaliser::Uppercase => "uppercase",
-            Normaliser::Lowercase => "lowercase",
-            Normaliser::DecimalAmount => "decimal amount",
-        })
     }
 }
 
@@ -363,6 +359,24 @@ pub enum CanonicalError {
         /// The nesting limit.
         max: usize,
     },
+}
+
+impl CanonicalError {
+    /// The stable code: [`ErrorCode::TooLarge`](crate::ErrorCode::TooLarge) for a body over
+    /// the limit, [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a
+    /// misconfigured canonicaliser, [`ErrorCode::InvalidRequest`](crate::ErrorCode::InvalidRequest)
+    /// for a body without a canonical form.
+    pub fn code(&self) -> crate::ErrorCode {
+        match self {
+            CanonicalError::BodyTooLarge { .. } => crate::ErrorCode::TooLarge,
+            CanonicalError::InvalidPointer { .. } => crate::ErrorCode::InvalidArgument,
+            CanonicalError::InvalidJson { .. }
+            | CanonicalError::NotCanonicalisable { .. }
+            | CanonicalError::NormaliserTypeMismatch { .. }
+            | CanonicalError::InvalidDecimal { .. }
+            | CanonicalError::TooDeep { .. } => crate::ErrorCode::InvalidRequest,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1324,7 +1338,8 @@ mod tests {
         for err in errors {
             assert!(!err.to_string().is_empty());
         }
-        assert_eq!(Normaliser::DecimalAmount.to_string(), "decimal amount");
+        assert_eq!(Normaliser::DecimalAmount.to_string(), "decimal");
+        assert_eq!("decimal".parse::<Normaliser>(), Ok(Normaliser::DecimalAmount));
     }
 
     // --- Properties ----------------------------------------------------------------------------

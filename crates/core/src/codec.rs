@@ -47,6 +47,19 @@ pub enum DecodeError {
     },
 }
 
+impl DecodeError {
+    /// The stable code: [`ErrorCode::NewerFormat`](crate::ErrorCode::NewerFormat),
+    /// [`ErrorCode::OlderFormat`](crate::ErrorCode::OlderFormat), or
+    /// [`ErrorCode::Corrupt`](crate::ErrorCode::Corrupt).
+    pub fn code(&self) -> crate::ErrorCode {
+        match self {
+            DecodeError::NewerFormat { .. } => crate::ErrorCode::NewerFormat,
+            DecodeError::OlderFormat { .. } => crate::ErrorCode::OlderFormat,
+            DecodeError::Empty | DecodeError::Malformed { .. } => crate::ErrorCode::Corrupt,
+        }
+    }
+}
+
 fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
 }

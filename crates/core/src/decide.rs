@@ -1,155 +1,145 @@
 //! The decision: what a request with a given fingerprint meets in the store, as a pure function.
 
-use core::time::Duration;
+use crate::{
+    ExpiredLease, Fingerprint, IdempotencyKey, Lease, OutcomeClass, Policy, Record, Reservation, Scope, ScopedKey,
+    State, Timestamp, UncertainCause,
+};
 
-use crate::{ExpiredLease, Fingerprint, OutcomeClass, Policy, Record, State, StateKind, Timestamp, UncertainCause};
-
-/// What [`decide`] tells the caller to answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Verdict {
-    /// The caller holds a new lease and should execute the operation.
-    Acquired {
-        /// The lease's fence: only this fence may complete or fail the record.
-        fence: u64,
-        /// When the lease expires unless renewed.
-        lease_expires_at: Timestamp,
-        /// Which attempt this is (1 for the first).
-        attempt: u32,
-    },
-    /// A true retry of a finished request: replay the stored body of this class.
-    Replay {
-        /// Completed or failed.
-        outcome: OutcomeClass,
-    },
-    /// Another attempt holds a live lease; try again after `retry_after`.
-    InProgress {
-        /// Time left on the other attempt's lease.
-        retry_after: Duration,
-    },
-    /// The key is bound to a different request: a conflict, never a replay or an execution.
-    Mismatch {
-        /// The state of the record the key is bound to.
-        stored: StateKind,
-    },
-    /// An earlier attempt's external effect is unconfirmed; reconcile before any new effect.
-    NeedsReconciliation {
-        /// Why the record is uncertain.
-        cause: UncertainCause,
-    },
-    /// The response was purged; only its tombstone remains. The request is never run again.
-    Expired {
-        /// The outcome the record reached.
-        outcome: OutcomeClass,
-    },
-}
-
-/// What [`decide`] returns: the verdict and the record to write, if any.
+/// What [`decide`] returns: the answer and the record to write, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
-    /// The answer.
-    pub verdict: Verdict,
+    /// The answer, exactly as the storage adapter returns it.
+    pub answer: Reservation,
     /// The record to store in the same transaction (`None`: leave storage unchanged).
     pub write: Option<Record>,
 }
 
 impl Decision {
-    fn answer(verdict: Verdict) -> Self {
-        Decision { verdict, write: None }
+    fn answer(answer: Reservation) -> Self {
+        Decision { answer, write: None }
+    }
+}
+
+/// The circumstances of a decision: the time, the operation's policy and the fence floor.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionContext<'p> {
+    /// The caller's clock. If it is earlier than the record's last update (the clock went
+    /// backwards) the record's time is used instead, so a TTL is never shortened and an
+    /// expired lease is never revived.
+    pub now: Timestamp,
+    /// The operation's policy.
+    pub policy: &'p Policy,
+    /// The highest fence of any record the adapter has removed (0 if it never removes any):
+    /// a fresh binding's fence is above it, so a lease of a removed binding never matches the
+    /// fence of a later binding of the same key, however short the TTLs.
+    pub fence_floor: u64,
+}
+
+impl<'p> DecisionContext<'p> {
+    /// A decision at `now` under `policy`, with fence floor 0.
+    pub fn new(now: Timestamp, policy: &'p Policy) -> Self {
+        DecisionContext { now, policy, fence_floor: 0 }
+    }
+
+    /// The same context with a fence floor.
+    #[must_use]
+    pub fn with_fence_floor(self, fence_floor: u64) -> Self {
+        DecisionContext { fence_floor, ..self }
     }
 }
 
 /// Decides what a request meets, with no I/O: read the record, call this, write
 /// [`Decision::write`], commit — all in one write transaction.
 ///
-/// * `existing`: the stored record for `(scope, key)`, if any.
+/// * `existing`: the stored record for `(scope, key)`, if any. It is consumed: a replay
+///   moves the stored body into the answer.
+/// * `scope`, `key`: the identity, copied into the lease of an acquisition only.
 /// * `fingerprint`: the request's fingerprint.
-/// * `now`: the caller's clock. If it is earlier than the record's last update (the clock went
-///   backwards) the record's time is used instead, so a TTL is never shortened and an expired
-///   lease is never revived.
 ///
 /// ```
-/// use idemdb_core::{decide, Fingerprint, Policy, Timestamp, Verdict};
+/// use idemdb_core::{decide, DecisionContext, Fingerprint, IdempotencyKey, Policy, Reservation, Scope, Timestamp};
+/// let (scope, key) = (Scope::new("acme", "pay")?, IdempotencyKey::new("k-1")?);
 /// let policy = Policy::default();
 /// let fp = Fingerprint::from_bytes([1; 32]);
-/// let now = Timestamp::from_millis(1_000);
-/// let first = decide(None, &fp, now, &policy);
-/// assert!(matches!(first.verdict, Verdict::Acquired { fence: 1_000, attempt: 1, .. }));
+/// let at = DecisionContext::new(Timestamp::from_millis(1_000), &policy);
+/// let first = decide(None, &scope, &key, &fp, at);
+/// let Reservation::Acquired(lease) = &first.answer else { panic!() };
+/// assert_eq!((lease.fence(), lease.attempt()), (1_000, 1));
 /// let stored = first.write.expect("a new reservation is written");
-/// let again = decide(Some(&stored), &fp, now, &policy);
-/// assert!(matches!(again.verdict, Verdict::InProgress { .. }));
+/// let again = decide(Some(stored), &scope, &key, &fp, at);
+/// assert!(matches!(again.answer, Reservation::InProgress { .. }));
 /// assert!(again.write.is_none());
-/// ```
-pub fn decide(existing: Option<&Record>, fingerprint: &Fingerprint, now: Timestamp, policy: &Policy) -> Decision {
-    decide_above(existing, fingerprint, now, policy, 0)
-}
-
-/// [`decide`] for a storage adapter that removes forgotten records: `fence_floor` is the
-/// highest fence of any record it has removed, and a fresh binding's fence is above it. A lease
-/// of a removed binding therefore never matches the fence of a later binding of the same key,
-/// however short the TTLs.
 ///
+/// // With a fence floor (the adapter removed a record with fence 41), a fresh binding's
+/// // fence is above it.
+/// let fresh = decide(None, &scope, &key, &fp, DecisionContext::new(Timestamp::from_millis(5), &policy).with_fence_floor(41));
+/// assert_eq!(fresh.answer.fence(), 42);
+/// # Ok::<(), idemdb_core::KeyError>(())
 /// ```
-/// use idemdb_core::{decide_above, Fingerprint, Policy, Timestamp, Verdict};
-/// let fp = Fingerprint::from_bytes([1; 32]);
-/// let fresh = decide_above(None, &fp, Timestamp::from_millis(5), &Policy::default(), 41);
-/// assert!(matches!(fresh.verdict, Verdict::Acquired { fence: 42, .. }));
-/// ```
-pub fn decide_above(
-    existing: Option<&Record>,
+pub fn decide(
+    existing: Option<Record>,
+    scope: &Scope,
+    key: &IdempotencyKey,
     fingerprint: &Fingerprint,
-    now: Timestamp,
-    policy: &Policy,
-    fence_floor: u64,
+    context: DecisionContext<'_>,
 ) -> Decision {
+    let DecisionContext { now, policy, fence_floor } = context;
+    let lease =
+        |fence, expires_at, attempt| Lease::new(ScopedKey::new(scope.clone(), key.clone()), fence, expires_at, attempt);
     let Some(record) = existing else {
-        return acquire_fresh(fence_floor, fingerprint, now, policy);
+        return acquire_fresh(fence_floor, fingerprint, now, policy, lease);
     };
     let now = now.max(record.updated_at);
     if record.is_forgotten(now) {
         // Past its last expiry the key is unknown again; the fence keeps growing.
-        return acquire_fresh(record.fence.max(fence_floor), fingerprint, now, policy);
+        return acquire_fresh(record.fence.max(fence_floor), fingerprint, now, policy, lease);
     }
     if record.fingerprint != *fingerprint {
-        return Decision::answer(Verdict::Mismatch { stored: record.state.kind() });
+        return Decision::answer(Reservation::Mismatch { stored: record.state.kind() });
     }
-    match &record.state {
-        State::InProgress { lease_expires_at } if now < *lease_expires_at => {
-            Decision::answer(Verdict::InProgress { retry_after: lease_expires_at.saturating_since(now) })
+    match record.state {
+        State::InProgress { lease_expires_at } if now < lease_expires_at => {
+            Decision::answer(Reservation::InProgress { retry_after: lease_expires_at.saturating_since(now) })
         }
         State::InProgress { .. } => match policy.expired_lease() {
-            ExpiredLease::Takeover => acquire_again(record, now, policy),
+            ExpiredLease::Takeover => acquire_again(record, now, policy, lease),
             ExpiredLease::Uncertain => {
                 let cause = UncertainCause::LeaseExpired;
                 Decision {
-                    verdict: Verdict::NeedsReconciliation { cause },
-                    write: Some(Record { state: State::Uncertain { cause }, updated_at: now, ..record.clone() }),
+                    answer: Reservation::NeedsReconciliation { cause },
+                    write: Some(Record { state: State::Uncertain { cause }, updated_at: now, ..record }),
                 }
             }
         },
-        State::Completed { expires_at, .. } => Decision::answer(if now < *expires_at {
-            Verdict::Replay { outcome: OutcomeClass::Completed }
+        State::Completed { expires_at, result, .. } => Decision::answer(if now < expires_at {
+            Reservation::Replay { outcome: OutcomeClass::Completed, body: result }
         } else {
-            Verdict::Expired { outcome: OutcomeClass::Completed }
+            Reservation::Expired { outcome: OutcomeClass::Completed }
         }),
-        State::Failed { expires_at, .. } => Decision::answer(if now < *expires_at {
-            Verdict::Replay { outcome: OutcomeClass::Failed }
+        State::Failed { expires_at, error, .. } => Decision::answer(if now < expires_at {
+            Reservation::Replay { outcome: OutcomeClass::Failed, body: error }
         } else {
-            Verdict::Expired { outcome: OutcomeClass::Failed }
+            Reservation::Expired { outcome: OutcomeClass::Failed }
         }),
-        State::Released { .. } => acquire_again(record, now, policy),
-        State::Uncertain { cause } => Decision::answer(Verdict::NeedsReconciliation { cause: *cause }),
-        State::Tombstone { outcome, .. } => Decision::answer(Verdict::Expired { outcome: *outcome }),
+        State::Released { .. } => acquire_again(record, now, policy, lease),
+        State::Uncertain { cause } => Decision::answer(Reservation::NeedsReconciliation { cause }),
+        State::Tombstone { outcome, .. } => Decision::answer(Reservation::Expired { outcome }),
     }
 }
 
 /// A fresh binding's fence is at least the current time in milliseconds, so a key that was
 /// forgotten (record removed) and later reused never reissues a fence from its earlier life.
-fn acquire_fresh(previous_fence: u64, fingerprint: &Fingerprint, now: Timestamp, policy: &Policy) -> Decision {
+fn acquire_fresh(
+    previous_fence: u64,
+    fingerprint: &Fingerprint,
+    now: Timestamp,
+    policy: &Policy,
+    lease: impl FnOnce(u64, Timestamp, u32) -> Lease,
+) -> Decision {
     let fence = previous_fence.saturating_add(1).max(now.as_millis());
     let lease_expires_at = now.saturating_add(policy.lease_ttl());
     Decision {
-        verdict: Verdict::Acquired { fence, lease_expires_at, attempt: 1 },
+        answer: Reservation::Acquired(lease(fence, lease_expires_at, 1)),
         write: Some(Record {
             fingerprint: *fingerprint,
             state: State::InProgress { lease_expires_at },
@@ -161,18 +151,23 @@ fn acquire_fresh(previous_fence: u64, fingerprint: &Fingerprint, now: Timestamp,
     }
 }
 
-fn acquire_again(record: &Record, now: Timestamp, policy: &Policy) -> Decision {
+fn acquire_again(
+    record: Record,
+    now: Timestamp,
+    policy: &Policy,
+    lease: impl FnOnce(u64, Timestamp, u32) -> Lease,
+) -> Decision {
     let fence = record.fence.saturating_add(1);
     let attempt = record.attempts.saturating_add(1);
     let lease_expires_at = now.saturating_add(policy.lease_ttl());
     Decision {
-        verdict: Verdict::Acquired { fence, lease_expires_at, attempt },
+        answer: Reservation::Acquired(lease(fence, lease_expires_at, attempt)),
         write: Some(Record {
             state: State::InProgress { lease_expires_at },
             fence,
             attempts: attempt,
             updated_at: now,
-            ..record.clone()
+            ..record
         }),
     }
 }

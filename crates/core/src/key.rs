@@ -70,6 +70,19 @@ pub enum KeyError {
     MalformedEncoding,
 }
 
+impl KeyError {
+    /// The stable code: [`ErrorCode::InvalidKey`](crate::ErrorCode::InvalidKey), or
+    /// [`ErrorCode::Corrupt`](crate::ErrorCode::Corrupt) for stored bytes that do not decode.
+    pub fn code(&self) -> crate::ErrorCode {
+        match self {
+            KeyError::Empty { .. } | KeyError::TooLong { .. } | KeyError::InvalidByte { .. } => {
+                crate::ErrorCode::InvalidKey
+            }
+            KeyError::MalformedEncoding => crate::ErrorCode::Corrupt,
+        }
+    }
+}
+
 fn validate(part: IdentityPart, value: &str, max: usize, allow_space: bool) -> Result<(), KeyError> {
     if value.is_empty() {
         return Err(KeyError::Empty { part });

@@ -8,7 +8,10 @@
 //! state table is tested here exhaustively.
 //!
 //! ```
-//! use idemdb_core::{complete, decide, Canonicalizer, Normaliser, Policy, Timestamp, Verdict};
+//! use idemdb_core::{
+//!     complete, decide, Canonicalizer, DecisionContext, IdempotencyKey, Normaliser, OutcomeClass, Policy,
+//!     Reservation, Scope, Timestamp,
+//! };
 //!
 //! let canon = Canonicalizer::new()
 //!     .exclude("/trace_id")?
@@ -17,46 +20,61 @@
 //! let retry = canon.fingerprint(br#"{"currency":"BRL","amount":1050,"trace_id":"t-2"}"#)?;
 //! assert_eq!(fp, retry, "transport fields and spelling do not change the intent");
 //!
+//! let (scope, key) = (Scope::new("acme", "create_payment")?, IdempotencyKey::new("order-842")?);
 //! let policy = Policy::default();
-//! let t0 = Timestamp::from_millis(1_700_000_000_000);
-//! let reserved = decide(None, &fp, t0, &policy);
-//! let Verdict::Acquired { fence, .. } = reserved.verdict else { unreachable!() };
+//! let t0 = DecisionContext::new(Timestamp::from_millis(1_700_000_000_000), &policy);
+//! let reserved = decide(None, &scope, &key, &fp, t0);
+//! let Reservation::Acquired(lease) = reserved.answer else { unreachable!() };
 //! let record = reserved.write.expect("a reservation writes a record");
 //!
 //! // ... perform the effect, then store its result:
-//! let done = complete(&record, fence, b"charge ch_1".to_vec(), t0, &policy)?;
-//! assert_eq!(decide(Some(&done), &retry, t0, &policy).verdict,
-//!            Verdict::Replay { outcome: idemdb_core::OutcomeClass::Completed });
+//! let done = complete(&record, lease.fence(), b"charge ch_1".to_vec(), t0.now, &policy)?;
+//! assert_eq!(
+//!     decide(Some(done), &scope, &key, &retry, t0).answer,
+//!     Reservation::Replay { outcome: OutcomeClass::Completed, body: b"charge ch_1".to_vec() },
+//! );
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod answer;
+mod audit;
 mod canonical;
 mod codec;
+mod codes;
 mod decide;
 mod fingerprint;
 mod key;
+mod names;
 mod policy;
+mod purge;
 mod record;
 mod time;
 mod transition;
 
+pub use answer::{Lease, Reservation, ReservationKind};
+pub use audit::{AuditEvent, AuditKind, KeyHash};
 pub use canonical::{CanonicalError, Canonicalizer, Normaliser};
 pub use codec::{
     DecodeError, RECORD_FORMAT, decode_record, decode_versioned, encode_append, encode_record, encode_versioned,
     split_version,
 };
-pub use decide::{Decision, Verdict, decide, decide_above};
+pub use codes::{Coded, ErrorCode};
+pub use decide::{Decision, DecisionContext, decide};
 pub use fingerprint::{FINGERPRINT_CONTEXT, Fingerprint, FingerprintBuilder};
 pub use key::{
     IdempotencyKey, IdentityPart, KeyError, MAX_CORRELATION_LEN, MAX_KEY_LEN, MAX_SCOPE_PART_LEN, Scope, ScopedKey,
     validate_correlation,
 };
+pub use names::{Named, UnknownName, as_name};
 pub use policy::{
     DEFAULT_LEASE_TTL, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, Policy,
     PolicyError,
 };
+pub use purge::PurgeReport;
 pub use record::{OutcomeClass, Record, Retention, State, StateKind, UncertainCause};
 pub use time::Timestamp;
-pub use transition::{Failure, Resolution, TransitionError, complete, fail, reconcile, renew};
+pub use transition::{
+    Failure, FailureKind, Resolution, ResolutionKind, TransitionError, complete, fail, reconcile, renew,
+};

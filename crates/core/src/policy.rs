@@ -39,6 +39,17 @@ pub enum PolicyError {
     ZeroResultLimit,
 }
 
+impl PolicyError {
+    /// The stable code: [`ErrorCode::InvalidPolicy`](crate::ErrorCode::InvalidPolicy).
+    pub fn code(&self) -> crate::ErrorCode {
+        match self {
+            PolicyError::ZeroLeaseTtl | PolicyError::ZeroResultLimit => crate::ErrorCode::InvalidPolicy,
+        }
+    }
+}
+
+crate::names::names!(ExpiredLease, "expired-lease rule", { Uncertain => "uncertain", Takeover => "takeover" });
+
 /// Retention and lease rules for one operation.
 ///
 /// Records keep their expiry times from the moment they were written, so changing a policy

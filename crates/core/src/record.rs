@@ -1,9 +1,8 @@
 //! The stored record and its states, exactly as in the design's state table.
 
-use core::fmt;
-
 use serde::{Deserialize, Serialize};
 
+use crate::names::names;
 use crate::{Fingerprint, Timestamp};
 
 /// The final outcome a record reached, kept in its tombstone after the body is purged.
@@ -15,14 +14,7 @@ pub enum OutcomeClass {
     Failed,
 }
 
-impl fmt::Display for OutcomeClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OutcomeClass::Completed => "completed",
-            OutcomeClass::Failed => "failed",
-        })
-    }
-}
+names!(OutcomeClass, "outcome", { Completed => "completed", Failed => "failed" });
 
 /// Why a record is uncertain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -33,6 +25,8 @@ pub enum UncertainCause {
     /// (for example, a provider call timed out).
     Reported,
 }
+
+names!(UncertainCause, "uncertain cause", { LeaseExpired => "lease_expired", Reported => "reported" });
 
 /// Where a record is in its life.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,40 +93,14 @@ pub enum StateKind {
     Tombstone,
 }
 
-impl StateKind {
-    /// Every kind, in a stable order (for statistics tables).
-    pub const ALL: [StateKind; 6] = [
-        StateKind::InProgress,
-        StateKind::Completed,
-        StateKind::Failed,
-        StateKind::Released,
-        StateKind::Uncertain,
-        StateKind::Tombstone,
-    ];
-
-    /// A short lower-case name (`in_progress`, `completed`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StateKind::InProgress => "in_progress",
-            StateKind::Completed => "completed",
-            StateKind::Failed => "failed",
-            StateKind::Released => "released",
-            StateKind::Uncertain => "uncertain",
-            StateKind::Tombstone => "tombstone",
-        }
-    }
-
-    /// Parses [`StateKind::as_str`] output.
-    pub fn parse(name: &str) -> Option<StateKind> {
-        StateKind::ALL.into_iter().find(|kind| kind.as_str() == name)
-    }
-}
-
-impl fmt::Display for StateKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+names!(StateKind, "state", {
+    InProgress => "in_progress",
+    Completed => "completed",
+    Failed => "failed",
+    Released => "released",
+    Uncertain => "uncertain",
+    Tombstone => "tombstone",
+});
 
 impl State {
     /// The state's name.
@@ -263,8 +231,10 @@ mod tests {
     #[test]
     fn state_names_round_trip() {
         for kind in StateKind::ALL {
-            assert_eq!(StateKind::parse(kind.as_str()), Some(kind));
+            assert_eq!(kind.as_str().parse::<StateKind>(), Ok(*kind));
         }
-        assert_eq!(StateKind::parse("nope"), None);
+        assert!("nope".parse::<StateKind>().is_err());
+        assert_eq!(OutcomeClass::Failed.to_string(), "failed");
+        assert_eq!("lease_expired".parse::<UncertainCause>(), Ok(UncertainCause::LeaseExpired));
     }
 }

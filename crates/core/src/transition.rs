@@ -69,6 +69,99 @@ pub enum TransitionError {
     },
 }
 
+impl TransitionError {
+    /// The stable code: [`ErrorCode::StaleLease`](crate::ErrorCode::StaleLease),
+    /// [`ErrorCode::WrongState`](crate::ErrorCode::WrongState),
+    /// [`ErrorCode::LeaseLive`](crate::ErrorCode::LeaseLive) or
+    /// [`ErrorCode::TooLarge`](crate::ErrorCode::TooLarge).
+    pub fn code(&self) -> crate::ErrorCode {
+        match self {
+            TransitionError::StaleFence { .. } => crate::ErrorCode::StaleLease,
+            TransitionError::WrongState { .. } => crate::ErrorCode::WrongState,
+            TransitionError::LeaseLive { .. } => crate::ErrorCode::LeaseLive,
+            TransitionError::ResultTooLarge { .. } => crate::ErrorCode::TooLarge,
+        }
+    }
+}
+
+/// The name of a [`Failure`], without its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// [`Failure::Definitive`].
+    Definitive,
+    /// [`Failure::Retryable`].
+    Retryable,
+    /// [`Failure::Uncertain`].
+    Uncertain,
+}
+
+crate::names::names!(FailureKind, "failure", {
+    Definitive => "definitive",
+    Retryable => "retryable",
+    Uncertain => "uncertain",
+});
+
+impl Failure {
+    /// Which failure this is.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            Failure::Definitive(_) => FailureKind::Definitive,
+            Failure::Retryable => FailureKind::Retryable,
+            Failure::Uncertain => FailureKind::Uncertain,
+        }
+    }
+
+    /// The failure of kind `kind`; `body` is the stored failure of a definitive one (ignored
+    /// otherwise).
+    pub fn of_kind(kind: FailureKind, body: Vec<u8>) -> Failure {
+        match kind {
+            FailureKind::Definitive => Failure::Definitive(body),
+            FailureKind::Retryable => Failure::Retryable,
+            FailureKind::Uncertain => Failure::Uncertain,
+        }
+    }
+}
+
+/// The name of a [`Resolution`], without its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResolutionKind {
+    /// [`Resolution::Completed`].
+    Completed,
+    /// [`Resolution::Failed`].
+    Failed,
+    /// [`Resolution::Released`].
+    Released,
+}
+
+crate::names::names!(ResolutionKind, "resolution", {
+    Completed => "completed",
+    Failed => "failed",
+    Released => "released",
+});
+
+impl Resolution {
+    /// Which resolution this is.
+    pub fn kind(&self) -> ResolutionKind {
+        match self {
+            Resolution::Completed(_) => ResolutionKind::Completed,
+            Resolution::Failed(_) => ResolutionKind::Failed,
+            Resolution::Released => ResolutionKind::Released,
+        }
+    }
+
+    /// The resolution of kind `kind`; `body` is the stored result or failure (ignored for
+    /// a release).
+    pub fn of_kind(kind: ResolutionKind, body: Vec<u8>) -> Resolution {
+        match kind {
+            ResolutionKind::Completed => Resolution::Completed(body),
+            ResolutionKind::Failed => Resolution::Failed(body),
+            ResolutionKind::Released => Resolution::Released,
+        }
+    }
+}
+
 fn check_fence(record: &Record, fence: u64) -> Result<(), TransitionError> {
     if record.fence != fence {
         return Err(TransitionError::StaleFence { presented: fence, current: record.fence });
@@ -209,15 +302,24 @@ pub fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ExpiredLease, Fingerprint, Policy, Verdict, decide};
+    use crate::{
+        Decision, DecisionContext, ExpiredLease, Fingerprint, IdempotencyKey, Policy, Reservation, Scope, decide,
+    };
     use core::time::Duration;
 
     fn policy() -> Policy {
         Policy::default().with_lease_ttl(Duration::from_secs(10)).with_max_result_bytes(16)
     }
 
+    /// Decides a request for the one key these tests use.
+    fn decide_at(existing: Option<Record>, fingerprint: &Fingerprint, at: Timestamp, policy: &Policy) -> Decision {
+        let scope = Scope::new("t", "op").unwrap();
+        let key = IdempotencyKey::new("k").unwrap();
+        decide(existing, &scope, &key, fingerprint, DecisionContext::new(at, policy))
+    }
+
     fn reserved(at: u64) -> Record {
-        decide(None, &Fingerprint::from_bytes([1; 32]), Timestamp::from_millis(at), &policy()).write.unwrap()
+        decide_at(None, &Fingerprint::from_bytes([1; 32]), Timestamp::from_millis(at), &policy()).write.unwrap()
     }
 
     #[test]
@@ -237,8 +339,9 @@ mod tests {
         let record = reserved(1_000);
         let old_fence = record.fence;
         let later = Timestamp::from_millis(20_000);
-        let decision = decide(Some(&record), &record.fingerprint, later, &takeover);
-        let Verdict::Acquired { fence, attempt, .. } = decision.verdict else { panic!("{decision:?}") };
+        let decision = decide_at(Some(record.clone()), &record.fingerprint, later, &takeover);
+        let Reservation::Acquired(lease) = &decision.answer else { panic!("{decision:?}") };
+        let (fence, attempt) = (lease.fence(), lease.attempt());
         assert_eq!((fence, attempt), (old_fence + 1, 2));
         let taken = decision.write.unwrap();
         assert!(matches!(
@@ -312,7 +415,7 @@ mod tests {
     #[test]
     fn lease_holder_may_complete_after_expiry_marked_it_uncertain() {
         let record = reserved(1_000);
-        let expired = decide(Some(&record), &record.fingerprint, Timestamp::from_millis(20_000), &policy());
+        let expired = decide_at(Some(record.clone()), &record.fingerprint, Timestamp::from_millis(20_000), &policy());
         let uncertain = expired.write.unwrap();
         assert_eq!(uncertain.state, State::Uncertain { cause: UncertainCause::LeaseExpired });
         let done = complete(&uncertain, record.fence, b"late".to_vec(), Timestamp::from_millis(21_000), &policy());

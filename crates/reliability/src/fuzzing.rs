@@ -13,7 +13,7 @@ use idemdb::{
     ManualClock, Policy, Record, Reservation, Resolution, Scope, ScopedKey, State, Store, Timestamp, TransitionError,
 };
 use idemdb_core::{
-    Canonicalizer, Normaliser, RECORD_FORMAT, Retention, Verdict, decide_above, decode_record, encode_record,
+    Canonicalizer, DecisionContext, Normaliser, RECORD_FORMAT, Retention, decide, decode_record, encode_record,
 };
 
 use crate::fault::{Disk, FaultKind, FaultPlan};
@@ -48,9 +48,17 @@ pub fn record_decode(data: &[u8]) -> bool {
         if let Retention::Tombstone(tombstone) = record.retention(now) {
             assert_eq!(tombstone.fingerprint, record.fingerprint, "a tombstone keeps the fingerprint");
         }
+        let (scope, key) = (fuzz_scope(), fuzz_key());
         for policy in [&policy, &takeover] {
-            let _ = decide_above(Some(&record), &record.fingerprint, now, policy, record.fence);
-            let _ = decide_above(Some(&record), &Fingerprint::from_bytes([0; 32]), now, policy, u64::MAX);
+            let at = DecisionContext::new(now, policy);
+            let _ = decide(Some(record.clone()), &scope, &key, &record.fingerprint, at.with_fence_floor(record.fence));
+            let _ = decide(
+                Some(record.clone()),
+                &scope,
+                &key,
+                &Fingerprint::from_bytes([0; 32]),
+                at.with_fence_floor(u64::MAX),
+            );
             let _ = idemdb_core::complete(&record, record.fence, b"r".to_vec(), now, policy);
             let _ = idemdb_core::fail(&record, record.fence, Failure::Uncertain, now, policy);
             let _ = idemdb_core::renew(&record, record.fence, now, policy);
@@ -58,6 +66,14 @@ pub fn record_decode(data: &[u8]) -> bool {
         }
     }
     true
+}
+
+fn fuzz_scope() -> Scope {
+    Scope::new("fuzz", "decode").expect("a valid scope")
+}
+
+fn fuzz_key() -> IdempotencyKey {
+    IdempotencyKey::new("k").expect("a valid key")
 }
 
 /// Target `canonical`: RFC 8785 canonicalisation of an arbitrary body, plain and with
@@ -199,31 +215,15 @@ fn operation_of(lease: &Lease) -> usize {
 impl Model {
     fn reserve(&self, slot: &Slot, fingerprint: &Fingerprint, now: Timestamp) -> Expected {
         let encoded = slot.scoped.encode();
-        let existing = self.records.get(&encoded).map(|(_, record)| record);
-        let decision = decide_above(existing, fingerprint, now, &ops_policy(slot.operation), self.fence_floor);
+        let existing = self.records.get(&encoded).map(|(_, record)| record.clone());
+        let policy = ops_policy(slot.operation);
+        let context = DecisionContext::new(now, &policy).with_fence_floor(self.fence_floor);
+        let decision = decide(existing, &slot.scoped.scope, &slot.scoped.key, fingerprint, context);
         let mut after = self.clone();
         if let Some(record) = &decision.write {
             after.records.insert(encoded, (slot.operation, record.clone()));
         }
-        let answer = match decision.verdict {
-            Verdict::Acquired { fence, lease_expires_at, attempt } => {
-                format!("acquired fence={fence} until={lease_expires_at} attempt={attempt}")
-            }
-            Verdict::Replay { outcome } => {
-                let body = match existing.map(|r| &r.state) {
-                    Some(State::Completed { result, .. }) => result.clone(),
-                    Some(State::Failed { error, .. }) => error.clone(),
-                    _ => Vec::new(),
-                };
-                format!("{:?}", Reservation::Replay { outcome, body })
-            }
-            Verdict::InProgress { retry_after } => format!("{:?}", Reservation::InProgress { retry_after }),
-            Verdict::Mismatch { stored } => format!("{:?}", Reservation::Mismatch { stored }),
-            Verdict::NeedsReconciliation { cause } => format!("{:?}", Reservation::NeedsReconciliation { cause }),
-            Verdict::Expired { outcome } => format!("{:?}", Reservation::Expired { outcome }),
-            other => format!("{other:?}"),
-        };
-        Expected { answer, after }
+        Expected { answer: reservation_text(&decision.answer), after }
     }
 
     fn transition(

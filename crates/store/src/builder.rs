@@ -6,15 +6,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, StorageBackend, TableHandle};
+use redb::{ReadableDatabase, StorageBackend};
 
 use idemdb_core::Policy;
 
-use crate::store::{Config, Store};
-use crate::tables::{
-    AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_FENCE_FLOOR, META_FORMAT, META_MAGIC, META_SECRET, RECORDS,
-    STORE_FORMAT,
-};
+use crate::engine::{Config, Engine};
+use crate::meta::{Initialiser, read_meta};
+use crate::store::Store;
 use crate::{Clock, OpenError};
 
 /// How durable a commit is when the call returns.
@@ -83,6 +81,29 @@ impl std::fmt::Debug for StoreBuilder {
             .field("durability", &self.durability)
             .field("audit", &self.audit)
             .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// A builder for policies, clock, durability and backend.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::new()
+    }
+
+    /// Opens (or creates) the store file at `path` with default settings.
+    ///
+    /// # Errors
+    /// See [`StoreBuilder::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        StoreBuilder::new().open(path)
+    }
+
+    /// Opens an empty in-memory store with default settings.
+    ///
+    /// # Errors
+    /// See [`StoreBuilder::in_memory`].
+    pub fn in_memory() -> Result<Store, OpenError> {
+        StoreBuilder::new().in_memory()
     }
 }
 
@@ -188,7 +209,7 @@ impl StoreBuilder {
         let mut builder = self.redb_builder();
         builder.set_check_integrity_on_open(self.check_on_open);
         let db = builder.open(path)?;
-        Store::from_parts(db, Some(path.to_path_buf()), config, clock, self.check(false)?)
+        Engine::from_parts(db, Some(path.to_path_buf()), config, clock, self.check(false)?).map(Store::from_engine)
     }
 
     /// Opens a store that lives in memory only (gone when dropped).
@@ -210,7 +231,7 @@ impl StoreBuilder {
         discard_unfinished_creation(&backend)?;
         let db = self.redb_builder().create_with_backend(backend)?;
         let init = self.check(true)?;
-        Store::from_parts(db, None, config, clock, init)
+        Engine::from_parts(db, None, config, clock, init).map(Store::from_engine)
     }
 
     /// Refuses a foreign or newer-format file before opening it for writing, so a refused open
@@ -359,104 +380,6 @@ pub(crate) fn sync_parent(path: &Path) -> std::io::Result<()> {
 #[cfg(not(unix))]
 pub(crate) fn sync_parent(_path: &Path) -> std::io::Result<()> {
     Ok(())
-}
-
-/// What an open learns from (or writes into) the metadata table.
-pub(crate) struct Initialiser {
-    allow_init: bool,
-    seed: Option<[u8; 32]>,
-}
-
-/// Metadata of an open store.
-pub(crate) struct Meta {
-    pub(crate) secret: [u8; 32],
-    pub(crate) clock_high_water: u64,
-    pub(crate) fence_floor: u64,
-}
-
-impl Initialiser {
-    pub(crate) fn run(&self, db: &Database) -> Result<Meta, OpenError> {
-        match read_meta(&db.begin_read()?)? {
-            Some(meta) => Ok(meta),
-            None if self.allow_init => self.initialise(db),
-            None => Err(OpenError::Foreign { tables: "none".into() }),
-        }
-    }
-
-    fn initialise(&self, db: &Database) -> Result<Meta, OpenError> {
-        let secret = match self.seed {
-            Some(seed) => blake3::derive_key("idemdb 2026-11-30 store secret from seed", &seed),
-            None => os_secret()?,
-        };
-        let mut tx = db.begin_write()?;
-        tx.set_durability(redb::Durability::Immediate)?;
-        {
-            let mut meta = tx.open_table(META)?;
-            meta.insert(META_MAGIC, MAGIC)?;
-            meta.insert(META_FORMAT, STORE_FORMAT.to_be_bytes().as_slice())?;
-            meta.insert(META_SECRET, secret.as_slice())?;
-            tx.open_table(RECORDS)?;
-            tx.open_table(EXPIRY)?;
-            tx.open_table(AUDIT)?;
-        }
-        tx.commit()?;
-        Ok(Meta { secret, clock_high_water: 0, fence_floor: 0 })
-    }
-}
-
-/// Reads and checks the metadata. `Ok(None)`: the database has no tables at all (new).
-fn read_meta(read: &redb::ReadTransaction) -> Result<Option<Meta>, OpenError> {
-    let meta = match read.open_table(META) {
-        Ok(meta) => meta,
-        Err(redb::TableError::TableDoesNotExist(_)) => {
-            let tables: Vec<String> = read.list_tables()?.map(|t| t.name().to_string()).collect();
-            if tables.is_empty() {
-                return Ok(None);
-            }
-            return Err(OpenError::Foreign { tables: tables.join(", ") });
-        }
-        Err(redb::TableError::Storage(storage)) => return Err(storage.into()),
-        // A metadata table of another shape (damaged type bytes, or another program's table).
-        Err(other) => return Err(OpenError::CorruptMeta(other.to_string())),
-    };
-    let get =
-        |name: &str| -> Result<Option<Vec<u8>>, OpenError> { Ok(meta.get(name)?.map(|guard| guard.value().to_vec())) };
-    let be_u64 =
-        |bytes: Option<Vec<u8>>| bytes.and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok()).map(u64::from_be_bytes);
-    if get(META_MAGIC)?.as_deref() != Some(MAGIC) {
-        return Err(OpenError::Foreign { tables: "idemdb_meta without the idemdb magic".into() });
-    }
-    let format = get(META_FORMAT)?
-        .and_then(|bytes| <[u8; 4]>::try_from(bytes.as_slice()).ok())
-        .map(u32::from_be_bytes)
-        .ok_or_else(|| OpenError::CorruptMeta("format entry missing or malformed".into()))?;
-    if format > STORE_FORMAT {
-        return Err(OpenError::NewerFormat { found: format, supported: STORE_FORMAT });
-    }
-    if format < STORE_FORMAT {
-        return Err(OpenError::OlderFormat { found: format, supported: STORE_FORMAT });
-    }
-    let secret = get(META_SECRET)?
-        .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
-        .ok_or_else(|| OpenError::CorruptMeta("audit secret missing or malformed".into()))?;
-    Ok(Some(Meta {
-        secret,
-        clock_high_water: be_u64(get(META_CLOCK)?).unwrap_or(0),
-        fence_floor: be_u64(get(META_FENCE_FLOOR)?).unwrap_or(0),
-    }))
-}
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-fn os_secret() -> Result<[u8; 32], OpenError> {
-    let mut material = [0u8; 32];
-    material[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    material[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    Ok(blake3::derive_key("idemdb 2026-11-30 store secret", &material))
-}
-
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-fn os_secret() -> Result<[u8; 32], OpenError> {
-    Err(OpenError::MissingPlatform("a random source"))
 }
 
 #[cfg(test)]

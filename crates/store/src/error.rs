@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use idemdb_core::{DecodeError, KeyError, PolicyError, TransitionError};
+use idemdb_core::{DecodeError, ErrorCode, KeyError, PolicyError, TransitionError};
 
 /// The storage engine (redb) or its backend failed.
 ///
@@ -16,6 +16,16 @@ pub struct StorageError {
 }
 
 impl StorageError {
+    /// The stable code: [`ErrorCode::StoreBusy`] when the database is open elsewhere,
+    /// [`ErrorCode::Corrupt`] for damage redb detected, [`ErrorCode::Storage`] otherwise.
+    pub fn code(&self) -> ErrorCode {
+        match &*self.source {
+            redb::Error::DatabaseAlreadyOpen => ErrorCode::StoreBusy,
+            redb::Error::Corrupted(_) => ErrorCode::Corrupt,
+            _ => ErrorCode::Storage,
+        }
+    }
+
     /// Whether the store must be closed and opened again before further use: after an I/O
     /// error redb refuses every operation on this handle, and a reopen runs its recovery.
     pub fn reopen_required(&self) -> bool {
@@ -82,9 +92,35 @@ pub enum Error {
     /// A new key could not be generated: the platform has no randomness the store can read.
     #[error("no random source available on this platform")]
     NoRandomness,
+    /// The call needs the only handle of the store (redb's integrity check and compaction
+    /// take the database exclusively), and clones of this handle are alive.
+    #[error("cannot {action} while other handles of the store are open; drop its clones first")]
+    OtherHandles {
+        /// What was attempted.
+        action: &'static str,
+    },
+    /// An invariant of the engine did not hold (a bug, or a panic in another caller's
+    /// operation that shared this call's group commit). Nothing of this call was committed.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
 }
 
 impl Error {
+    /// The stable code of this error (see [`ErrorCode`]).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Storage(storage) => storage.code(),
+            Error::CommitUnknown(_) => ErrorCode::CommitUnknown,
+            Error::Corrupt { source, .. } => source.code(),
+            Error::NotFound => ErrorCode::NotFound,
+            Error::Transition(transition) => transition.code(),
+            Error::Key(key) => key.code(),
+            Error::NoRandomness => ErrorCode::NoRandomness,
+            Error::OtherHandles { .. } => ErrorCode::StoreBusy,
+            Error::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
     /// Whether the store must be reopened before further use.
     pub fn reopen_required(&self) -> bool {
         match self {
@@ -162,6 +198,25 @@ pub enum OpenError {
     #[error("store metadata is corrupt: {0}")]
     CorruptMeta(String),
 }
+
+impl OpenError {
+    /// The stable code of this error (see [`ErrorCode`]).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            OpenError::Io { .. } => ErrorCode::Storage,
+            OpenError::AlreadyOpen => ErrorCode::StoreBusy,
+            OpenError::NotAStore { .. } | OpenError::CorruptMeta(_) => ErrorCode::NotAStore,
+            OpenError::Foreign { .. } => ErrorCode::Foreign,
+            OpenError::NewerFormat { .. } => ErrorCode::NewerFormat,
+            OpenError::OlderFormat { .. } => ErrorCode::OlderFormat,
+            OpenError::Policy { .. } => ErrorCode::InvalidPolicy,
+            OpenError::MissingPlatform(_) => ErrorCode::Unsupported,
+            OpenError::Storage(storage) => storage.code(),
+        }
+    }
+}
+
+idemdb_core::coded!(Error, OpenError, StorageError);
 
 impl From<redb::DatabaseError> for OpenError {
     fn from(error: redb::DatabaseError) -> Self {

@@ -19,8 +19,9 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::Error;
+use crate::engine::Engine;
 use crate::txn::Txn;
-use crate::{Error, Store};
 
 /// Most operations one commit carries.
 pub(crate) const MAX_BATCH: usize = 256;
@@ -30,13 +31,13 @@ trait Queued: Send {
     /// Makes its caller the next leader.
     fn promote(&self);
     /// Runs the operation in the shared transaction; its answer waits for the commit.
-    fn execute(self: Box<Self>, txn: &mut Txn<'_>) -> Box<dyn Executed>;
+    fn execute(self: Box<Self>, txn: &mut Txn<'_>) -> Box<dyn AwaitingCommit>;
     /// The transaction could not even begin: answer with that error.
     fn abort(self: Box<Self>, error: &Error);
 }
 
 /// An operation that ran and waits for the commit outcome.
-trait Executed: Send {
+trait AwaitingCommit: Send {
     fn finish(self: Box<Self>, commit: &Result<(), Error>);
 }
 
@@ -118,7 +119,7 @@ impl<R: Send + 'static, F: FnOnce(&mut Txn<'_>) -> Result<R, Error> + Send> Queu
         }
     }
 
-    fn execute(self: Box<Self>, txn: &mut Txn<'_>) -> Box<dyn Executed> {
+    fn execute(self: Box<Self>, txn: &mut Txn<'_>) -> Box<dyn AwaitingCommit> {
         let Pending { operation, reply } = *self;
         Box::new(Ran { answer: operation(txn), reply })
     }
@@ -128,7 +129,7 @@ impl<R: Send + 'static, F: FnOnce(&mut Txn<'_>) -> Result<R, Error> + Send> Queu
     }
 }
 
-impl<R: Send> Executed for Ran<R> {
+impl<R: Send> AwaitingCommit for Ran<R> {
     fn finish(self: Box<Self>, commit: &Result<(), Error>) {
         let answer = match (commit, self.answer) {
             // The operation's own error stands: it wrote nothing.
@@ -174,9 +175,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl GroupCommit {
+    /// How many operations wait in the queue (for tests that line callers up).
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        lock(&self.queue).operations.len()
+    }
+
     /// Runs `operation` in a shared write transaction and returns its answer once the
     /// transaction has committed.
-    pub(crate) fn run<R, F>(&self, store: &Store, operation: F) -> Result<R, Error>
+    pub(crate) fn run<R, F>(&self, engine: &Engine, operation: F) -> Result<R, Error>
     where
         R: Send + 'static,
         F: FnOnce(&mut Txn<'_>) -> Result<R, Error> + Send + 'static,
@@ -197,7 +204,7 @@ impl GroupCommit {
             }
         }
         // Leading: this caller's operation is the oldest queued one, so the batch holds it.
-        self.lead(store);
+        self.lead(engine);
         match slot.wait() {
             Turn::Done(answer) => answer,
             // Unreachable: the batch this caller committed answered its own operation, and a
@@ -207,7 +214,7 @@ impl GroupCommit {
     }
 
     /// Commits one batch from the front of the queue, then hands over.
-    fn lead(&self, store: &Store) {
+    fn lead(&self, engine: &Engine) {
         let handover = Handover { group: self };
         let batch: Vec<Box<dyn Queued>> = {
             let mut queue = self.linger(lock(&self.queue));
@@ -216,7 +223,7 @@ impl GroupCommit {
             queue.operations.drain(..take).collect()
         };
         let started = Started::now();
-        let mut txn = match Txn::begin(store) {
+        let mut txn = match Txn::begin(engine) {
             Ok(txn) => txn,
             Err(error) => {
                 drop(handover);
@@ -224,7 +231,8 @@ impl GroupCommit {
                 return;
             }
         };
-        let ran: Vec<Box<dyn Executed>> = batch.into_iter().map(|operation| operation.execute(&mut txn)).collect();
+        let ran: Vec<Box<dyn AwaitingCommit>> =
+            batch.into_iter().map(|operation| operation.execute(&mut txn)).collect();
         let commit = txn.commit();
         if let Some(took) = started.and_then(|started| started.elapsed()) {
             lock(&self.queue).last_commit = took;
@@ -302,189 +310,11 @@ impl Drop for Handover<'_> {
 
 /// The answer of an operation whose batch was abandoned by a panic in the leader.
 fn abandoned() -> Error {
-    Error::Transition(idemdb_core::TransitionError::WrongState {
-        state: idemdb_core::StateKind::InProgress,
-        action: "finish a group commit whose leader panicked",
-    })
+    Error::Internal("the group commit this call joined was abandoned by a panic; nothing of it was committed")
 }
 
 /// A leader's own slot is answered by its own batch; reported rather than panicking should
 /// that ever not hold.
 fn unreachable_turn<R>() -> Result<R, Error> {
-    Err(Error::Transition(idemdb_core::TransitionError::WrongState {
-        state: idemdb_core::StateKind::InProgress,
-        action: "wait for a group commit that did not answer",
-    }))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::{Arc, Condvar, Mutex};
-    use std::thread;
-
-    use redb::StorageBackend;
-    use redb::backends::InMemoryBackend;
-
-    use crate::{Error, Fingerprint, IdempotencyKey, ManualClock, Reservation, Scope, Store, TransitionError};
-
-    /// An in-memory backend whose flushes can be held at a gate, to line callers up behind a
-    /// commit in progress.
-    #[derive(Debug, Default)]
-    struct Gate {
-        state: Mutex<GateState>,
-        changed: Condvar,
-    }
-
-    #[derive(Debug, Default)]
-    struct GateState {
-        closed: bool,
-        waiting: usize,
-        flushes: usize,
-    }
-
-    #[derive(Debug)]
-    struct GatedBackend {
-        inner: InMemoryBackend,
-        gate: Arc<Gate>,
-    }
-
-    impl StorageBackend for GatedBackend {
-        fn len(&self) -> Result<u64, std::io::Error> {
-            self.inner.len()
-        }
-        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-            self.inner.read(offset, out)
-        }
-        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-            self.inner.set_len(len)
-        }
-        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-            self.inner.write(offset, data)
-        }
-        fn sync_data(&self) -> Result<(), std::io::Error> {
-            let mut state = self.gate.state.lock().unwrap();
-            state.waiting += 1;
-            self.gate.changed.notify_all();
-            while state.closed {
-                state = self.gate.changed.wait(state).unwrap();
-            }
-            state.waiting -= 1;
-            state.flushes += 1;
-            self.inner.sync_data()
-        }
-    }
-
-    fn wait_until(gate: &Gate, done: impl Fn(&GateState) -> bool) {
-        let mut state = gate.state.lock().unwrap();
-        while !done(&state) {
-            state = gate.changed.wait(state).unwrap();
-        }
-    }
-
-    fn open_gate(gate: &Gate) {
-        let mut state = gate.state.lock().unwrap();
-        state.closed = false;
-        gate.changed.notify_all();
-    }
-
-    fn wait_for_queue(store: &Store, length: usize) {
-        while queued(store) < length {
-            thread::yield_now();
-        }
-    }
-
-    /// A store whose flushes wait at the returned gate.
-    fn gated_store() -> (Arc<Gate>, Arc<Store>) {
-        let gate = Arc::new(Gate::default());
-        let backend = GatedBackend { inner: InMemoryBackend::new(), gate: Arc::clone(&gate) };
-        (Arc::clone(&gate), Arc::new(Store::builder().clock(ManualClock::new(1_000)).open_backend(backend).unwrap()))
-    }
-
-    fn key(i: usize) -> IdempotencyKey {
-        IdempotencyKey::new(format!("k-{i}")).unwrap()
-    }
-
-    fn queued(store: &Store) -> usize {
-        store.group.queue.lock().unwrap().operations.len()
-    }
-
-    #[test]
-    fn callers_queued_behind_a_commit_share_one_flush_and_keep_their_own_answers() {
-        let (gate, store) = gated_store();
-        let (scope, fp) = (Scope::new("acme", "pay").unwrap(), Fingerprint::from_bytes([1; 32]));
-
-        // A finished record whose lease can no longer complete or renew.
-        let Reservation::Acquired(done) = store.reserve(&scope, &key(999), &fp).unwrap() else { panic!() };
-        store.complete(&done, b"ok".to_vec()).unwrap();
-
-        // The first caller's commit stalls in its flush.
-        gate.state.lock().unwrap().closed = true;
-        let first = {
-            let (store, scope) = (Arc::clone(&store), scope.clone());
-            thread::spawn(move || store.reserve(&scope, &key(0), &fp))
-        };
-        wait_until(&gate, |state| state.waiting == 1);
-        let flushes_before = gate.state.lock().unwrap().flushes;
-
-        // Twenty more line up: ten new reservations, ten calls that must fail on their own.
-        let mut callers = Vec::new();
-        for i in 1..=20 {
-            let (store, scope, done) = (Arc::clone(&store), scope.clone(), done.clone());
-            callers.push(thread::spawn(move || match i % 4 {
-                0 => store.complete(&done, b"again".to_vec()).map(|()| None),
-                1 => store.renew(&done).map(|_| None),
-                _ => store.reserve(&scope, &key(i), &fp).map(Some),
-            }));
-        }
-        wait_for_queue(&store, 20);
-        open_gate(&gate);
-
-        assert!(matches!(first.join().unwrap().unwrap(), Reservation::Acquired(_)));
-        let (mut acquired, mut refused) = (0, 0);
-        for caller in callers {
-            match caller.join().unwrap() {
-                Ok(Some(Reservation::Acquired(_))) => acquired += 1,
-                Err(Error::Transition(TransitionError::WrongState { .. })) => refused += 1,
-                other => panic!("unexpected answer {other:?}"),
-            }
-        }
-        assert_eq!((acquired, refused), (10, 10));
-        let flushes = gate.state.lock().unwrap().flushes - flushes_before;
-        assert_eq!(flushes, 2, "the stalled commit, then one commit for the twenty queued calls");
-        for i in (1..=20).filter(|i| i % 4 >= 2) {
-            assert!(store.get(&scope, &key(i)).unwrap().is_some(), "reservation {i} was stored");
-        }
-    }
-
-    #[test]
-    fn a_panicking_operation_fails_its_batch_without_stranding_anyone() {
-        let (gate, store) = gated_store();
-        let (scope, fp) = (Scope::new("acme", "pay").unwrap(), Fingerprint::from_bytes([1; 32]));
-
-        gate.state.lock().unwrap().closed = true;
-        let first = {
-            let (store, scope) = (Arc::clone(&store), scope.clone());
-            thread::spawn(move || store.reserve(&scope, &key(0), &fp))
-        };
-        wait_until(&gate, |state| state.waiting == 1);
-        // Queued behind the stalled commit: an operation that panics, then a reservation.
-        let panicking = {
-            let store = Arc::clone(&store);
-            thread::spawn(move || store.group.run(&store, |_txn| -> Result<(), Error> { panic!("an operation bug") }))
-        };
-        wait_for_queue(&store, 1);
-        let behind = {
-            let (store, scope) = (Arc::clone(&store), scope.clone());
-            thread::spawn(move || store.reserve(&scope, &key(1), &fp))
-        };
-        wait_for_queue(&store, 2);
-        open_gate(&gate);
-        assert!(matches!(first.join().unwrap().unwrap(), Reservation::Acquired(_)));
-        assert!(panicking.join().is_err(), "the panic reaches its own caller");
-        let answer = behind.join().unwrap();
-        assert!(answer.is_err(), "the batch was abandoned, and its other caller told so: {answer:?}");
-        assert!(store.get(&scope, &key(1)).unwrap().is_none(), "nothing of the abandoned batch was committed");
-        // The queue works on: a new leader is elected.
-        assert!(matches!(store.reserve(&scope, &key(1), &fp).unwrap(), Reservation::Acquired(_)));
-    }
+    Err(Error::Internal("a group commit did not answer its own leader"))
 }

@@ -6,9 +6,10 @@ use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use idemdb_core::{Record, ScopedKey, State, StateKind, Timestamp, decode_record};
 
-use crate::audit::{AuditEvent, KeyHash, decode_entry};
+use crate::audit::decode_entry;
 use crate::tables::{AUDIT, EXPIRY, RECORDS, split_expiry_key};
 use crate::{Error, Store};
+use idemdb_core::{AuditEvent, KeyHash};
 
 /// Counts and sizes of a store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -132,7 +133,7 @@ impl Store {
     pub fn stats(&self) -> Result<Stats, Error> {
         let mut stats = Stats::default();
         {
-            let read = self.db.begin_read()?;
+            let read = self.engine.db.begin_read()?;
             let records = read.open_table(RECORDS)?;
             for entry in records.iter()? {
                 let (key, value) = entry?;
@@ -162,13 +163,13 @@ impl Store {
             stats.next_due = index.first()?.and_then(|(key, _)| split_expiry_key(key.value()).map(|(due, _)| due));
             stats.audit_events = count_audit_events(&read.open_table(AUDIT)?)?;
         }
-        let tx = self.db.begin_write()?;
+        let tx = self.engine.db.begin_write()?;
         let db_stats = tx.stats()?;
         tx.abort()?;
         stats.allocated_bytes = db_stats.allocated_pages() * db_stats.page_size() as u64;
         stats.stored_bytes = db_stats.stored_bytes();
         stats.fragmented_bytes = db_stats.fragmented_bytes();
-        stats.file_bytes = self.path.as_ref().and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len());
+        stats.file_bytes = self.engine.path.as_ref().and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len());
         Ok(stats)
     }
 
@@ -187,7 +188,7 @@ impl Store {
             Some(None) => return Ok(Listing::default()),
             None => prefix.clone(),
         };
-        let read = self.db.begin_read()?;
+        let read = self.engine.db.begin_read()?;
         let records = read.open_table(RECORDS)?;
         let mut listing = Listing::default();
         for entry in records.range(start.as_slice()..)? {
@@ -211,7 +212,7 @@ impl Store {
                 listing.next_cursor = listing.records.last().map(|last| hex(&last.scoped.encode()));
                 break;
             }
-            listing.records.push(ListedRecord { key_hash: self.key_hash_of(key), scoped, record });
+            listing.records.push(ListedRecord { key_hash: self.engine.key_hash_of(key), scoped, record });
         }
         Ok(listing)
     }
@@ -222,9 +223,9 @@ impl Store {
     /// # Errors
     /// Storage errors; [`Error::Corrupt`].
     pub fn audit_events(&self, limit: usize) -> Result<Vec<AuditEvent>, Error> {
-        let read = self.db.begin_read()?;
+        let read = self.engine.db.begin_read()?;
         let audit = read.open_table(AUDIT)?;
-        let mut buffered = self.buffered_audit_events()?;
+        let mut buffered = self.engine.buffered_audit_events()?;
         let stored_limit = limit.saturating_sub(buffered.len());
         // Newest entries first, each entry's events oldest first.
         let mut newest_first = Vec::new();
@@ -249,12 +250,14 @@ impl Store {
     /// record, index entry and audit event is decoded and cross-checked.
     ///
     /// # Errors
-    /// Storage errors that prevent the check from running.
+    /// [`Error::OtherHandles`] while clones of this handle are alive; storage errors that
+    /// prevent the check from running.
     pub fn verify(&mut self) -> Result<VerifyReport, Error> {
         let mut report = VerifyReport::default();
         // redb checks integrity only without live read transactions: drop the cached snapshot.
-        self.snapshots.invalidate();
-        match self.db.check_integrity() {
+        let engine = self.exclusive("verify")?;
+        engine.snapshots.invalidate();
+        match engine.db.check_integrity() {
             Ok(ok) => report.storage_ok = ok,
             Err(error) => {
                 report.problems.push(Problem { table: "redb", detail: format!("integrity check failed: {error}") });
@@ -267,7 +270,7 @@ impl Store {
     }
 
     fn verify_tables(&self, report: &mut VerifyReport) -> Result<(), Error> {
-        let read = self.db.begin_read()?;
+        let read = self.engine.db.begin_read()?;
         let records = read.open_table(RECORDS)?;
         let index = read.open_table(EXPIRY)?;
         let mut problem = |table, detail: String| report.problems.push(Problem { table, detail });
@@ -275,7 +278,7 @@ impl Store {
         for entry in records.iter()? {
             let (key, value) = entry?;
             record_count += 1;
-            let hash = self.key_hash_of(key.value());
+            let hash = self.engine.key_hash_of(key.value());
             if let Err(error) = ScopedKey::decode(key.value()) {
                 problem("idemdb_records", format!("key {hash}: {error}"));
             }
@@ -299,7 +302,7 @@ impl Store {
                 problem("idemdb_expiry", "entry shorter than its 8-byte time".into());
                 continue;
             };
-            let hash = self.key_hash_of(scoped);
+            let hash = self.engine.key_hash_of(scoped);
             match records.get(scoped)? {
                 None => problem("idemdb_expiry", format!("entry for {hash} at {due} has no record")),
                 Some(value) => {
@@ -327,11 +330,18 @@ impl Store {
     /// was compacted. Run it after a large purge; it needs no other handle to be open.
     ///
     /// # Errors
-    /// Storage errors.
+    /// [`Error::OtherHandles`] while clones of this handle are alive; storage errors.
     pub fn compact(&mut self) -> Result<bool, Error> {
         // redb compacts only without live read transactions: drop the cached snapshot.
-        self.snapshots.invalidate();
-        Ok(self.db.compact()?)
+        let engine = self.exclusive("compact")?;
+        engine.snapshots.invalidate();
+        Ok(engine.db.compact()?)
+    }
+
+    /// The engine, for work that needs the only handle (redb's integrity check and compaction
+    /// take the database exclusively).
+    fn exclusive(&mut self, action: &'static str) -> Result<&mut crate::engine::Engine, Error> {
+        std::sync::Arc::get_mut(&mut self.engine).ok_or(Error::OtherHandles { action })
     }
 }
 

@@ -221,6 +221,22 @@ pub enum IntentError {
     Invalid(String),
 }
 
+impl IntentError {
+    /// The stable code of this error (see [`ErrorCode`](idemdb_core::ErrorCode)).
+    pub fn code(&self) -> idemdb_core::ErrorCode {
+        match self {
+            IntentError::Store(store) => store.code(),
+            IntentError::Request(request) => request.code(),
+            IntentError::NotFound => idemdb_core::ErrorCode::NotFound,
+            IntentError::KeyReused => idemdb_core::ErrorCode::KeyReused,
+            IntentError::Finished { .. } => idemdb_core::ErrorCode::IntentFinished,
+            IntentError::Invalid(_) => idemdb_core::ErrorCode::InvalidArgument,
+        }
+    }
+}
+
+idemdb_core::coded!(IntentError);
+
 impl From<KeyError> for IntentError {
     fn from(error: KeyError) -> Self {
         IntentError::Store(Error::Key(error))
@@ -332,7 +348,7 @@ impl Store {
     /// Storage errors; a corrupt stored intent.
     pub fn intent(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Intent>, IntentError> {
         let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
-        let read = self.db.begin_read().map_err(Error::from)?;
+        let read = self.engine.db.begin_read().map_err(Error::from)?;
         let table = match read.open_table(INTENTS) {
             Ok(table) => table,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
@@ -359,7 +375,7 @@ impl Store {
     /// # Errors
     /// Storage errors; a corrupt stored intent.
     pub fn all_intents(&self) -> Result<Vec<Intent>, IntentError> {
-        let read = self.db.begin_read().map_err(Error::from)?;
+        let read = self.engine.db.begin_read().map_err(Error::from)?;
         let table = match read.open_table(INTENTS) {
             Ok(table) => table,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
@@ -496,7 +512,7 @@ impl Store {
         change: impl FnOnce(&mut Intent, Timestamp) -> Result<bool, IntentError>,
     ) -> Result<Intent, IntentError> {
         let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
-        let key_hash = self.key_hash_of(&encoded);
+        let key_hash = self.engine.key_hash_of(&encoded);
         let intent = self.write(|txn| {
             let now = txn.now();
             let mut table = txn.tables().open_table(INTENTS).map_err(Error::from)?;
@@ -720,7 +736,7 @@ mod tests {
         store.create_intent(&scope, &key, b"{}", &canon).unwrap();
         let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
         for value in [vec![INTENT_FORMAT + 1, 0], vec![INTENT_FORMAT, 0xff, 0xff], vec![]] {
-            let tx = store.db.begin_write().unwrap();
+            let tx = store.engine.db.begin_write().unwrap();
             tx.open_table(INTENTS).unwrap().insert(encoded.as_slice(), value.as_slice()).unwrap();
             tx.commit().unwrap();
             let err = store.intent(&scope, &key).unwrap_err();

@@ -45,10 +45,15 @@
 mod audit;
 mod builder;
 mod clock;
+mod engine;
 mod error;
 mod group;
+#[cfg(test)]
+mod group_tests;
 mod inspect;
 mod intents;
+mod interface;
+mod meta;
 mod purge;
 mod rebuild;
 mod snapshot;
@@ -56,7 +61,6 @@ mod store;
 mod tables;
 mod txn;
 
-pub use audit::{AuditEvent, AuditKind, KeyHash};
 pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use clock::SystemClock;
@@ -67,18 +71,18 @@ pub use intents::{
     Attempt, AttemptOutcome, INTENT_FORMAT, Intent, IntentError, IntentPurge, IntentResponse, IntentState,
     MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS,
 };
-pub use purge::PurgeReport;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
 pub use rebuild::{RebuildError, RebuildReport};
-pub use store::{ExecuteError, Executed, Lease, Reservation, Store};
+pub use store::{ExecuteError, Executed, Store};
 pub use tables::STORE_FORMAT;
 pub use txn::Txn;
 
 pub use idemdb_core::{
-    CanonicalError, Canonicalizer, ExpiredLease, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, KeyError,
-    Normaliser, OutcomeClass, Policy, PolicyError, Record, Resolution, Scope, ScopedKey, State, StateKind, Timestamp,
-    TransitionError, UncertainCause,
+    AuditEvent, AuditKind, CanonicalError, Canonicalizer, Coded, ErrorCode, ExpiredLease, Failure, FailureKind,
+    Fingerprint, FingerprintBuilder, IdempotencyKey, KeyError, KeyHash, Lease, Named, Normaliser, OutcomeClass, Policy,
+    PolicyError, PurgeReport, Record, Reservation, ReservationKind, Resolution, ResolutionKind, Scope, ScopedKey,
+    State, StateKind, Timestamp, TransitionError, UncertainCause, UnknownName,
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;

@@ -3,32 +3,12 @@
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use idemdb_core::{Retention, ScopedKey, Timestamp};
+use idemdb_core::{AuditKind, PurgeReport, Retention, ScopedKey, Timestamp};
 
-use crate::audit::AuditKind;
 use crate::audit::decode_entry;
 use crate::tables::{AUDIT, EXPIRY, audit_key, expiry_key, split_expiry_key};
 use crate::txn::Txn;
 use crate::{Error, Store};
-
-/// What one purge pass did (or, for a dry run, would do).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PurgeReport {
-    /// Results or failures replaced by their tombstone.
-    pub tombstoned: u64,
-    /// Tombstones and released records removed.
-    pub forgotten: u64,
-    /// Index entries that pointed nowhere (removed).
-    pub stale_index_entries: u64,
-    /// Audit events past their retention removed.
-    pub audit_removed: u64,
-    /// Due records whose stored value does not decode: left in place, skipped, and reported
-    /// (`idemdb verify` names them).
-    pub corrupt: u64,
-    /// Whether due work remains beyond the budget.
-    pub more: bool,
-}
 
 impl Store {
     /// Applies retention to at most `budget` due records (and at most `budget` old audit
@@ -50,8 +30,8 @@ impl Store {
     /// # Errors
     /// Storage errors; [`Error::Corrupt`].
     pub fn purge_preview(&self) -> Result<PurgeReport, Error> {
-        let now = self.now();
-        let read = self.db.begin_read()?;
+        let now = self.engine.now();
+        let read = self.engine.db.begin_read()?;
         let index = read.open_table(EXPIRY)?;
         let mut report = PurgeReport::default();
         let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
@@ -61,7 +41,7 @@ impl Store {
                 report.stale_index_entries += 1;
                 continue;
             };
-            let record = match self.get_encoded(scoped) {
+            let record = match self.engine.get_encoded(scoped) {
                 Ok(record) => record,
                 Err(Error::Corrupt { .. }) => {
                     report.corrupt += 1;
@@ -75,8 +55,9 @@ impl Store {
                 Some(Retention::Keep) | None => report.stale_index_entries += 1,
             }
         }
-        let cutoff =
-            now.as_millis().saturating_sub(u64::try_from(self.config.audit_retention.as_millis()).unwrap_or(u64::MAX));
+        let cutoff = now
+            .as_millis()
+            .saturating_sub(u64::try_from(self.engine.config.audit_retention.as_millis()).unwrap_or(u64::MAX));
         let audit = read.open_table(AUDIT)?;
         for entry in audit.range(..audit_key(Timestamp::from_millis(cutoff), 0))? {
             let (_, value) = entry?;
@@ -172,7 +153,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
 }
 
 fn txn_audit_retention(txn: &Txn<'_>) -> std::time::Duration {
-    txn.store().config.audit_retention
+    txn.engine().config.audit_retention
 }
 
 fn audit_purge(txn: &mut Txn<'_>, scoped: &[u8], fence: u64) {

@@ -62,6 +62,20 @@ pub enum RebuildError {
     Store(#[from] Error),
 }
 
+impl RebuildError {
+    /// The stable code of this error (see [`ErrorCode`](idemdb_core::ErrorCode)).
+    pub fn code(&self) -> idemdb_core::ErrorCode {
+        match self {
+            RebuildError::Io { .. } => idemdb_core::ErrorCode::Storage,
+            RebuildError::DestinationExists(_) => idemdb_core::ErrorCode::InvalidArgument,
+            RebuildError::Open(open) => open.code(),
+            RebuildError::Store(store) => store.code(),
+        }
+    }
+}
+
+idemdb_core::coded!(RebuildError);
+
 impl From<redb::Error> for RebuildError {
     fn from(error: redb::Error) -> Self {
         RebuildError::Store(error.into())
@@ -98,7 +112,7 @@ impl Store {
             return Err(RebuildError::DestinationExists(dest.to_path_buf()));
         }
         self.flush()?;
-        let read = self.db.begin_read().map_err(Error::from)?;
+        let read = self.engine.db.begin_read().map_err(Error::from)?;
         let mut copy = Database::builder().create(dest).map_err(Error::from)?;
         let mut report = RebuildReport {
             bytes_before: self.path().and_then(|p| fs::metadata(p).ok()).map(|m| m.len()),
@@ -115,7 +129,7 @@ impl Store {
         tx.set_durability(redb::Durability::Immediate).map_err(Error::from)?;
         tx.open_table(META)
             .map_err(Error::from)?
-            .insert(META_CLOCK, self.now().as_millis().to_be_bytes().as_slice())
+            .insert(META_CLOCK, self.engine.now().as_millis().to_be_bytes().as_slice())
             .map_err(Error::from)?;
         tx.commit().map_err(Error::from)?;
         while copy.compact().map_err(Error::from)? {}

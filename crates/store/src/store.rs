@@ -1,130 +1,22 @@
-//! The store: a redb database holding idempotency records.
+//! The public handle: [`Store`], a cheap-to-clone reference to an open store's
+//! [`Engine`](crate::engine::Engine) and group-commit queue, with the operations applications
+//! call. Opening lives in `builder.rs`; inspection, retention, rebuild and intents add their
+//! operations from their own modules.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::path::Path;
+use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::WriteTransaction;
 
 use idemdb_core::{
-    Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey, StateKind,
-    Timestamp, UncertainCause, decide_above, decode_record,
+    AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, Record, Reservation,
+    Resolution, Scope, ScopedKey, Timestamp, decide,
 };
 
-use crate::audit::{AuditEvent, AuditKind, EncodedEvent, KeyHash, fingerprint_prefix};
-use crate::builder::{Initialiser, Meta};
+use crate::Error;
+use crate::engine::Engine;
 use crate::group::GroupCommit;
-use crate::snapshot::Snapshots;
-use crate::tables::{AUDIT, META, META_CLOCK, META_FENCE_FLOOR};
-use crate::txn::{Txn, reservation_from};
-use crate::{Clock, Durability, Error, OpenError, StoreBuilder};
-
-/// Settings fixed when the store is opened.
-pub(crate) struct Config {
-    pub(crate) policies: HashMap<String, Policy>,
-    pub(crate) default_policy: Policy,
-    pub(crate) durability: Durability,
-    pub(crate) audit: bool,
-    pub(crate) audit_retention: Duration,
-}
-
-/// The right of one attempt to execute an operation, until [`Lease::expires_at`].
-///
-/// Only the lease with the record's current fence may complete or fail it: after a takeover
-/// (or a reconcile), an older lease is refused with a stale-fence error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    pub(crate) scoped: ScopedKey,
-    pub(crate) fence: u64,
-    pub(crate) expires_at: Timestamp,
-    pub(crate) attempt: u32,
-}
-
-impl Lease {
-    /// The scope.
-    pub fn scope(&self) -> &Scope {
-        &self.scoped.scope
-    }
-
-    /// The idempotency key.
-    pub fn key(&self) -> &IdempotencyKey {
-        &self.scoped.key
-    }
-
-    /// The fence number.
-    pub fn fence(&self) -> u64 {
-        self.fence
-    }
-
-    /// When the lease expires unless renewed.
-    pub fn expires_at(&self) -> Timestamp {
-        self.expires_at
-    }
-
-    /// Which attempt this is (1 for the first).
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
-}
-
-/// The answer to [`Store::reserve`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Reservation {
-    /// The caller holds the lease: execute, then [`Store::complete`] or [`Store::fail`].
-    Acquired(Lease),
-    /// A true retry of a finished request: here is the stored body, byte for byte.
-    Replay {
-        /// Completed, or failed definitively.
-        outcome: OutcomeClass,
-        /// The stored result or failure body.
-        body: Vec<u8>,
-    },
-    /// Another attempt holds a live lease.
-    InProgress {
-        /// Time left on that lease.
-        retry_after: Duration,
-    },
-    /// The key is bound to a different request (conflict; HTTP 422).
-    Mismatch {
-        /// The state of the record the key is bound to.
-        stored: StateKind,
-    },
-    /// An earlier attempt's outcome is unknown; reconcile before any new effect.
-    NeedsReconciliation {
-        /// Why.
-        cause: UncertainCause,
-    },
-    /// The response was purged; only the tombstone remains. Never executed again.
-    Expired {
-        /// The outcome the record reached.
-        outcome: OutcomeClass,
-    },
-}
-
-impl Reservation {
-    /// The lease, if one was acquired.
-    pub fn lease(&self) -> Option<&Lease> {
-        match self {
-            Reservation::Acquired(lease) => Some(lease),
-            _ => None,
-        }
-    }
-
-    /// A short lower-case name of the answer (`acquired`, `replay`, `in_progress`, ...).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Reservation::Acquired(_) => "acquired",
-            Reservation::Replay { .. } => "replay",
-            Reservation::InProgress { .. } => "in_progress",
-            Reservation::Mismatch { .. } => "mismatch",
-            Reservation::NeedsReconciliation { .. } => "needs_reconciliation",
-            Reservation::Expired { .. } => "expired",
-        }
-    }
-}
+use crate::txn::Txn;
 
 /// What [`Store::execute`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,141 +44,65 @@ pub enum ExecuteError<E> {
     Store(#[from] Error),
 }
 
+impl<E> ExecuteError<E> {
+    /// The stable code: [`ErrorCode::OperationFailed`](idemdb_core::ErrorCode::OperationFailed)
+    /// for the operation's own error, the store error's code otherwise.
+    pub fn code(&self) -> idemdb_core::ErrorCode {
+        match self {
+            ExecuteError::Operation(_) => idemdb_core::ErrorCode::OperationFailed,
+            ExecuteError::Store(store) => store.code(),
+        }
+    }
+}
+
+impl<E> idemdb_core::Coded for ExecuteError<E> {
+    fn code(&self) -> idemdb_core::ErrorCode {
+        ExecuteError::code(self)
+    }
+}
+
 /// An embedded idempotency store on redb.
 ///
 /// Every decision (reserve, complete, fail, renew, reconcile) is one write transaction:
 /// read the record, decide with [`idemdb_core::decide`] or a transition, write, commit.
-/// `Store` is `Send + Sync`; share it across threads with an `Arc`.
+/// `Store` is a handle: `Send + Sync`, and cheap to clone (clones share the open store, which
+/// closes when the last clone is dropped). It also implements the async store interface
+/// [`IdempotencyStore`](idemdb_interface::IdempotencyStore).
+#[derive(Clone)]
 pub struct Store {
-    /// Declared before `db`: the cached read snapshot is dropped before the database.
-    pub(crate) snapshots: Snapshots,
-    pub(crate) db: Database,
-    pub(crate) path: Option<PathBuf>,
-    pub(crate) config: Config,
-    clock: Arc<dyn Clock>,
-    high_water: AtomicU64,
-    persisted_high_water: AtomicU64,
-    pub(crate) secret: [u8; 32],
-    audit_sequence: AtomicU64,
-    pub(crate) group: GroupCommit,
-    /// The highest fence of any record purge removed (persisted as meta `fence_floor`).
-    fence_floor: AtomicU64,
-    /// Audit events not yet written: they go out in batches with a later commit.
-    buffered_audit: Mutex<Vec<EncodedEvent>>,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) group: Arc<GroupCommit>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Store").field("path", &self.engine.path).finish_non_exhaustive()
     }
 }
 
-/// Buffered audit events that make an answer commit the buffer by itself.
-const AUDIT_BUFFER: usize = 4096;
-/// Buffered audit events that make the next commit carry them.
-const AUDIT_BATCH: usize = 256;
-/// Store time after which the next commit carries buffered audit events.
-const AUDIT_DELAY_MS: u64 = 1_000;
-
-/// How often (in store time) the clock high-water mark is persisted during writes.
-const CLOCK_PERSIST_EVERY_MS: u64 = 1_000;
-
 impl Store {
-    /// A builder for policies, clock, durability and backend.
-    pub fn builder() -> StoreBuilder {
-        StoreBuilder::new()
-    }
-
-    /// Opens (or creates) the store file at `path` with default settings.
-    ///
-    /// # Errors
-    /// See [`StoreBuilder::open`].
-    pub fn open(path: impl AsRef<Path>) -> Result<Store, OpenError> {
-        StoreBuilder::new().open(path)
-    }
-
-    /// Opens an empty in-memory store with default settings.
-    ///
-    /// # Errors
-    /// See [`StoreBuilder::in_memory`].
-    pub fn in_memory() -> Result<Store, OpenError> {
-        StoreBuilder::new().in_memory()
-    }
-
-    pub(crate) fn from_parts(
-        db: Database,
-        path: Option<PathBuf>,
-        config: Config,
-        clock: Arc<dyn Clock>,
-        init: Initialiser,
-    ) -> Result<Store, OpenError> {
-        let Meta { secret, clock_high_water, fence_floor } = init.run(&db)?;
-        let next_sequence = {
-            let read = db.begin_read()?;
-            let audit = read.open_table(AUDIT)?;
-            let last = audit.last()?.map(|(key, _)| key.value());
-            last.map(|key| {
-                let mut sequence = [0u8; 8];
-                sequence.copy_from_slice(&key[8..]);
-                u64::from_be_bytes(sequence).saturating_add(1)
-            })
-            .unwrap_or(0)
-        };
-        Ok(Store {
-            snapshots: Snapshots::default(),
-            db,
-            path,
-            config,
-            clock,
-            high_water: AtomicU64::new(clock_high_water),
-            persisted_high_water: AtomicU64::new(clock_high_water),
-            secret,
-            audit_sequence: AtomicU64::new(next_sequence),
-            group: GroupCommit::default(),
-            fence_floor: AtomicU64::new(fence_floor),
-            buffered_audit: Mutex::new(Vec::new()),
-        })
+    pub(crate) fn from_engine(engine: Engine) -> Store {
+        Store { engine: Arc::new(engine), group: Arc::new(GroupCommit::default()) }
     }
 
     /// The file path, for a file store.
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        self.engine.path.as_deref()
     }
 
     /// The policy that applies to `operation`.
     pub fn policy(&self, operation: &str) -> &Policy {
-        self.config.policies.get(operation).unwrap_or(&self.config.default_policy)
+        self.engine.policy(operation)
     }
 
     /// The store's notion of now: the clock, but never earlier than any time it has seen.
     pub fn now(&self) -> Timestamp {
-        let read = self.clock.now().as_millis();
-        let previous = self.high_water.fetch_max(read, Ordering::SeqCst);
-        Timestamp::from_millis(previous.max(read))
+        self.engine.now()
     }
 
     /// The keyed hash that logs and the audit trail use for `(scope, key)`.
     pub fn key_hash(&self, scope: &Scope, key: &IdempotencyKey) -> KeyHash {
-        KeyHash::compute(&self.secret, &ScopedKey::new(scope.clone(), key.clone()).encode())
-    }
-
-    pub(crate) fn key_hash_of(&self, scoped: &[u8]) -> KeyHash {
-        KeyHash::compute(&self.secret, scoped)
-    }
-
-    pub(crate) fn fence_floor(&self) -> u64 {
-        self.fence_floor.load(Ordering::SeqCst)
-    }
-
-    /// Raises the fence floor before a removal commits (raising it early is harmless).
-    pub(crate) fn raise_fence_floor(&self, tx: &WriteTransaction, fence: u64) -> Result<(), Error> {
-        let floor = self.fence_floor.fetch_max(fence, Ordering::SeqCst).max(fence);
-        tx.open_table(META)?.insert(META_FENCE_FLOOR, floor.to_be_bytes().as_slice())?;
-        Ok(())
-    }
-
-    pub(crate) fn next_audit_sequence(&self) -> u64 {
-        self.audit_sequence.fetch_add(1, Ordering::SeqCst)
+        self.engine.key_hash_of(&ScopedKey::encode_parts(scope, key))
     }
 
     /// A new random idempotency key (UUID v4 from the operating system's CSPRNG).
@@ -333,30 +149,10 @@ impl Store {
     /// The closure's error, or [`Error`] converted into it when the transaction could not
     /// begin or commit.
     pub fn write<T, E: From<Error>>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<T, E>) -> Result<T, E> {
-        let mut txn = Txn::begin(self)?;
+        let mut txn = Txn::begin(&self.engine)?;
         let value = f(&mut txn)?;
         txn.commit()?;
         Ok(value)
-    }
-
-    pub(crate) fn begin_write(&self) -> Result<WriteTransaction, Error> {
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(match self.config.durability {
-            Durability::Immediate => redb::Durability::Immediate,
-            Durability::Eventual => redb::Durability::None,
-        })?;
-        Ok(tx)
-    }
-
-    /// Writes the clock high-water mark into `tx` when it moved on enough since last time.
-    pub(crate) fn persist_clock_if_due(&self, tx: &WriteTransaction, force: bool) -> Result<(), Error> {
-        let now = self.high_water.load(Ordering::SeqCst);
-        let persisted = self.persisted_high_water.load(Ordering::SeqCst);
-        if force || now >= persisted.saturating_add(CLOCK_PERSIST_EVERY_MS) {
-            tx.open_table(META)?.insert(META_CLOCK, now.to_be_bytes().as_slice())?;
-            self.persisted_high_water.fetch_max(now, Ordering::SeqCst);
-        }
-        Ok(())
     }
 
     /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
@@ -415,14 +211,21 @@ impl Store {
         if let Some(answer) = self.answer_from_snapshot(scope, key, fingerprint, correlation)? {
             return Ok(answer);
         }
-        let scoped = ScopedKey::new(scope.clone(), key.clone());
-        let fingerprint = *fingerprint;
-        let correlation = correlation.map(str::to_string);
-        self.group
-            .run(self, move |txn| txn.reserve_traced(&scoped.scope, &scoped.key, &fingerprint, correlation.as_deref()))
+        self.reserve_in_commit(scope.clone(), key.clone(), *fingerprint, correlation.map(str::to_string))
     }
 
-    fn answer_from_snapshot(
+    /// The write half of a reservation: decided inside a (group) commit.
+    pub(crate) fn reserve_in_commit(
+        &self,
+        scope: Scope,
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        correlation: Option<String>,
+    ) -> Result<Reservation, Error> {
+        self.group.run(&self.engine, move |txn| txn.reserve_traced(&scope, &key, &fingerprint, correlation.as_deref()))
+    }
+
+    pub(crate) fn answer_from_snapshot(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -430,17 +233,20 @@ impl Store {
         correlation: Option<&str>,
     ) -> Result<Option<Reservation>, Error> {
         let encoded = ScopedKey::encode_parts(scope, key);
-        let Some(record) = self.get_encoded(&encoded)? else { return Ok(None) };
-        let now = self.now();
-        let decision =
-            decide_above(Some(&record), fingerprint, now, self.policy(scope.operation()), self.fence_floor());
+        let Some(record) = self.engine.get_encoded(&encoded)? else { return Ok(None) };
+        let now = self.engine.now();
+        let context = DecisionContext::new(now, self.engine.policy(scope.operation()))
+            .with_fence_floor(self.engine.fence_floor());
+        let decision = decide(Some(record), scope, key, fingerprint, context);
         if decision.write.is_some() {
             return Ok(None);
         }
-        let (answer, kind, fence) =
-            reservation_from(decision.verdict, Some(record), || ScopedKey::new(scope.clone(), key.clone()))?;
-        if let Some(event) = self.audit_event(now, kind, scope, &encoded, fence, Some(fingerprint), correlation) {
-            self.buffer_audit(event)?;
+        let answer = decision.answer;
+        let kind = AuditKind::from(answer.kind());
+        let event = self.engine.audit_event(now, kind, scope, &encoded, answer.fence(), Some(fingerprint), correlation);
+        if event.is_some_and(|event| self.engine.buffer_audit(event)) {
+            // The buffer is full: an empty commit writes it.
+            self.write(|_| Ok::<(), Error>(()))?;
         }
         Ok(Some(answer))
     }
@@ -453,7 +259,7 @@ impl Store {
     pub fn complete(&self, lease: &Lease, result: impl Into<Vec<u8>>) -> Result<(), Error> {
         let result = result.into();
         let lease = lease.clone();
-        self.group.run(self, move |txn| txn.complete(&lease, result))
+        self.group.run(&self.engine, move |txn| txn.complete(&lease, result))
     }
 
     /// Records that the lease's attempt failed.
@@ -462,7 +268,7 @@ impl Store {
     /// As [`Store::complete`].
     pub fn fail(&self, lease: &Lease, failure: Failure) -> Result<(), Error> {
         let lease = lease.clone();
-        self.group.run(self, move |txn| txn.fail(&lease, failure))
+        self.group.run(&self.engine, move |txn| txn.fail(&lease, failure))
     }
 
     /// Extends the lease; returns the renewed lease.
@@ -471,7 +277,7 @@ impl Store {
     /// [`Error::Transition`] when the lease is stale or the record is no longer in progress.
     pub fn renew(&self, lease: &Lease) -> Result<Lease, Error> {
         let lease = lease.clone();
-        self.group.run(self, move |txn| txn.renew(&lease))
+        self.group.run(&self.engine, move |txn| txn.renew(&lease))
     }
 
     /// Resolves an uncertain record.
@@ -481,7 +287,7 @@ impl Store {
     /// [`Error::NotFound`].
     pub fn reconcile(&self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
         let (scope, key) = (scope.clone(), key.clone());
-        self.group.run(self, move |txn| txn.reconcile(&scope, &key, resolution))
+        self.group.run(&self.engine, move |txn| txn.reconcile(&scope, &key, resolution))
     }
 
     /// Reserves, runs `operation` and completes, **in one commit**: for effects in the same
@@ -518,7 +324,7 @@ impl Store {
         fingerprint: &Fingerprint,
         operation: impl FnOnce(&WriteTransaction) -> Result<Vec<u8>, E>,
     ) -> Result<Executed, ExecuteError<E>> {
-        let mut txn = Txn::begin(self)?;
+        let mut txn = Txn::begin(&self.engine)?;
         let reservation = txn.reserve(scope, key, fingerprint)?;
         let Reservation::Acquired(lease) = reservation else {
             txn.commit()?;
@@ -535,100 +341,7 @@ impl Store {
     /// # Errors
     /// Storage errors; [`Error::Corrupt`].
     pub fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, Error> {
-        let scoped = ScopedKey::new(scope.clone(), key.clone()).encode();
-        self.get_encoded(&scoped)
-    }
-
-    pub(crate) fn get_encoded(&self, scoped: &[u8]) -> Result<Option<Record>, Error> {
-        let snapshot = self.snapshots.records(&self.db)?;
-        let Some(value) = snapshot.records.get(scoped)? else { return Ok(None) };
-        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
-    }
-
-    /// Builds an audit event (when the audit table is on) and emits its `tracing` event.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn audit_event(
-        &self,
-        at: Timestamp,
-        kind: AuditKind,
-        scope: &Scope,
-        encoded: &[u8],
-        fence: u64,
-        fingerprint: Option<&Fingerprint>,
-        correlation: Option<&str>,
-    ) -> Option<EncodedEvent> {
-        let key_hash = self.key_hash_of(encoded);
-        tracing::debug!(
-            target: "idemdb",
-            event = kind.as_str(),
-            key_hash = %key_hash,
-            tenant = scope.tenant(),
-            operation = scope.operation(),
-            fence,
-            correlation = correlation.unwrap_or(""),
-        );
-        self.config.audit.then(|| {
-            EncodedEvent::new(
-                at,
-                kind,
-                scope.tenant(),
-                scope.operation(),
-                key_hash,
-                fence,
-                fingerprint.map(fingerprint_prefix),
-                correlation,
-            )
-        })
-    }
-
-    /// Keeps an answer's audit event for a later commit; commits the buffer when it is full.
-    fn buffer_audit(&self, event: EncodedEvent) -> Result<(), Error> {
-        let full = {
-            let mut buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
-            buffer.push(event);
-            buffer.len() >= AUDIT_BUFFER
-        };
-        if full {
-            self.write(|_| Ok::<(), Error>(()))?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn buffer_audit_events(&self, mut events: Vec<EncodedEvent>) {
-        if !events.is_empty() {
-            self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner).append(&mut events);
-        }
-    }
-
-    /// Whether a commit at `now` carrying `own` new events should write the audit batch:
-    /// when forced, when the buffer reaches [`AUDIT_BATCH`] events, or when its oldest event is
-    /// [`AUDIT_DELAY_MS`] old.
-    pub(crate) fn audit_batch_due(&self, own: usize, now: Timestamp, force: bool) -> bool {
-        if !self.config.audit {
-            return false;
-        }
-        let buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
-        if buffer.is_empty() && own == 0 {
-            return false;
-        }
-        force
-            || buffer.len() + own >= AUDIT_BATCH
-            || buffer
-                .first()
-                .is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
-    }
-
-    /// The events not yet written, decoded.
-    pub(crate) fn buffered_audit_events(&self) -> Result<Vec<AuditEvent>, Error> {
-        let buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
-        buffer
-            .iter()
-            .map(|event| event.decode().map_err(|source| Error::Corrupt { what: "buffered audit event", source }))
-            .collect()
-    }
-
-    pub(crate) fn take_buffered_audit(&self) -> Vec<EncodedEvent> {
-        std::mem::take(&mut *self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner))
+        self.engine.get_encoded(&ScopedKey::encode_parts(scope, key))
     }
 
     /// Makes every earlier commit durable (needed only with [`Durability::Eventual`]).
@@ -636,19 +349,6 @@ impl Store {
     /// # Errors
     /// Storage errors.
     pub fn flush(&self) -> Result<(), Error> {
-        let mut txn = Txn::begin(self)?;
-        txn.make_durable()?;
-        self.persist_clock_if_due(txn.tables(), true)?;
-        txn.commit()
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        // Best effort: keep the clock high-water mark and buffered audit events.
-        let buffered = !self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
-        if buffered || self.high_water.load(Ordering::SeqCst) > self.persisted_high_water.load(Ordering::SeqCst) {
-            let _ = self.flush();
-        }
+        crate::txn::flush(&self.engine)
     }
 }

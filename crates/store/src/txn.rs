@@ -3,19 +3,19 @@
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    Failure, Fingerprint, IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError,
-    Verdict, decide_above, decode_record, encode_record, validate_correlation,
+    AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, Record, Reservation, Resolution, Scope,
+    ScopedKey, State, Timestamp, TransitionError, decide, decode_record, encode_record, validate_correlation,
 };
 
 use crate::Error;
-use crate::audit::{AuditKind, EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
-use crate::store::{Lease, Reservation, Store};
+use crate::audit::{EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
+use crate::engine::Engine;
 use crate::tables::{AUDIT, EXPIRY, RECORDS, audit_key, expiry_key};
 
-/// An open write transaction. Obtained through [`Store::write`]; committed when the closure
-/// returns `Ok`, rolled back otherwise.
+/// An open write transaction. Obtained through [`Store::write`](crate::Store::write)(crate::Store::write);
+/// committed when the closure returns `Ok`, rolled back otherwise.
 pub struct Txn<'s> {
-    store: &'s Store,
+    store: &'s Engine,
     tx: WriteTransaction,
     now: Timestamp,
     audit: Vec<EncodedEvent>,
@@ -34,7 +34,7 @@ impl std::fmt::Debug for Txn<'_> {
 }
 
 impl<'s> Txn<'s> {
-    pub(crate) fn begin(store: &'s Store) -> Result<Self, Error> {
+    pub(crate) fn begin(store: &'s Engine) -> Result<Self, Error> {
         let tx = store.begin_write()?;
         // Read the clock after the write lock is held, so decisions are made in time order.
         let now = store.now();
@@ -49,7 +49,7 @@ impl<'s> Txn<'s> {
         })
     }
 
-    pub(crate) fn store(&self) -> &'s Store {
+    pub(crate) fn engine(&self) -> &'s Engine {
         self.store
     }
 
@@ -72,10 +72,10 @@ impl<'s> Txn<'s> {
         &self.tx
     }
 
-    /// [`Store::reserve`] inside this transaction.
+    /// [`Store::reserve`](crate::Store::reserve) inside this transaction.
     ///
     /// # Errors
-    /// As [`Store::reserve`].
+    /// As [`Store::reserve`](crate::Store::reserve).
     pub fn reserve(
         &mut self,
         scope: &Scope,
@@ -85,10 +85,10 @@ impl<'s> Txn<'s> {
         self.reserve_traced(scope, key, fingerprint, None)
     }
 
-    /// [`Store::reserve_traced`] inside this transaction.
+    /// [`Store::reserve_traced`](crate::Store::reserve_traced) inside this transaction.
     ///
     /// # Errors
-    /// As [`Store::reserve_traced`].
+    /// As [`Store::reserve_traced`](crate::Store::reserve_traced).
     pub fn reserve_traced(
         &mut self,
         scope: &Scope,
@@ -99,66 +99,68 @@ impl<'s> Txn<'s> {
         if let Some(correlation) = correlation {
             validate_correlation(correlation)?;
         }
-        let scoped = ScopedKey::new(scope.clone(), key.clone());
-        let encoded = scoped.encode();
+        let encoded = ScopedKey::encode_parts(scope, key);
         let existing = self.load(&encoded)?;
-        let policy = self.store.policy(scope.operation());
-        let decision = decide_above(existing.as_ref(), fingerprint, self.now, policy, self.store.fence_floor());
+        // The expiry index entry to move is the one of the record as it was.
+        let previous_due = existing.as_ref().and_then(Record::due_at);
+        let context = DecisionContext::new(self.now, self.store.policy(scope.operation()))
+            .with_fence_floor(self.store.fence_floor());
+        let decision = decide(existing, scope, key, fingerprint, context);
         if let Some(record) = &decision.write {
-            self.put(&encoded, existing.as_ref(), record)?;
+            self.put_moving(&encoded, previous_due, record)?;
         }
-        let (reservation, kind, fence) = reservation_from(decision.verdict, existing, || scoped)?;
-        self.event(kind, scope, &encoded, fence, Some(fingerprint), correlation);
-        Ok(reservation)
+        let answer = decision.answer;
+        self.event(AuditKind::from(answer.kind()), scope, &encoded, answer.fence(), Some(fingerprint), correlation);
+        Ok(answer)
     }
 
-    /// [`Store::complete`] inside this transaction.
+    /// [`Store::complete`](crate::Store::complete) inside this transaction.
     ///
     /// # Errors
-    /// As [`Store::complete`].
+    /// As [`Store::complete`](crate::Store::complete).
     pub fn complete(&mut self, lease: &Lease, result: Vec<u8>) -> Result<(), Error> {
         let now = self.now;
         let policy = self.store.policy(lease.scope().operation()).clone();
         self.transition(lease, AuditKind::Completed, |record| {
-            idemdb_core::complete(record, lease.fence, result, now, &policy)
+            idemdb_core::complete(record, lease.fence(), result, now, &policy)
         })
         .map(drop)
     }
 
-    /// [`Store::fail`] inside this transaction.
+    /// [`Store::fail`](crate::Store::fail) inside this transaction.
     ///
     /// # Errors
-    /// As [`Store::fail`].
+    /// As [`Store::fail`](crate::Store::fail).
     pub fn fail(&mut self, lease: &Lease, failure: Failure) -> Result<(), Error> {
         let now = self.now;
         let policy = self.store.policy(lease.scope().operation()).clone();
         self.transition(lease, AuditKind::Failed, |record| {
-            idemdb_core::fail(record, lease.fence, failure, now, &policy)
+            idemdb_core::fail(record, lease.fence(), failure, now, &policy)
         })
         .map(drop)
     }
 
-    /// [`Store::renew`] inside this transaction.
+    /// [`Store::renew`](crate::Store::renew) inside this transaction.
     ///
     /// # Errors
-    /// As [`Store::renew`].
+    /// As [`Store::renew`](crate::Store::renew).
     pub fn renew(&mut self, lease: &Lease) -> Result<Lease, Error> {
         let now = self.now;
         let policy = self.store.policy(lease.scope().operation()).clone();
         let record = self.transition(lease, AuditKind::Renewed, |record| {
-            idemdb_core::renew(record, lease.fence, now, &policy).map(|(record, _)| record)
+            idemdb_core::renew(record, lease.fence(), now, &policy).map(|(record, _)| record)
         })?;
         let expires_at = match record.state {
             State::InProgress { lease_expires_at } => lease_expires_at,
-            _ => lease.expires_at,
+            _ => lease.expires_at(),
         };
-        Ok(Lease { expires_at, ..lease.clone() })
+        Ok(lease.renewed(expires_at))
     }
 
-    /// [`Store::reconcile`] inside this transaction.
+    /// [`Store::reconcile`](crate::Store::reconcile) inside this transaction.
     ///
     /// # Errors
-    /// As [`Store::reconcile`].
+    /// As [`Store::reconcile`](crate::Store::reconcile).
     pub fn reconcile(&mut self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
         let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
         let record = self.load(&encoded)?.ok_or(Error::NotFound)?;
@@ -199,11 +201,11 @@ impl<'s> Txn<'s> {
         kind: AuditKind,
         apply: impl FnOnce(&Record) -> Result<Record, TransitionError>,
     ) -> Result<Record, Error> {
-        let encoded = lease.scoped.encode();
+        let encoded = lease.scoped_key().encode();
         let record = self.load(&encoded)?.ok_or(Error::NotFound)?;
         let next = apply(&record)?;
         self.put(&encoded, Some(&record), &next)?;
-        self.event(kind, lease.scope(), &encoded, lease.fence, Some(&next.fingerprint), None);
+        self.event(kind, lease.scope(), &encoded, lease.fence(), Some(&next.fingerprint), None);
         Ok(next)
     }
 
@@ -215,9 +217,14 @@ impl<'s> Txn<'s> {
 
     /// Writes `record` over `previous`, moving its expiry index entry if its due time changed.
     pub(crate) fn put(&mut self, encoded: &[u8], previous: Option<&Record>, record: &Record) -> Result<(), Error> {
+        self.put_moving(encoded, previous.and_then(Record::due_at), record)
+    }
+
+    /// Writes `record`, moving its expiry index entry from `previous_due`.
+    fn put_moving(&mut self, encoded: &[u8], previous_due: Option<Timestamp>, record: &Record) -> Result<(), Error> {
         let value = encode_record(record);
         self.tx.open_table(RECORDS)?.insert(encoded, value.as_slice())?;
-        self.move_index(encoded, previous.and_then(Record::due_at), record.due_at())?;
+        self.move_index(encoded, previous_due, record.due_at())?;
         self.remember(encoded, Some(value));
         Ok(())
     }
@@ -321,7 +328,7 @@ impl<'s> Txn<'s> {
 }
 
 /// Whether every written record reads back as written.
-fn read_back(store: &Store, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<bool, Error> {
+fn read_back(store: &Engine, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<bool, Error> {
     let read = store.db.begin_read()?;
     let records = read.open_table(RECORDS)?;
     for (key, value) in written {
@@ -333,44 +340,22 @@ fn read_back(store: &Store, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<bo
     Ok(true)
 }
 
-/// Turns a verdict into the caller's answer, its audit kind and the fence involved.
-///
-/// `scoped` is called only for a lease (the one answer that carries the key), so answers from
-/// a snapshot need not copy it.
-pub(crate) fn reservation_from(
-    verdict: Verdict,
-    existing: Option<Record>,
-    scoped: impl FnOnce() -> ScopedKey,
-) -> Result<(Reservation, AuditKind, u64), Error> {
-    Ok(match verdict {
-        Verdict::Acquired { fence, lease_expires_at, attempt } => (
-            Reservation::Acquired(Lease { scoped: scoped(), fence, expires_at: lease_expires_at, attempt }),
-            AuditKind::Reserved,
-            fence,
-        ),
-        Verdict::Replay { outcome } => {
-            let body = match existing.map(|record| record.state) {
-                Some(State::Completed { result, .. }) => result,
-                Some(State::Failed { error, .. }) => error,
-                _ => Vec::new(),
-            };
-            (Reservation::Replay { outcome, body }, AuditKind::Replayed, 0)
-        }
-        Verdict::InProgress { retry_after } => (Reservation::InProgress { retry_after }, AuditKind::InProgress, 0),
-        Verdict::Mismatch { stored } => (Reservation::Mismatch { stored }, AuditKind::Conflict, 0),
-        Verdict::NeedsReconciliation { cause } => {
-            (Reservation::NeedsReconciliation { cause }, AuditKind::NeedsReconciliation, 0)
-        }
-        Verdict::Expired { outcome } => (Reservation::Expired { outcome }, AuditKind::Expired, 0),
-        _ => unreachable_verdict()?,
-    })
+/// Makes every earlier commit durable (needed only with
+/// [`Durability::Eventual`](crate::Durability::Eventual)), writing buffered audit events and
+/// the clock high-water mark.
+pub(crate) fn flush(engine: &Engine) -> Result<(), Error> {
+    let mut txn = Txn::begin(engine)?;
+    txn.make_durable()?;
+    engine.persist_clock_if_due(txn.tables(), true)?;
+    txn.commit()
 }
 
-/// `Verdict` is non-exhaustive; a verdict this build does not know is a programming error
-/// between crates of the same version, reported rather than panicking.
-fn unreachable_verdict<T>() -> Result<T, Error> {
-    Err(Error::Transition(TransitionError::WrongState {
-        state: idemdb_core::StateKind::InProgress,
-        action: "interpret an unknown verdict",
-    }))
+impl Drop for Engine {
+    /// Best effort, when the last handle goes: keep the clock high-water mark and the buffered
+    /// audit events.
+    fn drop(&mut self) {
+        if self.has_unwritten_state() {
+            let _ = flush(self);
+        }
+    }
 }

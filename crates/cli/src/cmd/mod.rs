@@ -51,10 +51,7 @@ pub(crate) struct FilterArgs {
 
 /// Parses a state name for clap.
 fn parse_state(name: &str) -> Result<StateKind, String> {
-    StateKind::parse(name).ok_or_else(|| {
-        let names: Vec<&str> = StateKind::ALL.iter().map(|kind| kind.as_str()).collect();
-        format!("unknown state `{name}`; one of: {}", names.join(", "))
-    })
+    name.parse().map_err(|error: idemdb::UnknownName| error.to_string())
 }
 
 /// Records per page when walking a whole store.

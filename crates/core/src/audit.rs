@@ -1,0 +1,131 @@
+//! The audit vocabulary: what happened to which key, without the key itself.
+//!
+//! Each event names the key by a [`KeyHash`]: a BLAKE3 keyed hash of the encoded
+//! `(scope, key)` under a secret made when the store was created. Operators can correlate
+//! events and logs (`tracing` events carry the same hash) without the raw key, the payload or
+//! any credential ever being written. Storage adapters decide how events are stored.
+
+use core::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::names::names;
+use crate::{Fingerprint, ReservationKind, Timestamp};
+
+/// A keyed hash of a `(scope, key)`: 16 bytes, shown as 32 hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KeyHash([u8; 16]);
+
+impl KeyHash {
+    /// The keyed hash of an encoded `(scope, key)` ([`ScopedKey::encode`](crate::ScopedKey::encode))
+    /// under a store's 32-byte secret: BLAKE3 in keyed mode, the first 16 bytes.
+    pub fn compute(secret: &[u8; 32], scoped: &[u8]) -> Self {
+        let hash = blake3::keyed_hash(secret, scoped);
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&hash.as_bytes()[..16]);
+        KeyHash(out)
+    }
+
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Display for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+    }
+}
+
+impl fmt::Debug for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyHash({self})")
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum AuditKind {
+    /// A lease was issued.
+    Reserved,
+    /// A stored result was replayed.
+    Replayed,
+    /// A request with a different fingerprint was refused.
+    Conflict,
+    /// A duplicate arrived while an attempt held the lease.
+    InProgress,
+    /// A request was refused because the record is uncertain.
+    NeedsReconciliation,
+    /// A request found only a tombstone.
+    Expired,
+    /// The record was completed.
+    Completed,
+    /// The attempt failed (definitively, retryably or uncertainly).
+    Failed,
+    /// An uncertain record was resolved.
+    Reconciled,
+    /// A lease was renewed.
+    Renewed,
+    /// Retention turned the record into a tombstone or removed it.
+    Purged,
+}
+
+names!(AuditKind, "audit event kind", {
+    Reserved => "reserved",
+    Replayed => "replayed",
+    Conflict => "conflict",
+    InProgress => "in_progress",
+    NeedsReconciliation => "needs_reconciliation",
+    Expired => "expired",
+    Completed => "completed",
+    Failed => "failed",
+    Reconciled => "reconciled",
+    Renewed => "renewed",
+    Purged => "purged",
+});
+
+impl From<ReservationKind> for AuditKind {
+    /// The event a reservation answer records.
+    fn from(kind: ReservationKind) -> Self {
+        match kind {
+            ReservationKind::Acquired => AuditKind::Reserved,
+            ReservationKind::Replay => AuditKind::Replayed,
+            ReservationKind::InProgress => AuditKind::InProgress,
+            ReservationKind::Mismatch => AuditKind::Conflict,
+            ReservationKind::NeedsReconciliation => AuditKind::NeedsReconciliation,
+            ReservationKind::Expired => AuditKind::Expired,
+        }
+    }
+}
+
+/// One entry of the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    /// When.
+    pub at: Timestamp,
+    /// What.
+    pub kind: AuditKind,
+    /// The tenant of the scope.
+    pub tenant: String,
+    /// The operation of the scope.
+    pub operation: String,
+    /// The keyed hash of `(scope, key)`.
+    pub key_hash: KeyHash,
+    /// The fence involved (0 when none).
+    pub fence: u64,
+    /// The first 8 bytes of the request fingerprint, when a request was involved.
+    pub fingerprint_prefix: Option<[u8; 8]>,
+    /// The caller's correlation id, if given.
+    pub correlation: Option<String>,
+}
+
+impl Fingerprint {
+    /// The first 8 bytes, as audit events record them.
+    pub fn prefix(&self) -> [u8; 8] {
+        let mut out = [0u8; 8];
+        out.copy_from_slice(&self.as_bytes()[..8]);
+        out
+    }
+}

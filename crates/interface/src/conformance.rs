@@ -1,0 +1,285 @@
+//! The shared decision table, as a runner every backend calls.
+//!
+//! `tests/testdata/decisions.json` writes the idempotency state table once, as data: every
+//! stored state × same/different fingerprint × before/at/after each TTL, with the answer and
+//! the state afterwards. [`run_decision_table`] plays each case against a fresh store of a
+//! [`Backend`] through [`IdempotencyStore`] alone, so the redb store (file and memory, native
+//! and wasm32), the PostgreSQL adapter and the pure core all answer the same table.
+//!
+//! ```
+//! let table = idemdb_interface::conformance::table();
+//! assert!(table.cases.len() >= 50);
+//! ```
+
+use std::future::Future;
+use std::time::Duration;
+
+use idemdb_core::{ExpiredLease, Failure, Fingerprint, IdempotencyKey, Policy, Reservation, Scope};
+use serde::Deserialize;
+
+use crate::IdempotencyStore;
+
+const TABLE: &str = include_str!("../../../tests/testdata/decisions.json");
+
+/// The instant every stored state is reached (milliseconds since the epoch).
+pub const T: u64 = 1_000_000_000;
+/// The result a completed case stores.
+pub const RESULT: &[u8] = b"{\"charge\":\"ch_1\"}";
+/// The failure a definitively failed case stores.
+pub const DECLINED: &[u8] = b"{\"error\":\"card_declined\"}";
+/// The operation whose policy makes an expired lease uncertain.
+pub const OP_UNCERTAIN: &str = "op-uncertain";
+/// The operation whose policy lets a retry take an expired lease over.
+pub const OP_TAKEOVER: &str = "op-takeover";
+
+/// The table.
+#[derive(Debug, Deserialize)]
+pub struct Table {
+    /// The TTLs every case runs under.
+    pub policy: PolicyMs,
+    /// The cases.
+    pub cases: Vec<Case>,
+}
+
+/// TTLs of the table's policy, in milliseconds.
+#[derive(Debug, Deserialize, Clone, Copy)]
+pub struct PolicyMs {
+    /// Lease TTL.
+    pub lease_ms: u64,
+    /// Response TTL.
+    pub response_ms: u64,
+    /// Tombstone TTL.
+    pub tombstone_ms: u64,
+}
+
+/// One case: a stored state, a request at a time, and what must happen.
+#[derive(Debug, Deserialize)]
+#[allow(missing_docs)] // The fields are the table's columns; `about` in the JSON explains them.
+pub struct Case {
+    pub name: String,
+    pub stored: String,
+    pub request: String,
+    pub at: String,
+    pub delta_ms: i64,
+    pub expired_lease: String,
+    pub verdict: String,
+    pub then: String,
+    pub fence: Option<String>,
+    pub attempt: Option<u32>,
+    pub retry_after_ms: Option<u64>,
+    pub outcome: Option<String>,
+    pub cause: Option<String>,
+    pub stored_kind: Option<String>,
+}
+
+/// The table, parsed.
+///
+/// # Panics
+/// If the embedded table does not parse (a build with a broken `decisions.json`).
+pub fn table() -> Table {
+    serde_json::from_str(TABLE).expect("decisions.json parses")
+}
+
+impl PolicyMs {
+    /// The policy of a case's `expired_lease` rule (`uncertain` or `takeover`).
+    ///
+    /// # Panics
+    /// On a rule the table does not define.
+    pub fn policy(&self, rule: &str) -> Policy {
+        let rule: ExpiredLease = rule.parse().expect("expired_lease rule");
+        Policy::default()
+            .with_lease_ttl(Duration::from_millis(self.lease_ms))
+            .with_response_ttl(Duration::from_millis(self.response_ms))
+            .with_tombstone_ttl(Duration::from_millis(self.tombstone_ms))
+            .with_expired_lease(rule)
+    }
+
+    /// When a case's request arrives.
+    ///
+    /// # Panics
+    /// On a time point the table does not define.
+    pub fn query_time(&self, case: &Case) -> u64 {
+        let base = match case.at.as_str() {
+            "start" => T,
+            "lease" => T + self.lease_ms,
+            "response" => T + self.response_ms,
+            "forget" => T + self.response_ms + self.tombstone_ms,
+            other => panic!("unknown time point {other}"),
+        };
+        base.checked_add_signed(case.delta_ms).expect("time in range")
+    }
+
+    /// The operations a backend must configure: [`OP_UNCERTAIN`] and [`OP_TAKEOVER`] with
+    /// their policies.
+    pub fn operations(&self) -> [(&'static str, Policy); 2] {
+        [(OP_UNCERTAIN, self.policy("uncertain")), (OP_TAKEOVER, self.policy("takeover"))]
+    }
+}
+
+/// The fingerprint of a case's request (`same` or `different`).
+///
+/// # Panics
+/// On a request the table does not define.
+pub fn fingerprint(request: &str) -> Fingerprint {
+    match request {
+        "same" => Fingerprint::from_bytes([1; 32]),
+        "different" => Fingerprint::from_bytes([2; 32]),
+        other => panic!("unknown request {other}"),
+    }
+}
+
+/// What a backend answered, in the table's vocabulary.
+#[derive(Debug, PartialEq, Eq, Default)]
+#[allow(missing_docs)] // The table's columns.
+pub struct Observed {
+    pub verdict: String,
+    pub then: String,
+    pub fence: Option<u64>,
+    pub attempt: Option<u32>,
+    pub retry_after_ms: Option<u64>,
+    pub outcome: Option<String>,
+    pub cause: Option<String>,
+    pub stored_kind: Option<String>,
+    pub body: Option<Vec<u8>>,
+}
+
+impl Observed {
+    /// The observation of an answer; `then` is the state name afterwards (`absent` if none).
+    pub fn of(answer: Reservation, then: String) -> Self {
+        let mut observed = Observed { verdict: answer.name().to_string(), then, ..Observed::default() };
+        match answer {
+            Reservation::Acquired(lease) => {
+                observed.fence = Some(lease.fence());
+                observed.attempt = Some(lease.attempt());
+            }
+            Reservation::Replay { outcome, body } => {
+                observed.outcome = Some(outcome.as_str().into());
+                observed.body = Some(body);
+            }
+            Reservation::InProgress { retry_after } => {
+                observed.retry_after_ms = Some(u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX));
+            }
+            Reservation::Mismatch { stored } => observed.stored_kind = Some(stored.as_str().into()),
+            Reservation::NeedsReconciliation { cause } => observed.cause = Some(cause.as_str().into()),
+            Reservation::Expired { outcome } => observed.outcome = Some(outcome.as_str().into()),
+            other => panic!("an answer the table does not know: {other:?}"),
+        }
+        observed
+    }
+}
+
+/// Checks an observation against its case.
+///
+/// # Panics
+/// On any difference, naming the backend and the case.
+pub fn check(case: &Case, backend: &str, observed: &Observed, previous_fence: u64, at_ms: u64) {
+    let context = format!("{backend}: {} ({case:?})", case.name);
+    assert_eq!(observed.verdict, case.verdict, "verdict, {context}");
+    assert_eq!(observed.then, case.then, "state afterwards, {context}");
+    let expected_fence = case.fence.as_deref().map(|rule| match rule {
+        "fresh" => at_ms.max(previous_fence + 1),
+        "previous+1" => previous_fence + 1,
+        other => panic!("unknown fence rule {other}"),
+    });
+    assert_eq!(observed.fence, expected_fence, "fence, {context}");
+    assert_eq!(observed.attempt, case.attempt, "attempt, {context}");
+    assert_eq!(observed.retry_after_ms, case.retry_after_ms, "retry-after, {context}");
+    assert_eq!(observed.outcome, case.outcome, "outcome, {context}");
+    assert_eq!(observed.cause, case.cause, "cause, {context}");
+    assert_eq!(observed.stored_kind, case.stored_kind, "stored state in a mismatch, {context}");
+    if case.verdict == "replay" {
+        let expected: &[u8] = if case.outcome.as_deref() == Some("failed") { DECLINED } else { RESULT };
+        assert_eq!(observed.body.as_deref(), Some(expected), "replayed body, {context}");
+    }
+}
+
+/// A backend the table can run against.
+pub trait Backend {
+    /// The store it opens.
+    type Store: IdempotencyStore;
+
+    /// Opens a fresh, empty store with these operations' policies, reading the time last given
+    /// to [`Backend::set_time`].
+    fn open(&mut self, operations: &[(&'static str, Policy)]) -> impl Future<Output = Self::Store>;
+
+    /// Sets the time the stores of this backend read, in milliseconds since the epoch.
+    fn set_time(&mut self, millis: u64);
+}
+
+/// Plays every case of the table against fresh stores of `backend`, through
+/// [`IdempotencyStore`] alone; returns the number of cases.
+///
+/// # Panics
+/// On the first answer, state or body that differs from the table (naming `name` and the
+/// case), or when the backend fails.
+pub async fn run_decision_table<B: Backend>(backend: &mut B, name: &str) -> usize {
+    let table = table();
+    let operations = table.policy.operations();
+    let key = IdempotencyKey::new("order-842:authorize-v1").expect("key");
+    for case in &table.cases {
+        backend.set_time(T);
+        let store = backend.open(&operations).await;
+        let operation = if case.expired_lease == "takeover" { OP_TAKEOVER } else { OP_UNCERTAIN };
+        let scope = Scope::new("tenant-a", operation).expect("scope");
+        set_up(&store, backend, &scope, &key, &case.stored, table.policy).await;
+        let previous_fence = get(&store, &scope, &key).await.map_or(0, |record| record.fence);
+        let at_ms = table.policy.query_time(case);
+        backend.set_time(at_ms);
+        let answer = store.reserve(&scope, &key, &fingerprint(&case.request), None).await.expect("reserve");
+        let then = get(&store, &scope, &key)
+            .await
+            .map(|record| record.state.kind().as_str().to_string())
+            .unwrap_or_else(|| "absent".into());
+        check(case, name, &Observed::of(answer, then), previous_fence, at_ms);
+    }
+    table.cases.len()
+}
+
+async fn get<S: IdempotencyStore>(store: &S, scope: &Scope, key: &IdempotencyKey) -> Option<idemdb_core::Record> {
+    store.get(scope, key).await.expect("get")
+}
+
+/// Brings `(scope, key)` into the case's stored state, through the interface.
+async fn set_up<B: Backend>(
+    store: &B::Store,
+    backend: &mut B,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    stored: &str,
+    limits: PolicyMs,
+) {
+    let fp = fingerprint("same");
+    let acquire = || async {
+        match store.reserve(scope, key, &fp, None).await.expect("reserve") {
+            Reservation::Acquired(lease) => lease,
+            other => panic!("setup expected a lease, got {other:?}"),
+        }
+    };
+    match stored {
+        "none" => {}
+        "in_progress" => {
+            acquire().await;
+        }
+        "completed" | "tombstone_completed" => {
+            store.complete(&acquire().await, RESULT.to_vec()).await.expect("complete")
+        }
+        "failed" | "tombstone_failed" => {
+            store.fail(&acquire().await, Failure::Definitive(DECLINED.to_vec())).await.expect("fail");
+        }
+        "released" => store.fail(&acquire().await, Failure::Retryable).await.expect("release"),
+        "uncertain_reported" => store.fail(&acquire().await, Failure::Uncertain).await.expect("uncertain"),
+        "uncertain_lease_expired" => {
+            backend.set_time(T - limits.lease_ms);
+            acquire().await;
+            backend.set_time(T);
+            let observed = store.reserve(scope, key, &fp, None).await.expect("reserve");
+            assert!(matches!(observed, Reservation::NeedsReconciliation { .. }), "got {observed:?}");
+        }
+        other => panic!("unknown stored state {other}"),
+    }
+    if stored.starts_with("tombstone_") {
+        backend.set_time(T + limits.response_ms);
+        let report = store.purge_expired(100).await.expect("purge");
+        assert_eq!(report.tombstoned, 1, "purge made the tombstone");
+    }
+}

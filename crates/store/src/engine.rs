@@ -1,0 +1,244 @@
+//! The state of an open store, shared by every `Store` handle: the redb database, the
+//! settings, the clock high-water mark, the fence floor and the audit buffer, with the
+//! low-level helpers transactions use. It knows nothing of transactions (`txn.rs` builds them
+//! on top of it), of group commit (`group.rs`) or of the public handle (`store.rs`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
+
+use idemdb_core::{AuditEvent, AuditKind, Fingerprint, Policy, Record, Scope, Timestamp, decode_record};
+
+use crate::audit::EncodedEvent;
+use crate::meta::{Initialiser, Meta};
+use crate::snapshot::Snapshots;
+use crate::tables::{AUDIT, META, META_CLOCK, META_FENCE_FLOOR};
+use crate::{Clock, Durability, Error, KeyHash, OpenError};
+
+/// Settings fixed when the store is opened.
+pub(crate) struct Config {
+    pub(crate) policies: HashMap<String, Policy>,
+    pub(crate) default_policy: Policy,
+    pub(crate) durability: Durability,
+    pub(crate) audit: bool,
+    pub(crate) audit_retention: Duration,
+}
+
+/// Buffered audit events that make an answer commit the buffer by itself.
+pub(crate) const AUDIT_BUFFER: usize = 4096;
+/// Buffered audit events that make the next commit carry them.
+const AUDIT_BATCH: usize = 256;
+/// Store time after which the next commit carries buffered audit events.
+const AUDIT_DELAY_MS: u64 = 1_000;
+
+/// How often (in store time) the clock high-water mark is persisted during writes.
+const CLOCK_PERSIST_EVERY_MS: u64 = 1_000;
+
+/// An open store's state.
+pub(crate) struct Engine {
+    /// Declared before `db`: the cached read snapshot is dropped before the database.
+    pub(crate) snapshots: Snapshots,
+    pub(crate) db: Database,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) config: Config,
+    clock: Arc<dyn Clock>,
+    high_water: AtomicU64,
+    persisted_high_water: AtomicU64,
+    pub(crate) secret: [u8; 32],
+    audit_sequence: AtomicU64,
+    /// The highest fence of any record purge removed (persisted as meta `fence_floor`).
+    fence_floor: AtomicU64,
+    /// Audit events not yet written: they go out in batches with a later commit.
+    buffered_audit: Mutex<Vec<EncodedEvent>>,
+}
+
+impl Engine {
+    pub(crate) fn from_parts(
+        db: Database,
+        path: Option<PathBuf>,
+        config: Config,
+        clock: Arc<dyn Clock>,
+        init: Initialiser,
+    ) -> Result<Engine, OpenError> {
+        let Meta { secret, clock_high_water, fence_floor } = init.run(&db)?;
+        let next_sequence = {
+            let read = db.begin_read()?;
+            let audit = read.open_table(AUDIT)?;
+            let last = audit.last()?.map(|(key, _)| key.value());
+            last.map(|key| {
+                let mut sequence = [0u8; 8];
+                sequence.copy_from_slice(&key[8..]);
+                u64::from_be_bytes(sequence).saturating_add(1)
+            })
+            .unwrap_or(0)
+        };
+        Ok(Engine {
+            snapshots: Snapshots::default(),
+            db,
+            path,
+            config,
+            clock,
+            high_water: AtomicU64::new(clock_high_water),
+            persisted_high_water: AtomicU64::new(clock_high_water),
+            secret,
+            audit_sequence: AtomicU64::new(next_sequence),
+            fence_floor: AtomicU64::new(fence_floor),
+            buffered_audit: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The policy that applies to `operation`.
+    pub(crate) fn policy(&self, operation: &str) -> &Policy {
+        self.config.policies.get(operation).unwrap_or(&self.config.default_policy)
+    }
+
+    /// The store's notion of now: the clock, but never earlier than any time it has seen.
+    pub(crate) fn now(&self) -> Timestamp {
+        let read = self.clock.now().as_millis();
+        let previous = self.high_water.fetch_max(read, Ordering::SeqCst);
+        Timestamp::from_millis(previous.max(read))
+    }
+
+    pub(crate) fn key_hash_of(&self, scoped: &[u8]) -> KeyHash {
+        KeyHash::compute(&self.secret, scoped)
+    }
+
+    pub(crate) fn fence_floor(&self) -> u64 {
+        self.fence_floor.load(Ordering::SeqCst)
+    }
+
+    /// Raises the fence floor before a removal commits (raising it early is harmless).
+    pub(crate) fn raise_fence_floor(&self, tx: &WriteTransaction, fence: u64) -> Result<(), Error> {
+        let floor = self.fence_floor.fetch_max(fence, Ordering::SeqCst).max(fence);
+        tx.open_table(META)?.insert(META_FENCE_FLOOR, floor.to_be_bytes().as_slice())?;
+        Ok(())
+    }
+
+    pub(crate) fn next_audit_sequence(&self) -> u64 {
+        self.audit_sequence.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub(crate) fn begin_write(&self) -> Result<WriteTransaction, Error> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(match self.config.durability {
+            Durability::Immediate => redb::Durability::Immediate,
+            Durability::Eventual => redb::Durability::None,
+        })?;
+        Ok(tx)
+    }
+
+    /// Writes the clock high-water mark into `tx` when it moved on enough since last time.
+    pub(crate) fn persist_clock_if_due(&self, tx: &WriteTransaction, force: bool) -> Result<(), Error> {
+        let now = self.high_water.load(Ordering::SeqCst);
+        let persisted = self.persisted_high_water.load(Ordering::SeqCst);
+        if force || now >= persisted.saturating_add(CLOCK_PERSIST_EVERY_MS) {
+            tx.open_table(META)?.insert(META_CLOCK, now.to_be_bytes().as_slice())?;
+            self.persisted_high_water.fetch_max(now, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Whether closing the store has anything to write: buffered audit events, or a clock
+    /// high-water mark beyond the persisted one.
+    pub(crate) fn has_unwritten_state(&self) -> bool {
+        !self.audit_buffer().is_empty()
+            || self.high_water.load(Ordering::SeqCst) > self.persisted_high_water.load(Ordering::SeqCst)
+    }
+
+    /// Reads a record by its encoded `(scope, key)` from the shared read snapshot.
+    pub(crate) fn get_encoded(&self, scoped: &[u8]) -> Result<Option<Record>, Error> {
+        let snapshot = self.snapshots.records(&self.db)?;
+        let Some(value) = snapshot.records.get(scoped)? else { return Ok(None) };
+        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
+    }
+
+    /// Builds an audit event (when the audit table is on) and emits its `tracing` event.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn audit_event(
+        &self,
+        at: Timestamp,
+        kind: AuditKind,
+        scope: &Scope,
+        encoded: &[u8],
+        fence: u64,
+        fingerprint: Option<&Fingerprint>,
+        correlation: Option<&str>,
+    ) -> Option<EncodedEvent> {
+        let key_hash = self.key_hash_of(encoded);
+        tracing::debug!(
+            target: "idemdb",
+            event = kind.as_str(),
+            key_hash = %key_hash,
+            tenant = scope.tenant(),
+            operation = scope.operation(),
+            fence,
+            correlation = correlation.unwrap_or(""),
+        );
+        self.config.audit.then(|| {
+            EncodedEvent::new(
+                at,
+                kind,
+                scope.tenant(),
+                scope.operation(),
+                key_hash,
+                fence,
+                fingerprint.map(Fingerprint::prefix),
+                correlation,
+            )
+        })
+    }
+
+    fn audit_buffer(&self) -> MutexGuard<'_, Vec<EncodedEvent>> {
+        // Only pushes, appends and takes happen under this lock: a panic cannot leave it
+        // inconsistent.
+        self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps an answer's audit event for a later commit; returns whether the buffer is full
+    /// (the caller then commits it).
+    pub(crate) fn buffer_audit(&self, event: EncodedEvent) -> bool {
+        let mut buffer = self.audit_buffer();
+        buffer.push(event);
+        buffer.len() >= AUDIT_BUFFER
+    }
+
+    pub(crate) fn buffer_audit_events(&self, mut events: Vec<EncodedEvent>) {
+        if !events.is_empty() {
+            self.audit_buffer().append(&mut events);
+        }
+    }
+
+    /// Whether a commit at `now` carrying `own` new events should write the audit batch:
+    /// when forced, when the buffer reaches [`AUDIT_BATCH`] events, or when its oldest event is
+    /// [`AUDIT_DELAY_MS`] old.
+    pub(crate) fn audit_batch_due(&self, own: usize, now: Timestamp, force: bool) -> bool {
+        if !self.config.audit {
+            return false;
+        }
+        let buffer = self.audit_buffer();
+        if buffer.is_empty() && own == 0 {
+            return false;
+        }
+        force
+            || buffer.len() + own >= AUDIT_BATCH
+            || buffer
+                .first()
+                .is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
+    }
+
+    /// The events not yet written, decoded.
+    pub(crate) fn buffered_audit_events(&self) -> Result<Vec<AuditEvent>, Error> {
+        self.audit_buffer()
+            .iter()
+            .map(|event| event.decode().map_err(|source| Error::Corrupt { what: "buffered audit event", source }))
+            .collect()
+    }
+
+    pub(crate) fn take_buffered_audit(&self) -> Vec<EncodedEvent> {
+        std::mem::take(&mut *self.audit_buffer())
+    }
+}

@@ -1,0 +1,125 @@
+//! The redb store behind the async store interface ([`IdempotencyStore`]).
+//!
+//! Lookups answer inline: a replay or a refusal is decided from a cached read snapshot in
+//! microseconds. Everything that commits (an acquisition, complete, fail, renew, reconcile,
+//! purge) waits for a flush, so it runs on a blocking thread pool and joins the group commit
+//! there; an async runtime's worker threads never wait on an `fsync`. On `wasm32` there are no
+//! threads: every call runs inline and its future is ready when first polled.
+//!
+//! `Store`'s own (blocking) methods have the same names, and a method call on a `Store` picks
+//! them; async code is generic over the interface, or names it (`IdempotencyStore::reserve(&store,
+//! ...)`).
+//!
+//! ```
+//! use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+//! use idemdb_interface::IdempotencyStore;
+//!
+//! async fn charge_once<S: IdempotencyStore>(store: &S, scope: &Scope, key: &IdempotencyKey) -> Result<Vec<u8>, S::Error> {
+//!     let fp = Fingerprint::from_bytes([1; 32]);
+//!     match store.reserve(scope, key, &fp, None).await? {
+//!         Reservation::Acquired(lease) => {
+//!             store.complete(&lease, b"ch_1".to_vec()).await?;
+//!             Ok(b"ch_1".to_vec())
+//!         }
+//!         Reservation::Replay { body, .. } => Ok(body),
+//!         other => panic!("{other:?}"),
+//!     }
+//! }
+//!
+//! let store = Store::in_memory()?;
+//! let scope = Scope::new("acme", "create_payment")?;
+//! let key = IdempotencyKey::new("order-842")?;
+//! assert_eq!(pollster::block_on(charge_once(&store, &scope, &key))?, b"ch_1");
+//! assert_eq!(pollster::block_on(charge_once(&store, &scope, &key))?, b"ch_1", "a replay");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::future::Future;
+
+use idemdb_core::{
+    Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record, Reservation, Resolution, Scope,
+    validate_correlation,
+};
+use idemdb_interface::IdempotencyStore;
+
+use crate::{Error, Store};
+
+/// Runs `work` where it may block: a blocking pool natively, inline on wasm32.
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    blocking::unblock(work).await
+}
+
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    work()
+}
+
+/// The futures own a clone of the handle (cheap: two reference counts).
+impl IdempotencyStore for Store {
+    type Error = Error;
+
+    fn policy(&self, operation: &str) -> &Policy {
+        Store::policy(self, operation)
+    }
+
+    fn key_hash(&self, scope: &Scope, key: &IdempotencyKey) -> KeyHash {
+        Store::key_hash(self, scope, key)
+    }
+
+    fn reserve(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+    ) -> impl Future<Output = Result<Reservation, Error>> + Send {
+        let store = self.clone();
+        let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
+        let correlation = correlation.map(str::to_string);
+        async move {
+            if let Some(correlation) = &correlation {
+                validate_correlation(correlation)?;
+            }
+            if let Some(answer) = store.answer_from_snapshot(&scope, &key, &fingerprint, correlation.as_deref())? {
+                return Ok(answer);
+            }
+            off_runtime(move || store.reserve_in_commit(scope, key, fingerprint, correlation)).await
+        }
+    }
+
+    fn complete(&self, lease: &Lease, result: Vec<u8>) -> impl Future<Output = Result<(), Error>> + Send {
+        let (store, lease) = (self.clone(), lease.clone());
+        off_runtime(move || store.complete(&lease, result))
+    }
+
+    fn fail(&self, lease: &Lease, failure: Failure) -> impl Future<Output = Result<(), Error>> + Send {
+        let (store, lease) = (self.clone(), lease.clone());
+        off_runtime(move || store.fail(&lease, failure))
+    }
+
+    fn renew(&self, lease: &Lease) -> impl Future<Output = Result<Lease, Error>> + Send {
+        let (store, lease) = (self.clone(), lease.clone());
+        off_runtime(move || store.renew(&lease))
+    }
+
+    fn reconcile(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let (store, scope, key) = (self.clone(), scope.clone(), key.clone());
+        off_runtime(move || store.reconcile(&scope, &key, resolution))
+    }
+
+    fn get(&self, scope: &Scope, key: &IdempotencyKey) -> impl Future<Output = Result<Option<Record>, Error>> + Send {
+        let answer = Store::get(self, scope, key);
+        async move { answer }
+    }
+
+    fn purge_expired(&self, budget: usize) -> impl Future<Output = Result<PurgeReport, Error>> + Send {
+        let store = self.clone();
+        off_runtime(move || store.purge_expired(budget))
+    }
+}
