@@ -123,3 +123,40 @@ impl IdempotencyStore for Store {
         off_runtime(move || store.purge_expired(budget))
     }
 }
+
+impl Store {
+    /// [`Store::write`] for async code: the transaction (and its flush) runs on the blocking
+    /// pool, so the runtime's threads never wait for it. This is how an async handler writes
+    /// its own tables and completes the record in the same commit.
+    ///
+    /// ```
+    /// use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+    /// use redb::TableDefinition;
+    /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
+    ///
+    /// let store = Store::in_memory()?;
+    /// let (scope, key) = (Scope::new("acme", "place_order")?, IdempotencyKey::new("order-842")?);
+    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &Fingerprint::from_bytes([9; 32]))? else {
+    ///     panic!()
+    /// };
+    /// pollster::block_on(store.write_async(move |txn| {
+    ///     txn.tables().open_table(ORDERS).map_err(idemdb::Error::from)?.insert("order-842", 1050).map_err(idemdb::Error::from)?;
+    ///     txn.complete(&lease, b"order placed".to_vec())
+    /// }))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::write`].
+    pub async fn write_async<T, E>(
+        &self,
+        f: impl FnOnce(&mut crate::Txn<'_>) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        let store = self.clone();
+        off_runtime(move || store.write(f)).await
+    }
+}
