@@ -9,7 +9,6 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::names::names;
 use crate::{Fingerprint, ReservationKind, Timestamp};
 
 /// A keyed hash of a `(scope, key)`: 16 bytes, shown as 32 hex digits.
@@ -72,7 +71,7 @@ pub enum AuditKind {
     Purged,
 }
 
-names!(AuditKind, "audit event kind", {
+crate::names!(AuditKind, "audit event kind", {
     Reserved => "reserved",
     Replayed => "replayed",
     Conflict => "conflict",

@@ -279,7 +279,7 @@ pub enum Normaliser {
     DecimalAmount,
 }
 
-crate::names::names!(Normaliser, "normaliser", {
+crate::names!(Normaliser, "normaliser", {
     Trim => "trim",
     Uppercase => "uppercase",
     Lowercase => "lowercase",
@@ -362,15 +362,14 @@ pub enum CanonicalError {
 }
 
 impl CanonicalError {
-    /// The stable code: [`ErrorCode::TooLarge`](crate::ErrorCode::TooLarge) for a body over
-    /// the limit, [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a
+    /// The stable code: [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a
     /// misconfigured canonicaliser, [`ErrorCode::InvalidRequest`](crate::ErrorCode::InvalidRequest)
-    /// for a body without a canonical form.
+    /// for a body that has no canonical form or is over the limit.
     pub fn code(&self) -> crate::ErrorCode {
         match self {
-            CanonicalError::BodyTooLarge { .. } => crate::ErrorCode::TooLarge,
             CanonicalError::InvalidPointer { .. } => crate::ErrorCode::InvalidArgument,
-            CanonicalError::InvalidJson { .. }
+            CanonicalError::BodyTooLarge { .. }
+            | CanonicalError::InvalidJson { .. }
             | CanonicalError::NotCanonicalisable { .. }
             | CanonicalError::NormaliserTypeMismatch { .. }
             | CanonicalError::InvalidDecimal { .. }

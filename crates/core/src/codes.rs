@@ -5,8 +5,6 @@
 //! A code names a *class* of failure that a caller can act on; the message says the details.
 //! Codes are never renamed or reused; new ones are added at the end.
 
-use crate::names::names;
-
 /// A stable, machine-readable error code (`IDEMDB_...`).
 ///
 /// ```
@@ -94,7 +92,7 @@ pub enum ErrorCode {
     UnknownName,
 }
 
-names!(ErrorCode, "error code", {
+crate::names!(ErrorCode, "error code", {
     InvalidArgument => "IDEMDB_INVALID_ARGUMENT",
     InvalidKey => "IDEMDB_INVALID_KEY",
     InvalidRequest => "IDEMDB_INVALID_REQUEST",

@@ -45,6 +45,7 @@ mod codec;
 mod codes;
 mod decide;
 mod fingerprint;
+mod intent;
 mod key;
 mod names;
 mod policy;
@@ -63,6 +64,10 @@ pub use codec::{
 pub use codes::{Coded, ErrorCode};
 pub use decide::{Decision, DecisionContext, decide};
 pub use fingerprint::{FINGERPRINT_CONTEXT, Fingerprint, FingerprintBuilder};
+pub use intent::{
+    Attempt, AttemptOutcome, AttemptOutcomeKind, INTENT_FORMAT, Intent, IntentRefusal, IntentResponse, IntentState,
+    IntentStateKind, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS,
+};
 pub use key::{
     IdempotencyKey, IdentityPart, KeyError, MAX_CORRELATION_LEN, MAX_KEY_LEN, MAX_SCOPE_PART_LEN, Scope, ScopedKey,
     validate_correlation,

@@ -48,7 +48,7 @@ impl PolicyError {
     }
 }
 
-crate::names::names!(ExpiredLease, "expired-lease rule", { Uncertain => "uncertain", Takeover => "takeover" });
+crate::names!(ExpiredLease, "expired-lease rule", { Uncertain => "uncertain", Takeover => "takeover" });
 
 /// Retention and lease rules for one operation.
 ///

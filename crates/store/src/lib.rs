@@ -67,10 +67,7 @@ pub use clock::SystemClock;
 pub use clock::{Clock, ManualClock};
 pub use error::{Error, OpenError, StorageError};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
-pub use intents::{
-    Attempt, AttemptOutcome, INTENT_FORMAT, Intent, IntentError, IntentPurge, IntentResponse, IntentState,
-    MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS,
-};
+pub use intents::{IntentError, IntentPurge};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
 pub use rebuild::{RebuildError, RebuildReport};
@@ -79,10 +76,12 @@ pub use tables::STORE_FORMAT;
 pub use txn::Txn;
 
 pub use idemdb_core::{
-    AuditEvent, AuditKind, CanonicalError, Canonicalizer, Coded, ErrorCode, ExpiredLease, Failure, FailureKind,
-    Fingerprint, FingerprintBuilder, IdempotencyKey, KeyError, KeyHash, Lease, Named, Normaliser, OutcomeClass, Policy,
-    PolicyError, PurgeReport, Record, Reservation, ReservationKind, Resolution, ResolutionKind, Scope, ScopedKey,
-    State, StateKind, Timestamp, TransitionError, UncertainCause, UnknownName,
+    Attempt, AttemptOutcome, AttemptOutcomeKind, AuditEvent, AuditKind, CanonicalError, Canonicalizer, Coded,
+    ErrorCode, ExpiredLease, Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey,
+    Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, KeyError, KeyHash, Lease,
+    MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, Normaliser, OutcomeClass, Policy, PolicyError, PurgeReport,
+    Record, Reservation, ReservationKind, Resolution, ResolutionKind, Scope, ScopedKey, State, StateKind, Timestamp,
+    TransitionError, UncertainCause, UnknownName,
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;
