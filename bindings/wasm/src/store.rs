@@ -348,15 +348,7 @@ impl WasmStore {
 }
 
 fn parse_fingerprint(hex: &str) -> Result<Fingerprint, JsValue> {
-    let bad = || invalid("fingerprint must be 64 hexadecimal digits");
-    if hex.len() != 64 || !hex.is_ascii() {
-        return Err(bad());
-    }
-    let mut bytes = [0u8; 32];
-    for (i, byte) in bytes.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(Fingerprint::from_bytes(bytes))
+    Fingerprint::from_hex(hex).ok_or_else(|| invalid("fingerprint must be 64 hexadecimal digits"))
 }
 
 /// The fingerprint (hex) of a JSON request under the canonicalisation options.

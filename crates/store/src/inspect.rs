@@ -114,16 +114,6 @@ impl VerifyReport {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
-}
 
 impl Store {
     /// Counts records by operation and state, and reports sizes.
@@ -183,7 +173,7 @@ impl Store {
             (Some(tenant), operation) => ScopedKey::prefix(tenant, operation.as_deref()),
             (None, _) => Vec::new(),
         };
-        let start = match filter.after.as_deref().map(unhex) {
+        let start = match filter.after.as_deref().map(|cursor| hex::decode(cursor).ok()) {
             Some(Some(cursor)) => cursor,
             Some(None) => return Ok(Listing::default()),
             None => prefix.clone(),
@@ -209,7 +199,7 @@ impl Store {
                 continue;
             }
             if listing.records.len() == limit {
-                listing.next_cursor = listing.records.last().map(|last| hex(&last.scoped.encode()));
+                listing.next_cursor = listing.records.last().map(|last| hex::encode(last.scoped.encode()));
                 break;
             }
             listing.records.push(ListedRecord { key_hash: self.engine.key_hash_of(key), scoped, record });
