@@ -114,7 +114,6 @@ impl VerifyReport {
     }
 }
 
-
 impl Store {
     /// Counts records by operation and state, and reports sizes.
     ///

@@ -51,7 +51,9 @@ fn parse_error(err: &serde_json::Error, failure: Option<ParseFailure>) -> Canoni
         |what: &str| CanonicalError::NotCanonicalisable { reason: format!("{what} at line {line} column {column}") };
     match failure {
         Some(ParseFailure::TooDeep) => CanonicalError::TooDeep { max: MAX_DEPTH },
-        Some(ParseFailure::DuplicateKey(key)) => not_canonicalisable(&format!("duplicate member name {:?}", quote(&key))),
+        Some(ParseFailure::DuplicateKey(key)) => {
+            not_canonicalisable(&format!("duplicate member name {:?}", quote(&key)))
+        }
         None if message.starts_with("recursion limit exceeded") => CanonicalError::TooDeep { max: MAX_DEPTH },
         None if message.starts_with("number out of range") => {
             not_canonicalisable("number outside the IEEE 754 double range")
