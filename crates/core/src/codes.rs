@@ -90,6 +90,13 @@ pub enum ErrorCode {
     SchemaMismatch,
     /// A name did not belong to its vocabulary.
     UnknownName,
+    /// A request came without the credentials the service takes its tenant from.
+    Unauthenticated,
+    /// The provider's key-retention window has passed since an effect of unknown outcome was
+    /// first sent: query the provider and resolve, never send the key again.
+    ProviderKeyExpired,
+    /// A webhook delivery id was reused with a different payload.
+    DeliveryMismatch,
 }
 
 crate::names!(ErrorCode, "error code", {
@@ -129,6 +136,9 @@ crate::names!(ErrorCode, "error code", {
     Unavailable => "IDEMDB_UNAVAILABLE",
     SchemaMismatch => "IDEMDB_SCHEMA_MISMATCH",
     UnknownName => "IDEMDB_UNKNOWN_NAME",
+    Unauthenticated => "IDEMDB_UNAUTHENTICATED",
+    ProviderKeyExpired => "IDEMDB_PROVIDER_KEY_EXPIRED",
+    DeliveryMismatch => "IDEMDB_DELIVERY_MISMATCH",
 });
 
 impl ErrorCode {
