@@ -60,6 +60,7 @@ mod snapshot;
 mod store;
 mod tables;
 mod txn;
+mod workflow;
 
 pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
@@ -74,14 +75,19 @@ pub use rebuild::{RebuildError, RebuildReport};
 pub use store::{ExecuteError, Executed, Store};
 pub use tables::STORE_FORMAT;
 pub use txn::Txn;
+pub use workflow::{Attention, EffectFilter, delivery_policy_name};
 
 pub use idemdb_core::{
-    Attempt, AttemptOutcome, AttemptOutcomeKind, AuditEvent, AuditKind, CanonicalError, Canonicalizer, Coded,
-    ErrorCode, ExpiredLease, Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey,
-    Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, KeyError, KeyHash, Lease,
-    MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, Normaliser, OutcomeClass, Policy, PolicyError, PurgeReport,
-    Record, Reservation, ReservationKind, Resolution, ResolutionKind, Scope, ScopedKey, State, StateKind, Timestamp,
-    TransitionError, UncertainCause, UnknownName,
+    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, AuditEvent, AuditKind, CanonicalError, Canonicalizer,
+    Claim, Coded, Compensation, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord, DomainGuard,
+    DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease, Failure, FailureKind, Fingerprint,
+    FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal, Intent, IntentRefusal,
+    IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,
+    KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, NewerVersion, Normaliser,
+    ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass, Policy, PolicyError,
+    ProviderState, PurgeReport, Record, Reservation, ReservationKind, Resolution, ResolutionKind, RetentionBudget,
+    Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName,
+    ValidTransition,
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;

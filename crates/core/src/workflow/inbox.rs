@@ -113,6 +113,26 @@ impl Delivery {
     pub fn object_key(&self) -> Vec<u8> {
         encode_pair(&self.source, &self.object_id)
     }
+
+    /// The table key of delivery `delivery_id` of `source`.
+    ///
+    /// # Errors
+    /// [`KeyError`] for an invalid source or id.
+    pub fn delivery_key_of(source: &str, delivery_id: &str) -> Result<Vec<u8>, KeyError> {
+        validate(IdentityPart::Delivery, source, MAX_NAME_LEN, true)?;
+        validate(IdentityPart::Delivery, delivery_id, MAX_KEY_LEN, false)?;
+        Ok(encode_pair(source, delivery_id))
+    }
+
+    /// The table key of object `object_id` of `source`.
+    ///
+    /// # Errors
+    /// [`KeyError`] for an invalid source or id.
+    pub fn object_key_of(source: &str, object_id: &str) -> Result<Vec<u8>, KeyError> {
+        validate(IdentityPart::Delivery, source, MAX_NAME_LEN, true)?;
+        validate(IdentityPart::Delivery, object_id, MAX_KEY_LEN, false)?;
+        Ok(encode_pair(source, object_id))
+    }
 }
 
 /// What a delivery's first acceptance did.

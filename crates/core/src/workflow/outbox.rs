@@ -60,8 +60,8 @@ use serde::{Deserialize, Serialize};
 
 use super::EffectName;
 use crate::{
-    DecodeError, ErrorCode, IdempotencyKey, KeyError, Lease, Policy, Scope, ScopedKey, Timestamp, TransitionError,
-    codec,
+    DecodeError, ErrorCode, Failure, IdempotencyKey, KeyError, Lease, Policy, Record, Resolution, Scope, ScopedKey,
+    State, Timestamp, TransitionError, UncertainCause, codec,
 };
 
 /// Format version of stored outbox items.
@@ -383,6 +383,18 @@ impl OutboxItem {
         }
     }
 
+    /// When retention removes a finished item: its record's whole retention after it
+    /// finished (response and tombstone TTLs), so the effect is on record as long as the key is
+    /// known.
+    pub fn forget_at(&self, policy: &Policy) -> Option<Timestamp> {
+        match self.state {
+            OutboxState::Confirmed { .. } | OutboxState::Failed { .. } => {
+                Some(self.updated_at.saturating_add(policy.response_ttl()).saturating_add(policy.tombstone_ttl()))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the item waits in the reconciliation queue.
     pub fn needs_reconciliation(&self) -> bool {
         matches!(self.state, OutboxState::Uncertain { .. })
@@ -507,6 +519,70 @@ impl OutboxItem {
             }
         }
         Ok(next)
+    }
+
+    /// What the intent's own record becomes now that the item is in its current state (it
+    /// follows the effect): completed with `result` when the effect is confirmed, failed
+    /// definitively when it failed, uncertain when its outcome is unknown, and, while the item
+    /// waits to be dispatched, in progress with its lease held until the next dispatch can
+    /// finish. `None`: the record is already where it should be, or has moved on (it was
+    /// reconciled by hand, or taken over by a newer attempt), and is left alone.
+    ///
+    /// # Errors
+    /// [`TransitionError`] from the record's transition (a result over the limit).
+    pub fn record_after(
+        &self,
+        record: &Record,
+        result: Option<Vec<u8>>,
+        now: Timestamp,
+        policy: &Policy,
+    ) -> Result<Option<Record>, TransitionError> {
+        if record.fence != self.record_fence {
+            return Ok(None);
+        }
+        let holder_may_finish =
+            matches!(record.state, State::InProgress { .. } | State::Uncertain { cause: UncertainCause::LeaseExpired });
+        let reported = matches!(record.state, State::Uncertain { cause: UncertainCause::Reported });
+        let finished = |completed: bool, body: Vec<u8>| -> Result<Option<Record>, TransitionError> {
+            if holder_may_finish {
+                if completed {
+                    crate::complete(record, record.fence, body, now, policy).map(Some)
+                } else {
+                    crate::fail(record, record.fence, Failure::Definitive(body), now, policy).map(Some)
+                }
+            } else if reported {
+                let resolution = if completed { Resolution::Completed(body) } else { Resolution::Failed(body) };
+                crate::reconcile(record, resolution, now, policy).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        match &self.state {
+            OutboxState::Confirmed { .. } => finished(true, result.unwrap_or_default()),
+            OutboxState::Failed { body } => finished(false, body.clone()),
+            OutboxState::Uncertain { .. } => match record.state {
+                State::InProgress { .. } => {
+                    crate::fail(record, record.fence, Failure::Uncertain, now, policy).map(Some)
+                }
+                _ => Ok(None),
+            },
+            OutboxState::Pending { .. } | OutboxState::Dispatching { .. } => match record.state {
+                State::InProgress { lease_expires_at } => {
+                    let next_dispatch = self.due_at().unwrap_or(now).max(now);
+                    let hold = next_dispatch.saturating_add(policy.lease_ttl()).max(lease_expires_at);
+                    if hold == lease_expires_at {
+                        return Ok(None);
+                    }
+                    let now = now.max(record.updated_at);
+                    Ok(Some(Record {
+                        state: State::InProgress { lease_expires_at: hold },
+                        updated_at: now,
+                        ..record.clone()
+                    }))
+                }
+                _ => Ok(None),
+            },
+        }
     }
 
     /// The item's table key: `ScopedKey::encode · len:u8 · effect name`.
@@ -771,6 +847,39 @@ mod tests {
         assert_eq!(OutboxItem::enqueue(Some(first.clone()), first.clone()), Ok((first.clone(), false)));
         let other = OutboxItem { payload: b"q".to_vec(), ..first.clone() };
         assert_eq!(OutboxItem::enqueue(Some(first), other), Err(OutboxRefusal::PayloadMismatch));
+    }
+
+    #[test]
+    fn the_intent_record_follows_its_effect() {
+        use crate::{DecisionContext, Fingerprint, decide};
+        let policy = policy();
+        let (scope, key) = (Scope::new("acme", "pay").unwrap(), IdempotencyKey::new("order-842").unwrap());
+        let reserved =
+            decide(None, &scope, &key, &Fingerprint::from_bytes([1; 32]), DecisionContext::new(at(0), &policy));
+        let record = reserved.write.unwrap();
+        let lease = reserved.answer.lease().unwrap().clone();
+        let item = OutboxItem::new(&lease, EffectName::new("authorize").unwrap(), 1, vec![], at(0)).unwrap();
+        // Waiting for a dispatch after a backoff: the record's lease is held until then.
+        let waiting = OutboxItem { state: OutboxState::Pending { due_at: at(30) }, ..item.clone() };
+        let held = waiting.record_after(&record, None, at(1), &policy).unwrap().unwrap();
+        assert_eq!(held.state, State::InProgress { lease_expires_at: at(40) });
+        // Confirmed: the record completes with the result.
+        let dispatching = claimed(&item, at(1));
+        let done = dispatching.report(1, confirmed(), at(2), &policy).unwrap();
+        let completed = done.record_after(&held, Some(b"r".to_vec()), at(2), &policy).unwrap().unwrap();
+        assert!(matches!(completed.state, State::Completed { ref result, .. } if result == b"r"));
+        assert_eq!(done.record_after(&completed, Some(b"r".to_vec()), at(3), &policy), Ok(None), "already there");
+        // Unknown, then confirmed by a query: uncertain, then reconciled.
+        let unknown = dispatching.report(1, EffectReport::Unknown { reason: "t".into() }, at(2), &policy).unwrap();
+        let uncertain = unknown.record_after(&held, None, at(2), &policy).unwrap().unwrap();
+        assert_eq!(uncertain.state, State::Uncertain { cause: UncertainCause::Reported });
+        let resolved =
+            unknown.resolve(ProviderState::Confirmed { reference: "a".into(), result: b"q".to_vec() }, at(3)).unwrap();
+        let reconciled = resolved.record_after(&uncertain, Some(b"q".to_vec()), at(3), &policy).unwrap().unwrap();
+        assert!(matches!(reconciled.state, State::Completed { ref result, .. } if result == b"q"));
+        // A record taken over by a newer attempt is left alone.
+        let newer = Record { fence: record.fence + 1, ..held };
+        assert_eq!(done.record_after(&newer, Some(b"r".to_vec()), at(4), &policy), Ok(None));
     }
 
     #[test]
