@@ -131,4 +131,6 @@ fn decision_table_on_the_wasm32_build() {
     let cases = pollster::block_on(conformance::run_decision_table(&mut stores, "wasm32 memory store"));
     assert_eq!(cases, stores.1);
     assert!(cases >= 50);
+    // The workflow primitives (outbox, inbox, jobs) tell the same stories in wasm32.
+    assert_eq!(pollster::block_on(conformance::run_workflow_stories(&mut stores, "wasm32 memory store")), 4);
 }

@@ -52,6 +52,9 @@ use idemdb_core::{
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod workflow;
+
+pub use workflow::WorkflowStore;
 
 /// An idempotency store: reserve a key for a request, complete or fail the attempt, replay
 /// true retries and refuse everything else — the same answers on every backend.

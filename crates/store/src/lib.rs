@@ -75,13 +75,13 @@ pub use rebuild::{RebuildError, RebuildReport};
 pub use store::{ExecuteError, Executed, Store};
 pub use tables::STORE_FORMAT;
 pub use txn::Txn;
-pub use workflow::{Attention, EffectFilter, delivery_policy_name};
+pub use workflow::{EffectFilter, delivery_policy_name};
 
 pub use idemdb_core::{
-    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, AuditEvent, AuditKind, CanonicalError, Canonicalizer,
-    Claim, Coded, Compensation, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord, DomainGuard,
-    DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease, Failure, FailureKind, Fingerprint,
-    FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal, Intent, IntentRefusal,
+    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AuditEvent, AuditKind, CanonicalError,
+    Canonicalizer, Claim, Coded, Compensation, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord,
+    DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease, Failure, FailureKind,
+    Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal, Intent, IntentRefusal,
     IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,
     KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, NewerVersion, Normaliser,
     ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass, Policy, PolicyError,

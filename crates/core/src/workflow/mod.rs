@@ -13,7 +13,7 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::key::validate;
-use crate::{IdempotencyKey, IdentityPart, KeyError};
+use crate::{IdempotencyKey, IdentityPart, KeyError, Record, ScopedKey, Timestamp};
 
 pub use budget::{DuplicateCost, RetentionBudget};
 pub use inbox::{
@@ -28,6 +28,38 @@ pub use outbox::{
     Claim, EffectDoubt, EffectReport, MAX_REASON_LEN, MAX_REFERENCE_LEN, OUTBOX_FORMAT, OutboxItem, OutboxRefusal,
     OutboxState, OutboxStateKind, ProviderState, backoff,
 };
+
+/// One entry of the reconciliation queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Attention {
+    /// A record whose outcome is uncertain: `reconcile` it once you know.
+    Record {
+        /// Its scope and key.
+        scoped: ScopedKey,
+        /// The record.
+        record: Record,
+        /// When it became uncertain.
+        since: Timestamp,
+    },
+    /// An outbox effect whose outcome is unknown: `retry_effect` it inside the
+    /// provider's window, or query the provider and `resolve_effect`.
+    Effect {
+        /// The item.
+        item: OutboxItem,
+        /// When it became uncertain.
+        since: Timestamp,
+    },
+}
+
+impl Attention {
+    /// When the entry became uncertain.
+    pub fn since(&self) -> Timestamp {
+        match self {
+            Attention::Record { since, .. } | Attention::Effect { since, .. } => *since,
+        }
+    }
+}
 
 /// Longest effect or step name, in bytes.
 pub const MAX_EFFECT_NAME_LEN: usize = 64;

@@ -224,6 +224,36 @@ impl Store {
         Ok(())
     }
 
+    /// Records a finished step in a transaction of its own (for a step whose effect went
+    /// through the outbox; a local effect belongs in [`Store::run_step`]).
+    ///
+    /// # Errors
+    /// As [`Txn::record_step`].
+    pub fn record_step(
+        &self,
+        lease: &JobLease,
+        step: &EffectName,
+        result: Vec<u8>,
+        compensation: Option<Vec<u8>>,
+    ) -> Result<(), Error> {
+        let (lease, step) = (lease.clone(), step.clone());
+        self.group.run(&self.engine, move |txn| txn.record_step(&lease, &step, result, compensation))
+    }
+
+    /// Records that the compensation of `step` ran (for one that went through the outbox; a
+    /// local one belongs in [`Store::compensate`]).
+    ///
+    /// # Errors
+    /// [`JobRefusal::NoCompensation`], [`JobRefusal::StaleLease`], [`JobRefusal::WrongState`];
+    /// storage errors.
+    pub fn record_compensated(&self, lease: &JobLease, step: &EffectName) -> Result<(), Error> {
+        let (lease, step) = (lease.clone(), step.clone());
+        self.group.run(&self.engine, move |txn| {
+            let policy = txn.engine().policy(lease.scope.operation()).clone();
+            txn.change_job(&lease, |job, txn| Ok((job.record_compensated(lease.fence, &step, txn.now(), &policy)?, ())))
+        })
+    }
+
     /// The record of job `(scope, job)`.
     ///
     /// # Errors

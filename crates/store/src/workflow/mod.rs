@@ -13,4 +13,3 @@ pub(crate) use retention::{forget_entry, is_workflow_entry, verify_tables};
 
 pub use inbox::delivery_policy_name;
 pub use outbox::EffectFilter;
-pub use reconcile::Attention;

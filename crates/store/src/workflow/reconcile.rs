@@ -4,42 +4,10 @@
 
 use redb::{ReadableDatabase, ReadableTable};
 
-use idemdb_core::{AuditKind, IdempotencyKey, OutboxItem, Record, Scope, ScopedKey, Timestamp};
+use idemdb_core::{Attention, AuditKind, IdempotencyKey, OutboxItem, Scope, ScopedKey, Timestamp};
 
 use crate::tables::{OUTBOX, RECONCILE, RECONCILE_EFFECT, RECONCILE_RECORD};
 use crate::{Error, Store};
-
-/// One entry of the reconciliation queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Attention {
-    /// A record whose outcome is uncertain: [`Store::reconcile`] it once you know.
-    Record {
-        /// Its scope and key.
-        scoped: ScopedKey,
-        /// The record.
-        record: Record,
-        /// When it became uncertain.
-        since: Timestamp,
-    },
-    /// An outbox effect whose outcome is unknown: [`Store::retry_effect`] it inside the
-    /// provider's window, or query the provider and [`Store::resolve_effect`].
-    Effect {
-        /// The item.
-        item: OutboxItem,
-        /// When it became uncertain.
-        since: Timestamp,
-    },
-}
-
-impl Attention {
-    /// When the entry became uncertain.
-    pub fn since(&self) -> Timestamp {
-        match self {
-            Attention::Record { since, .. } | Attention::Effect { since, .. } => *since,
-        }
-    }
-}
 
 impl Store {
     /// The reconciliation queue, oldest first (at most `limit` entries; 0: all).
