@@ -31,7 +31,7 @@ use idemdb_core::{
     IntentRefusal, IntentResponse, KeyError, Scope, ScopedKey, Timestamp,
 };
 
-use crate::tables::INTENTS;
+use crate::tables::{INTENTS, open_optional};
 use crate::{Error, Store};
 
 /// What one [`Store::purge_intents`] pass removed.
@@ -167,11 +167,7 @@ impl Store {
     pub fn intent(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Intent>, IntentError> {
         let encoded = ScopedKey::encode_parts(scope, key);
         let read = self.engine.db.begin_read().map_err(Error::from)?;
-        let table = match read.open_table(INTENTS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(table) = open_optional(&read, INTENTS)? else { return Ok(None) };
         let Some(value) = table.get(encoded.as_slice()).map_err(Error::from)? else { return Ok(None) };
         decode(&encoded, value.value()).map(Some)
     }
@@ -193,11 +189,7 @@ impl Store {
     /// Storage errors; a corrupt stored intent.
     pub fn all_intents(&self) -> Result<Vec<Intent>, IntentError> {
         let read = self.engine.db.begin_read().map_err(Error::from)?;
-        let table = match read.open_table(INTENTS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(table) = open_optional(&read, INTENTS)? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for entry in table.iter().map_err(Error::from)? {
             let (key, value) = entry.map_err(Error::from)?;

@@ -20,9 +20,11 @@
 //! (at most 128), so the two never collide and entries written before these tables existed
 //! read unchanged.
 
-use redb::TableDefinition;
+use redb::{Key, ReadOnlyTable, ReadTransaction, TableDefinition, Value};
 
 use idemdb_core::Timestamp;
+
+use crate::Error;
 
 /// Store-wide metadata: magic, format, audit secret, clock high-water mark.
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("idemdb_meta");
@@ -109,4 +111,17 @@ pub(crate) fn audit_key(at: Timestamp, sequence: u64) -> [u8; 16] {
     out[..8].copy_from_slice(&at.as_millis().to_be_bytes());
     out[8..].copy_from_slice(&sequence.to_be_bytes());
     out
+}
+
+/// Opens `table` for reading; `None` when no write has created it yet (a store that never
+/// used intents, the outbox, the inbox or jobs).
+pub(crate) fn open_optional<K: Key + 'static, V: Value + 'static>(
+    read: &ReadTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<Option<ReadOnlyTable<K, V>>, Error> {
+    match read.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
 }

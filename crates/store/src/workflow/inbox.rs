@@ -9,7 +9,7 @@ use idemdb_core::{
     accept,
 };
 
-use crate::tables::{DELIVERIES, EXPIRY, EXPIRY_DELIVERY, OBJECTS, marked_expiry_key};
+use crate::tables::{DELIVERIES, EXPIRY, EXPIRY_DELIVERY, OBJECTS, marked_expiry_key, open_optional};
 use crate::txn::Txn;
 use crate::{Error, ExecuteError, Store};
 
@@ -142,11 +142,7 @@ impl Store {
     /// Storage errors; [`Error::Corrupt`].
     pub fn deliveries(&self, limit: usize) -> Result<Vec<(String, String, DeliveryRecord)>, Error> {
         let read = self.engine.db.begin_read()?;
-        let table = match read.open_table(DELIVERIES) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(table) = open_optional(&read, DELIVERIES)? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (key, value) = entry?;
@@ -174,11 +170,7 @@ impl Store {
         decode: impl FnOnce(&[u8]) -> Result<T, idemdb_core::DecodeError>,
     ) -> Result<Option<T>, Error> {
         let read = self.engine.db.begin_read()?;
-        let table = match read.open_table(table) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(table) = open_optional(&read, table)? else { return Ok(None) };
         let Some(value) = table.get(key)? else { return Ok(None) };
         decode(value.value()).map(Some).map_err(|source| Error::Corrupt { what, source })
     }

@@ -11,7 +11,7 @@ use idemdb_core::{
 
 use crate::tables::{
     EXPIRY, EXPIRY_OUTBOX, OUTBOX, OUTBOX_DUE, RECONCILE, RECONCILE_EFFECT, expiry_key, marked_expiry_key,
-    reconcile_key, split_expiry_key,
+    open_optional, reconcile_key, split_expiry_key,
 };
 use crate::txn::Txn;
 use crate::{Error, Store};
@@ -319,11 +319,7 @@ impl Store {
     ) -> Result<Option<OutboxItem>, Error> {
         let storage_key = OutboxItem::key_of(scope, key, effect);
         let read = self.engine.db.begin_read()?;
-        let table = match read.open_table(OUTBOX) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(table) = open_optional(&read, OUTBOX)? else { return Ok(None) };
         let Some(value) = table.get(storage_key.as_slice())? else { return Ok(None) };
         OutboxItem::decode(&storage_key, value.value())
             .map(Some)
@@ -336,11 +332,7 @@ impl Store {
     /// Storage errors; [`Error::Corrupt`].
     pub fn effects(&self, filter: &EffectFilter) -> Result<Vec<OutboxItem>, Error> {
         let read = self.engine.db.begin_read()?;
-        let table = match read.open_table(OUTBOX) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(table) = open_optional(&read, OUTBOX)? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (key, value) = entry?;

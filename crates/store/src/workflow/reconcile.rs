@@ -6,7 +6,7 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use idemdb_core::{Attention, AuditKind, IdempotencyKey, OutboxItem, Scope, ScopedKey, Timestamp};
 
-use crate::tables::{OUTBOX, RECONCILE, RECONCILE_EFFECT, RECONCILE_RECORD};
+use crate::tables::{OUTBOX, RECONCILE, RECONCILE_EFFECT, RECONCILE_RECORD, open_optional};
 use crate::{Error, Store};
 
 impl Store {
@@ -29,11 +29,7 @@ impl Store {
     /// Storage errors; [`Error::Corrupt`].
     pub fn reconciliation_queue(&self, limit: usize) -> Result<Vec<Attention>, Error> {
         let read = self.engine.db.begin_read()?;
-        let queue = match read.open_table(RECONCILE) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(queue) = open_optional(&read, RECONCILE)? else { return Ok(Vec::new()) };
         let mut entries = Vec::new();
         for entry in queue.iter()? {
             let (key, since) = entry?;
