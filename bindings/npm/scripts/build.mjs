@@ -3,6 +3,7 @@
 // for the web/ESM and Node/CommonJS targets over ONE .wasm file, then the TypeScript (ESM and
 // CommonJS). Prints the .wasm size raw and gzipped. Run from anywhere: `npm run build`.
 import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { cpSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -37,6 +38,9 @@ if (!web.equals(readFileSync(join(tmp, 'idemdb_wasm_bg.wasm')))) {
   process.exit(1);
 }
 renameSync(join(tmp, 'idemdb_wasm.js'), join(out, 'idemdb_wasm_node.cjs'));
+// The declarations of the engine (its classes and the value types of its TypeScript section),
+// without the web target's loader types, which need the DOM library.
+renameSync(join(tmp, 'idemdb_wasm.d.ts'), join(out, 'idemdb_wasm_node.d.cts'));
 rmSync(tmp, { recursive: true, force: true });
 
 rmSync(join(pkgDir, 'dist'), { recursive: true, force: true });
@@ -45,9 +49,20 @@ run(process.execPath, [tsc, '-p', 'tsconfig.json']);
 run(process.execPath, [tsc, '-p', 'tsconfig.cjs.json']);
 writeFileSync(join(pkgDir, 'dist', 'cjs', 'package.json'), '{ "type": "commonjs" }\n');
 mkdirSync(join(pkgDir, 'dist', 'wasm'), { recursive: true });
-for (const file of ['idemdb_wasm.js', 'idemdb_wasm.d.ts', 'idemdb_wasm_bg.wasm', 'idemdb_wasm_node.cjs']) {
+for (const file of ['idemdb_wasm.js', 'idemdb_wasm.d.ts', 'idemdb_wasm_bg.wasm', 'idemdb_wasm_node.cjs', 'idemdb_wasm_node.d.cts']) {
   cpSync(join(out, file), join(pkgDir, 'dist', 'wasm', file));
 }
+
+// Node: the ESM entry re-exports the CommonJS build, so that `import` and `require` in one
+// process share one copy of the package (one engine; `instanceof IdemdbError` holds across both).
+const cjsNames = Object.keys(createRequire(import.meta.url)(join(pkgDir, 'dist', 'cjs', 'node.js'))).filter((name) => name !== '__esModule');
+writeFileSync(
+  join(pkgDir, 'dist', 'esm', 'node.js'),
+  `// The Node ESM entry: the CommonJS build (../cjs/node.js), re-exported, so that import and\n` +
+    `// require share one copy of the package. Written by scripts/build.mjs.\n` +
+    `import cjs from '../cjs/node.js';\n\n` +
+    `export const {\n${cjsNames.map((name) => `  ${name},`).join('\n')}\n} = cjs;\n`,
+);
 
 const gz = gzipSync(web, { level: 9 }).length;
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;

@@ -1,37 +1,26 @@
 /**
  * Typed errors. Every error the package throws is an `IdemdbError` (a real `Error`) with a
- * stable `code`; catch a subclass, or switch on `code`.
+ * stable `code`; catch a subclass, or switch on `code`. Engine errors (plain JS errors with a
+ * `code`, made in `bindings/wasm`) become the subclass their code names (`toIdemdbError`).
  */
+import type { EngineErrorCode } from './engine-codes.js';
 
-/** Every stable error code. */
-export type ErrorCode =
+
+/** The codes this package's TypeScript layer makes (the engine's are in `engine-codes.ts`). */
+export type PackageErrorCode =
   | 'IDEMDB_INVALID_ARGUMENT'
-  | 'IDEMDB_INVALID_KEY'
-  | 'IDEMDB_INVALID_REQUEST'
-  | 'IDEMDB_NOT_FOUND'
-  | 'IDEMDB_KEY_REUSED'
-  | 'IDEMDB_INTENT_FINISHED'
-  | 'IDEMDB_STALE_LEASE'
-  | 'IDEMDB_WRONG_STATE'
-  | 'IDEMDB_LEASE_LIVE'
-  | 'IDEMDB_TOO_LARGE'
-  | 'IDEMDB_STORAGE'
-  | 'IDEMDB_COMMIT_UNKNOWN'
-  | 'IDEMDB_CORRUPT'
-  | 'IDEMDB_NO_RANDOMNESS'
   | 'IDEMDB_CLOSED'
   | 'IDEMDB_STORE_BUSY'
-  | 'IDEMDB_NOT_A_STORE'
-  | 'IDEMDB_FOREIGN'
-  | 'IDEMDB_NEWER_FORMAT'
-  | 'IDEMDB_OLDER_FORMAT'
-  | 'IDEMDB_INVALID_POLICY'
   | 'IDEMDB_UNSUPPORTED'
+  | 'IDEMDB_NOT_READY'
   | 'IDEMDB_INTERNAL'
   | 'IDEMDB_CONFLICT'
   | 'IDEMDB_RETRIES_EXHAUSTED'
   | 'IDEMDB_ABANDONED'
   | 'IDEMDB_ABORTED';
+
+/** Every stable error code. */
+export type ErrorCode = EngineErrorCode | PackageErrorCode;
 
 /** Base class of every error this package throws. */
 export class IdemdbError extends Error {
@@ -74,6 +63,11 @@ export class OpenError extends IdemdbError {}
 export class UnsupportedError extends IdemdbError {}
 /** A bug or a trap inside the engine; the store should be reopened. */
 export class InternalError extends IdemdbError {}
+/**
+ * The WebAssembly engine is not loaded: `await ready()` first (the open functions do it), or
+ * the `.wasm` could not be fetched (pass its URL to `ready(url)`).
+ */
+export class NotReadyError extends IdemdbError {}
 
 /** The server answered 422: the key is bound to a different request. Never retried. */
 export class ConflictError extends IdemdbError {
@@ -108,7 +102,7 @@ export class AbandonedError extends IdemdbError {
 /** The caller's `AbortSignal` fired; the intent stays pending. */
 export class AbortedError extends IdemdbError {}
 
-const BY_CODE: Record<string, new (code: ErrorCode, message: string, options?: { cause?: unknown }) => IdemdbError> = {
+const BY_CODE: Partial<Record<ErrorCode, new (code: ErrorCode, message: string, options?: { cause?: unknown }) => IdemdbError>> = {
   IDEMDB_INVALID_ARGUMENT: InvalidInputError,
   IDEMDB_INVALID_KEY: InvalidInputError,
   IDEMDB_INVALID_REQUEST: InvalidInputError,
@@ -127,6 +121,9 @@ const BY_CODE: Record<string, new (code: ErrorCode, message: string, options?: {
   IDEMDB_FOREIGN: OpenError,
   IDEMDB_NEWER_FORMAT: OpenError,
   IDEMDB_OLDER_FORMAT: OpenError,
+  IDEMDB_UNSUPPORTED: UnsupportedError,
+  IDEMDB_NOT_READY: NotReadyError,
+  IDEMDB_INTERNAL: InternalError,
 };
 
 /** Turns anything thrown by the engine or a host callback into a typed `IdemdbError`. */
@@ -136,7 +133,7 @@ export function toIdemdbError(thrown: unknown): IdemdbError {
   const message = thrown instanceof Error ? thrown.message : String(thrown);
   if (typeof code === 'string' && code.startsWith('IDEMDB_')) {
     const reopenRequired = (thrown as { reopenRequired?: unknown }).reopenRequired === true;
-    const Ctor = BY_CODE[code];
+    const Ctor = BY_CODE[code as ErrorCode];
     if (Ctor) return new Ctor(code as ErrorCode, message, { cause: thrown });
     return new StorageError(code as ErrorCode, message, { cause: thrown, reopenRequired });
   }
