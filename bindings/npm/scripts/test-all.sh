@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the WebAssembly engine and the npm package, packs it, installs the tarball into a
 # scratch project, and runs every JS-side test: Node (ESM and CommonJS), headless Chromium
-# (OPFS, reloads, killed workers, browser restart, two tabs, idempotentFetch), workerd, and
-# the native cross-read of store files. Idempotent: installs only what is missing.
+# (OPFS, reloads, killed workers, browser restart, two tabs, idempotentFetch, the README worker
+# with and without esbuild), workerd (memory and Durable Object stores on local disk across
+# restarts), typings per documented setup, the .wasm size budget, and the native cross-read of
+# store files. Idempotent: installs only what is missing.
 #
 #   bash bindings/npm/scripts/test-all.sh
 #
@@ -75,6 +77,19 @@ if ! node scripts/build.mjs; then
   echo; echo "$PASSED passed, $FAILED failed"; exit 1
 fi
 
+step "size budget of the .wasm (gzipped)"
+# The budget (WASM_GZIP_BUDGET in scripts/build.mjs) is what the build reaches with the levers
+# that paid (see the README's "Size"); a change that grows the .wasm past it fails here.
+BUDGET=$(node -p "require('./dist/wasm-size.json').budget")
+GZIP=$(node -p "require('./dist/wasm-size.json').gzip")
+if [ "$GZIP" -le "$BUDGET" ]; then
+  echo "  wasm gzipped: $GZIP bytes, budget $BUDGET: ok"
+  PASSED=$((PASSED + 1))
+else
+  echo "  wasm gzipped: $GZIP bytes, over the budget of $BUDGET bytes"
+  FAILED=$((FAILED + 1))
+fi
+
 step "pack and install the tarball into a scratch project"
 rm -rf "$SCRATCH"
 mkdir -p "$SCRATCH/project"
@@ -96,6 +111,7 @@ export IDEMDB_CARGO_TOML="$ROOT/Cargo.toml"
 export IDEMDB_SCRATCH="$SCRATCH/project"
 export IDEMDB_TSC="$PKG/node_modules/typescript/bin/tsc"
 export IDEMDB_TYPE_ROOTS="$PKG/node_modules/@types"
+export IDEMDB_ESBUILD="$PKG/node_modules"
 
 step "Rust-side tests of the bindings in wasm32 (wasm-bindgen-test-runner, in Node)"
 WASM_OUT=$(mktemp)
@@ -115,10 +131,10 @@ rm -f "$WASM_OUT"
 step "Node: ESM and CommonJS against the installed tarball"
 cd "$SCRATCH/project"
 rm -f payments.idemdb payments.idemdb.lock
-node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/api.test.cjs test/node/readme.test.mjs test/node/types.test.mjs
+node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/api.test.cjs test/node/readme.test.mjs test/node/types.test.mjs test/node/package.test.mjs
 cd "$PKG"
 
-step "workerd: a worker reserving and replaying through the package"
+step "workerd: memory and Durable Object stores (local disk, restarts), the README examples"
 node_suite workerd node --test --test-reporter=tap test/workerd/workerd.test.mjs
 
 if [ -n "$CHROMIUM" ]; then

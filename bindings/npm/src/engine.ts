@@ -57,7 +57,7 @@ export function loadEngine(source?: WasmSource): Promise<Engine> {
       const typed = toIdemdbError(error);
       throw new NotReadyError(
         'IDEMDB_NOT_READY',
-        `idemdb: could not load its WebAssembly engine (${typed.message}). If your bundler did not copy ` +
+        `idemdb: could not load its WebAssembly engine${typeof source === 'string' || source instanceof URL ? ` from ${String(source)}` : ''} (${typed.message}). If your bundler did not copy ` +
           "the .wasm beside the bundle, copy node_modules/idemdb/dist/wasm/idemdb_wasm_bg.wasm there, or pass its URL: " +
           "await ready(new URL('./idemdb_wasm_bg.wasm', import.meta.url)) (the file is also exported as 'idemdb/idemdb.wasm')",
         { cause: error },
