@@ -7,7 +7,7 @@
 #   bash bindings/npm/scripts/size-levers.sh [lever ...]
 #
 # Levers: baseline, opt-s, wasm-opt-oz, wasm-opt-os, keep-sections, tracing-off,
-# immediate-abort, no-location, fmt-debug-shallow. Needs wasm-bindgen (the pinned version),
+# immediate-abort, no-location, fmt-debug-shallow, nightly-tracing-off, optimize-for-size. Needs wasm-bindgen (the pinned version),
 # and for the nightly levers the nightly toolchain with rust-src; wasm-opt from the npm
 # `binaryen` package (installed into target/size-levers/binaryen when missing).
 set -euo pipefail
@@ -70,6 +70,15 @@ for lever in "${LEVERS[@]}"; do
     fmt-debug-shallow)
       input=$(RUSTFLAGS='-Zunstable-options -Cpanic=immediate-abort -Zlocation-detail=none -Zfmt-debug=shallow' build fmt-debug-shallow nightly -Zbuild-std=std,panic_abort)
       report fmt-debug-shallow "$(bindgen "$input" "$OUT/fmt-debug-shallow/bg" "${STRIP[@]}")" 'no-location + -Zfmt-debug=shallow (Debug prints type names only)' ;;
+    optimize-for-size)
+      input=$(RUSTFLAGS='-Zunstable-options -Cpanic=immediate-abort -Zlocation-detail=none' build optimize-for-size nightly -Zbuild-std=std,panic_abort -Zbuild-std-features=optimize_for_size --features idemdb-wasm/tracing-off)
+      report optimize-for-size "$(bindgen "$input" "$OUT/optimize-for-size/bg" "${STRIP[@]}")" 'no-location + tracing-off + std optimize_for_size' ;;
+    nightly-tracing-off)
+      input=$(RUSTFLAGS='-Zunstable-options -Cpanic=immediate-abort -Zlocation-detail=none' build nightly-tracing-off nightly -Zbuild-std=std,panic_abort --features idemdb-wasm/tracing-off)
+      out=$(bindgen "$input" "$OUT/nightly-tracing-off/bg" "${STRIP[@]}")
+      report nightly-tracing-off "$out" 'no-location + tracing-off'
+      wasm_opt -Oz "$out" -o "$OUT/nightly-tracing-off-oz.wasm"
+      report nightly+wasm-opt-oz "$OUT/nightly-tracing-off-oz.wasm" 'the above, then wasm-opt -Oz' ;;
     *) echo "unknown lever $lever" >&2; exit 2 ;;
   esac
 done

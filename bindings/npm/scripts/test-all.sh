@@ -47,6 +47,11 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WB_VERSION"
   cargo install wasm-bindgen-cli --version "$WB_VERSION" --force
 fi
 wasm-bindgen --version
+# The shipped .wasm is built with nightly's build-std (see scripts/build.mjs): the nightly
+# toolchain and its std sources.
+rustup toolchain list 2>/dev/null | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src' || rustup component add rust-src --toolchain nightly
+rustc +nightly --version
 
 step "Chromium"
 CHROMIUM=$(command -v chromium || true)

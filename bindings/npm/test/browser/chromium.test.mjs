@@ -275,6 +275,15 @@ describe('README: the browser worker example as written', () => {
       url,
     );
   const example = () => readmeBlock(project, '// payments.worker.js');
+  /** Runs shell `commands` in the project, beside the README worker saved as payments.worker.js. */
+  const bundle = (commands) => {
+    site.reset();
+    linkEsbuild();
+    writeFileSync(join(project, 'payments.worker.js'), example());
+    rmSync(join(project, 'public'), { recursive: true, force: true });
+    const build = spawnSync('bash', ['-euc', commands], { cwd: project, encoding: 'utf8' });
+    assert.equal(build.status, 0, build.stdout + build.stderr);
+  };
 
   test('without a bundler: the documented path instead of the bare specifier; a message posted at once is answered', async () => {
     site.reset();
@@ -290,12 +299,7 @@ describe('README: the browser worker example as written', () => {
   });
 
   test('with esbuild: the README commands as written bundle it, and it runs', { skip: !process.env.IDEMDB_ESBUILD && 'IDEMDB_ESBUILD not set' }, async () => {
-    site.reset();
-    linkEsbuild();
-    writeFileSync(join(project, 'payments.worker.js'), example());
-    rmSync(join(project, 'public'), { recursive: true, force: true });
-    const build = spawnSync('bash', ['-euc', readmeBlock(project, '# esbuild')], { cwd: project, encoding: 'utf8' });
-    assert.equal(build.status, 0, build.stdout + build.stderr);
+    bundle(readmeBlock(project, '# esbuild'));
     const page = await openPage(context, site);
     const answer = await payAtOnce(page, '/public/payments.worker.js');
     assert.equal(answer.status, 201, JSON.stringify(answer));
@@ -304,12 +308,7 @@ describe('README: the browser worker example as written', () => {
   });
 
   test('with esbuild but no copied .wasm: a NotReadyError that says what to do', { skip: !process.env.IDEMDB_ESBUILD && 'IDEMDB_ESBUILD not set' }, async () => {
-    site.reset();
-    linkEsbuild();
-    writeFileSync(join(project, 'payments.worker.js'), example());
-    const command = readmeBlock(project, '# esbuild').split('\n').find((line) => line.startsWith('npx esbuild')).replace('--outdir=public', '--outdir=public-no-wasm');
-    const build = spawnSync('bash', ['-euc', command], { cwd: project, encoding: 'utf8' });
-    assert.equal(build.status, 0, build.stdout + build.stderr);
+    bundle(readmeBlock(project, '# esbuild').split('\n').find((line) => line.startsWith('npx esbuild')).replace('--outdir=public', '--outdir=public-no-wasm'));
     const page = await openPage(context, site);
     const answer = await payAtOnce(page, '/public-no-wasm/payments.worker.js');
     assert.equal(answer.error, 'IDEMDB_NOT_READY', JSON.stringify(answer));

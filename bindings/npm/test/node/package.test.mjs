@@ -11,6 +11,7 @@ import { describe, test } from 'node:test';
 
 import * as esm from 'idemdb';
 import { readmeBlock } from '../readme.mjs';
+import { memoryHost } from './hosts.mjs';
 import { startServer } from '../server.mjs';
 
 const require = createRequire(import.meta.url);
@@ -89,20 +90,6 @@ describe('Node file store: { wait } and a second open in one process', () => {
 });
 
 describe('openHostStore checks its callbacks', () => {
-  const memoryHost = () => {
-    let bytes = new Uint8Array(0);
-    return {
-      read: (offset, out) => out.set(bytes.subarray(offset, offset + out.length)),
-      write: (offset, data) => bytes.set(data, offset),
-      size: () => bytes.length,
-      truncate: (length) => {
-        const next = new Uint8Array(length);
-        next.set(bytes.subarray(0, Math.min(length, bytes.length)));
-        bytes = next;
-      },
-      flush: () => {},
-    };
-  };
   const refused = (pattern) => (e) => e instanceof esm.InvalidInputError && e.code === 'IDEMDB_INVALID_ARGUMENT' && pattern.test(e.message);
 
   test('a missing callback is named', async () => {

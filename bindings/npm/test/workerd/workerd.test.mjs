@@ -15,6 +15,12 @@ import { packageModules, project, serveWorkerd, workerdConfig, writeConfig } fro
 
 const here = dirname(fileURLToPath(import.meta.url));
 const tool = process.env.IDEMDB_SNAPSHOT_TOOL;
+/** The test workers' shared payment endpoint, a module beside them. */
+const PAYMENTS = '(name = "payments.js", esModule = embed "payments.js")';
+const copyWorker = (file, as = file) => {
+  copyFileSync(join(here, 'payments.js'), join(project, 'payments.js'));
+  copyFileSync(join(here, file), join(project, as));
+};
 
 const post = (base, path, key, body, headers = {}) =>
   fetch(`${base}${path}`, {
@@ -34,8 +40,8 @@ function readNatively(bytes, name) {
 describe('memory store in the isolate', () => {
   let server;
   before(async () => {
-    copyFileSync(join(here, 'worker.js'), join(project, 'worker.js'));
-    server = await serveWorkerd(writeConfig('workerd-test.capnp', workerdConfig('worker.js')), { probe: '/stats' });
+    copyWorker('worker.js');
+    server = await serveWorkerd(writeConfig('workerd-test.capnp', workerdConfig('worker.js', { extraModules: [PAYMENTS] })), { probe: '/stats' });
   });
   after(() => server?.stop());
 
@@ -68,11 +74,12 @@ describe('memory store in the isolate', () => {
 
 describe('Durable Object store on local disk', () => {
   const dir = mkdtempSync(join(tmpdir(), 'idemdb-do-'));
-  const config = () => writeConfig('durable-test.capnp', workerdConfig('durable.js', { durable: { className: 'Payments', binding: 'PAYMENTS', dir } }));
+  const config = () =>
+    writeConfig('durable-test.capnp', workerdConfig('durable.js', { durable: { className: 'Payments', binding: 'PAYMENTS', dir }, extraModules: [PAYMENTS] }));
   const effects = async (base, tenant = 'acme') => (await (await fetch(`${base}/effects`, { headers: { 'x-tenant': tenant } })).json()).effects;
   let server;
   before(async () => {
-    copyFileSync(join(here, 'durable.js'), join(project, 'durable.js'));
+    copyWorker('durable.js');
     server = await serveWorkerd(config(), { probe: '/effects' });
   });
   after(() => server?.stop());
