@@ -7,7 +7,7 @@
 #   bash bindings/npm/scripts/size-levers.sh [lever ...]
 #
 # Levers: baseline, opt-s, wasm-opt-oz, wasm-opt-os, keep-sections, tracing-off,
-# immediate-abort, no-location, fmt-debug-shallow, nightly-tracing-off, optimize-for-size. Needs wasm-bindgen (the pinned version),
+# immediate-abort, no-location, fmt-debug-shallow, nightly-tracing-off, optimize-for-size, shipped. Needs wasm-bindgen (the pinned version),
 # and for the nightly levers the nightly toolchain with rust-src; wasm-opt from the npm
 # `binaryen` package (installed into target/size-levers/binaryen when missing).
 set -euo pipefail
@@ -15,7 +15,7 @@ ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
 OUT="$ROOT/target/size-levers"
 mkdir -p "$OUT"
 LEVERS=("$@")
-[ ${#LEVERS[@]} -gt 0 ] || LEVERS=(baseline opt-s wasm-opt-oz wasm-opt-os keep-sections tracing-off immediate-abort no-location fmt-debug-shallow)
+[ ${#LEVERS[@]} -gt 0 ] || LEVERS=(baseline opt-s wasm-opt-oz wasm-opt-os keep-sections tracing-off immediate-abort no-location fmt-debug-shallow nightly-tracing-off optimize-for-size shipped)
 BINARYEN_VERSION=132.0.0
 
 gz() { node -e "const b=require('fs').readFileSync(process.argv[1]);console.log(b.length, require('zlib').gzipSync(b,{level:9}).length)" "$1"; }
@@ -79,6 +79,10 @@ for lever in "${LEVERS[@]}"; do
       report nightly-tracing-off "$out" 'no-location + tracing-off'
       wasm_opt -Oz "$out" -o "$OUT/nightly-tracing-off-oz.wasm"
       report nightly+wasm-opt-oz "$OUT/nightly-tracing-off-oz.wasm" 'the above, then wasm-opt -Oz' ;;
+    shipped)
+      STD_O3=(--config profile.wasm-release.package.std.opt-level=3 --config profile.wasm-release.package.core.opt-level=3 --config profile.wasm-release.package.alloc.opt-level=3)
+      input=$(RUSTFLAGS='-Zunstable-options -Cpanic=immediate-abort -Zlocation-detail=none' build shipped nightly -Zbuild-std=std,panic_abort --features idemdb-wasm/tracing-off "${STD_O3[@]}")
+      report shipped "$(bindgen "$input" "$OUT/shipped/bg" "${STRIP[@]}")" 'nightly-tracing-off with std/core/alloc at opt-level 3 (scripts/build.mjs)' ;;
     *) echo "unknown lever $lever" >&2; exit 2 ;;
   esac
 done
