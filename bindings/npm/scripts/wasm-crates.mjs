@@ -95,6 +95,11 @@ function crateOf(symbol) {
   let s = symbol;
   const generic = /^_ZN4core3ptr\d+drop_in_place\$LT\$(.*)/.exec(s);
   if (generic) return `drop_in_place<${generic[1].split('..')[0].replace(/^\$RF\$|^\$u5b\$/, '')}>`;
+  if (s.startsWith('_R')) {
+    // v0 mangling: the first crate root, `C` + optional disambiguator `s<base62>_` + length + name.
+    const root = /C(?:s[0-9A-Za-z]*_)?(\d+)([A-Za-z_][A-Za-z0-9_]*)/.exec(s);
+    if (root) return root[2].slice(0, Number(root[1]));
+  }
   const mangled = /^_ZN(\d+)([A-Za-z0-9_$.]+)/.exec(s);
   if (mangled) {
     let crate = mangled[2].slice(0, Number(mangled[1]));
