@@ -71,21 +71,32 @@ describe('Node file store: { wait } and a second open in one process', () => {
 
   test('{ wait } waits for another process too', async () => {
     const file = join(dir, 'other-process.idemdb');
+    // The child holds the store until told (a line on its stdin), then closes it.
     const child = `
       import { openFileStore } from 'idemdb';
       const store = await openFileStore(${JSON.stringify(file)});
       store.createIntent({ tenant: 'me', operation: 'pay' }, { from: 'child' });
       console.log('open');
-      setTimeout(() => { store.close(); console.log('closed'); }, 400);
+      process.stdin.once('data', () => { store.close(); console.log('closed'); process.exit(0); });
     `;
     const { spawn } = await import('node:child_process');
     const proc = spawn(process.execPath, ['--input-type=module', '-e', child], { cwd: process.cwd() });
-    await new Promise((resolve) => proc.stdout.once('data', resolve));
+    let out = '';
+    proc.stdout.on('data', (d) => (out += d));
+    proc.stderr.on('data', (d) => (out += d));
+    const exited = new Promise((resolve) => proc.on('exit', resolve));
+    const opened = await Promise.race([
+      new Promise((resolve) => proc.stdout.once('data', () => resolve(true))),
+      exited.then(() => false),
+    ]);
+    assert.ok(opened, `the child did not open the store: ${out}`);
     await assert.rejects(esm.openFileStore(file), (e) => e instanceof esm.StoreBusyError && new RegExp(`process ${proc.pid}`).test(e.message));
-    const store = await esm.openFileStore(file, { wait: 10_000 });
+    const waiting = esm.openFileStore(file, { wait: 30_000 });
+    proc.stdin.write('close\n');
+    const store = await waiting;
     assert.equal(store.pendingIntents().length, 1);
     store.close();
-    await new Promise((resolve) => proc.on('exit', resolve));
+    assert.equal(await exited, 0, out);
   });
 });
 
