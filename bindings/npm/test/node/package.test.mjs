@@ -151,7 +151,7 @@ describe('openHostStore checks its callbacks', () => {
 
 describe('what the README documents', () => {
   test('every error code of the package is in the README error table', () => {
-    const declared = ['generated/vocabulary.d.ts', 'errors.d.ts'].flatMap((file) => [...readFileSync(join(pkgRoot, 'dist', 'esm', file), 'utf8').matchAll(/'(IDEMDB_[A-Z_]+)'/g)].map((m) => m[1]));
+    const declared = ['generated/vocabulary.d.ts', 'errors.d.ts'].flatMap((file) => [...readFileSync(join(pkgRoot, 'dist', 'esm', file), 'utf8').matchAll(/['"](IDEMDB_[A-Z_]+)['"]/g)].map((m) => m[1]));
     assert.ok(declared.length >= 25, `found ${declared.length} codes`);
     const table = readme.slice(readme.indexOf('### Errors'));
     for (const code of new Set(declared)) assert.match(table, new RegExp(`\`${code}\``), `${code} is not in the README error table`);
