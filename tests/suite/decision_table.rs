@@ -139,7 +139,8 @@ fn check(case: &Case, backend: &str, observed: &Observed, previous_fence: u64, a
 fn core_setup(stored: &str, policy: &Policy, limits: PolicyMs) -> Option<Record> {
     let fp = fingerprint("same");
     let at = Timestamp::from_millis(T);
-    let reserved = |time: Timestamp| decide(None, &fp, time, policy).write.expect("reservation writes");
+    let reserved =
+        |time: Timestamp| decide(None, &fp, time, policy).expect("decide").write.expect("reservation writes");
     let record = match stored {
         "none" => return None,
         "in_progress" => reserved(at),
@@ -161,7 +162,7 @@ fn core_setup(stored: &str, policy: &Policy, limits: PolicyMs) -> Option<Record>
         }
         "uncertain_lease_expired" => {
             let r = reserved(Timestamp::from_millis(T - limits.lease_ms));
-            let observed = decide(Some(&r), &fp, at, policy);
+            let observed = decide(Some(&r), &fp, at, policy).expect("decide");
             assert!(matches!(observed.verdict, Verdict::NeedsReconciliation { .. }));
             observed.write.expect("expiry writes uncertain")
         }
@@ -185,7 +186,8 @@ fn decision_table_against_pure_decide() {
         let policy = table.policy.policy(&case.expired_lease);
         let existing = core_setup(&case.stored, &policy, table.policy);
         let at_ms = table.policy.query_time(case);
-        let decision = decide(existing.as_ref(), &fingerprint(&case.request), Timestamp::from_millis(at_ms), &policy);
+        let decision = decide(existing.as_ref(), &fingerprint(&case.request), Timestamp::from_millis(at_ms), &policy)
+            .expect("decide");
         let then = decision
             .write
             .as_ref()
@@ -256,7 +258,8 @@ fn store_setup(
         "released" => store.fail(&acquire(), Failure::Retryable).expect("release"),
         "uncertain_reported" => store.fail(&acquire(), Failure::Uncertain).expect("uncertain"),
         "uncertain_lease_expired" => {
-            clock.set(T - limits.lease_ms);
+            // The store was opened a lease TTL before T (see `run_on_store`): the lease runs out
+            // as time passes.
             acquire();
             clock.set(T);
             let observed = store.reserve(scope, key, &fp).expect("reserve");
@@ -276,8 +279,12 @@ fn run_on_store(backend: &str, open: impl Fn(ManualClock, &Table, &Case) -> Stor
     let scope_for = |case: &Case| Scope::new("tenant-a", format!("op-{}", case.expired_lease)).expect("scope");
     let key = IdempotencyKey::new("order-842:authorize-v1").expect("key");
     for case in &table.cases {
-        let clock = ManualClock::new(T);
+        // Every setup runs at T; an expired lease was taken a lease TTL earlier.
+        let clock = ManualClock::new(T - table.policy.lease_ms);
         let store = open(clock.clone(), &table, case);
+        if case.stored != "uncertain_lease_expired" {
+            clock.set(T);
+        }
         let scope = scope_for(case);
         store_setup(&store, &clock, &scope, &key, &case.stored, table.policy);
         let previous_fence = store.get(&scope, &key).expect("get").map_or(0, |record| record.fence);

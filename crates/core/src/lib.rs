@@ -19,13 +19,13 @@
 //!
 //! let policy = Policy::default();
 //! let t0 = Timestamp::from_millis(1_700_000_000_000);
-//! let reserved = decide(None, &fp, t0, &policy);
+//! let reserved = decide(None, &fp, t0, &policy)?;
 //! let Verdict::Acquired { fence, .. } = reserved.verdict else { unreachable!() };
 //! let record = reserved.write.expect("a reservation writes a record");
 //!
 //! // ... perform the effect, then store its result:
 //! let done = complete(&record, fence, b"charge ch_1".to_vec(), t0, &policy)?;
-//! assert_eq!(decide(Some(&done), &retry, t0, &policy).verdict,
+//! assert_eq!(decide(Some(&done), &retry, t0, &policy)?.verdict,
 //!            Verdict::Replay { outcome: idemdb_core::OutcomeClass::Completed });
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -54,9 +54,9 @@ pub use key::{
     validate_correlation,
 };
 pub use policy::{
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, Policy,
-    PolicyError,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease,
+    MAX_RESULT_BYTES_LIMIT, Policy, PolicyError,
 };
-pub use record::{OutcomeClass, Record, Retention, State, StateKind, UncertainCause};
-pub use time::Timestamp;
+pub use record::{MAX_FENCE, OutcomeClass, Record, RecordError, Retention, State, StateKind, UncertainCause};
+pub use time::{DecisionTime, Timestamp};
 pub use transition::{Failure, Resolution, TransitionError, complete, fail, reconcile, renew};

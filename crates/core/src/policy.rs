@@ -10,6 +10,10 @@ pub const DEFAULT_RESPONSE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Default limit on a stored result or failure body: 1 MiB.
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 1024 * 1024;
+/// The largest result limit a policy may set: 63 MiB. A stored record (body and bookkeeping)
+/// must stay under the record decoder's 64 MiB limit, or it could be written but never read
+/// again (and every listing of the store would fail on it).
+pub const MAX_RESULT_BYTES_LIMIT: usize = 63 * 1024 * 1024;
 
 /// What a retry that finds an in-progress record with an expired lease means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,6 +41,14 @@ pub enum PolicyError {
     /// The result limit must be at least one byte.
     #[error("result limit must be at least 1 byte")]
     ZeroResultLimit,
+    /// The result limit is above [`MAX_RESULT_BYTES_LIMIT`].
+    #[error("result limit {limit} is above the largest a record can hold ({max} bytes)")]
+    ResultLimitTooLarge {
+        /// The limit asked for.
+        limit: usize,
+        /// [`MAX_RESULT_BYTES_LIMIT`].
+        max: usize,
+    },
 }
 
 /// Retention and lease rules for one operation.
@@ -65,6 +77,7 @@ pub enum PolicyError {
 ///     .with_expired_lease(ExpiredLease::Takeover);
 /// assert!(policy.validate().is_ok());
 /// assert!(Policy::default().with_lease_ttl(Duration::ZERO).validate().is_err());
+/// assert!(Policy::default().with_max_result_bytes(64 * 1024 * 1024).validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -126,13 +139,17 @@ impl Policy {
     /// Checks the policy.
     ///
     /// # Errors
-    /// [`PolicyError`] for a zero lease TTL or a zero result limit.
+    /// [`PolicyError`] for a zero lease TTL, or a result limit of zero or above
+    /// [`MAX_RESULT_BYTES_LIMIT`].
     pub fn validate(&self) -> Result<(), PolicyError> {
         if self.lease_ttl < Duration::from_millis(1) {
             return Err(PolicyError::ZeroLeaseTtl);
         }
         if self.max_result_bytes == 0 {
             return Err(PolicyError::ZeroResultLimit);
+        }
+        if self.max_result_bytes > MAX_RESULT_BYTES_LIMIT {
+            return Err(PolicyError::ResultLimitTooLarge { limit: self.max_result_bytes, max: MAX_RESULT_BYTES_LIMIT });
         }
         Ok(())
     }

@@ -59,6 +59,13 @@ pub enum TransitionError {
         /// Lease end.
         until: Timestamp,
     },
+    /// A new lease would need a fence above [`MAX_FENCE`](crate::MAX_FENCE): fences never
+    /// repeat, so no lease is issued for this key.
+    #[error("no fence above {fence} is left for this key (the largest is 2^63 - 1)")]
+    FenceExhausted {
+        /// The record's fence.
+        fence: u64,
+    },
     /// The body is over the operation's limit.
     #[error("result is {len} bytes; the limit is {max}")]
     ResultTooLarge {
@@ -217,7 +224,7 @@ mod tests {
     }
 
     fn reserved(at: u64) -> Record {
-        decide(None, &Fingerprint::from_bytes([1; 32]), Timestamp::from_millis(at), &policy()).write.unwrap()
+        decide(None, &Fingerprint::from_bytes([1; 32]), Timestamp::from_millis(at), &policy()).unwrap().write.unwrap()
     }
 
     #[test]
@@ -237,7 +244,7 @@ mod tests {
         let record = reserved(1_000);
         let old_fence = record.fence;
         let later = Timestamp::from_millis(20_000);
-        let decision = decide(Some(&record), &record.fingerprint, later, &takeover);
+        let decision = decide(Some(&record), &record.fingerprint, later, &takeover).unwrap();
         let Verdict::Acquired { fence, attempt, .. } = decision.verdict else { panic!("{decision:?}") };
         assert_eq!((fence, attempt), (old_fence + 1, 2));
         let taken = decision.write.unwrap();
@@ -312,7 +319,7 @@ mod tests {
     #[test]
     fn lease_holder_may_complete_after_expiry_marked_it_uncertain() {
         let record = reserved(1_000);
-        let expired = decide(Some(&record), &record.fingerprint, Timestamp::from_millis(20_000), &policy());
+        let expired = decide(Some(&record), &record.fingerprint, Timestamp::from_millis(20_000), &policy()).unwrap();
         let uncertain = expired.write.unwrap();
         assert_eq!(uncertain.state, State::Uncertain { cause: UncertainCause::LeaseExpired });
         let done = complete(&uncertain, record.fence, b"late".to_vec(), Timestamp::from_millis(21_000), &policy());

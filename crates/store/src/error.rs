@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use idemdb_core::{DecodeError, KeyError, PolicyError, TransitionError};
+use idemdb_core::{DecodeError, KeyError, PolicyError, RecordError, TransitionError};
 
 /// The storage engine (redb) or its backend failed.
 ///
@@ -82,6 +82,13 @@ pub enum Error {
     /// A new key could not be generated: the platform has no randomness the store can read.
     #[error("no random source available on this platform")]
     NoRandomness,
+    /// A record to write breaks a rule every record keeps (an import of a record the engine
+    /// would never write); nothing was written.
+    #[error("invalid record: {0}")]
+    InvalidRecord(#[from] RecordError),
+    /// The store was opened read-only ([`StoreBuilder::open_read_only`](crate::StoreBuilder::open_read_only)).
+    #[error("the store was opened read-only")]
+    ReadOnly,
 }
 
 impl Error {
@@ -113,6 +120,28 @@ pub enum OpenError {
     /// The store is already open (in this process or another).
     #[error("store is already open by another handle or process")]
     AlreadyOpen,
+    /// The path names something other than a regular file (a directory, a FIFO, a socket, a
+    /// device): it is neither opened nor replaced.
+    #[error("{path} is {kind}, not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is (`a directory`, `a FIFO`, ...).
+        kind: &'static str,
+    },
+    /// The file was replaced by another every time it was opened (another process keeps
+    /// replacing it); nothing was written.
+    #[error("{path} was replaced while it was being opened, {attempts} times; try again")]
+    Replaced {
+        /// The path.
+        path: PathBuf,
+        /// How many opens found the file replaced.
+        attempts: u32,
+    },
+    /// A read-only open found a file that was not closed cleanly: reading it needs redb's
+    /// recovery, which writes. Open it for writing once ([`StoreBuilder::open`](crate::StoreBuilder::open)).
+    #[error("the store was not closed cleanly and needs recovery, which a read-only open cannot run")]
+    NeedsRecovery,
     /// The file is not a redb file, or is damaged beyond what redb's recovery repairs.
     #[error("not an idemdb store (or damaged): {reason}")]
     NotAStore {

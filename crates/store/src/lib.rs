@@ -45,6 +45,7 @@
 mod audit;
 mod builder;
 mod clock;
+mod db;
 mod error;
 mod group;
 mod inspect;
@@ -76,9 +77,9 @@ pub use tables::STORE_FORMAT;
 pub use txn::Txn;
 
 pub use idemdb_core::{
-    CanonicalError, Canonicalizer, ExpiredLease, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, KeyError,
-    Normaliser, OutcomeClass, Policy, PolicyError, Record, Resolution, Scope, ScopedKey, State, StateKind, Timestamp,
-    TransitionError, UncertainCause,
+    CanonicalError, Canonicalizer, DecisionTime, ExpiredLease, Failure, Fingerprint, FingerprintBuilder,
+    IdempotencyKey, KeyError, Normaliser, OutcomeClass, Policy, PolicyError, Record, RecordError, Resolution, Scope,
+    ScopedKey, State, StateKind, Timestamp, TransitionError, UncertainCause,
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;

@@ -6,18 +6,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey, StateKind,
-    Timestamp, UncertainCause, decide_above, decode_record,
+    DecisionTime, Failure, Fingerprint, IdempotencyKey, OutcomeClass, Policy, Record, Resolution, Scope, ScopedKey,
+    StateKind, Timestamp, UncertainCause, decide_above, decode_record,
 };
 
 use crate::audit::{AuditEvent, AuditKind, EncodedEvent, KeyHash, fingerprint_prefix};
 use crate::builder::{Initialiser, Meta};
+use crate::clock::ClockGuard;
+use crate::db::Db;
 use crate::group::GroupCommit;
 use crate::snapshot::Snapshots;
-use crate::tables::{AUDIT, META, META_CLOCK, META_FENCE_FLOOR};
+use crate::tables::{AUDIT, META, META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR};
 use crate::txn::{Txn, reservation_from};
 use crate::{Clock, Durability, Error, OpenError, StoreBuilder};
 
@@ -160,12 +162,11 @@ pub enum ExecuteError<E> {
 pub struct Store {
     /// Declared before `db`: the cached read snapshot is dropped before the database.
     pub(crate) snapshots: Snapshots,
-    pub(crate) db: Database,
+    pub(crate) db: Db,
     pub(crate) path: Option<PathBuf>,
     pub(crate) config: Config,
-    clock: Arc<dyn Clock>,
-    high_water: AtomicU64,
-    persisted_high_water: AtomicU64,
+    /// Store time and retention time (see `clock.rs`).
+    pub(crate) clock: ClockGuard,
     pub(crate) secret: [u8; 32],
     audit_sequence: AtomicU64,
     pub(crate) group: GroupCommit,
@@ -187,9 +188,6 @@ const AUDIT_BUFFER: usize = 4096;
 const AUDIT_BATCH: usize = 256;
 /// Store time after which the next commit carries buffered audit events.
 const AUDIT_DELAY_MS: u64 = 1_000;
-
-/// How often (in store time) the clock high-water mark is persisted during writes.
-const CLOCK_PERSIST_EVERY_MS: u64 = 1_000;
 
 impl Store {
     /// A builder for policies, clock, durability and backend.
@@ -214,13 +212,13 @@ impl Store {
     }
 
     pub(crate) fn from_parts(
-        db: Database,
+        db: Db,
         path: Option<PathBuf>,
         config: Config,
         clock: Arc<dyn Clock>,
         init: Initialiser,
     ) -> Result<Store, OpenError> {
-        let Meta { secret, clock_high_water, fence_floor } = init.run(&db)?;
+        let Meta { secret, clock: clock_state, fence_floor } = init.run(&db)?;
         let next_sequence = {
             let read = db.begin_read()?;
             let audit = read.open_table(AUDIT)?;
@@ -237,9 +235,7 @@ impl Store {
             db,
             path,
             config,
-            clock,
-            high_water: AtomicU64::new(clock_high_water),
-            persisted_high_water: AtomicU64::new(clock_high_water),
+            clock: ClockGuard::new(clock, clock_state),
             secret,
             audit_sequence: AtomicU64::new(next_sequence),
             group: GroupCommit::default(),
@@ -258,11 +254,25 @@ impl Store {
         self.config.policies.get(operation).unwrap_or(&self.config.default_policy)
     }
 
-    /// The store's notion of now: the clock, but never earlier than any time it has seen.
+    /// The store's notion of now (*store time*): elapsed time measured with the clock's
+    /// monotonic reading since the store was opened, plus any forward gap of the wall clock
+    /// (time the store was closed, or a jump) not yet cancelled by the wall clock going back.
+    /// Leases, fences and the times written into records use it. See `docs/design.md`, "Time".
     pub fn now(&self) -> Timestamp {
-        let read = self.clock.now().as_millis();
-        let previous = self.high_water.fetch_max(read, Ordering::SeqCst);
-        Timestamp::from_millis(previous.max(read))
+        self.clock.read().now
+    }
+
+    /// Store time and *retention time* read together. Retention time is store time without
+    /// the wall-clock gaps the store has not confirmed yet (kept for ten minutes of monotonic
+    /// time): it decides expiry and forgetting, so a wall-clock jump alone never makes a known
+    /// key unknown.
+    pub fn decision_time(&self) -> DecisionTime {
+        self.clock.read()
+    }
+
+    /// Whether the store was opened read-only ([`StoreBuilder::open_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.db.is_read_only()
     }
 
     /// The keyed hash that logs and the audit trail use for `(scope, key)`.
@@ -340,7 +350,7 @@ impl Store {
     }
 
     pub(crate) fn begin_write(&self) -> Result<WriteTransaction, Error> {
-        let mut tx = self.db.begin_write()?;
+        let mut tx = self.db.writable()?.begin_write()?;
         tx.set_durability(match self.config.durability {
             Durability::Immediate => redb::Durability::Immediate,
             Durability::Eventual => redb::Durability::None,
@@ -348,13 +358,13 @@ impl Store {
         Ok(tx)
     }
 
-    /// Writes the clock high-water mark into `tx` when it moved on enough since last time.
+    /// Writes the clock state (retention time, unconfirmed gaps) into `tx` when it moved on
+    /// enough since last time: retention time by a second, or the gaps changed.
     pub(crate) fn persist_clock_if_due(&self, tx: &WriteTransaction, force: bool) -> Result<(), Error> {
-        let now = self.high_water.load(Ordering::SeqCst);
-        let persisted = self.persisted_high_water.load(Ordering::SeqCst);
-        if force || now >= persisted.saturating_add(CLOCK_PERSIST_EVERY_MS) {
-            tx.open_table(META)?.insert(META_CLOCK, now.to_be_bytes().as_slice())?;
-            self.persisted_high_water.fetch_max(now, Ordering::SeqCst);
+        if let Some(state) = self.clock.take_due(force) {
+            let mut meta = tx.open_table(META)?;
+            meta.insert(META_CLOCK, state.trusted.to_be_bytes().as_slice())?;
+            meta.insert(META_CLOCK_PENDING, state.encode_pending().as_slice())?;
         }
         Ok(())
     }
@@ -431,15 +441,15 @@ impl Store {
     ) -> Result<Option<Reservation>, Error> {
         let encoded = ScopedKey::encode_parts(scope, key);
         let Some(record) = self.get_encoded(&encoded)? else { return Ok(None) };
-        let now = self.now();
+        let at = self.decision_time();
         let decision =
-            decide_above(Some(&record), fingerprint, now, self.policy(scope.operation()), self.fence_floor());
+            decide_above(Some(&record), fingerprint, at, self.policy(scope.operation()), self.fence_floor())?;
         if decision.write.is_some() {
             return Ok(None);
         }
         let (answer, kind, fence) =
             reservation_from(decision.verdict, Some(record), || ScopedKey::new(scope.clone(), key.clone()))?;
-        if let Some(event) = self.audit_event(now, kind, scope, &encoded, fence, Some(fingerprint), correlation) {
+        if let Some(event) = self.audit_event(at.now, kind, scope, &encoded, fence, Some(fingerprint), correlation) {
             self.buffer_audit(event)?;
         }
         Ok(Some(answer))
@@ -582,7 +592,11 @@ impl Store {
     }
 
     /// Keeps an answer's audit event for a later commit; commits the buffer when it is full.
+    /// A read-only store writes no audit trail (its answers still emit `tracing` events).
     fn buffer_audit(&self, event: EncodedEvent) -> Result<(), Error> {
+        if self.is_read_only() {
+            return Ok(());
+        }
         let full = {
             let mut buffer = self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner);
             buffer.push(event);
@@ -645,9 +659,13 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // Best effort: keep the clock high-water mark and buffered audit events.
+        if self.is_read_only() {
+            return;
+        }
+        // Best effort: keep the clock state (as of now) and buffered audit events.
+        self.clock.read();
         let buffered = !self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
-        if buffered || self.high_water.load(Ordering::SeqCst) > self.persisted_high_water.load(Ordering::SeqCst) {
+        if buffered || self.clock.changed() {
             let _ = self.flush();
         }
     }

@@ -12,7 +12,7 @@ use redb::TableDefinition;
 
 use idemdb_core::Timestamp;
 
-/// Store-wide metadata: magic, format, audit secret, clock high-water mark.
+/// Store-wide metadata: magic, format, audit secret, clock (retention time, unconfirmed gaps).
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("idemdb_meta");
 /// One record per `(scope, key)`.
 pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_records");
@@ -32,6 +32,7 @@ pub(crate) const META_MAGIC: &str = "magic";
 pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_SECRET: &str = "audit_secret";
 pub(crate) const META_CLOCK: &str = "clock_high_water";
+pub(crate) const META_CLOCK_PENDING: &str = "clock_pending";
 pub(crate) const META_FENCE_FLOOR: &str = "fence_floor";
 
 /// Key of an expiry index entry.

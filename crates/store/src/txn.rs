@@ -1,10 +1,10 @@
 //! One write transaction over the store: read, decide, write — then commit once.
 
-use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    Failure, Fingerprint, IdempotencyKey, Record, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError,
-    Verdict, decide_above, decode_record, encode_record, validate_correlation,
+    DecisionTime, Failure, Fingerprint, IdempotencyKey, MAX_RESULT_BYTES_LIMIT, Record, Resolution, Scope, ScopedKey,
+    State, Timestamp, TransitionError, Verdict, decide_above, decode_record, encode_record, validate_correlation,
 };
 
 use crate::Error;
@@ -18,6 +18,7 @@ pub struct Txn<'s> {
     store: &'s Store,
     tx: WriteTransaction,
     now: Timestamp,
+    retention: Timestamp,
     audit: Vec<EncodedEvent>,
     /// The last value written per record key, to read back after a failed commit.
     written: Vec<(Vec<u8>, Option<Vec<u8>>)>,
@@ -37,11 +38,12 @@ impl<'s> Txn<'s> {
     pub(crate) fn begin(store: &'s Store) -> Result<Self, Error> {
         let tx = store.begin_write()?;
         // Read the clock after the write lock is held, so decisions are made in time order.
-        let now = store.now();
+        let at = store.decision_time();
         Ok(Txn {
             store,
             tx,
-            now,
+            now: at.now,
+            retention: at.retention,
             audit: Vec::new(),
             written: Vec::new(),
             written_at: std::collections::HashMap::new(),
@@ -60,9 +62,15 @@ impl<'s> Txn<'s> {
         Ok(())
     }
 
-    /// The time every decision in this transaction uses.
+    /// The store time every decision in this transaction uses (see [`Store::now`]).
     pub fn now(&self) -> Timestamp {
         self.now
+    }
+
+    /// The retention time every decision in this transaction uses to judge expiry and
+    /// forgetting (see [`Store::decision_time`]).
+    pub fn retention_time(&self) -> Timestamp {
+        self.retention
     }
 
     /// The underlying redb transaction, for the application's own tables.
@@ -103,7 +111,8 @@ impl<'s> Txn<'s> {
         let encoded = scoped.encode();
         let existing = self.load(&encoded)?;
         let policy = self.store.policy(scope.operation());
-        let decision = decide_above(existing.as_ref(), fingerprint, self.now, policy, self.store.fence_floor());
+        let at = DecisionTime::new(self.now, self.retention);
+        let decision = decide_above(existing.as_ref(), fingerprint, at, policy, self.store.fence_floor())?;
         if let Some(record) = &decision.write {
             self.put(&encoded, existing.as_ref(), record)?;
         }
@@ -178,12 +187,15 @@ impl<'s> Txn<'s> {
     }
 
     /// Writes a record as given (keeping the expiry index right), replacing any existing one
-    /// when `overwrite` is set. For import tools; it bypasses the state machine. Returns
-    /// whether the record was written.
+    /// when `overwrite` is set. For import tools; it bypasses the state machine, but not the
+    /// rules every record keeps: the record must pass [`Record::validate`] with the
+    /// operation's result limit. Returns whether the record was written.
     ///
     /// # Errors
-    /// Storage errors; [`Error::Corrupt`] when the existing record does not decode.
+    /// [`Error::InvalidRecord`] for a record the engine would never write; storage errors;
+    /// [`Error::Corrupt`] when the existing record does not decode.
     pub fn import(&mut self, scoped: &ScopedKey, record: &Record, overwrite: bool) -> Result<bool, Error> {
+        record.validate(self.store.policy(scoped.scope.operation()).max_result_bytes())?;
         let encoded = scoped.encode();
         let existing = self.load(&encoded)?;
         if existing.is_some() && !overwrite {
@@ -214,7 +226,11 @@ impl<'s> Txn<'s> {
     }
 
     /// Writes `record` over `previous`, moving its expiry index entry if its due time changed.
+    /// Every record written passes [`Record::validate`] (with the largest result limit; the
+    /// operation's own limit is checked where bodies come in), so no write path can store a
+    /// record that the decoder or the state machine would trip over.
     pub(crate) fn put(&mut self, encoded: &[u8], previous: Option<&Record>, record: &Record) -> Result<(), Error> {
+        record.validate(MAX_RESULT_BYTES_LIMIT)?;
         let value = encode_record(record);
         self.tx.open_table(RECORDS)?.insert(encoded, value.as_slice())?;
         self.move_index(encoded, previous.and_then(Record::due_at), record.due_at())?;
