@@ -59,6 +59,7 @@ pub struct StoreBuilder {
     secret_seed: Option<[u8; 32]>,
     cache_bytes: Option<usize>,
     check_on_open: bool,
+    trust_clock_at_open: bool,
 }
 
 impl Default for StoreBuilder {
@@ -73,6 +74,7 @@ impl Default for StoreBuilder {
             secret_seed: None,
             cache_bytes: None,
             check_on_open: true,
+            trust_clock_at_open: false,
         }
     }
 }
@@ -147,6 +149,18 @@ impl StoreBuilder {
     /// only for large stores on storage you trust, to save reading the whole file at open.
     pub fn check_on_open(mut self, enabled: bool) -> Self {
         self.check_on_open = enabled;
+        self
+    }
+
+    /// Counts the time the wall clock says passed since the store was last used as passed, at
+    /// once, for expiry and forgetting. Off by default: the store then waits until the wall
+    /// clock has kept that gap for ten minutes of monotonic time (over any number of opens),
+    /// so a clock set ahead by mistake never makes a known key unknown (`docs/design.md`,
+    /// "Time"). Turn it on only when the wall clock is known to be right — a server kept in
+    /// time by NTP, an operator who checked it — for example to purge a store that has been
+    /// closed for a while. Gaps that appear after the open are never trusted this way.
+    pub fn trust_clock_at_open(mut self, trust: bool) -> Self {
+        self.trust_clock_at_open = trust;
         self
     }
 
@@ -308,6 +322,7 @@ impl StoreBuilder {
             durability: self.durability,
             audit: self.audit,
             audit_retention: self.audit_retention,
+            trust_clock_at_open: self.trust_clock_at_open,
         })
     }
 

@@ -231,8 +231,10 @@ fn millis(duration: Duration) -> u64 {
 }
 
 impl ClockGuard {
-    /// A guard that starts measuring now (when the store is opened).
-    pub(crate) fn new(clock: Arc<dyn Clock>, persisted: ClockState) -> Self {
+    /// A guard that starts measuring now (when the store is opened). With `trust_gap`, the
+    /// forward gap the wall clock shows now (and any still pending) counts as time that passed
+    /// at once.
+    pub(crate) fn new(clock: Arc<dyn Clock>, persisted: ClockState, trust_gap: bool) -> Self {
         let guard = ClockGuard {
             clock,
             state: Mutex::new(GuardState {
@@ -244,7 +246,23 @@ impl ClockGuard {
             }),
         };
         guard.read();
+        if trust_gap {
+            guard.confirm_pending();
+        }
         guard
+    }
+
+    /// Counts every pending gap as time that passed.
+    fn confirm_pending(&self) {
+        let mut state = self.lock();
+        let pending = state.current.pending_total();
+        if pending == 0 {
+            return;
+        }
+        state.current.pending.clear();
+        state.current.trusted = state.current.trusted.saturating_add(pending);
+        state.anchor = state.anchor.map(|(trusted, monotonic)| (trusted.saturating_add(pending), monotonic));
+        state.pending_changed = true;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GuardState> {
@@ -354,7 +372,7 @@ mod tests {
     const YEAR: u64 = 365 * 24 * 60 * MINUTE;
 
     fn guard(clock: &ManualClock, state: ClockState) -> ClockGuard {
-        ClockGuard::new(Arc::new(clock.clone()), state)
+        ClockGuard::new(Arc::new(clock.clone()), state, false)
     }
 
     fn read(guard: &ClockGuard) -> (u64, u64) {
@@ -394,6 +412,16 @@ mod tests {
         assert_eq!(read(&guard).1, T0 - YEAR + CONFIRM_AFTER_MS - 1);
         clock.advance(Duration::from_millis(1));
         assert_eq!(read(&guard), (T0 + CONFIRM_AFTER_MS, T0 + CONFIRM_AFTER_MS), "confirmed");
+    }
+
+    #[test]
+    fn a_trusted_open_counts_the_gap_at_once() {
+        let clock = ManualClock::new(T0);
+        let guard =
+            ClockGuard::new(Arc::new(clock.clone()), ClockState { trusted: T0 - YEAR, pending: Vec::new() }, true);
+        assert_eq!(read(&guard), (T0, T0));
+        clock.set_wall(T0 + YEAR); // a jump after the open is not trusted
+        assert_eq!(read(&guard), (T0 + YEAR, T0));
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub(crate) struct Config {
     pub(crate) durability: Durability,
     pub(crate) audit: bool,
     pub(crate) audit_retention: Duration,
+    pub(crate) trust_clock_at_open: bool,
 }
 
 /// The right of one attempt to execute an operation, until [`Lease::expires_at`].
@@ -219,6 +220,7 @@ impl Store {
         init: Initialiser,
     ) -> Result<Store, OpenError> {
         let Meta { secret, clock: clock_state, fence_floor } = init.run(&db)?;
+        let trust_clock_at_open = config.trust_clock_at_open;
         let next_sequence = {
             let read = db.begin_read()?;
             let audit = read.open_table(AUDIT)?;
@@ -235,7 +237,7 @@ impl Store {
             db,
             path,
             config,
-            clock: ClockGuard::new(clock, clock_state),
+            clock: ClockGuard::new(clock, clock_state, trust_clock_at_open),
             secret,
             audit_sequence: AtomicU64::new(next_sequence),
             group: GroupCommit::default(),
