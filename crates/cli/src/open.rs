@@ -25,31 +25,10 @@ pub(crate) fn check_existing(file: &Path) -> Result<(), CliError> {
 
 /// "is a FIFO, not a regular file" (exit 3).
 pub(crate) fn not_a_file(file: &Path, meta: &std::fs::Metadata) -> CliError {
-    CliError::open_msg(file, format!("is {}, not a regular file", file_kind(meta)))
-}
-
-#[cfg(unix)]
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let kind = meta.file_type();
-    if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_dir() {
-        "a directory"
-    } else {
-        "not a file"
+    match OpenError::not_a_regular_file(file, meta) {
+        Some(OpenError::NotAFile { kind, .. }) => CliError::open_msg(file, format!("is {kind}, not a regular file")),
+        _ => CliError::open_msg(file, "is not a regular file"),
     }
-}
-
-#[cfg(not(unix))]
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    if meta.is_dir() { "a directory" } else { "not a file" }
 }
 
 /// Opens an existing store file for writing (`purge`, `compact`).

@@ -341,7 +341,8 @@ impl StoreBuilder {
     }
 
     fn check(&self, allow_init: bool) -> Result<Initialiser, OpenError> {
-        Ok(Initialiser { allow_init, seed: self.secret_seed })
+        let created_at = self.resolve_clock()?.now().as_millis();
+        Ok(Initialiser { allow_init, seed: self.secret_seed, created_at })
     }
 
     fn create_file(&self, path: &Path) -> Result<(), OpenError> {
@@ -354,7 +355,7 @@ impl StoreBuilder {
         let temp = path.with_file_name(format!(".{name}.tmp-{}", &nonce[..12]));
         {
             let db = Db::Writable(self.redb_builder().create(&temp)?);
-            Initialiser { allow_init: true, seed: self.secret_seed }.run(&db)?;
+            self.check(true)?.run(&db)?;
             drop(db);
         }
         fs::File::open(&temp).and_then(|file| file.sync_all()).map_err(io("sync", &temp))?;
@@ -444,33 +445,7 @@ impl FileIdentity {
 
 /// Refuses anything but a regular file, naming what it is.
 fn regular_file(path: &Path, meta: &fs::Metadata) -> Result<(), OpenError> {
-    let kind = meta.file_type();
-    if kind.is_file() {
-        return Ok(());
-    }
-    let kind = if kind.is_dir() { "a directory" } else { special_file_kind(&kind) };
-    Err(OpenError::NotAFile { path: path.to_path_buf(), kind })
-}
-
-#[cfg(unix)]
-fn special_file_kind(kind: &fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else {
-        "not a file"
-    }
-}
-
-#[cfg(not(unix))]
-fn special_file_kind(_kind: &fs::FileType) -> &'static str {
-    "not a file"
+    OpenError::not_a_regular_file(path, meta).map_or(Ok(()), Err)
 }
 
 /// Moves a newly created store `temp` over the empty file at `path`, holding a lock on the
@@ -562,6 +537,9 @@ pub(crate) fn sync_parent(_path: &Path) -> std::io::Result<()> {
 pub(crate) struct Initialiser {
     allow_init: bool,
     seed: Option<[u8; 32]>,
+    /// The wall clock when the store is created: its first retention time, persisted at once,
+    /// so that a reopen never finds a store without one (and takes the wall clock then).
+    created_at: u64,
 }
 
 /// Metadata of an open store.
@@ -595,12 +573,13 @@ impl Initialiser {
             meta.insert(META_MAGIC, MAGIC)?;
             meta.insert(META_FORMAT, STORE_FORMAT.to_be_bytes().as_slice())?;
             meta.insert(META_SECRET, secret.as_slice())?;
+            meta.insert(META_CLOCK, self.created_at.to_be_bytes().as_slice())?;
             tx.open_table(RECORDS)?;
             tx.open_table(EXPIRY)?;
             tx.open_table(AUDIT)?;
         }
         tx.commit()?;
-        Ok(Meta { secret, clock: ClockState::default(), fence_floor: 0 })
+        Ok(Meta { secret, clock: ClockState { trusted: self.created_at, pending: Vec::new() }, fence_floor: 0 })
     }
 }
 

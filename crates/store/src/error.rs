@@ -192,6 +192,40 @@ pub enum OpenError {
     CorruptMeta(String),
 }
 
+impl OpenError {
+    /// [`OpenError::NotAFile`] for a path whose metadata is not that of a regular file (a
+    /// directory, a FIFO, a socket, a device); `None` for a regular file.
+    pub fn not_a_regular_file(path: &std::path::Path, meta: &std::fs::Metadata) -> Option<OpenError> {
+        let kind = meta.file_type();
+        if kind.is_file() {
+            return None;
+        }
+        let kind = if kind.is_dir() { "a directory" } else { special_file_kind(&kind) };
+        Some(OpenError::NotAFile { path: path.to_path_buf(), kind })
+    }
+}
+
+#[cfg(unix)]
+fn special_file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file_kind(_kind: &std::fs::FileType) -> &'static str {
+    "not a file"
+}
+
 impl From<redb::DatabaseError> for OpenError {
     fn from(error: redb::DatabaseError) -> Self {
         match error {

@@ -92,6 +92,8 @@ const MAX_CORRUPT_SKIPPED: usize = 1024;
 fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
     // Retention time: only measured or confirmed time makes a record less known.
     let now = txn.retention_time();
+    // Every purge keeps the clock, even one with nothing due.
+    txn.store().persist_clock_if_due(txn.tables(), true)?;
     let mut report = PurgeReport::default();
     let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
     // Corrupt records are skipped without spending budget, up to a bound, so one damaged
