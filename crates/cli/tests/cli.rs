@@ -704,14 +704,24 @@ fn invalid_key_or_tenant_arguments_exit_with_2() {
 /// The exit-code tables of the CLI README and of `--help` list the codes the binary returns.
 #[test]
 fn exit_codes_match_the_documented_tables() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
-    let table: Vec<u8> = readme
-        .lines()
-        .skip_while(|line| !line.starts_with("## Exit codes"))
-        .filter_map(|line| line.strip_prefix("| "))
-        .filter_map(|line| line.split(' ').next().and_then(|code| code.parse().ok()))
-        .collect();
-    assert_eq!(table, [0, 1, 2, 3, 4], "the CLI README's exit-code table");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (readme, heading) in
+        [(manifest.join("README.md"), "## Exit codes"), (manifest.join("../../README.md"), "Exit codes of the")]
+    {
+        let text = std::fs::read_to_string(&readme).expect("README");
+        let table: Vec<u8> = text
+            .lines()
+            .skip_while(|line| !line.starts_with(heading))
+            .skip(1)
+            .skip_while(|line| !line.starts_with('|'))
+            .take_while(|line| line.starts_with('|'))
+            .filter_map(|line| line.strip_prefix("| "))
+            .filter_map(|line| line.split(' ').next().and_then(|code| code.parse().ok()))
+            .collect();
+        assert_eq!(table, [0, 1, 2, 3, 4], "the exit-code table of {}", readme.display());
+    }
+    let help = idemdb(["--help"]).code(0).stdout;
+    assert!(help.contains("2  usage error") && help.contains("--key"), "{help}");
     let dir = TempDir::new().expect("tempdir");
     let path = sample_store(&dir);
     let notes = dir.path().join("notes.txt");
@@ -991,24 +1001,102 @@ fn purge_does_not_leave_a_full_file_doubled() {
         while store.compact().expect("compact") {}
     }
     let before = std::fs::metadata(&path).expect("size").len();
-    let run = idemdb(["purge", arg(&path)]).code(0);
+    let report = idemdb(["purge", arg(&path), "--json"]).code(0).json();
     let after = std::fs::metadata(&path).expect("size").len();
-    assert!(run.stdout.contains(&format!("tombstoned                   {}", output_count(records))), "{}", run.stdout);
+    assert_eq!(report["tombstoned"], records, "{report}");
+    assert_eq!(
+        (report["file_bytes_before"].as_u64(), report["file_bytes_after"].as_u64()),
+        (Some(before), Some(after))
+    );
     // The purge adds an audit event per record and moves index entries, so the data grows a
     // little; the file grows by what they need, not by redb's doubling.
     assert!(after <= before + before / 4, "the purge left the file at {after} bytes, it was {before}");
     assert_eq!(idemdb(["stats", arg(&path), "--json"]).code(0).json()["by_state"]["tombstone"], records);
 }
 
-/// `1234` → `1,234` (the tool's number format).
-fn output_count(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
+/// Operators beside a writer (the reliability report runs this at scale, with `kill -9`): while
+/// a writer opens the store, completes one intent and closes it, in a loop, the `idemdb` binary
+/// rebuilds, compacts, purges and imports into the same file. Every completion the writer was
+/// told about, and every record of an import that exited with 0, is there afterwards.
+#[test]
+fn operators_beside_a_writer_lose_no_completion_and_no_import() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = TempDir::new().expect("tempdir");
+    let path = dir.path().join("busy.idemdb");
+    drop(Store::open(&path).expect("create"));
+    let pay = scope("acme", "create_payment");
+    let writing = AtomicBool::new(true);
+    let (acknowledged, imported) = std::thread::scope(|threads| {
+        let writer = threads.spawn(|| {
+            let mut acknowledged = Vec::new();
+            for i in 0..60u8 {
+                let store = loop {
+                    match Store::open(&path) {
+                        Ok(store) => break store,
+                        Err(idemdb::OpenError::AlreadyOpen | idemdb::OpenError::Replaced { .. }) => {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        Err(other) => panic!("open: {other}"),
+                    }
+                };
+                let name = format!("order-{i}");
+                store.complete(&lease(&store, &pay, &name, i), name.clone().into_bytes()).expect("complete");
+                drop(store);
+                acknowledged.push((name, i));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            writing.store(false, Ordering::SeqCst);
+            acknowledged
+        });
+        let mut imported = Vec::new();
+        let mut round = 0;
+        while writing.load(Ordering::SeqCst) {
+            round += 1;
+            let run = match round % 4 {
+                0 => idemdb(["compact", arg(&path)]),
+                1 => idemdb(["compact", arg(&path), "--rebuild"]),
+                2 => idemdb(["purge", arg(&path)]),
+                _ => {
+                    let name = format!("imported-{round}");
+                    let input = dir.path().join(format!("{name}.jsonl"));
+                    let now = SystemClock.now().as_millis();
+                    std::fs::write(
+                        &input,
+                        format!(
+                            "{{\"tenant\":\"ops\",\"operation\":\"imported\",\"key\":\"{name}\",\"state\":\"completed\",\
+\"fingerprint\":\"{:064x}\",\"fence\":{now},\"attempts\":1,\"created_at\":{now},\"updated_at\":{now},\
+\"expires_at\":{},\"forget_at\":{},\"payload\":\"{name}\"}}\n",
+                            round,
+                            now + 86_400_000,
+                            now + 2 * 86_400_000
+                        ),
+                    )
+                    .expect("input");
+                    let run = idemdb(["import", arg(&path), arg(&input)]);
+                    if run.code == 0 {
+                        imported.push(name);
+                    }
+                    run
+                }
+            };
+            assert!(run.code == 0 || (run.code == 3 && run.stderr.contains("already open")), "{}", run.stderr);
         }
-        out.push(c);
+        (writer.join().expect("writer"), imported)
+    });
+    assert!(!imported.is_empty(), "some imports ran");
+    let store = Store::open(&path).expect("open");
+    for (name, i) in &acknowledged {
+        match store.reserve(&pay, &key(name), &Fingerprint::from_bytes([*i; 32])).expect("retry") {
+            Reservation::Replay { body, .. } => assert_eq!(body, name.as_bytes(), "{name}"),
+            other => panic!("{name} was acknowledged, the store answers {other:?}"),
+        }
     }
-    out
+    let ops = scope("ops", "imported");
+    for name in &imported {
+        let record = store.get(&ops, &key(name)).expect("get");
+        assert!(
+            matches!(record.map(|r| r.state), Some(idemdb::State::Completed { ref result, .. }) if result == name.as_bytes()),
+            "{name} was imported (exit 0) and is gone"
+        );
+    }
 }
