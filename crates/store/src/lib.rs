@@ -45,6 +45,7 @@
 mod audit;
 mod builder;
 mod clock;
+mod db;
 mod engine;
 mod error;
 mod group;
@@ -81,15 +82,15 @@ pub use workflow::{EffectFilter, delivery_policy_name};
 
 pub use idemdb_core::{
     Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AuditEvent, AuditKind, CanonicalError,
-    Canonicalizer, Claim, Coded, Compensation, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord,
-    DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease, Failure, FailureKind,
-    Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal, Intent, IntentRefusal,
-    IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,
-    KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, NewerVersion, Normaliser,
-    ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass, Policy, PolicyError,
-    ProviderState, PurgeReport, Record, Reservation, ReservationKind, Resolution, ResolutionKind, RetentionBudget,
-    Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName,
-    ValidTransition,
+    Canonicalizer, Claim, Coded, Compensation, DecisionTime, Delivery, DeliveryOutcome, DeliveryOutcomeKind,
+    DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease,
+    Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal,
+    Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord, JobRefusal,
+    JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
+    NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass,
+    Policy, PolicyError, ProviderState, PurgeReport, Record, RecordError, Reservation, ReservationKind, Resolution,
+    ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError,
+    UncertainCause, UnknownName, ValidTransition,
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;

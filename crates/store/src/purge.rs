@@ -1,7 +1,7 @@
 //! Retention: turn expired results into tombstones and forget expired tombstones, through the
 //! time-ordered expiry index, so the cost follows the number of due records.
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use idemdb_core::{AuditKind, PurgeReport, Retention, ScopedKey, Timestamp};
 
@@ -30,7 +30,7 @@ impl Store {
     /// # Errors
     /// Storage errors; [`Error::Corrupt`].
     pub fn purge_preview(&self) -> Result<PurgeReport, Error> {
-        let now = self.engine.now();
+        let now = self.decision_time().retention;
         let read = self.engine.db.begin_read()?;
         let index = read.open_table(EXPIRY)?;
         let mut report = PurgeReport::default();
@@ -75,7 +75,10 @@ impl Store {
 const MAX_CORRUPT_SKIPPED: usize = 1024;
 
 fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
-    let now = txn.now();
+    // Retention time: only measured or confirmed time makes a record less known.
+    let now = txn.retention_time();
+    // Every purge keeps the clock, even one with nothing due.
+    txn.engine().persist_clock_if_due(txn.tables(), true)?;
     let mut report = PurgeReport::default();
     let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
     // Corrupt records are skipped without spending budget, up to a bound, so one damaged

@@ -26,7 +26,7 @@ use idemdb_core::Timestamp;
 
 use crate::Error;
 
-/// Store-wide metadata: magic, format, audit secret, clock high-water mark.
+/// Store-wide metadata: magic, format, audit secret, clock (retention time, unconfirmed gaps).
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("idemdb_meta");
 /// One record per `(scope, key)`.
 pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_records");
@@ -97,6 +97,7 @@ pub(crate) const META_MAGIC: &str = "magic";
 pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_SECRET: &str = "audit_secret";
 pub(crate) const META_CLOCK: &str = "clock_high_water";
+pub(crate) const META_CLOCK_PENDING: &str = "clock_pending";
 pub(crate) const META_FENCE_FLOOR: &str = "fence_floor";
 /// Set once the reconciliation queue holds every uncertain record (stores made before the
 /// queue existed are indexed on their first write open).

@@ -45,6 +45,8 @@ export const ENGINE_ERROR_CODES = [
   'IDEMDB_PROVIDER_KEY_EXPIRED',
   'IDEMDB_DELIVERY_MISMATCH',
   'IDEMDB_NOT_READY',
+  'IDEMDB_FENCE_EXHAUSTED',
+  'IDEMDB_READ_ONLY',
 ] as const;
 /** Every stable error code. */
 export type EngineErrorCode = (typeof ENGINE_ERROR_CODES)[number];

@@ -7,17 +7,22 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde_json::json;
 
-use idemdb::{Record, ScopedKey};
+use std::collections::HashMap;
+
+use idemdb::{Policy, Record, ScopedKey};
 
 use crate::error::{CliError, Exit};
-use crate::open::open_raw;
+use crate::open::{not_a_file, open_raw};
 use crate::output;
 use crate::view::RecordView;
 
 /// Arguments of `idemdb import`.
 #[derive(Debug, Args)]
 #[command(after_help = "All lines are read and checked first, then written in one transaction: on any error \
-nothing is imported. Lines need the key (export with --show-keys). A completed or failed record whose \
+nothing is imported, and the error names the line. Every record must be one the engine could have written \
+(the same rules as the API: a payload within the 1 MiB result limit, at least one attempt, a fence below 2^63, \
+created_at <= updated_at <= every expiry, expires_at <= forget_at), with no field its state does not have, \
+no unknown field, and each key once. Lines need the key (export with --show-keys). A completed or failed record whose \
 payload was left out of the export is imported as a tombstone: its key stays known and is never run \
 again, but retries get `expired` instead of the stored result.\n\nExample:\n  \
 idemdb export old.idemdb --show-keys --show-payloads -o backup.jsonl\n  idemdb import new.idemdb backup.jsonl")]
@@ -35,10 +40,13 @@ pub(crate) struct ImportArgs {
 
 pub(crate) fn run(args: &ImportArgs, json: bool) -> Result<Exit, CliError> {
     let file = &args.file;
-    let records = read_input(&args.input)?;
-    if file.is_dir() {
-        return Err(CliError::open_msg(file, "is a directory, not a store file"));
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_dir() => return Err(CliError::open_msg(file, "is a directory, not a store file")),
+        // Never replaced by a new store: a FIFO, a socket or a device stays what it is.
+        Ok(meta) if !meta.is_file() => return Err(not_a_file(file, &meta)),
+        _ => {}
     }
+    let records = read_input(&args.input)?;
     let store = open_raw(file).map_err(|error| CliError::open(file, &error))?;
     let bar = output::progress(records.len() as u64, json, "importing");
     let (mut imported, mut skipped, mut tombstoned) = (0u64, 0u64, 0u64);
@@ -81,7 +89,9 @@ pub(crate) fn run(args: &ImportArgs, json: bool) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-/// Reads and checks every line before anything is written.
+/// Reads and checks every line before anything is written: each must parse, describe a record
+/// the engine could have written ([`Record::validate`], the rules the store itself applies),
+/// and name a key no earlier line named.
 fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> {
     let reader: Box<dyn Read> = if input == Path::new("-") {
         Box::new(std::io::stdin().lock())
@@ -89,6 +99,9 @@ fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> 
         Box::new(File::open(input).map_err(|error| CliError::runtime_ctx(input, "cannot read the input", &error))?)
     };
     let mut records = Vec::new();
+    let mut first_line: HashMap<Vec<u8>, usize> = HashMap::new();
+    // `import` opens the store with the default policies: the same limit the store enforces.
+    let limit = Policy::default().max_result_bytes();
     for (index, line) in BufReader::new(reader).lines().enumerate() {
         let number = index + 1;
         let line = line.map_err(|error| CliError::runtime_ctx(input, &format!("line {number}"), &error))?;
@@ -97,9 +110,12 @@ fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> 
         }
         let view: RecordView = serde_json::from_str(&line)
             .map_err(|error| CliError::runtime_ctx(input, &format!("line {number}"), &error))?;
-        let record = view
-            .to_record()
-            .map_err(|message| CliError::runtime_msg(Some(input), format!("line {number}: {message}")))?;
+        let refuse = |message: String| CliError::runtime_msg(Some(input), format!("line {number}: {message}"));
+        let record = view.to_record().map_err(refuse)?;
+        record.1.validate(limit).map_err(|error| refuse(format!("not a record the engine writes: {error}")))?;
+        if let Some(first) = first_line.insert(record.0.encode(), number) {
+            return Err(refuse(format!("the key appears more than once (first on line {first})")));
+        }
         records.push(record);
     }
     Ok(records)

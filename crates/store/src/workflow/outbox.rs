@@ -2,7 +2,7 @@
 //! reconciliation queue for uncertain ones; every change is one write transaction that also
 //! moves the intent's record along ([`OutboxItem::record_after`]).
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use idemdb_core::{
     AuditKind, Claim, EffectName, EffectReport, IdempotencyKey, Lease, OutboxItem, OutboxRefusal, OutboxStateKind,

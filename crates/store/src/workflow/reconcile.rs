@@ -2,7 +2,7 @@
 //! outcome is uncertain, and outbox effects whose outcome is unknown — oldest first; and the
 //! link an application records when it starts a new intent in place of a refused one.
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use idemdb_core::{Attention, AuditKind, IdempotencyKey, OutboxItem, Scope, ScopedKey, Timestamp};
 
