@@ -10,7 +10,7 @@
 //! and exits non-zero on any lost completion, double effect, unopenable store, integrity
 //! failure, protocol error, fuzz crash, or missed target. `--quick` (the default) is the
 //! CI-sized run; `--full` the documented one. `--only clock,operators` runs only the sections
-//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `bad-inputs`,
+//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `outbox`, `bad-inputs`,
 //! `self-check`, `fuzz`) at the chosen size, and the table has only their rows.
 #![forbid(unsafe_code)]
 
@@ -24,6 +24,7 @@ use idemdb_reliability::concurrent::run_concurrent;
 use idemdb_reliability::fuzzing;
 use idemdb_reliability::kill::{KillConfig, KillReport, run_kills};
 use idemdb_reliability::operators::{OperatorConfig, OperatorReport, run_operators};
+use idemdb_reliability::outbox::{OutboxSweepConfig, OutboxSweepReport, outbox_sweep};
 use idemdb_reliability::races::{RaceConfig, RaceReport, run_races};
 use idemdb_reliability::rng::Rng;
 use idemdb_reliability::sweep::{SweepConfig, sweep};
@@ -42,6 +43,7 @@ struct Size {
     concurrent_points: u64,
     clock_scenarios: u64,
     operator_races: u64,
+    outbox_points: u64,
 }
 
 const QUICK: Size = Size {
@@ -55,6 +57,7 @@ const QUICK: Size = Size {
     concurrent_points: 2_000,
     clock_scenarios: 10_000,
     operator_races: 500,
+    outbox_points: 10_000,
 };
 const FULL: Size = Size {
     name: "full",
@@ -67,11 +70,12 @@ const FULL: Size = Size {
     concurrent_points: 50_000,
     clock_scenarios: 200_000,
     operator_races: 10_000,
+    outbox_points: 200_000,
 };
 
 /// The sections of a run, in the order they run.
-const SECTIONS: [&str; 9] =
-    ["sweep", "concurrent", "kill", "races", "clock", "operators", "bad-inputs", "self-check", "fuzz"];
+const SECTIONS: [&str; 10] =
+    ["sweep", "concurrent", "kill", "races", "clock", "operators", "outbox", "bad-inputs", "self-check", "fuzz"];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -295,6 +299,28 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         print_notes("clock faults", &clock.notes);
     }
 
+    // 3b'. Crash points of the outbox flow.
+    let mut outbox = OutboxSweepReport::default();
+    if runs("outbox") {
+        let t = Instant::now();
+        // Each seed sweeps every operation index of its run: enough seeds for the size.
+        let per_seed = idemdb_reliability::outbox::probe(seed).max(1);
+        let seeds = size.outbox_points.div_ceil(per_seed) + 1;
+        outbox = outbox_sweep(&OutboxSweepConfig { seeds, seed, threads: threads() });
+        timings.push(("outbox crash points", t.elapsed()));
+        println!(
+            "  outbox crash points: {} ({} crashed), {} provider effects, {} resolved by a provider query, {} provider keys with two effects, {} unsettled intents, in {:.1?}",
+            group(outbox.crash_points),
+            group(outbox.crashes),
+            group(outbox.effects),
+            group(outbox.reconciled),
+            outbox.double_effects,
+            outbox.unresolved,
+            t.elapsed()
+        );
+        print_notes("outbox", &outbox.notes);
+    }
+
     // 3c. Operators beside a writer.
     let mut operators = OperatorReport::default();
     if let (true, Some(child)) = (runs("operators"), &child) {
@@ -380,9 +406,20 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     }
 
     // The table: each row of a section that ran.
-    let lost = crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost;
-    let double = crash.total.double + concurrent.double + kills.double + races.double + clock.double + operators.double;
-    let unopenable = crash.total.reopen_failures + concurrent.reopen_failures + kills.unopenable + operators.unopenable;
+    let lost =
+        crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost + outbox.unresolved;
+    let double = crash.total.double
+        + concurrent.double
+        + kills.double
+        + races.double
+        + clock.double
+        + operators.double
+        + outbox.double_effects;
+    let unopenable = crash.total.reopen_failures
+        + concurrent.reopen_failures
+        + kills.unopenable
+        + operators.unopenable
+        + outbox.reopen_failures;
     let integrity = crash.total.integrity_failures
         + concurrent.integrity_failures
         + kills.integrity_failures
@@ -394,8 +431,8 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         + races.missing
         + clock.unexpected
         + operators.protocol_errors;
-    let promises = ["sweep", "concurrent", "kill", "races", "clock", "operators"].iter().any(|s| runs(s));
-    let files = ["sweep", "concurrent", "kill", "operators"].iter().any(|s| runs(s));
+    let promises = ["sweep", "concurrent", "kill", "races", "clock", "operators", "outbox"].iter().any(|s| runs(s));
+    let files = ["sweep", "concurrent", "kill", "operators", "outbox"].iter().any(|s| runs(s));
     let zero = |v: u64| Some(("0", v == 0));
     let fuzz_target = format!("each target ran {fuzz_seconds} s, 0 crashes");
     let at_least = |target: u64| format!(">= {}", group(target));
@@ -453,6 +490,15 @@ fn reliability(args: &[String]) -> Result<bool, String> {
             Some(("> 0", clock.retries_within_retention > 0)),
         ),
     );
+    push(
+        runs("outbox"),
+        row(
+            "outbox crash points",
+            outbox.crash_points,
+            Some((&at_least(size.outbox_points), outbox.crash_points >= size.outbox_points)),
+        ),
+    );
+    push(runs("outbox"), row("provider keys with two effects", outbox.double_effects, zero(outbox.double_effects)));
     push(
         runs("operators"),
         row(
