@@ -92,6 +92,9 @@ pub enum ErrorCode {
     SchemaMismatch,
     /// A name did not belong to its vocabulary.
     UnknownName,
+    /// The request carries no principal a tenant can be taken from (HTTP 401): idempotency
+    /// records are scoped by tenant, so an anonymous request cannot be given one.
+    Unauthenticated,
 }
 
 names!(ErrorCode, "error code", {
@@ -131,6 +134,7 @@ names!(ErrorCode, "error code", {
     Unavailable => "IDEMDB_UNAVAILABLE",
     SchemaMismatch => "IDEMDB_SCHEMA_MISMATCH",
     UnknownName => "IDEMDB_UNKNOWN_NAME",
+    Unauthenticated => "IDEMDB_UNAUTHENTICATED",
 });
 
 impl ErrorCode {
