@@ -79,8 +79,12 @@ impl Problem {
     pub(crate) fn store_failed(code: ErrorCode) -> Self {
         let transient = code.is_transient() || code == ErrorCode::Closed;
         if transient {
-            Problem::new(code, StatusCode::SERVICE_UNAVAILABLE, "the idempotency store is unavailable; retry with the same key")
-                .retry_after(Duration::from_secs(1))
+            Problem::new(
+                code,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the idempotency store is unavailable; retry with the same key",
+            )
+            .retry_after(Duration::from_secs(1))
         } else {
             Problem::new(code, StatusCode::INTERNAL_SERVER_ERROR, "the idempotency store failed")
         }
@@ -156,8 +160,8 @@ mod tests {
 
     #[test]
     fn problem_body_has_the_rfc_9457_members_and_the_code() {
-        let problem = Problem::new(ErrorCode::InProgress, StatusCode::CONFLICT, "wait")
-            .retry_after(Duration::from_millis(2500));
+        let problem =
+            Problem::new(ErrorCode::InProgress, StatusCode::CONFLICT, "wait").retry_after(Duration::from_millis(2500));
         let response: Response<Bytes> = problem.into_response(&ProblemTypes::default());
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
         assert_eq!(response.headers()[header::RETRY_AFTER], "3");

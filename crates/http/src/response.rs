@@ -226,13 +226,15 @@ mod tests {
         assert_eq!(
             hex,
             concat!(
-                "494852",                     // "IHR"
-                "01",                         // version
-                "00c9",                       // 201
-                "0001",                       // one header
-                "0c", "636f6e74656e742d74797065", // "content-type"
-                "0000000a", "746578742f706c61696e", // "text/plain"
-                "6f6b"                        // body "ok"
+                "494852", // "IHR"
+                "01",     // version
+                "00c9",   // 201
+                "0001",   // one header
+                "0c",
+                "636f6e74656e742d74797065", // "content-type"
+                "0000000a",
+                "746578742f706c61696e", // "text/plain"
+                "6f6b"                  // body "ok"
             )
         );
     }

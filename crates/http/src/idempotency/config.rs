@@ -239,10 +239,8 @@ impl Operation {
         body: &[u8],
     ) -> Result<Fingerprint, CanonicalError> {
         let media = media_type(headers.get(header::CONTENT_TYPE));
-        let builder = FingerprintBuilder::new()
-            .str_field(FINGERPRINT_TAG)
-            .str_field(method.as_str())
-            .str_field(path_and_query);
+        let builder =
+            FingerprintBuilder::new().str_field(FINGERPRINT_TAG).str_field(method.as_str()).str_field(path_and_query);
         if is_json(&media) {
             let canonical = self.canonicalizer.canonicalize(body)?;
             Ok(builder.str_field("json").field(&canonical).finish())

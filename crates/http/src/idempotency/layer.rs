@@ -46,7 +46,11 @@ pub struct IdempotencyLayer<S, T> {
 
 impl<S: Clone, T> Clone for IdempotencyLayer<S, T> {
     fn clone(&self) -> Self {
-        IdempotencyLayer { store: self.store.clone(), tenant: Arc::clone(&self.tenant), config: Arc::clone(&self.config) }
+        IdempotencyLayer {
+            store: self.store.clone(),
+            tenant: Arc::clone(&self.tenant),
+            config: Arc::clone(&self.config),
+        }
     }
 }
 

@@ -36,8 +36,8 @@ use http::{Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemdb_core::{
-    CanonicalError, Coded, ErrorCode, Failure, Fingerprint, IdempotencyKey, IdentityPart, KeyError, Lease,
-    Reservation, Scope, validate_correlation,
+    CanonicalError, Coded, ErrorCode, Failure, Fingerprint, IdempotencyKey, IdentityPart, KeyError, Lease, Reservation,
+    Scope, validate_correlation,
 };
 use idemdb_interface::IdempotencyStore;
 use tower_service::Service;
@@ -178,26 +178,34 @@ where
             operation = scope.operation(),
             answer = tracing::field::Empty,
         );
+        let recorder = span.clone();
         async move {
             let (bytes, fingerprint) = match read_and_fingerprint(&parts, body, &operation.operation).await {
                 Ok(read) => read,
                 Err(problem) => return Ok(self.ctx.refuse(problem)),
             };
             let correlation = self.correlation(&parts);
-            let reservation =
-                match reserve(&self.ctx.store, &scope, &key, &fingerprint, correlation.as_deref(), &operation.operation)
-                    .await
-                {
-                    Ok(reservation) => reservation,
-                    Err(error) => {
-                        tracing::warn!(target: "idemdb_http", code = error.code().as_str(), %error, "reservation failed");
-                        return Ok(self.ctx.refuse(Problem::store_failed(error.code())));
-                    }
-                };
-            tracing::Span::current().record("answer", reservation.name());
+            let reservation = match reserve(
+                &self.ctx.store,
+                &scope,
+                &key,
+                &fingerprint,
+                correlation.as_deref(),
+                &operation.operation,
+            )
+            .await
+            {
+                Ok(reservation) => reservation,
+                Err(error) => {
+                    tracing::warn!(target: "idemdb_http", code = error.code().as_str(), %error, "reservation failed");
+                    return Ok(self.ctx.refuse(Problem::store_failed(error.code())));
+                }
+            };
+            recorder.record("answer", reservation.name());
             match reservation {
                 Reservation::Acquired(lease) => {
-                    let handle = LeaseHandle::new(self.ctx.store.clone(), lease, key_hash, operation.replay_headers.clone());
+                    let handle =
+                        LeaseHandle::new(self.ctx.store.clone(), lease, key_hash, operation.replay_headers.clone());
                     let mut request = Request::from_parts(parts, ReqB::from(bytes));
                     request.extensions_mut().insert(handle.clone());
                     self.execute(request, handle, &operation).await
@@ -235,7 +243,11 @@ where
             (Some(value), None) => match parse_key_header(value, op.accept_bare_keys) {
                 Ok(key) => key,
                 Err(error) => {
-                    return Head::Refuse(Problem::new(ErrorCode::InvalidKey, StatusCode::BAD_REQUEST, error.to_string()));
+                    return Head::Refuse(Problem::new(
+                        ErrorCode::InvalidKey,
+                        StatusCode::BAD_REQUEST,
+                        error.to_string(),
+                    ));
                 }
             },
         };
@@ -400,11 +412,7 @@ fn route_of(parts: &Parts) -> String {
 }
 
 /// Step 4: the body (within the limit) and the fingerprint.
-async fn read_and_fingerprint<B>(
-    parts: &Parts,
-    body: B,
-    operation: &Operation,
-) -> Result<(Bytes, Fingerprint), Problem>
+async fn read_and_fingerprint<B>(parts: &Parts, body: B, operation: &Operation) -> Result<(Bytes, Fingerprint), Problem>
 where
     B: Body,
     B::Error: Into<BoxError>,
@@ -425,7 +433,11 @@ where
         Ok(collected) => collected.to_bytes(),
         Err(error) if error.is::<LengthLimitError>() => return Err(too_large(None)),
         Err(_) => {
-            return Err(Problem::new(ErrorCode::InvalidRequest, StatusCode::BAD_REQUEST, "the request body could not be read"));
+            return Err(Problem::new(
+                ErrorCode::InvalidRequest,
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            ));
         }
     };
     let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
