@@ -86,8 +86,8 @@ mod problem;
 mod response;
 
 pub use idempotency::{
-    DEFAULT_MAX_BODY_BYTES, HandleError, IdempotencyLayer, IdempotencyService, LeaseHandle, OnResponse, Operation,
-    ResponseFuture, ResponsePolicy, SingleTenant, TenantSource,
+    DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, HandleError, IdempotencyLayer, IdempotencyService,
+    LeaseHandle, OnResponse, Operation, ResponseFuture, ResponsePolicy, SingleTenant, TenantSource,
 };
 pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyHeaderError, key_header_value, parse_key_header};
 pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON, ProblemTypes};

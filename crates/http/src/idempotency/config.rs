@@ -11,6 +11,9 @@ use crate::response::DEFAULT_REPLAY_HEADERS;
 /// Default limit on a request body the layer reads to fingerprint it: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// Default cap on the `Retry-After` of a 409 in progress: 1 second.
+pub const DEFAULT_IN_PROGRESS_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// Domain tag of request fingerprints, the first field hashed.
 const FINGERPRINT_TAG: &str = "idemdb-http request v1";
 
@@ -135,13 +138,14 @@ pub struct Operation {
     pub(crate) responses: ResponsePolicy,
     pub(crate) replay_headers: Vec<String>,
     pub(crate) wait: Option<Duration>,
+    pub(crate) retry_after: Duration,
 }
 
 impl Default for Operation {
     /// No name (the method and matched route name it), a required key, JSON bodies
     /// canonicalised without exclusions, a 1 MiB body limit, Stripe's response policy, the
     /// [default replay headers](crate::DEFAULT_REPLAY_HEADERS), and an immediate 409 for a
-    /// duplicate in progress.
+    /// duplicate in progress with `Retry-After` of at most a second.
     fn default() -> Self {
         Operation {
             name: None,
@@ -152,6 +156,7 @@ impl Default for Operation {
             responses: ResponsePolicy::default(),
             replay_headers: DEFAULT_REPLAY_HEADERS.iter().map(|name| (*name).to_string()).collect(),
             wait: None,
+            retry_after: DEFAULT_IN_PROGRESS_RETRY_AFTER,
         }
     }
 }
@@ -222,6 +227,15 @@ impl Operation {
     #[must_use]
     pub fn wait_for_first(mut self, limit: Duration) -> Self {
         self.wait = Some(limit);
+        self
+    }
+
+    /// The longest `Retry-After` of a 409 in progress (default 1 s). The store knows how long
+    /// the first request's lease has left, which can be a minute; a payment usually finishes
+    /// in a second, so clients are told to come back sooner than the lease runs out.
+    #[must_use]
+    pub fn in_progress_retry_after(mut self, cap: Duration) -> Self {
+        self.retry_after = cap;
         self
     }
 

@@ -43,7 +43,7 @@ use idemdb_interface::IdempotencyStore;
 use tower_service::Service;
 use tracing::Instrument;
 
-pub use config::{DEFAULT_MAX_BODY_BYTES, OnResponse, Operation, ResponsePolicy};
+pub use config::{DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, OnResponse, Operation, ResponsePolicy};
 pub use error::HandleError;
 pub use future::ResponseFuture;
 pub use handle::LeaseHandle;
@@ -211,7 +211,7 @@ where
                     self.execute(request, handle, &operation).await
                 }
                 Reservation::Replay { body, .. } => Ok(self.ctx.replay(&body)),
-                other => Ok(self.ctx.refuse(refusal(&other))),
+                other => Ok(self.ctx.refuse(refusal(&other, &operation.operation))),
             }
         }
         .instrument(span)
@@ -475,14 +475,14 @@ async fn reserve<S: IdempotencyStore>(
 }
 
 /// The refusal of an answer that is neither an acquisition nor a replay.
-fn refusal(reservation: &Reservation) -> Problem {
+fn refusal(reservation: &Reservation, operation: &Operation) -> Problem {
     match reservation {
         Reservation::InProgress { retry_after } => Problem::new(
             ErrorCode::InProgress,
             StatusCode::CONFLICT,
             "a request with this Idempotency-Key is being processed; retry after the time given",
         )
-        .retry_after(*retry_after),
+        .retry_after((*retry_after).min(operation.retry_after)),
         Reservation::Mismatch { .. } => Problem::new(
             ErrorCode::KeyMismatch,
             StatusCode::UNPROCESSABLE_ENTITY,
