@@ -154,22 +154,31 @@ async fn a_new_key_runs_once_and_a_retry_replays() {
     assert_eq!(record(&store, "op", "k-1").unwrap().state.kind(), StateKind::Completed);
 }
 
+/// The future of a gated handler.
+type Gated = std::pin::Pin<Box<dyn std::future::Future<Output = http::Response<Body>> + Send>>;
+
+/// A handler that signals `entered` when it starts and finishes only after `release`.
+fn gated(
+    effects: Effects,
+) -> (impl Fn(Request<Body>) -> Gated + Clone + Send + Sync + 'static, Arc<Notify>, Arc<Notify>) {
+    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (signal, gate) = (entered.clone(), release.clone());
+    let handler = move |request| {
+        let (effects, signal, gate) = (effects.clone(), signal.clone(), gate.clone());
+        Box::pin(async move {
+            signal.notify_one();
+            gate.notified().await;
+            created(effects)(request).await
+        }) as Gated
+    };
+    (handler, entered, release)
+}
+
 #[tokio::test]
 async fn a_duplicate_while_the_first_runs_is_409_with_retry_after() {
     let (store, _) = store();
     let effects = Effects::default();
-    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let handler = {
-        let (effects, entered, release) = (effects.clone(), entered.clone(), release.clone());
-        move |request| {
-            let (effects, entered, release) = (effects.clone(), entered.clone(), release.clone());
-            async move {
-                entered.notify_one();
-                release.notified().await;
-                created(effects)(request).await
-            }
-        }
-    };
+    let (handler, entered, release) = gated(effects.clone());
     let svc = service(layer(store.clone(), Operation::named("op")), handler);
     let first = tokio::spawn({
         let svc = svc.clone();
@@ -195,18 +204,7 @@ async fn a_duplicate_while_the_first_runs_is_409_with_retry_after() {
 async fn with_a_bounded_wait_the_duplicate_gets_the_first_response() {
     let (store, _) = store();
     let effects = Effects::default();
-    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let handler = {
-        let (effects, entered, release) = (effects.clone(), entered.clone(), release.clone());
-        move |request| {
-            let (effects, entered, release) = (effects.clone(), entered.clone(), release.clone());
-            async move {
-                entered.notify_one();
-                release.notified().await;
-                created(effects)(request).await
-            }
-        }
-    };
+    let (handler, entered, release) = gated(effects.clone());
     let op = Operation::named("op").wait_for_first(Duration::from_secs(30));
     let svc = service(layer(store.clone(), op), handler);
     let first = tokio::spawn({
