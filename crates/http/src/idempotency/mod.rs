@@ -60,6 +60,13 @@ use layer::{Config, Resolved};
 /// The errors bodies may fail with.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A request or response body the layer can read and rebuild: any [`Body`] whose data is
+/// `Send`, whose error boxes, and that can be made from [`Bytes`] — axum's `Body` and
+/// `http_body_util::Full<Bytes>` among them. Implemented for every such type.
+pub trait LayerBody: Body<Data: Send, Error: Into<BoxError>> + From<Bytes> + Send + 'static {}
+
+impl<B> LayerBody for B where B: Body<Data: Send, Error: Into<BoxError>> + From<Bytes> + Send + 'static {}
+
 /// The service [`IdempotencyLayer`] wraps around a handler (see the [module docs](self)).
 pub struct IdempotencyService<Svc, S, T> {
     inner: Svc,
@@ -98,12 +105,8 @@ where
     Svc::Error: Send + 'static,
     S: IdempotencyStore + Clone + 'static,
     T: TenantSource,
-    ReqB: Body + From<Bytes> + Send + 'static,
-    ReqB::Data: Send,
-    ReqB::Error: Into<BoxError>,
-    ResB: Body + From<Bytes> + Send + 'static,
-    ResB::Data: Send,
-    ResB::Error: Into<BoxError>,
+    ReqB: LayerBody,
+    ResB: LayerBody,
 {
     type Response = Response<ResB>;
     type Error = Svc::Error;
@@ -155,12 +158,8 @@ where
     Svc::Error: Send + 'static,
     S: IdempotencyStore + Clone + 'static,
     T: TenantSource,
-    ReqB: Body + From<Bytes> + Send + 'static,
-    ReqB::Data: Send,
-    ReqB::Error: Into<BoxError>,
-    ResB: Body + From<Bytes> + Send + 'static,
-    ResB::Data: Send,
-    ResB::Error: Into<BoxError>,
+    ReqB: LayerBody,
+    ResB: LayerBody,
 {
     async fn run(mut self, request: Request<ReqB>) -> Result<Response<ResB>, Svc::Error> {
         let (parts, body) = request.into_parts();
