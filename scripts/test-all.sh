@@ -25,6 +25,8 @@ run_logged() {
 
 step "toolchain"
 rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+# The README's curl lines run as a test of the payments example.
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
 
 step "lints: cargo clippy (warnings are errors)"
 run_logged clippy cargo clippy --workspace --all-targets -- -D warnings

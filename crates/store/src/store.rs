@@ -172,6 +172,36 @@ impl Store {
         Ok(value)
     }
 
+    /// Runs `f` on a fresh read transaction of the store's database: how an application
+    /// reads its own tables (those it writes with [`Store::write`]) without taking the write
+    /// lock. The idemdb tables are read through the store's own methods.
+    ///
+    /// ```
+    /// use idemdb::Store;
+    /// use redb::{ReadableTable, TableDefinition};
+    /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
+    ///
+    /// let store = Store::in_memory()?;
+    /// store.write(|txn| {
+    ///     txn.tables().open_table(ORDERS).map_err(idemdb::Error::from)?.insert("order-842", 1050).map_err(idemdb::Error::from)?;
+    ///     Ok::<(), idemdb::Error>(())
+    /// })?;
+    /// let amount = store.read(|tx| {
+    ///     let orders = tx.open_table(ORDERS).map_err(idemdb::Error::from)?;
+    ///     Ok::<_, idemdb::Error>(orders.get("order-842").map_err(idemdb::Error::from)?.map(|v| v.value()))
+    /// })?;
+    /// assert_eq!(amount, Some(1050));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The closure's error, or [`Error`] converted into it when the transaction could not
+    /// begin.
+    pub fn read<T, E: From<Error>>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T, E>) -> Result<T, E> {
+        let tx = self.engine.db.begin_read().map_err(Error::from)?;
+        f(&tx)
+    }
+
     /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
     ///
     /// ```
