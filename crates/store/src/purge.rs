@@ -50,7 +50,7 @@ impl Store {
     /// # Errors
     /// Storage errors; [`Error::Corrupt`].
     pub fn purge_preview(&self) -> Result<PurgeReport, Error> {
-        let now = self.decision_time().retention;
+        let now = self.read_clock().retention;
         let read = self.db.begin_read()?;
         let index = read.open_table(EXPIRY)?;
         let mut report = PurgeReport::default();

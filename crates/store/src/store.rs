@@ -261,7 +261,7 @@ impl Store {
     /// (time the store was closed, or a jump) not yet cancelled by the wall clock going back.
     /// Leases, fences and the times written into records use it. See `docs/design.md`, "Time".
     pub fn now(&self) -> Timestamp {
-        self.clock.read().now
+        self.read_clock().now
     }
 
     /// Store time and *retention time* read together. Retention time is store time without
@@ -269,7 +269,34 @@ impl Store {
     /// time): it decides expiry and forgetting, so a wall-clock jump alone never makes a known
     /// key unknown.
     pub fn decision_time(&self) -> DecisionTime {
-        self.clock.read()
+        self.read_clock()
+    }
+
+    /// Reads the clock outside a write transaction. A reading that found a wall-clock jump put
+    /// right (pending gaps cancelled) persists the clock at once — the one write a read may
+    /// make, and a rare one — because a restart that forgot the cancellation could later take
+    /// the jump for time that passed. Best effort: when another write transaction is running,
+    /// its commit persists it; on failure the cancellation stays in memory.
+    pub(crate) fn read_clock(&self) -> DecisionTime {
+        let at = self.clock.read();
+        if self.clock.cancelled() && !self.is_read_only() {
+            let _ = self.persist_clock_now();
+        }
+        at
+    }
+
+    fn persist_clock_now(&self) -> Result<(), Error> {
+        let mut tx = match self.db.writable()?.try_begin_write() {
+            Ok(tx) => tx,
+            Err(redb::TransactionError::WouldBlock) => return Ok(()),
+            Err(other) => return Err(other.into()),
+        };
+        tx.set_durability(redb::Durability::Immediate)?;
+        self.persist_clock_if_due(&tx, true)?;
+        let committed = tx.commit();
+        self.snapshots.invalidate();
+        committed?;
+        Ok(())
     }
 
     /// Whether the store was opened read-only ([`StoreBuilder::open_read_only`]).
@@ -443,7 +470,7 @@ impl Store {
     ) -> Result<Option<Reservation>, Error> {
         let encoded = ScopedKey::encode_parts(scope, key);
         let Some(record) = self.get_encoded(&encoded)? else { return Ok(None) };
-        let at = self.decision_time();
+        let at = self.read_clock();
         let decision =
             decide_above(Some(&record), fingerprint, at, self.policy(scope.operation()), self.fence_floor())?;
         if decision.write.is_some() {
