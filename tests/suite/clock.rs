@@ -88,3 +88,67 @@ fn a_result_completed_while_the_clock_was_set_back_keeps_its_ttl_in_true_time() 
         "and expired once the TTL has passed in true time"
     );
 }
+
+/// One in-memory image shared by every store opened on it (a file that outlives a process).
+#[derive(Debug, Clone, Default)]
+struct Image(std::sync::Arc<idemdb::redb::backends::InMemoryBackend>);
+
+impl idemdb::redb::StorageBackend for Image {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.0.write(offset, data)
+    }
+}
+
+/// Found by the full clock-fault run: a jump put right was seen only by a read-only answer,
+/// and the process was killed before anything wrote the clock. The restarted store had
+/// forgotten that the gap was a jump; when the clock jumped again by as much, it kept counting
+/// the first gap's observation, confirmed it early, and forgot a key within its retention. A
+/// reading that cancels a gap now persists the clock at once.
+#[test]
+fn a_jump_seen_put_right_is_not_forgotten_by_a_kill() {
+    let image = Image::default();
+    let clock = ManualClock::new(T0);
+    let open = || {
+        builder(&clock, Duration::from_millis(5 * MINUTE), Duration::from_millis(10 * MINUTE))
+            .secret_seed([5; 32])
+            .open_backend(image.clone())
+            .expect("open")
+    };
+    let (charge, done) = (scope("acme", "charge"), key("order-842"));
+    let store = open();
+    let Reservation::Acquired(lease) = store.reserve(&charge, &done, &fp(1)).expect("reserve") else {
+        panic!("a new key is acquired");
+    };
+    store.complete(&lease, b"charged".to_vec()).expect("complete"); // forgotten at T0 + 15 min
+    let write = |store: &Store, name: &str| {
+        assert!(matches!(store.reserve(&charge, &key(name), &fp(2)).expect("reserve"), Reservation::Acquired(_)));
+    };
+    clock.advance(Duration::from_millis(MINUTE));
+    clock.set_wall(T0 + MINUTE + 30 * MINUTE); // a jump of 30 minutes
+    write(&store, "a");
+    clock.advance(Duration::from_millis(8 * MINUTE));
+    write(&store, "b"); // the jump has been kept 8 minutes, and that is persisted
+    clock.set_wall(T0 + 9 * MINUTE); // put right; only a read-only answer sees it
+    assert!(matches!(store.reserve(&charge, &done, &fp(1)).expect("retry"), Reservation::Expired { .. }));
+    std::mem::forget(store); // kill -9: nothing runs on close
+    clock.set_wall(T0 + 9 * MINUTE + 30 * MINUTE); // the clock jumps again, by as much
+    let store = open();
+    clock.advance(Duration::from_millis(3 * MINUTE)); // 12 minutes after the completion
+    assert_eq!(
+        store.reserve(&charge, &done, &fp(1)).expect("retry"),
+        Reservation::Expired { outcome: OutcomeClass::Completed },
+        "within its 15-minute retention the key is still known"
+    );
+}

@@ -164,6 +164,7 @@ impl idemdb::Clock for WallClockOnly {
 }
 
 struct Sim {
+    seed: u64,
     rng: Rng,
     disk: Disk,
     clock: ManualClock,
@@ -326,7 +327,8 @@ impl Sim {
                         self.report.retries_within_retention += 1;
                         self.report.acquired_early += 1;
                         self.report.note(format!(
-                            "intent {intent} completed at +{} s acquired again at +{} s (retention {} s)",
+                            "scenario {:#x}: intent {intent} completed at +{} s acquired again at +{} s (retention {} s)",
+                            self.seed,
                             (at - T0) / SECOND,
                             (self.truth - T0) / SECOND,
                             (RESPONSE + TOMBSTONE) / SECOND
@@ -426,11 +428,17 @@ impl Sim {
     }
 }
 
+/// Runs the one scenario of seed `seed` (as a note names it), to reproduce a finding.
+pub fn run_clock_fault_scenario(seed: u64, wall_clock_only: bool) -> ClockFaultReport {
+    scenario(seed, wall_clock_only)
+}
+
 /// One scenario: 40 to 120 steps of time passing, jumps and corrections, deliveries, purges
 /// and reopens.
 fn scenario(seed: u64, wall_clock_only: bool) -> ClockFaultReport {
     let clock = ManualClock::new(T0);
     let mut sim = Sim {
+        seed,
         rng: Rng::new(seed),
         disk: Disk::new(),
         clock,

@@ -224,6 +224,10 @@ struct GuardState {
     last_monotonic: u64,
     persisted_trusted: u64,
     pending_changed: bool,
+    /// Pending gaps were cancelled (the wall clock went back) since the state was last
+    /// persisted: the store persists that at once, or a restart would forget that the gaps
+    /// were a jump.
+    cancelled: bool,
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -243,6 +247,7 @@ impl ClockGuard {
                 anchor: None,
                 last_monotonic: 0,
                 pending_changed: false,
+                cancelled: false,
             }),
         };
         guard.read();
@@ -312,6 +317,7 @@ impl ClockGuard {
                     state.current.pending.pop();
                 }
                 state.pending_changed = true;
+                state.cancelled = true;
             }
         } else {
             let mut confirmed = 0u64;
@@ -348,7 +354,13 @@ impl ClockGuard {
         }
         state.persisted_trusted = state.persisted_trusted.max(state.current.trusted);
         state.pending_changed = false;
+        state.cancelled = false;
         Some(state.current.clone())
+    }
+
+    /// Whether pending gaps were cancelled since the state was last persisted.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.lock().cancelled
     }
 
     /// Whether the state moved since it was last persisted.

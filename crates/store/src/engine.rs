@@ -104,13 +104,36 @@ impl Engine {
 
     /// Store time (see [`Store::now`](crate::Store::now)).
     pub(crate) fn now(&self) -> Timestamp {
-        self.clock.read().now
+        self.decision_time().now
     }
 
     /// Store time and retention time read together (see
-    /// [`Store::decision_time`](crate::Store::decision_time)).
+    /// [`Store::decision_time`](crate::Store::decision_time)), outside a write transaction. A
+    /// reading that found a wall-clock jump put right (pending gaps cancelled) persists the
+    /// clock at once — the one write a read may make, and a rare one — because a restart that
+    /// forgot the cancellation could later take the jump for time that passed. Best effort:
+    /// when another write transaction is running, its commit persists it; on failure the
+    /// cancellation stays in memory.
     pub(crate) fn decision_time(&self) -> DecisionTime {
-        self.clock.read()
+        let at = self.clock.read();
+        if self.clock.cancelled() && !self.is_read_only() {
+            let _ = self.persist_clock_now();
+        }
+        at
+    }
+
+    fn persist_clock_now(&self) -> Result<(), Error> {
+        let mut tx = match self.db.writable()?.try_begin_write() {
+            Ok(tx) => tx,
+            Err(redb::TransactionError::WouldBlock) => return Ok(()),
+            Err(other) => return Err(other.into()),
+        };
+        tx.set_durability(redb::Durability::Immediate)?;
+        self.persist_clock_if_due(&tx, true)?;
+        let committed = tx.commit();
+        self.snapshots.invalidate();
+        committed?;
+        Ok(())
     }
 
     /// Whether the store was opened read-only.

@@ -39,7 +39,7 @@ impl<'s> Txn<'s> {
     pub(crate) fn begin(store: &'s Engine) -> Result<Self, Error> {
         let tx = store.begin_write()?;
         // Read the clock after the write lock is held, so decisions are made in time order.
-        let at = store.decision_time();
+        let at = store.clock.read();
         Ok(Txn {
             store,
             tx,
@@ -330,7 +330,7 @@ impl<'s> Txn<'s> {
                 audit.insert(key, encode_segment(segment).as_slice())?;
             }
         }
-        if !self.written.is_empty() {
+        if !self.written.is_empty() || self.store.clock.cancelled() {
             self.store.persist_clock_if_due(&self.tx, false)?;
         }
         let Txn { store, tx, written, audit: own, .. } = self;
