@@ -44,7 +44,6 @@
 
 mod audit;
 mod builder;
-mod clock;
 mod engine;
 mod error;
 mod group;
@@ -62,10 +61,10 @@ mod tables;
 mod txn;
 
 pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-pub use clock::SystemClock;
-pub use clock::{Clock, ManualClock};
 pub use error::{Error, OpenError, StorageError};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use idemdb_interface::SystemClock;
+pub use idemdb_interface::{Clock, ManualClock};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use intents::{
     Attempt, AttemptOutcome, INTENT_FORMAT, Intent, IntentError, IntentPurge, IntentResponse, IntentState,

@@ -1,4 +1,9 @@
-//! Clocks: where the store reads `now`.
+//! Clocks: where a backend reads `now` when it does not take time from its database.
+//!
+//! The core reads no clock: every decision takes `now` as an argument. The embedded store reads
+//! a [`Clock`] once per write transaction (and keeps the highest time it has seen); the
+//! PostgreSQL adapter reads the database's clock by default and takes a [`Clock`] only when one
+//! is injected (tests, simulations). Both backends share these types.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,8 +13,8 @@ use idemdb_core::Timestamp;
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.
 ///
-/// The store never trusts a clock to move forward: it keeps the highest time it has seen and
-/// never decides with an earlier one, so a clock that jumps backwards cannot revive an expired
+/// Backends never trust a clock to move forward: they keep the highest time they have seen and
+/// never decide with an earlier one, so a clock that jumps backwards cannot revive an expired
 /// lease or shorten a TTL.
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
@@ -36,7 +41,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idemdb::{Clock, ManualClock};
+/// use idemdb_interface::{Clock, ManualClock};
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_secs(1));
 /// assert_eq!(clock.now().as_millis(), 2_000);
@@ -50,7 +55,7 @@ impl ManualClock {
         ManualClock(Arc::new(AtomicU64::new(millis)))
     }
 
-    /// Sets the time (it may go backwards, to test how the store copes).
+    /// Sets the time (it may go backwards, to test how a backend copes).
     pub fn set(&self, millis: u64) {
         self.0.store(millis, Ordering::SeqCst);
     }
