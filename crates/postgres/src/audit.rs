@@ -7,8 +7,9 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use deadpool_postgres::Client;
+use deadpool_postgres::tokio_postgres::Row;
 use deadpool_postgres::tokio_postgres::types::ToSql;
-use deadpool_postgres::tokio_postgres::{Client, Row};
 
 use idemdb_core::{AuditEvent, AuditKind, Fingerprint, KeyHash, Named, Scope, Timestamp};
 
@@ -83,16 +84,15 @@ pub(crate) async fn insert(client: &Client, sql: &str, rows: &[AuditRow]) -> Res
     let prefix: Vec<Option<&[u8]>> = rows.iter().map(|r| r.fingerprint_prefix.as_ref().map(|p| p.as_slice())).collect();
     let correlation: Vec<Option<&str>> = rows.iter().map(|r| r.correlation.as_deref()).collect();
     let params: [&(dyn ToSql + Sync); 8] = [&at, &kind, &tenant, &operation, &key_hash, &fence, &prefix, &correlation];
-    client.execute(sql, &params).await.map_err(Error::from_driver)?;
+    let statement = client.prepare_cached(sql).await.map_err(Error::from_driver)?;
+    client.execute(&statement, &params).await.map_err(Error::from_driver)?;
     Ok(())
 }
 
 /// Decodes a row of `Sql::audit_read`.
 pub(crate) fn decode(row: &Row) -> Result<AuditEvent, Error> {
-    let corrupt = |reason: String| Error::Corrupt {
-        what: "audit event",
-        source: idemdb_core::DecodeError::Malformed { reason },
-    };
+    let corrupt =
+        |reason: String| Error::Corrupt { what: "audit event", source: idemdb_core::DecodeError::Malformed { reason } };
     let get_err = |e: deadpool_postgres::tokio_postgres::Error| Error::Database(DbError::from(e));
     let at: i64 = row.try_get(0).map_err(get_err)?;
     let kind: String = row.try_get(1).map_err(get_err)?;
@@ -137,7 +137,9 @@ impl Buffer {
         let now = row.at;
         buffer.push(row);
         buffer.len() >= AUDIT_BATCH
-            || buffer.first().is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
+            || buffer
+                .first()
+                .is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
     }
 
     /// Takes every buffered event (a write transaction carries them).

@@ -272,8 +272,7 @@ impl PgStoreBuilder {
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
     {
         let config = self.config()?;
-        let manager =
-            Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
             .runtime(Runtime::Tokio1)

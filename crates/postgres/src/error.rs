@@ -120,11 +120,7 @@ impl From<tokio_postgres::Error> for DbError {
             return DbError::new(kind, Some(code), error);
         }
         let io = std::error::Error::source(&error).is_some_and(|source| source.is::<std::io::Error>());
-        let kind = if error.is_closed() || io {
-            Kind::Unreachable
-        } else {
-            Kind::Other
-        };
+        let kind = if error.is_closed() || io { Kind::Unreachable } else { Kind::Other };
         DbError::new(kind, None, error)
     }
 }
@@ -173,7 +169,10 @@ impl fmt::Display for SchemaMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let schema = &self.schema;
         match self.found {
-            0 => write!(f, "schema `{schema}` has no idemdb tables; run the migrations (PgStore::migrate, or connect with migrations on)"),
+            0 => write!(
+                f,
+                "schema `{schema}` has no idemdb tables; run the migrations (PgStore::migrate, or connect with migrations on)"
+            ),
             found if found > SCHEMA_VERSION => write!(
                 f,
                 "schema `{schema}` is at version {found}, written by a newer version of idemdb (this build uses version {SCHEMA_VERSION})"

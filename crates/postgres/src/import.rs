@@ -7,6 +7,7 @@ use futures_util::future::try_join_all;
 use idemdb_core::{Record, ScopedKey};
 
 use crate::error::Error;
+use crate::outcome::Before;
 use crate::store::PgStore;
 
 /// Statements sent in one round trip during an import.
@@ -43,9 +44,10 @@ impl PgStore {
                         chunk.iter().map(|(scoped, record)| txn.write_row(sql, &scoped.scope, &scoped.key, record)),
                     )
                     .await?;
-                    for written in rows {
+                    for ((scoped, _), (written, bytes)) in chunk.iter().zip(rows) {
                         if written > 0 {
                             report.imported += 1;
+                            txn.remember(&scoped.scope, &scoped.key, Before::Unknown, Some(bytes));
                         } else {
                             report.skipped += 1;
                         }

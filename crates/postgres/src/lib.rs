@@ -87,6 +87,7 @@ mod builder;
 mod error;
 mod import;
 mod interface;
+mod outcome;
 mod purge;
 mod schema;
 mod store;
@@ -102,8 +103,9 @@ pub use time::TimeSource;
 pub use txn::PgTxn;
 
 pub use idemdb_core::{
-    AuditEvent, AuditKind, Coded, ErrorCode, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, OutcomeClass,
-    Policy, PurgeReport, Record, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Timestamp,
+    AuditEvent, AuditKind, Coded, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease,
+    OutcomeClass, Policy, PurgeReport, Record, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Timestamp,
+    TransitionError,
 };
 pub use idemdb_interface::{Clock, IdempotencyStore, ManualClock, SystemClock};
 /// Re-export of the driver, whose `Client` the transaction API hands out.

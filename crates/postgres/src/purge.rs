@@ -2,11 +2,11 @@
 //! records past their last expiry are removed — through the `due_at` index, so the cost follows
 //! the number of due records. The rules are the core's ([`Record::retention`]).
 
-use idemdb_core::{AuditKind, IdempotencyKey, PurgeReport, Record, Retention, Scope};
+use idemdb_core::{AuditKind, IdempotencyKey, PurgeReport, Record, Retention, Scope, decode_record};
 
 use crate::audit::to_sql_ms;
 use crate::error::Error;
-use crate::txn::{PgTxn, decode_row};
+use crate::txn::PgTxn;
 
 /// Most undecodable records one pass steps over without spending its budget (so one damaged
 /// row cannot stop retention).
@@ -33,7 +33,9 @@ pub(crate) async fn purge(txn: &mut PgTxn, budget: usize) -> Result<PurgeReport,
             let key: String = row.try_get(2).ok()?;
             Some((Scope::new(tenant, operation).ok()?, IdempotencyKey::new(key).ok()?))
         })();
-        let (Some((scope, key)), Ok(record)) = (identity, decode_row(row, 3)) else {
+        let bytes: Option<Vec<u8>> = row.try_get(3).ok();
+        let record = bytes.as_deref().map(decode_record);
+        let (Some((scope, key)), Some(bytes), Some(Ok(record))) = (identity, &bytes, record) else {
             report.corrupt += 1;
             continue;
         };
@@ -41,12 +43,12 @@ pub(crate) async fn purge(txn: &mut PgTxn, budget: usize) -> Result<PurgeReport,
         match record.retention(now) {
             Retention::Keep => {}
             Retention::Tombstone(tombstone) => {
-                txn.write_row(&sql.update, &scope, &key, &tombstone).await?;
+                txn.write(&sql.update, &scope, &key, &tombstone, Some(bytes)).await?;
                 report.tombstoned += 1;
                 purged(txn, now, &scope, &key, &record);
             }
             Retention::Forget => {
-                txn.execute_keyed(&sql.delete, &scope, &key).await?;
+                txn.delete(&scope, &key, bytes).await?;
                 removed_fence = removed_fence.max(record.fence);
                 report.forgotten += 1;
                 purged(txn, now, &scope, &key, &record);

@@ -28,6 +28,11 @@ const MIGRATION_LOCK: i32 = 0x1de3_db01;
 /// The database time in milliseconds since the Unix epoch, read when the expression runs.
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
+/// The transaction id, the backend's pid and the server's start time in µs: what identifies a
+/// transaction when its commit's answer is lost.
+pub(crate) const IDENTITY: &str =
+    "txid_current(), pg_backend_pid(), (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+
 /// Checks a schema name: 1..=63 bytes of `[a-z0-9_]`, not starting with a digit (so it never
 /// needs escaping beyond quotes, and cannot smuggle SQL).
 pub(crate) fn valid_schema_name(name: &str) -> bool {
@@ -44,7 +49,7 @@ pub(crate) struct Sql {
     pub(crate) lookup: String,
     /// `$1..$3` → record, locked until commit.
     pub(crate) lock: String,
-    /// → now, fence floor, transaction id, backend pid.
+    /// → now, fence floor, transaction id, backend pid, server start (µs).
     pub(crate) context: String,
     /// `$1..$6` = tenant, operation, key, state, due_at, record; does nothing on conflict.
     pub(crate) insert: String,
@@ -88,7 +93,7 @@ impl Sql {
                  LEFT JOIN {records} r ON r.tenant = $1 AND r.operation = $2 AND r.key = $3"
             ),
             lock: format!("SELECT record FROM {records} WHERE {pk} FOR UPDATE"),
-            context: format!("SELECT {NOW_MS}, fence_floor, txid_current(), pg_backend_pid() FROM {meta}"),
+            context: format!("SELECT {NOW_MS}, fence_floor, {IDENTITY} FROM {meta}"),
             insert: format!("INSERT INTO {records} ({columns}) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"),
             upsert: format!(
                 "INSERT INTO {records} ({columns}) VALUES ($1, $2, $3, $4, $5, $6) \
@@ -120,7 +125,8 @@ impl Sql {
 }
 
 /// Statements that do not depend on the schema.
-pub(crate) const TXID_STATUS: &str = "SELECT txid_status($1)";
+pub(crate) const TXID_STATUS: &str =
+    "SELECT txid_status($1), (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
 /// Terminates the backend `$1` if it still runs transaction `$2` (a 64-bit transaction id; the
 /// activity view shows its low 32 bits).
 pub(crate) const TERMINATE: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \

@@ -2,7 +2,6 @@
 //! commit once, learning the commit's outcome from the database when the connection drops.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use deadpool_postgres::Object;
 use deadpool_postgres::tokio_postgres::types::ToSql;
@@ -16,20 +15,25 @@ use idemdb_core::{
 
 use crate::audit::{self, AuditRow, to_sql_ms};
 use crate::error::{DbError, Error};
-use crate::schema::{TERMINATE, TXID_STATUS};
+use crate::outcome::{Before, Identity, Written};
+use crate::schema::IDENTITY;
 use crate::store::Inner;
 
 /// Decisions that found the row inserted by a concurrent transaction and read again.
 const MAX_DECISION_ROUNDS: usize = 8;
-/// How long the adapter keeps asking the database how a commit ended after the connection
-/// dropped during it.
-const OUTCOME_WINDOW: Duration = Duration::from_secs(5);
 const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// What the decision statement returns besides the record.
 struct Context {
     now: Timestamp,
     fence_floor: u64,
+}
+
+/// A locked record: decoded, and the bytes it was read from.
+struct Locked {
+    record: Option<Record>,
+    bytes: Option<Vec<u8>>,
+    context: Context,
 }
 
 /// An open PostgreSQL transaction: the application's own statements (through
@@ -43,8 +47,10 @@ pub struct PgTxn {
     connection: Option<Object>,
     begun: bool,
     now: Option<Timestamp>,
-    xid: Option<i64>,
-    backend: Option<i32>,
+    /// Who this transaction is, for learning a lost commit's outcome.
+    identity: Option<Identity>,
+    /// The record rows this transaction wrote, before and after.
+    written: Vec<Written>,
     audit: Vec<AuditRow>,
 }
 
@@ -59,14 +65,17 @@ fn row_values(record: &Record) -> (&'static str, Option<i64>, Vec<u8>) {
     (record.state.kind().as_str(), record.due_at().map(|at| to_sql_ms(at.as_millis())), encode_record(record))
 }
 
-pub(crate) fn decode_row(row: &Row, column: usize) -> Result<Record, Error> {
-    let bytes: Vec<u8> = row.try_get(column).map_err(Error::from_driver)?;
-    decode_record(&bytes).map_err(|source| Error::Corrupt { what: "record", source })
-}
-
 impl PgTxn {
     pub(crate) fn new(inner: Arc<Inner>, connection: Object, begun: bool) -> PgTxn {
-        PgTxn { inner, connection: Some(connection), begun, now: None, xid: None, backend: None, audit: Vec::new() }
+        PgTxn {
+            inner,
+            connection: Some(connection),
+            begun,
+            now: None,
+            identity: None,
+            written: Vec::new(),
+            audit: Vec::new(),
+        }
     }
 
     fn conn(&self) -> Result<&Object, Error> {
@@ -104,10 +113,7 @@ impl PgTxn {
 
     /// Locks `(scope, key)`'s row (when given) and reads the time and fence floor after the
     /// lock. The statements are pipelined: one round trip, `BEGIN` included on the first.
-    async fn lock(
-        &mut self,
-        target: Option<(&Scope, &IdempotencyKey)>,
-    ) -> Result<(Option<Record>, Context), Error> {
+    async fn lock(&mut self, target: Option<(&Scope, &IdempotencyKey)>) -> Result<Locked, Error> {
         let inner = Arc::clone(&self.inner);
         let send_begin = !self.begun;
         // From here on BEGIN may have reached the server: an error makes the connection roll
@@ -117,16 +123,13 @@ impl PgTxn {
         let (row, context) = inner
             .io(async {
                 let context = connection.prepare_cached(&inner.sql.context).await.map_err(Error::from_driver)?;
-                let begin = async {
-                    if send_begin { connection.batch_execute(BEGIN).await } else { Ok(()) }
-                };
+                let begin = async { if send_begin { connection.batch_execute(BEGIN).await } else { Ok(()) } };
                 let locked = async {
                     match target {
                         None => Ok(None),
                         Some((scope, key)) => {
                             let lock = connection.prepare_cached(&inner.sql.lock).await?;
-                            let params: [&(dyn ToSql + Sync); 3] =
-                                [&scope.tenant(), &scope.operation(), &key.as_str()];
+                            let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
                             connection.query_opt(&lock, &params).await
                         }
                     }
@@ -139,26 +142,73 @@ impl PgTxn {
             .await?;
         let database_ms: i64 = context.try_get(0).map_err(Error::from_driver)?;
         let floor: i64 = context.try_get(1).map_err(Error::from_driver)?;
-        self.xid = Some(context.try_get(2).map_err(Error::from_driver)?);
-        self.backend = Some(context.try_get(3).map_err(Error::from_driver)?);
+        self.identity = Some(Identity::from_row(&context, 2)?);
         let now = inner.now(database_ms).max(self.now.unwrap_or(Timestamp::ZERO));
         self.now = Some(now);
-        let record = row.as_ref().map(|row| decode_row(row, 0)).transpose()?;
-        Ok((record, Context { now, fence_floor: u64::try_from(floor).unwrap_or(0) }))
+        let bytes: Option<Vec<u8>> = row.as_ref().map(|row| row.try_get(0)).transpose().map_err(Error::from_driver)?;
+        let record = bytes
+            .as_deref()
+            .map(decode_record)
+            .transpose()
+            .map_err(|source| Error::Corrupt { what: "record", source })?;
+        Ok(Locked { record, bytes, context: Context { now, fence_floor: u64::try_from(floor).unwrap_or(0) } })
     }
 
-    /// Runs one statement of the record writes (`$1..$6` = key and row values).
-    pub(crate) async fn write_row(&self, sql: &str, scope: &Scope, key: &IdempotencyKey, record: &Record) -> Result<u64, Error> {
+    /// Writes a record row (`sql` takes `$1..$6` = key and row values) and remembers it, with
+    /// the bytes it replaced, to read back if the commit's answer is lost.
+    pub(crate) async fn write(
+        &mut self,
+        sql: &str,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        record: &Record,
+        before: Option<&[u8]>,
+    ) -> Result<u64, Error> {
+        let (written, after) = self.write_row(sql, scope, key, record).await?;
+        if written > 0 {
+            self.remember(scope, key, Before::Known(before.map(<[u8]>::to_vec)), Some(after));
+        }
+        Ok(written)
+    }
+
+    /// Removes a record row, remembering the bytes it held.
+    pub(crate) async fn delete(&mut self, scope: &Scope, key: &IdempotencyKey, before: &[u8]) -> Result<(), Error> {
+        let inner = Arc::clone(&self.inner);
+        self.execute_keyed(&inner.sql.delete, scope, key).await?;
+        self.remember(scope, key, Before::Known(Some(before.to_vec())), None);
+        Ok(())
+    }
+
+    pub(crate) fn remember(&mut self, scope: &Scope, key: &IdempotencyKey, before: Before, after: Option<Vec<u8>>) {
+        match self.written.iter_mut().find(|w| w.scope == *scope && w.key == *key) {
+            // A second write of the same row in this transaction: the row held `before` when
+            // the transaction began.
+            Some(earlier) => earlier.after = after,
+            None => self.written.push(Written { scope: scope.clone(), key: key.clone(), before, after }),
+        }
+    }
+
+    /// Runs one statement of the record writes (`$1..$6` = key and row values); returns the
+    /// rows it changed and the record's bytes.
+    pub(crate) async fn write_row(
+        &self,
+        sql: &str,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        record: &Record,
+    ) -> Result<(u64, Vec<u8>), Error> {
         let connection = self.conn()?;
         let (state, due_at, bytes) = row_values(record);
-        self.inner
+        let written = self
+            .inner
             .io(async {
                 let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
                 let params: [&(dyn ToSql + Sync); 6] =
                     [&scope.tenant(), &scope.operation(), &key.as_str(), &state, &due_at, &bytes];
                 connection.execute(&statement, &params).await.map_err(Error::from_driver)
             })
-            .await
+            .await?;
+        Ok((written, bytes))
     }
 
     /// Runs one statement on `(scope, key)` (`$1..$3`).
@@ -186,7 +236,7 @@ impl PgTxn {
 
     /// Reads the time (for work that locks no single record first: purge).
     pub(crate) async fn time(&mut self) -> Result<Timestamp, Error> {
-        Ok(self.lock(None).await?.1.now)
+        Ok(self.lock(None).await?.context.now)
     }
 
     pub(crate) fn push_event(&mut self, row: Option<AuditRow>) {
@@ -226,9 +276,9 @@ impl PgTxn {
             validate_correlation(correlation)?;
         }
         for _ in 0..MAX_DECISION_ROUNDS {
-            let (existing, context) = self.lock(Some((scope, key))).await?;
-            let exists = existing.is_some();
-            let policy = self.inner.policy(scope.operation());
+            let Locked { record: existing, bytes, context } = self.lock(Some((scope, key))).await?;
+            let inner = Arc::clone(&self.inner);
+            let policy = inner.policy(scope.operation());
             let decision = decide(
                 existing,
                 scope,
@@ -237,8 +287,8 @@ impl PgTxn {
                 DecisionContext::new(context.now, policy).with_fence_floor(context.fence_floor),
             );
             if let Some(record) = &decision.write {
-                let sql = if exists { &self.inner.sql.update } else { &self.inner.sql.insert };
-                let written = self.write_row(sql, scope, key, record).await?;
+                let sql = if bytes.is_some() { &inner.sql.update } else { &inner.sql.insert };
+                let written = self.write(sql, scope, key, record, bytes.as_deref()).await?;
                 if written == 0 {
                     // Another transaction inserted the row after our read (and committed):
                     // decide again on what it wrote.
@@ -262,10 +312,11 @@ impl PgTxn {
         apply: impl FnOnce(&Record, Timestamp) -> Result<Record, TransitionError>,
     ) -> Result<Record, Error> {
         let (scope, key) = (lease.scope(), lease.key());
-        let (record, context) = self.lock(Some((scope, key))).await?;
+        let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
         let record = record.ok_or(Error::NotFound)?;
         let next = apply(&record, context.now)?;
-        self.write_row(&self.inner.sql.update, scope, key, &next).await?;
+        let inner = Arc::clone(&self.inner);
+        self.write(&inner.sql.update, scope, key, &next, bytes.as_deref()).await?;
         let row = self.inner.event(context.now, kind, scope, key, lease.fence(), Some(&next.fingerprint), None);
         self.push_event(row);
         Ok(next)
@@ -319,11 +370,17 @@ impl PgTxn {
     ///
     /// # Errors
     /// As [`PgStore::reconcile`](crate::PgStore::reconcile).
-    pub async fn reconcile(&mut self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
-        let (record, context) = self.lock(Some((scope, key))).await?;
+    pub async fn reconcile(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+    ) -> Result<(), Error> {
+        let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
         let record = record.ok_or(Error::NotFound)?;
-        let next = idemdb_core::reconcile(&record, resolution, context.now, self.inner.policy(scope.operation()))?;
-        self.write_row(&self.inner.sql.update, scope, key, &next).await?;
+        let inner = Arc::clone(&self.inner);
+        let next = idemdb_core::reconcile(&record, resolution, context.now, inner.policy(scope.operation()))?;
+        self.write(&inner.sql.update, scope, key, &next, bytes.as_deref()).await?;
         let row = self.inner.event(context.now, AuditKind::Reconciled, scope, key, next.fence, None, None);
         self.push_event(row);
         Ok(())
@@ -334,7 +391,7 @@ impl PgTxn {
     /// # Errors
     /// [`Error::Unavailable`] and database errors; [`Error::Corrupt`].
     pub async fn get(&mut self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, Error> {
-        Ok(self.lock(Some((scope, key))).await?.0)
+        Ok(self.lock(Some((scope, key))).await?.record)
     }
 
     /// Rolls the transaction back: nothing of it is stored.
@@ -400,14 +457,14 @@ impl PgTxn {
 
     async fn commit_with(&mut self, rows: &[AuditRow]) -> Result<(), Error> {
         let inner = Arc::clone(&self.inner);
-        if self.xid.is_none() {
+        if self.identity.is_none() {
             // A transaction of the application's statements alone: learn its id now, so that a
             // lost commit can be looked up. (This statement also fails if the transaction is
             // already aborted.)
             let connection = self.conn()?;
             let row = inner
                 .io(async {
-                    connection.query_one("SELECT txid_current(), pg_backend_pid()", &[]).await.map_err(Error::from_driver)
+                    connection.query_one(&format!("SELECT {IDENTITY}"), &[]).await.map_err(Error::from_driver)
                 })
                 .await;
             let row = match row {
@@ -417,8 +474,7 @@ impl PgTxn {
                     return Err(error);
                 }
             };
-            self.xid = Some(row.try_get(0).map_err(Error::from_driver)?);
-            self.backend = Some(row.try_get(1).map_err(Error::from_driver)?);
+            self.identity = Some(Identity::from_row(&row, 0)?);
         }
         let connection = self.conn()?;
         // The audit rows (or a no-op) go out in the same round trip as COMMIT; if they fail, the
@@ -446,9 +502,9 @@ impl PgTxn {
             }
             Err(error) => {
                 self.discard();
-                match self.xid {
-                    Some(xid) => outcome(&inner, xid, self.backend, error).await,
-                    None => Err(into_unknown(error)),
+                match &self.identity {
+                    Some(identity) => crate::outcome::learn(&inner, identity, &self.written, error).await,
+                    None => Err(crate::outcome::unknown(error)),
                 }
             }
         }
@@ -463,61 +519,4 @@ impl Drop for PgTxn {
             self.discard();
         }
     }
-}
-
-fn into_unknown(error: Error) -> Error {
-    match error {
-        Error::Unavailable(db) | Error::Database(db) | Error::CommitUnknown(db) => Error::CommitUnknown(db),
-        other => other,
-    }
-}
-
-/// How a commit ended whose answer was lost: asks the database by transaction id, on another
-/// connection, for up to [`OUTCOME_WINDOW`].
-///
-/// * committed → `Ok(())`;
-/// * aborted → the original error (nothing was stored);
-/// * still in progress (the old backend has not noticed the lost connection) → the backend is
-///   terminated, and the question asked again;
-/// * the database cannot be asked → [`Error::CommitUnknown`].
-async fn outcome(inner: &Inner, xid: i64, backend: Option<i32>, error: Error) -> Result<(), Error> {
-    let deadline = tokio::time::Instant::now() + OUTCOME_WINDOW;
-    let mut pause = Duration::from_millis(20);
-    while tokio::time::Instant::now() < deadline {
-        let status = async {
-            let connection = inner.connection().await?;
-            let row = inner
-                .io(async { connection.query_one(TXID_STATUS, &[&xid]).await.map_err(Error::from_driver) })
-                .await?;
-            let status: Option<String> = row.try_get(0).map_err(Error::from_driver)?;
-            if status.as_deref() == Some("in progress")
-                && let Some(pid) = backend
-            {
-                let _ = inner
-                    .io(async { connection.query(TERMINATE, &[&pid, &xid]).await.map_err(Error::from_driver) })
-                    .await;
-            }
-            Ok::<_, Error>(status)
-        }
-        .await;
-        match status.as_ref().map(|s| s.as_deref()) {
-            Ok(Some("committed")) => {
-                tracing::info!(target: "idemdb", xid, "connection lost during commit; the transaction committed");
-                return Ok(());
-            }
-            Ok(Some("aborted")) => {
-                tracing::info!(target: "idemdb", xid, "connection lost during commit; the transaction was rolled back");
-                return Err(match error {
-                    Error::CommitUnknown(db) => Error::Unavailable(db),
-                    other => other,
-                });
-            }
-            // Too old to know (cannot happen seconds later), or the question failed.
-            Ok(None) => break,
-            Ok(Some(_)) | Err(_) => {}
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(500));
-    }
-    Err(into_unknown(error))
 }
