@@ -5,6 +5,7 @@
 #   bash scripts/test-all.sh
 #
 # Environment: PROPTEST_CASES (default 1000) sets the model test's case count.
+# The PostgreSQL step starts its own server (scripts/with-postgres.sh); see that script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -31,6 +32,30 @@ run_logged clippy cargo clippy --workspace --all-targets -- -D warnings
 
 step "Rust tests: unit, integration, CLI end-to-end, doctests"
 run_logged cargo-test cargo test --workspace
+
+postgres_tests() {
+  # The PostgreSQL adapter's suite and the CLI's import into PostgreSQL, against a throwaway
+  # server: scripts/with-postgres.sh starts it on loopback (as an unprivileged user when this
+  # runs as root; installing Debian's postgresql package if no binaries are found) and stops
+  # it when the tests end, also on failure. Plain `cargo test` reports these tests ignored;
+  # here IDEMDB_PG_REQUIRED=1 makes a missing server an error, and the step also fails unless
+  # every test ran (none ignored).
+  local out status=0
+  out=$(mktemp)
+  bash scripts/with-postgres.sh bash -c '
+    cargo test -p idemdb-postgres --test postgres &&
+    cargo test -p idemdb-cli --test cli -- --ignored postgres
+  ' 2>&1 | tee "$out" || status=$?
+  # Two runs (the adapter's binary, the CLI's import test), each with every test run.
+  if [ "$(grep -cE '^test result: ok\. [1-9][0-9]* passed; 0 failed; 0 ignored' "$out" || true)" -lt 2 ]; then
+    echo "postgres: the PostgreSQL tests did not all run"
+    status=1
+  fi
+  rm -f "$out"
+  return $status
+}
+step "PostgreSQL adapter against a real server (scripts/with-postgres.sh)"
+run_logged postgres postgres_tests
 
 step "core and store build for wasm32-unknown-unknown"
 run_logged wasm-check cargo check -p idemdb-core -p idemdb --target wasm32-unknown-unknown

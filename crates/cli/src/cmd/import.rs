@@ -1,4 +1,5 @@
-//! `idemdb import`: JSON Lines written by `export` into a store (created if missing).
+//! `idemdb import`: JSON Lines written by `export` into a store (created if missing), or into
+//! PostgreSQL (`--postgres URL`). Both read and check every line with the same code first.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -19,23 +20,41 @@ use crate::view::RecordView;
 #[command(after_help = "All lines are read and checked first, then written in one transaction: on any error \
 nothing is imported. Lines need the key (export with --show-keys). A completed or failed record whose \
 payload was left out of the export is imported as a tombstone: its key stays known and is never run \
-again, but retries get `expired` instead of the stored result.\n\nExample:\n  \
-idemdb export old.idemdb --show-keys --show-payloads -o backup.jsonl\n  idemdb import new.idemdb backup.jsonl")]
+again, but retries get `expired` instead of the stored result.\n\n\
+With --postgres the records go into a PostgreSQL database (its schema is created or migrated on \
+first use), in one transaction.\n\nExamples:\n  \
+idemdb export old.idemdb --show-keys --show-payloads -o backup.jsonl\n  idemdb import new.idemdb backup.jsonl\n  \
+idemdb import --postgres postgresql://app@db.internal/payments backup.jsonl")]
 pub(crate) struct ImportArgs {
-    /// The store file to import into (created if it does not exist).
+    /// The store file to import into (created if it does not exist); with `--postgres`, the
+    /// JSON Lines file to read.
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// The JSON Lines file to read (`-` for standard input).
-    #[arg(value_name = "INPUT")]
-    input: PathBuf,
+    /// The JSON Lines file to read (`-` for standard input). Not with `--postgres`.
+    #[arg(value_name = "INPUT", required_unless_present = "postgres", conflicts_with = "postgres")]
+    input: Option<PathBuf>,
     /// Replace records that already exist (by default they are kept and the line is skipped).
     #[arg(long)]
     overwrite: bool,
+    /// Import into the PostgreSQL database at this URL (`postgresql://user@host:port/db`)
+    /// instead of a store file.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// With `--postgres`: the schema of idemdb's tables (default `public`).
+    #[arg(long, value_name = "NAME", requires = "postgres")]
+    schema: Option<String>,
 }
 
 pub(crate) fn run(args: &ImportArgs, json: bool) -> Result<Exit, CliError> {
-    let file = &args.file;
-    let records = read_input(&args.input)?;
+    let (file, input) = match (&args.postgres, &args.input) {
+        (Some(url), _) => {
+            return crate::cmd::import_postgres::run(url, args.schema.as_deref(), &args.file, args.overwrite, json);
+        }
+        (None, Some(input)) => (&args.file, input),
+        // clap requires INPUT without --postgres.
+        (None, None) => return Err(CliError::runtime_msg(None, "INPUT is required")),
+    };
+    let records = read_input(input)?;
     if file.is_dir() {
         return Err(CliError::open_msg(file, "is a directory, not a store file"));
     }
@@ -82,7 +101,7 @@ pub(crate) fn run(args: &ImportArgs, json: bool) -> Result<Exit, CliError> {
 }
 
 /// Reads and checks every line before anything is written.
-fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> {
+pub(crate) fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> {
     let reader: Box<dyn Read> = if input == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {
