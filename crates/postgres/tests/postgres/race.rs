@@ -148,7 +148,7 @@ async fn worker(env: Env, process: usize) -> Result<(u64, u64), String> {
         tasks.push(tokio::spawn(async move {
             // Half the tasks walk the keys forwards, half backwards: every key is contended.
             let order: Vec<usize> =
-                if (process + task) % 2 == 0 { (0..KEYS).collect() } else { (0..KEYS).rev().collect() };
+                if (process + task).is_multiple_of(2) { (0..KEYS).collect() } else { (0..KEYS).rev().collect() };
             for index in order {
                 match one_key(&store, index, &format!("p{process}-t{task}")).await? {
                     true => acquired.fetch_add(1, Ordering::Relaxed),
@@ -172,7 +172,7 @@ async fn one_key(store: &PgStore, index: usize, writer: &str) -> Result<bool, St
     for _ in 0..10_000 {
         match store.reserve(&scope, &key, &fingerprint, None).await.map_err(|e| e.to_string())? {
             Reservation::Acquired(lease) => {
-                if index % 2 == 0 {
+                if index.is_multiple_of(2) {
                     // The effect and the completion in one transaction.
                     let mut txn = store.begin().await.map_err(|e| e.to_string())?;
                     txn.client().execute(&effects, &[&key.as_str(), &writer]).await.map_err(|e| e.to_string())?;
