@@ -132,3 +132,12 @@ fn decision_table_against_file_store() {
     let cases = pollster::block_on(conformance::run_decision_table(&mut stores, "file store"));
     assert_eq!(cases, stores.opened, "one fresh store per case");
 }
+
+#[test]
+fn workflow_stories_against_memory_and_file_stores() {
+    for dir in [None, Some(tempfile::tempdir().expect("tempdir"))] {
+        let name = if dir.is_some() { "file store" } else { "memory store" };
+        let mut stores = Stores::new(dir);
+        assert_eq!(pollster::block_on(conformance::run_workflow_stories(&mut stores, name)), 4);
+    }
+}

@@ -7,3 +7,4 @@ mod golden;
 mod model;
 mod rebuild;
 mod seed;
+mod workflow;

@@ -3,35 +3,10 @@
  * stable `code`; catch a subclass, or switch on `code`.
  */
 
-/** Every stable error code. */
-export type ErrorCode =
-  | 'IDEMDB_INVALID_ARGUMENT'
-  | 'IDEMDB_INVALID_KEY'
-  | 'IDEMDB_INVALID_REQUEST'
-  | 'IDEMDB_NOT_FOUND'
-  | 'IDEMDB_KEY_REUSED'
-  | 'IDEMDB_INTENT_FINISHED'
-  | 'IDEMDB_STALE_LEASE'
-  | 'IDEMDB_WRONG_STATE'
-  | 'IDEMDB_LEASE_LIVE'
-  | 'IDEMDB_TOO_LARGE'
-  | 'IDEMDB_STORAGE'
-  | 'IDEMDB_COMMIT_UNKNOWN'
-  | 'IDEMDB_CORRUPT'
-  | 'IDEMDB_NO_RANDOMNESS'
-  | 'IDEMDB_CLOSED'
-  | 'IDEMDB_STORE_BUSY'
-  | 'IDEMDB_NOT_A_STORE'
-  | 'IDEMDB_FOREIGN'
-  | 'IDEMDB_NEWER_FORMAT'
-  | 'IDEMDB_OLDER_FORMAT'
-  | 'IDEMDB_INVALID_POLICY'
-  | 'IDEMDB_UNSUPPORTED'
-  | 'IDEMDB_INTERNAL'
-  | 'IDEMDB_CONFLICT'
-  | 'IDEMDB_RETRIES_EXHAUSTED'
-  | 'IDEMDB_ABANDONED'
-  | 'IDEMDB_ABORTED';
+import type { EngineErrorCode } from './generated/vocabulary.js';
+
+/** Every stable error code (generated from the Rust `ErrorCode`, so the engine and the package agree). */
+export type ErrorCode = EngineErrorCode;
 
 /** Base class of every error this package throws. */
 export class IdemdbError extends Error {

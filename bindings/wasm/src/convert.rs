@@ -5,55 +5,34 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use idemdb::{
-    AttemptOutcome, CanonicalError, Canonicalizer, Error, ExpiredLease, Intent, IntentError, IntentState, KeyError,
-    Normaliser, OpenError, Policy, Record, Reservation, State, TransitionError,
+    AttemptOutcome, AttemptOutcomeKind, Canonicalizer, Coded, Error, ErrorCode, ExpiredLease, Intent, IntentError,
+    IntentState, Named, Normaliser, Policy, Record, Reservation, State,
 };
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 /// A JS `Error` with `name = "IdemdbError"` and a stable `code`; the npm package turns it into
 /// the subclass that matches the code.
-pub(crate) fn js_error(code: &str, message: impl Display) -> JsValue {
+pub(crate) fn js_error(code: ErrorCode, message: impl Display) -> JsValue {
     let error = js_sys::Error::new(&message.to_string());
     error.set_name("IdemdbError");
-    let _ = Reflect::set(&error, &"code".into(), &code.into());
+    let _ = Reflect::set(&error, &"code".into(), &code.as_str().into());
     error.into()
 }
 
+/// The JS error of any coded Rust error: its code, its message.
+pub(crate) fn coded(error: impl Coded + Display) -> JsValue {
+    js_error(error.code(), error)
+}
+
 pub(crate) fn invalid(message: impl Display) -> JsValue {
-    js_error("IDEMDB_INVALID_ARGUMENT", message)
+    js_error(ErrorCode::InvalidArgument, message)
 }
 
-pub(crate) fn from_key(error: KeyError) -> JsValue {
-    js_error("IDEMDB_INVALID_KEY", error)
-}
-
-pub(crate) fn from_canonical(error: CanonicalError) -> JsValue {
-    js_error("IDEMDB_INVALID_REQUEST", error)
-}
-
-pub(crate) fn from_transition(error: TransitionError) -> JsValue {
-    let code = match &error {
-        TransitionError::StaleFence { .. } => "IDEMDB_STALE_LEASE",
-        TransitionError::WrongState { .. } => "IDEMDB_WRONG_STATE",
-        TransitionError::LeaseLive { .. } => "IDEMDB_LEASE_LIVE",
-        TransitionError::ResultTooLarge { .. } => "IDEMDB_TOO_LARGE",
-        _ => "IDEMDB_WRONG_STATE",
-    };
-    js_error(code, error)
-}
-
+/// A store error, with `reopenRequired` set.
 pub(crate) fn from_store(error: Error) -> JsValue {
     let reopen = error.reopen_required();
-    let value = match error {
-        Error::Transition(error) => return from_transition(error),
-        Error::Key(error) => return from_key(error),
-        Error::NotFound => js_error("IDEMDB_NOT_FOUND", "no record for this key"),
-        Error::Corrupt { .. } => js_error("IDEMDB_CORRUPT", error),
-        Error::CommitUnknown(_) => js_error("IDEMDB_COMMIT_UNKNOWN", error),
-        Error::NoRandomness => js_error("IDEMDB_NO_RANDOMNESS", error),
-        other => js_error("IDEMDB_STORAGE", other),
-    };
+    let value = coded(error);
     let _ = Reflect::set(&value, &"reopenRequired".into(), &reopen.into());
     value
 }
@@ -61,26 +40,8 @@ pub(crate) fn from_store(error: Error) -> JsValue {
 pub(crate) fn from_intent(error: IntentError) -> JsValue {
     match error {
         IntentError::Store(error) => from_store(error),
-        IntentError::Request(error) => from_canonical(error),
-        IntentError::NotFound => js_error("IDEMDB_NOT_FOUND", "no intent for this key"),
-        IntentError::KeyReused => js_error("IDEMDB_KEY_REUSED", IntentError::KeyReused),
-        error @ IntentError::Finished { .. } => js_error("IDEMDB_INTENT_FINISHED", error),
-        IntentError::Invalid(message) => invalid(message),
-        other => js_error("IDEMDB_STORAGE", other),
+        other => coded(other),
     }
-}
-
-pub(crate) fn from_open(error: OpenError) -> JsValue {
-    let code = match &error {
-        OpenError::AlreadyOpen => "IDEMDB_STORE_BUSY",
-        OpenError::NotAStore { .. } | OpenError::CorruptMeta(_) => "IDEMDB_NOT_A_STORE",
-        OpenError::Foreign { .. } => "IDEMDB_FOREIGN",
-        OpenError::NewerFormat { .. } => "IDEMDB_NEWER_FORMAT",
-        OpenError::OlderFormat { .. } => "IDEMDB_OLDER_FORMAT",
-        OpenError::Policy { .. } => "IDEMDB_INVALID_POLICY",
-        _ => "IDEMDB_STORAGE",
-    };
-    js_error(code, error)
 }
 
 /// Builds a plain JS object.
@@ -150,10 +111,8 @@ pub(crate) fn policy(options: &JsValue) -> Result<Policy, JsValue> {
     if let Some(bytes) = get_number(options, "maxResultBytes")? {
         policy = policy.with_max_result_bytes(bytes as usize);
     }
-    match get_string(options, "expiredLease")?.as_deref() {
-        None | Some("uncertain") => {}
-        Some("takeover") => policy = policy.with_expired_lease(ExpiredLease::Takeover),
-        Some(other) => return Err(invalid(format!("expiredLease must be 'uncertain' or 'takeover', not {other:?}"))),
+    if let Some(rule) = get_string(options, "expiredLease")? {
+        policy = policy.with_expired_lease(parse_name::<ExpiredLease>(&rule, "expiredLease")?);
     }
     Ok(policy)
 }
@@ -169,7 +128,7 @@ pub(crate) fn canonicalizer(options: &JsValue) -> Result<Canonicalizer, JsValue>
         let exclude: Array = exclude.dyn_into().map_err(|_| invalid("exclude must be an array of JSON pointers"))?;
         for pointer in exclude.iter() {
             let pointer = pointer.as_string().ok_or_else(|| invalid("exclude must be an array of JSON pointers"))?;
-            canon = canon.exclude(&pointer).map_err(from_canonical)?;
+            canon = canon.exclude(&pointer).map_err(coded)?;
         }
     }
     if let Some(normalise) = get(options, "normalise") {
@@ -177,44 +136,34 @@ pub(crate) fn canonicalizer(options: &JsValue) -> Result<Canonicalizer, JsValue>
         for entry in Object::entries(&normalise).iter() {
             let entry = Array::from(&entry);
             let pointer = entry.get(0).as_string().unwrap_or_default();
-            let normaliser = match entry.get(1).as_string().as_deref() {
-                Some("trim") => Normaliser::Trim,
-                Some("uppercase") => Normaliser::Uppercase,
-                Some("lowercase") => Normaliser::Lowercase,
-                Some("decimal") => Normaliser::DecimalAmount,
-                _ => {
-                    return Err(invalid(format!(
-                        "normaliser of {pointer:?} must be trim, uppercase, lowercase or decimal"
-                    )));
-                }
-            };
-            canon = canon.normalise(&pointer, normaliser).map_err(from_canonical)?;
+            let normaliser = name::<Normaliser>(&entry.get(1), &format!("normaliser of {pointer:?}"))?;
+            canon = canon.normalise(&pointer, normaliser).map_err(coded)?;
         }
     }
     Ok(canon)
 }
 
+/// Parses a name of the vocabulary `T`; `what` names the argument in the error.
+pub(crate) fn parse_name<T: Named>(name: &str, what: &str) -> Result<T, JsValue> {
+    T::parse_name(name).map_err(|error| invalid(format!("{what}: {error}")))
+}
+
+/// A JS string holding a name of the vocabulary `T`.
+pub(crate) fn name<T: Named>(value: &JsValue, what: &str) -> Result<T, JsValue> {
+    let text = value.as_string().ok_or_else(|| invalid(format!("{what} must be a string")))?;
+    parse_name(&text, what)
+}
+
 pub(crate) fn attempt_outcome(kind: &str, status: Option<u16>) -> Result<AttemptOutcome, JsValue> {
-    Ok(match (kind, status) {
-        ("sent", _) => AttemptOutcome::Sent,
-        ("network_error", _) => AttemptOutcome::NetworkError,
-        ("timeout", _) => AttemptOutcome::Timeout,
-        ("status", Some(status)) => AttemptOutcome::Status(status),
-        _ => {
-            return Err(invalid(format!(
-                "attempt outcome must be sent, network_error, timeout or status (with a status), not {kind:?}"
-            )));
-        }
-    })
+    let kind = parse_name::<AttemptOutcomeKind>(kind, "attempt outcome")?;
+    AttemptOutcome::of_kind(kind, status).ok_or_else(|| invalid("attempt outcome status needs a status"))
 }
 
 fn outcome_object(outcome: AttemptOutcome) -> Obj {
-    match outcome {
-        AttemptOutcome::Sent => Obj::new().set("outcome", "sent"),
-        AttemptOutcome::NetworkError => Obj::new().set("outcome", "network_error"),
-        AttemptOutcome::Timeout => Obj::new().set("outcome", "timeout"),
-        AttemptOutcome::Status(status) => Obj::new().set("outcome", "status").set("status", status),
-        _ => Obj::new().set("outcome", "unknown"),
+    let out = Obj::new().set("outcome", outcome.kind().as_str());
+    match outcome.status() {
+        Some(status) => out.set("status", status),
+        None => out,
     }
 }
 
@@ -269,27 +218,18 @@ pub(crate) fn headers(value: &JsValue) -> Result<Vec<(String, String)>, JsValue>
 }
 
 pub(crate) fn reservation(reservation: Reservation, lease: impl FnOnce(idemdb::Lease) -> JsValue) -> JsValue {
+    let out = Obj::new().set("status", reservation.name());
     match reservation {
-        Reservation::Acquired(l) => Obj::new().set("status", "acquired").set("lease", lease(l)).build(),
-        Reservation::Replay { outcome, body } => {
-            Obj::new().set("status", "replay").set("outcome", outcome.to_string()).bytes("body", &body).build()
-        }
-        Reservation::InProgress { retry_after } => {
-            Obj::new().set("status", "in_progress").set("retryAfterMs", retry_after.as_millis() as f64).build()
-        }
-        Reservation::Mismatch { stored } => Obj::new().set("status", "mismatch").set("stored", stored.as_str()).build(),
-        Reservation::NeedsReconciliation { cause } => {
-            let cause = match cause {
-                idemdb::UncertainCause::LeaseExpired => "lease_expired",
-                idemdb::UncertainCause::Reported => "reported",
-            };
-            Obj::new().set("status", "needs_reconciliation").set("cause", cause).build()
-        }
-        Reservation::Expired { outcome } => {
-            Obj::new().set("status", "expired").set("outcome", outcome.to_string()).build()
-        }
-        other => Obj::new().set("status", other.name()).build(),
+        Reservation::Acquired(l) => out.set("lease", lease(l)),
+        Reservation::Replay { outcome, body } => out.set("outcome", outcome.as_str()).bytes("body", &body),
+        Reservation::InProgress { retry_after } => out.set("retryAfterMs", retry_after.as_millis() as f64),
+        Reservation::Mismatch { stored } => out.set("stored", stored.as_str()),
+        Reservation::NeedsReconciliation { cause } => out.set("cause", cause.as_str()),
+        Reservation::Expired { outcome } => out.set("outcome", outcome.as_str()),
+        // A new answer this build's JS types do not know yet: its name is all it carries.
+        _ => out,
     }
+    .build()
 }
 
 pub(crate) fn record(record: &Record) -> JsValue {

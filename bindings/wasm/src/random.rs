@@ -19,7 +19,7 @@ fn fill(buf: &mut [u8]) -> Result<(), JsValue> {
             .map(|e| String::from(e.message()))
             .unwrap_or_else(|| "not available".into());
         js_error(
-            "IDEMDB_NO_RANDOMNESS",
+            idemdb::ErrorCode::NoRandomness,
             format!(
                 "crypto.getRandomValues failed ({cause}); in an edge worker, open the store inside a request handler, \
                  not at the top level of a module"

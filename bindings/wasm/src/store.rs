@@ -3,15 +3,15 @@
 use std::time::Duration;
 
 use idemdb::{
-    Clock, Durability, Failure, Fingerprint, IdempotencyKey, IntentResponse, Lease, Resolution, Scope, Store,
-    StoreBuilder, Timestamp,
+    Clock, Durability, ErrorCode, Failure, FailureKind, Fingerprint, IdempotencyKey, IntentResponse, Lease, Resolution,
+    ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
 };
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
 use web_sys::FileSystemSyncAccessHandle;
 
 use crate::backend::{Memory, Shared};
-use crate::convert::{self, Obj, from_intent, from_key, from_open, from_store, get, invalid, js_error};
+use crate::convert::{self, Obj, coded, from_intent, from_store, get, invalid, js_error};
 use crate::js_backend::{HostStorage, JsBackend};
 use crate::random;
 
@@ -76,21 +76,17 @@ pub struct WasmStore {
 }
 
 fn scope(tenant: &str, operation: &str) -> Result<Scope, JsValue> {
-    Scope::new(tenant, operation).map_err(from_key)
+    Scope::new(tenant, operation).map_err(coded)
 }
 
 fn key(key: &str) -> Result<IdempotencyKey, JsValue> {
-    IdempotencyKey::new(key).map_err(from_key)
+    IdempotencyKey::new(key).map_err(coded)
 }
 
 fn builder(options: &JsValue) -> Result<StoreBuilder, JsValue> {
     let mut builder = Store::builder().clock(JsClock).secret_seed(random::seed()?).cache_bytes(DEFAULT_CACHE_BYTES);
     if let Some(durability) = get(options, "durability") {
-        builder = builder.durability(match durability.as_string().as_deref() {
-            Some("immediate") => Durability::Immediate,
-            Some("eventual") => Durability::Eventual,
-            _ => return Err(invalid("durability must be 'immediate' or 'eventual'")),
-        });
+        builder = builder.durability(convert::name::<Durability>(&durability, "durability")?);
     }
     if let Some(bytes) = get(options, "cacheBytes").and_then(|v| v.as_f64()) {
         builder = builder.cache_bytes(bytes as usize);
@@ -114,12 +110,12 @@ fn builder(options: &JsValue) -> Result<StoreBuilder, JsValue> {
 
 impl WasmStore {
     fn open(backend: Shared, options: &JsValue) -> Result<WasmStore, JsValue> {
-        let store = builder(options)?.open_backend(backend.clone()).map_err(from_open)?;
+        let store = builder(options)?.open_backend(backend.clone()).map_err(coded)?;
         Ok(WasmStore { store: Some(store), backend })
     }
 
     fn store(&self) -> Result<&Store, JsValue> {
-        self.store.as_ref().ok_or_else(|| js_error("IDEMDB_CLOSED", "the store is closed"))
+        self.store.as_ref().ok_or_else(|| js_error(ErrorCode::Closed, "the store is closed"))
     }
 }
 
@@ -160,7 +156,7 @@ impl WasmStore {
     #[wasm_bindgen(js_name = exportSnapshot)]
     pub fn export_snapshot(&self) -> Result<Vec<u8>, JsValue> {
         self.store()?.flush().map_err(from_store)?;
-        self.backend.read_all().map_err(|error| js_error("IDEMDB_STORAGE", error))
+        self.backend.read_all().map_err(|error| js_error(ErrorCode::Storage, error))
     }
 
     /// Makes every earlier commit durable (needed with `durability: 'eventual'`).
@@ -184,12 +180,8 @@ impl WasmStore {
     /// Records a failed attempt: `definitive` (with a body, replayed), `retryable` (released)
     /// or `uncertain` (reconcile before any new effect).
     pub fn fail(&self, lease: &WasmLease, kind: &str, body: Option<Vec<u8>>) -> Result<(), JsValue> {
-        let failure = match kind {
-            "definitive" => Failure::Definitive(body.unwrap_or_default()),
-            "retryable" => Failure::Retryable,
-            "uncertain" => Failure::Uncertain,
-            _ => return Err(invalid("failure kind must be definitive, retryable or uncertain")),
-        };
+        let failure =
+            Failure::of_kind(convert::parse_name::<FailureKind>(kind, "failure kind")?, body.unwrap_or_default());
         self.store()?.fail(&lease.0, failure).map_err(from_store)
     }
 
@@ -207,12 +199,8 @@ impl WasmStore {
         resolution: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(), JsValue> {
-        let resolution = match resolution {
-            "completed" => Resolution::Completed(body.unwrap_or_default()),
-            "failed" => Resolution::Failed(body.unwrap_or_default()),
-            "released" => Resolution::Released,
-            _ => return Err(invalid("resolution must be completed, failed or released")),
-        };
+        let kind = convert::parse_name::<ResolutionKind>(resolution, "resolution")?;
+        let resolution = Resolution::of_kind(kind, body.unwrap_or_default());
         self.store()?.reconcile(&scope(tenant, operation)?, &key(key_str)?, resolution).map_err(from_store)
     }
 
@@ -360,28 +348,20 @@ impl WasmStore {
 }
 
 fn parse_fingerprint(hex: &str) -> Result<Fingerprint, JsValue> {
-    let bad = || invalid("fingerprint must be 64 hexadecimal digits");
-    if hex.len() != 64 || !hex.is_ascii() {
-        return Err(bad());
-    }
-    let mut bytes = [0u8; 32];
-    for (i, byte) in bytes.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(Fingerprint::from_bytes(bytes))
+    Fingerprint::from_hex(hex).ok_or_else(|| invalid("fingerprint must be 64 hexadecimal digits"))
 }
 
 /// The fingerprint (hex) of a JSON request under the canonicalisation options.
 #[wasm_bindgen]
 pub fn fingerprint(body: &[u8], canonical: JsValue) -> Result<String, JsValue> {
     let canon = convert::canonicalizer(&canonical)?;
-    canon.fingerprint(body).map(|fp| fp.to_hex()).map_err(convert::from_canonical)
+    canon.fingerprint(body).map(|fp| fp.to_hex()).map_err(coded)
 }
 
 /// The canonical form (RFC 8785) of a JSON request under the canonicalisation options.
 #[wasm_bindgen]
 pub fn canonicalize(body: &[u8], canonical: JsValue) -> Result<Vec<u8>, JsValue> {
-    convert::canonicalizer(&canonical)?.canonicalize(body).map_err(convert::from_canonical)
+    convert::canonicalizer(&canonical)?.canonicalize(body).map_err(coded)
 }
 
 /// A new idempotency key: a UUID v4 from `crypto.getRandomValues`.

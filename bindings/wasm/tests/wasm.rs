@@ -102,3 +102,35 @@ fn keys_are_uuid_v4_from_the_platform_csprng() {
     assert_eq!(&a[14..15], "4");
     assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
 }
+
+/// The shared decision table against the redb store compiled to wasm32 (memory backend),
+/// through the store interface: the same answers as the native build.
+#[wasm_bindgen_test]
+fn decision_table_on_the_wasm32_build() {
+    use idemdb::{ManualClock, Policy, Store};
+    use idemdb_interface::conformance::{self, Backend};
+
+    struct Stores(ManualClock, usize);
+    impl Backend for Stores {
+        type Store = Store;
+        async fn open(&mut self, operations: &[(&'static str, Policy)]) -> Store {
+            self.1 += 1;
+            let mut builder = Store::builder().clock(self.0.clone()).secret_seed([7; 32]);
+            for (operation, policy) in operations {
+                builder = builder.policy(*operation, policy.clone());
+            }
+            builder.in_memory().expect("open a memory store in wasm32")
+        }
+        fn set_time(&mut self, millis: u64) {
+            self.0.set(millis);
+        }
+    }
+
+    let mut stores = Stores(ManualClock::new(conformance::T), 0);
+    // Every future of the redb store is ready when first polled on wasm32 (no threads).
+    let cases = pollster::block_on(conformance::run_decision_table(&mut stores, "wasm32 memory store"));
+    assert_eq!(cases, stores.1);
+    assert!(cases >= 50);
+    // The workflow primitives (outbox, inbox, jobs) tell the same stories in wasm32.
+    assert_eq!(pollster::block_on(conformance::run_workflow_stories(&mut stores, "wasm32 memory store")), 4);
+}

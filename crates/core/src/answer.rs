@@ -3,7 +3,6 @@
 
 use core::time::Duration;
 
-use crate::names::names;
 use crate::{IdempotencyKey, OutcomeClass, Scope, ScopedKey, StateKind, Timestamp, UncertainCause};
 
 /// The right of one attempt to execute an operation, until [`Lease::expires_at`].
@@ -115,7 +114,7 @@ pub enum ReservationKind {
     Expired,
 }
 
-names!(ReservationKind, "reservation answer", {
+crate::names!(ReservationKind, "reservation answer", {
     Acquired => "acquired",
     Replay => "replay",
     InProgress => "in_progress",

@@ -9,7 +9,6 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::names::names;
 use crate::{Fingerprint, ReservationKind, Timestamp};
 
 /// A keyed hash of a `(scope, key)`: 16 bytes, shown as 32 hex digits.
@@ -81,9 +80,28 @@ pub enum AuditKind {
     Renewed,
     /// Retention turned the record into a tombstone or removed it.
     Purged,
+    /// An external effect was enqueued in the outbox.
+    EffectEnqueued,
+    /// A dispatcher claimed an outbox effect.
+    EffectClaimed,
+    /// A dispatcher reported an effect's outcome.
+    EffectReported,
+    /// An uncertain effect was resolved (or sent again inside the provider's window).
+    EffectResolved,
+    /// A webhook delivery was accepted (applied, stale, refused or a redelivery).
+    DeliveryAccepted,
+    /// A worker claimed a job.
+    JobClaimed,
+    /// A job step finished.
+    JobStep,
+    /// A job finished, was abandoned, or a compensation ran.
+    JobChanged,
+    /// A new intent with a new key replaces an earlier one (after a refusal or a changed
+    /// request); the event's correlation names the earlier key's hash.
+    Superseded,
 }
 
-names!(AuditKind, "audit event kind", {
+crate::names!(AuditKind, "audit event kind", {
     Reserved => "reserved",
     Replayed => "replayed",
     Conflict => "conflict",
@@ -95,6 +113,15 @@ names!(AuditKind, "audit event kind", {
     Reconciled => "reconciled",
     Renewed => "renewed",
     Purged => "purged",
+    EffectEnqueued => "effect_enqueued",
+    EffectClaimed => "effect_claimed",
+    EffectReported => "effect_reported",
+    EffectResolved => "effect_resolved",
+    DeliveryAccepted => "delivery_accepted",
+    JobClaimed => "job_claimed",
+    JobStep => "job_step",
+    JobChanged => "job_changed",
+    Superseded => "superseded",
 });
 
 impl From<ReservationKind> for AuditKind {

@@ -5,8 +5,6 @@
 //! A code names a *class* of failure that a caller can act on; the message says the details.
 //! Codes are never renamed or reused; new ones are added at the end.
 
-use crate::names::names;
-
 /// A stable, machine-readable error code (`IDEMDB_...`).
 ///
 /// ```
@@ -92,9 +90,16 @@ pub enum ErrorCode {
     SchemaMismatch,
     /// A name did not belong to its vocabulary.
     UnknownName,
+    /// A request came without the credentials the service takes its tenant from.
+    Unauthenticated,
+    /// The provider's key-retention window has passed since an effect of unknown outcome was
+    /// first sent: query the provider and resolve, never send the key again.
+    ProviderKeyExpired,
+    /// A webhook delivery id was reused with a different payload.
+    DeliveryMismatch,
 }
 
-names!(ErrorCode, "error code", {
+crate::names!(ErrorCode, "error code", {
     InvalidArgument => "IDEMDB_INVALID_ARGUMENT",
     InvalidKey => "IDEMDB_INVALID_KEY",
     InvalidRequest => "IDEMDB_INVALID_REQUEST",
@@ -131,6 +136,9 @@ names!(ErrorCode, "error code", {
     Unavailable => "IDEMDB_UNAVAILABLE",
     SchemaMismatch => "IDEMDB_SCHEMA_MISMATCH",
     UnknownName => "IDEMDB_UNKNOWN_NAME",
+    Unauthenticated => "IDEMDB_UNAUTHENTICATED",
+    ProviderKeyExpired => "IDEMDB_PROVIDER_KEY_EXPIRED",
+    DeliveryMismatch => "IDEMDB_DELIVERY_MISMATCH",
 });
 
 impl ErrorCode {

@@ -48,16 +48,23 @@ impl Fingerprint {
 
     /// Lower-case hexadecimal.
     pub fn to_hex(&self) -> String {
-        let mut out = String::with_capacity(64);
-        for byte in self.0 {
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
-        }
-        out
+        hex::encode(self.0)
+    }
+
+    /// Parses 64 hexadecimal digits (either case); `None` for anything else.
+    ///
+    /// ```
+    /// use idemdb_core::Fingerprint;
+    /// let fp = Fingerprint::from_bytes([0xab; 32]);
+    /// assert_eq!(Fingerprint::from_hex(&fp.to_hex()), Some(fp));
+    /// assert_eq!(Fingerprint::from_hex("abc"), None);
+    /// ```
+    pub fn from_hex(text: &str) -> Option<Fingerprint> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(Fingerprint(bytes))
     }
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 impl fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

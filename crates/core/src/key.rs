@@ -21,6 +21,10 @@ pub enum IdentityPart {
     Operation,
     /// A correlation id.
     Correlation,
+    /// The name of an external effect (outbox) or of a job step.
+    Effect,
+    /// A webhook source, delivery id or object id.
+    Delivery,
 }
 
 impl fmt::Display for IdentityPart {
@@ -30,6 +34,8 @@ impl fmt::Display for IdentityPart {
             IdentityPart::Tenant => "tenant",
             IdentityPart::Operation => "operation",
             IdentityPart::Correlation => "correlation id",
+            IdentityPart::Effect => "effect name",
+            IdentityPart::Delivery => "delivery identity",
         })
     }
 }
@@ -83,7 +89,7 @@ impl KeyError {
     }
 }
 
-fn validate(part: IdentityPart, value: &str, max: usize, allow_space: bool) -> Result<(), KeyError> {
+pub(crate) fn validate(part: IdentityPart, value: &str, max: usize, allow_space: bool) -> Result<(), KeyError> {
     if value.is_empty() {
         return Err(KeyError::Empty { part });
     }
@@ -276,6 +282,18 @@ impl ScopedKey {
     /// [`KeyError::MalformedEncoding`] when the bytes are not a complete encoding, or the
     /// validation error of a part.
     pub fn decode(bytes: &[u8]) -> Result<Self, KeyError> {
+        match Self::decode_prefix(bytes)? {
+            (scoped, []) => Ok(scoped),
+            _ => Err(KeyError::MalformedEncoding),
+        }
+    }
+
+    /// Decodes the [`ScopedKey::encode`] output at the start of `bytes` and returns what
+    /// follows it (for table keys that extend a scoped key, such as an outbox item's).
+    ///
+    /// # Errors
+    /// As [`ScopedKey::decode`].
+    pub fn decode_prefix(bytes: &[u8]) -> Result<(Self, &[u8]), KeyError> {
         let mut rest = bytes;
         let mut parts: [&str; 3] = [""; 3];
         for part in &mut parts {
@@ -288,10 +306,8 @@ impl ScopedKey {
             *part = core::str::from_utf8(value).map_err(|_| KeyError::MalformedEncoding)?;
             rest = tail;
         }
-        if !rest.is_empty() {
-            return Err(KeyError::MalformedEncoding);
-        }
-        Ok(ScopedKey { scope: Scope::new(parts[0], parts[1])?, key: IdempotencyKey::new(parts[2])? })
+        let scoped = ScopedKey { scope: Scope::new(parts[0], parts[1])?, key: IdempotencyKey::new(parts[2])? };
+        Ok((scoped, rest))
     }
 
     /// The encoded prefix shared by every record of `tenant` (and, if given, `operation`).

@@ -45,6 +45,7 @@ mod codec;
 mod codes;
 mod decide;
 mod fingerprint;
+mod intent;
 mod key;
 mod names;
 mod policy;
@@ -52,6 +53,7 @@ mod purge;
 mod record;
 mod time;
 mod transition;
+mod workflow;
 
 pub use answer::{Lease, Reservation, ReservationKind};
 pub use audit::{AuditEvent, AuditKind, KeyHash};
@@ -63,18 +65,30 @@ pub use codec::{
 pub use codes::{Coded, ErrorCode};
 pub use decide::{Decision, DecisionContext, decide};
 pub use fingerprint::{FINGERPRINT_CONTEXT, Fingerprint, FingerprintBuilder};
+pub use intent::{
+    Attempt, AttemptOutcome, AttemptOutcomeKind, INTENT_FORMAT, Intent, IntentRefusal, IntentResponse, IntentState,
+    IntentStateKind, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS,
+};
 pub use key::{
     IdempotencyKey, IdentityPart, KeyError, MAX_CORRELATION_LEN, MAX_KEY_LEN, MAX_SCOPE_PART_LEN, Scope, ScopedKey,
     validate_correlation,
 };
 pub use names::{Named, UnknownName, as_name};
 pub use policy::{
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, Policy,
-    PolicyError,
+    DEFAULT_DISPATCH_BACKOFF, DEFAULT_LEASE_TTL, DEFAULT_MAX_DISPATCH_BACKOFF, DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_PROVIDER_KEY_RETENTION, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, Policy, PolicyError,
 };
 pub use purge::PurgeReport;
 pub use record::{OutcomeClass, Record, Retention, State, StateKind, UncertainCause};
 pub use time::Timestamp;
 pub use transition::{
     Failure, FailureKind, Resolution, ResolutionKind, TransitionError, complete, fail, reconcile, renew,
+};
+pub use workflow::{
+    Admission, Attention, Claim, Compensation, DELIVERY_FORMAT, Delivery, DeliveryOutcome, DeliveryOutcomeKind,
+    DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, InboxAnswer, InboxDecision,
+    InboxRefusal, JOB_FORMAT, JobAnswer, JobDecision, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,
+    MAX_EFFECT_NAME_LEN, MAX_REASON_LEN, MAX_REFERENCE_LEN, NewerVersion, OBJECT_FORMAT, OUTBOX_FORMAT, ObjectRecord,
+    OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, ProviderState, RetentionBudget, StepRecord,
+    ValidTransition, accept, backoff, claim_job,
 };

@@ -3,8 +3,6 @@
 //! and `ALL`. Adapters (the CLI's JSON, the WebAssembly bindings, HTTP problem types, SQL
 //! columns) use these names and never spell them again.
 
-use core::fmt;
-
 /// A name did not belong to the vocabulary it was parsed as.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {vocabulary} `{name}` (expected one of: {expected})")]
@@ -58,17 +56,14 @@ pub trait Named: Copy + Sized + 'static {
     }
 }
 
-/// Writes a [`Named`] value's name (for `Display` impls).
-pub(crate) fn write_name<T: Named>(value: T, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    f.write_str(value.as_str())
-}
-
-/// Gives a fieldless enum its names: `Named`, inherent `as_str` and `ALL`, `FromStr`,
-/// `Display`, and serde as the name. The `match` is exhaustive, so a variant without a name
-/// does not compile.
+/// Gives a fieldless enum its names: `Named`, inherent `as_str` and `ALL`, `FromStr` and
+/// `Display`. The `match` is exhaustive, so a variant without a name does not compile. Used by
+/// the crates of idemdb for their own vocabularies.
+#[macro_export]
+#[doc(hidden)]
 macro_rules! names {
     ($ty:ident, $vocabulary:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $crate::names::Named for $ty {
+        impl $crate::Named for $ty {
             const VOCABULARY: &'static str = $vocabulary;
             const ALL: &'static [Self] = &[$($ty::$variant),+];
             fn as_str(self) -> &'static str {
@@ -80,30 +75,28 @@ macro_rules! names {
 
         impl $ty {
             /// Every value, in a stable order.
-            pub const ALL: &'static [$ty] = <$ty as $crate::names::Named>::ALL;
+            pub const ALL: &'static [$ty] = <$ty as $crate::Named>::ALL;
 
             /// The stable name.
             pub fn as_str(self) -> &'static str {
-                <$ty as $crate::names::Named>::as_str(self)
+                <$ty as $crate::Named>::as_str(self)
             }
         }
 
         impl core::str::FromStr for $ty {
-            type Err = $crate::names::UnknownName;
+            type Err = $crate::UnknownName;
             fn from_str(name: &str) -> Result<Self, Self::Err> {
-                <$ty as $crate::names::Named>::parse_name(name)
+                <$ty as $crate::Named>::parse_name(name)
             }
         }
 
         impl core::fmt::Display for $ty {
             fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                $crate::names::write_name(*self, f)
+                f.write_str(<$ty as $crate::Named>::as_str(*self))
             }
         }
     };
 }
-
-pub(crate) use names;
 
 /// Serde as the stable name, for vocabularies that cross a boundary as text (JSON). Not for
 /// values inside bincode-encoded records, which keep their variant index.

@@ -10,6 +10,13 @@ pub const DEFAULT_RESPONSE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const DEFAULT_TOMBSTONE_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Default limit on a stored result or failure body: 1 MiB.
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 1024 * 1024;
+/// Default provider key-retention window: 24 hours (what common payment providers keep an
+/// idempotency key for; set the real figure of each provider's contract per operation).
+pub const DEFAULT_PROVIDER_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Default first backoff of a retryable dispatch: 1 second, doubled per dispatch.
+pub const DEFAULT_DISPATCH_BACKOFF: Duration = Duration::from_secs(1);
+/// Default longest backoff of a retryable dispatch: 1 hour.
+pub const DEFAULT_MAX_DISPATCH_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// What a retry that finds an in-progress record with an expired lease means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,7 +55,7 @@ impl PolicyError {
     }
 }
 
-crate::names::names!(ExpiredLease, "expired-lease rule", { Uncertain => "uncertain", Takeover => "takeover" });
+crate::names!(ExpiredLease, "expired-lease rule", { Uncertain => "uncertain", Takeover => "takeover" });
 
 /// Retention and lease rules for one operation.
 ///
@@ -84,6 +91,9 @@ pub struct Policy {
     tombstone_ttl: Duration,
     expired_lease: ExpiredLease,
     max_result_bytes: usize,
+    provider_key_retention: Duration,
+    dispatch_backoff: Duration,
+    max_dispatch_backoff: Duration,
 }
 
 impl Default for Policy {
@@ -94,6 +104,9 @@ impl Default for Policy {
             tombstone_ttl: DEFAULT_TOMBSTONE_TTL,
             expired_lease: ExpiredLease::Uncertain,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            provider_key_retention: DEFAULT_PROVIDER_KEY_RETENTION,
+            dispatch_backoff: DEFAULT_DISPATCH_BACKOFF,
+            max_dispatch_backoff: DEFAULT_MAX_DISPATCH_BACKOFF,
         }
     }
 }
@@ -134,6 +147,24 @@ impl Policy {
         self
     }
 
+    /// Sets how long the external provider of this operation's effects keeps an idempotency
+    /// key (its contract says). Past it, an outbox effect whose outcome is unknown is never
+    /// sent again with the same key: the application queries the provider first.
+    #[must_use]
+    pub fn with_provider_key_retention(mut self, window: Duration) -> Self {
+        self.provider_key_retention = window;
+        self
+    }
+
+    /// Sets the backoff of retryable outbox dispatches: `first`, doubled per dispatch, at most
+    /// `max`.
+    #[must_use]
+    pub fn with_dispatch_backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.dispatch_backoff = first;
+        self.max_dispatch_backoff = max;
+        self
+    }
+
     /// Checks the policy.
     ///
     /// # Errors
@@ -161,6 +192,16 @@ impl Policy {
     /// The tombstone TTL (after the response TTL).
     pub fn tombstone_ttl(&self) -> Duration {
         self.tombstone_ttl
+    }
+
+    /// The provider's key-retention window.
+    pub fn provider_key_retention(&self) -> Duration {
+        self.provider_key_retention
+    }
+
+    /// The first and the longest backoff of retryable outbox dispatches.
+    pub fn dispatch_backoff(&self) -> (Duration, Duration) {
+        (self.dispatch_backoff, self.max_dispatch_backoff)
     }
 
     /// What an expired lease means.

@@ -10,6 +10,8 @@ pub struct PurgeReport {
     pub forgotten: u64,
     /// Index entries that pointed nowhere (removed).
     pub stale_index_entries: u64,
+    /// Finished outbox items, old webhook deliveries and finished jobs removed.
+    pub workflow_forgotten: u64,
     /// Audit events past their retention removed.
     pub audit_removed: u64,
     /// Due records whose stored value does not decode: left in place, skipped, and reported

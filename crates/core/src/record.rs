@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::names::names;
 use crate::{Fingerprint, Timestamp};
 
 /// The final outcome a record reached, kept in its tombstone after the body is purged.
@@ -14,7 +13,7 @@ pub enum OutcomeClass {
     Failed,
 }
 
-names!(OutcomeClass, "outcome", { Completed => "completed", Failed => "failed" });
+crate::names!(OutcomeClass, "outcome", { Completed => "completed", Failed => "failed" });
 
 /// Why a record is uncertain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -26,7 +25,7 @@ pub enum UncertainCause {
     Reported,
 }
 
-names!(UncertainCause, "uncertain cause", { LeaseExpired => "lease_expired", Reported => "reported" });
+crate::names!(UncertainCause, "uncertain cause", { LeaseExpired => "lease_expired", Reported => "reported" });
 
 /// Where a record is in its life.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,7 +92,7 @@ pub enum StateKind {
     Tombstone,
 }
 
-names!(StateKind, "state", {
+crate::names!(StateKind, "state", {
     InProgress => "in_progress",
     Completed => "completed",
     Failed => "failed",

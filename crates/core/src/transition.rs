@@ -96,7 +96,7 @@ pub enum FailureKind {
     Uncertain,
 }
 
-crate::names::names!(FailureKind, "failure", {
+crate::names!(FailureKind, "failure", {
     Definitive => "definitive",
     Retryable => "retryable",
     Uncertain => "uncertain",
@@ -135,7 +135,7 @@ pub enum ResolutionKind {
     Released,
 }
 
-crate::names::names!(ResolutionKind, "resolution", {
+crate::names!(ResolutionKind, "resolution", {
     Completed => "completed",
     Failed => "failed",
     Released => "released",

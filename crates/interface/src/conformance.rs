@@ -283,3 +283,125 @@ async fn set_up<B: Backend>(
         assert_eq!(report.tombstoned, 1, "purge made the tombstone");
     }
 }
+
+/// The workflow stories every [`WorkflowStore`](crate::WorkflowStore) backend must tell alike:
+/// the seed note's `order-842:authorize-v1` (provider authorises, the response is lost, the
+/// retry inside the provider's window returns the original authorisation, the intent
+/// completes with it — one authorisation), an effect in doubt past the window that waits for a
+/// provider query, a redelivered and an out-of-order webhook, and a job resumed after its
+/// worker died. Returns the number of stories.
+///
+/// # Panics
+/// On the first answer that differs, naming `name`.
+pub async fn run_workflow_stories<B>(backend: &mut B, name: &str) -> usize
+where
+    B: Backend,
+    B::Store: crate::WorkflowStore,
+{
+    use idemdb_core::{
+        Attention, Delivery, EffectName, EffectReport, InboxAnswer, JobAnswer, NewerVersion, OutboxStateKind,
+        ProviderState,
+    };
+    use idemdb_effects::Provider;
+
+    use crate::WorkflowStore;
+
+    const WINDOW_MS: u64 = 3_600_000;
+    let lease_ms = 10_000;
+    let policy = Policy::default()
+        .with_lease_ttl(Duration::from_millis(lease_ms))
+        .with_provider_key_retention(Duration::from_millis(WINDOW_MS));
+    let operations = [(OP_UNCERTAIN, policy.clone()), (OP_TAKEOVER, policy)];
+    let scope = Scope::new("shop", OP_UNCERTAIN).expect("scope");
+    let authorize = EffectName::new("authorize").expect("effect name");
+    let fp = fingerprint("same");
+    let ms = |t: u64| T + t;
+
+    // 1. order-842: the response is lost, the retry is replayed by the provider.
+    backend.set_time(ms(0));
+    let store = backend.open(&operations).await;
+    let provider = Provider::new(WINDOW_MS);
+    let key = IdempotencyKey::new("order-842").expect("key");
+    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp, None).await.expect("reserve") else {
+        panic!("{name}: a new key is acquired")
+    };
+    store.enqueue_effect(&lease, &authorize, 1, b"{\"amount\":\"10.50\"}".to_vec()).await.expect("enqueue");
+    let claims = store.claim_effects(8).await.expect("claim");
+    assert_eq!(claims.len(), 1, "{name}: one due effect");
+    assert_eq!(claims[0].provider_key.as_str(), "order-842:authorize-v1", "{name}");
+    let first = provider.call(claims[0].provider_key.as_str(), ms(0));
+    store.report_effect(&claims[0], EffectReport::Unknown { reason: "response lost".into() }).await.expect("report");
+    let queue = store.reconciliation_queue(0).await.expect("queue");
+    assert!(matches!(&queue[..], [Attention::Effect { .. }]), "{name}: the effect waits: {queue:?}");
+    backend.set_time(ms(60_000));
+    store.retry_effect(&scope, &key, &authorize).await.expect("retry inside the window");
+    let claims = store.claim_effects(8).await.expect("claim");
+    let again = provider.call(claims[0].provider_key.as_str(), ms(60_000));
+    assert_eq!(again, first.replayed(), "{name}: the provider replays the first authorisation");
+    let report = EffectReport::Confirmed { reference: again.reference().to_string(), result: again.body().to_vec() };
+    store.report_effect(&claims[0], report).await.expect("report");
+    let item = store.effect(&scope, &key, &authorize).await.expect("effect").expect("an item");
+    assert_eq!(item.state.kind(), OutboxStateKind::Confirmed, "{name}");
+    let replay = store.reserve(&scope, &key, &fp, None).await.expect("reserve");
+    assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == first.body()), "{name}: {replay:?}");
+    assert_eq!(provider.ledger().total(), 1, "{name}: one authorisation");
+
+    // 2. In doubt past the window: never sent again; resolved by a query.
+    let key = IdempotencyKey::new("order-843").expect("key");
+    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp, None).await.expect("reserve") else {
+        panic!("{name}: a new key is acquired")
+    };
+    store.enqueue_effect(&lease, &authorize, 1, Vec::new()).await.expect("enqueue");
+    let claims = store.claim_effects(8).await.expect("claim");
+    provider.call(claims[0].provider_key.as_str(), ms(60_000));
+    backend.set_time(ms(60_000 + WINDOW_MS));
+    assert!(store.claim_effects(8).await.expect("claim").is_empty(), "{name}: not re-sent past the window");
+    assert!(store.retry_effect(&scope, &key, &authorize).await.is_err(), "{name}: retry refused past the window");
+    let found = provider.query("order-843:authorize-v1").expect("the provider charged it");
+    let resolved = ProviderState::Confirmed { reference: found.id, result: found.body };
+    store.resolve_effect(&scope, &key, &authorize, resolved).await.expect("resolve");
+    assert!(store.reconciliation_queue(0).await.expect("queue").is_empty(), "{name}");
+    assert_eq!(provider.ledger().doubles(), 0, "{name}");
+
+    // 3. Webhooks: a redelivery and an older version arriving late.
+    let newer = Delivery::new("psp", "evt_2", "sub_1", 2, "active", fingerprint("same"), Vec::new()).expect("delivery");
+    let older =
+        Delivery::new("psp", "evt_1", "sub_1", 1, "trialing", fingerprint("different"), Vec::new()).expect("delivery");
+    assert_eq!(store.accept_delivery(&newer, NewerVersion).await.expect("accept"), InboxAnswer::Applied, "{name}");
+    assert!(
+        matches!(store.accept_delivery(&newer, NewerVersion).await.expect("accept"), InboxAnswer::Duplicate { .. }),
+        "{name}"
+    );
+    assert_eq!(
+        store.accept_delivery(&older, NewerVersion).await.expect("accept"),
+        InboxAnswer::Stale { current_version: 2 },
+        "{name}"
+    );
+    assert_eq!(
+        store.object("psp", "sub_1").await.expect("object").map(|o| o.state).as_deref(),
+        Some("active"),
+        "{name}"
+    );
+
+    // 4. A job whose worker died after its first step resumes at the second.
+    let job = IdempotencyKey::new("job-1").expect("key");
+    let JobAnswer::Claimed(lease) = store.claim_job(&scope, &job, &fp).await.expect("claim") else {
+        panic!("{name}: a new job is claimed")
+    };
+    let step = EffectName::new("reserve_stock").expect("step");
+    store.record_step(&lease, &step, b"held".to_vec(), None).await.expect("step");
+    let now = ms(60_000 + WINDOW_MS + lease_ms);
+    backend.set_time(now);
+    let JobAnswer::Claimed(resumed) = store.claim_job(&scope, &job, &fp).await.expect("claim") else {
+        panic!("{name}: the redelivery takes over")
+    };
+    assert_eq!(resumed.result_of(&step), Some(&b"held"[..]), "{name}");
+    store.finish_job(&resumed, b"done".to_vec()).await.expect("finish");
+    assert!(store.finish_job(&lease, b"late".to_vec()).await.is_err(), "{name}: the dead worker's lease is stale");
+    assert_eq!(
+        store.claim_job(&scope, &job, &fp).await.expect("claim"),
+        JobAnswer::Completed { result: b"done".to_vec() },
+        "{name}"
+    );
+    4
+}

@@ -53,6 +53,9 @@ use idemdb_core::{
 mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod workflow;
+
+pub use workflow::WorkflowStore;
 
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use clock::SystemClock;

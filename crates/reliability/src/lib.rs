@@ -39,6 +39,7 @@ pub mod fault;
 pub mod fuzzing;
 pub mod kill;
 pub mod ledger;
+pub mod outbox;
 pub mod races;
 pub mod rng;
 pub mod sweep;

@@ -29,6 +29,8 @@ pub enum Durability {
     Eventual,
 }
 
+idemdb_core::names!(Durability, "durability", { Immediate => "immediate", Eventual => "eventual" });
+
 /// Default audit retention: 90 days.
 pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 

@@ -11,12 +11,15 @@ use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
-use idemdb_core::{AuditEvent, AuditKind, Fingerprint, Policy, Record, Scope, Timestamp, decode_record};
+use idemdb_core::{AuditEvent, AuditKind, Fingerprint, Policy, Record, Scope, State, Timestamp, decode_record};
 
 use crate::audit::EncodedEvent;
 use crate::meta::{Initialiser, Meta};
 use crate::snapshot::Snapshots;
-use crate::tables::{AUDIT, META, META_CLOCK, META_FENCE_FLOOR};
+use crate::tables::{
+    AUDIT, META, META_CLOCK, META_FENCE_FLOOR, META_RECONCILE_INDEXED, RECONCILE, RECONCILE_RECORD, RECORDS,
+    reconcile_key,
+};
 use crate::{Clock, Durability, Error, KeyHash, OpenError};
 
 /// Settings fixed when the store is opened.
@@ -65,6 +68,7 @@ impl Engine {
         init: Initialiser,
     ) -> Result<Engine, OpenError> {
         let Meta { secret, clock_high_water, fence_floor } = init.run(&db)?;
+        index_uncertain_records(&db)?;
         let next_sequence = {
             let read = db.begin_read()?;
             let audit = read.open_table(AUDIT)?;
@@ -241,4 +245,33 @@ impl Engine {
     pub(crate) fn take_buffered_audit(&self) -> Vec<EncodedEvent> {
         std::mem::take(&mut *self.audit_buffer())
     }
+}
+
+/// Puts every uncertain record of a store made before the reconciliation queue existed into
+/// the queue, once (later writes keep it up to date); new stores are marked when created.
+fn index_uncertain_records(db: &Database) -> Result<(), OpenError> {
+    {
+        let read = db.begin_read()?;
+        if read.open_table(META)?.get(META_RECONCILE_INDEXED)?.is_some() {
+            return Ok(());
+        }
+    }
+    let mut tx = db.begin_write()?;
+    tx.set_durability(redb::Durability::Immediate)?;
+    {
+        let mut queue = tx.open_table(RECONCILE)?;
+        let records = tx.open_table(RECORDS)?;
+        for entry in records.iter()? {
+            let (key, value) = entry?;
+            // An undecodable record is left to `verify`; it is not uncertain as far as anyone knows.
+            if let Ok(record) = decode_record(value.value())
+                && matches!(record.state, State::Uncertain { .. })
+            {
+                queue.insert(reconcile_key(RECONCILE_RECORD, key.value()).as_slice(), record.updated_at.as_millis())?;
+            }
+        }
+        tx.open_table(META)?.insert(META_RECONCILE_INDEXED, [1u8].as_slice())?;
+    }
+    tx.commit()?;
+    Ok(())
 }

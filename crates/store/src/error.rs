@@ -99,6 +99,15 @@ pub enum Error {
         /// What was attempted.
         action: &'static str,
     },
+    /// The outbox rules refused the change.
+    #[error(transparent)]
+    Outbox(#[from] idemdb_core::OutboxRefusal),
+    /// The inbox refused the delivery.
+    #[error(transparent)]
+    Inbox(#[from] idemdb_core::InboxRefusal),
+    /// The job rules refused the change.
+    #[error(transparent)]
+    Job(#[from] idemdb_core::JobRefusal),
     /// An invariant of the engine did not hold (a bug, or a panic in another caller's
     /// operation that shared this call's group commit). Nothing of this call was committed.
     #[error("internal error: {0}")]
@@ -117,6 +126,9 @@ impl Error {
             Error::Key(key) => key.code(),
             Error::NoRandomness => ErrorCode::NoRandomness,
             Error::OtherHandles { .. } => ErrorCode::StoreBusy,
+            Error::Outbox(refusal) => refusal.code(),
+            Error::Inbox(refusal) => refusal.code(),
+            Error::Job(refusal) => refusal.code(),
             Error::Internal(_) => ErrorCode::Internal,
         }
     }

@@ -1,12 +1,6 @@
-//! Client intents: the client side of an idempotency key.
-//!
-//! A client (a browser app, a mobile app, a Node process) that means to make one mutation
-//! creates an **intent** first: the key is made once, and the canonical request and its
-//! fingerprint are stored **durably, before the first send**. Every attempt is recorded; the
-//! final response is recorded when it arrives; at start-up the client lists the intents that
-//! are still pending and resumes them with the same key. An intent the client gives up on is
-//! abandoned with a recorded reason. Finished intents are removed after a retention period
-//! chosen by the client.
+//! Client intents in the redb store: the intent rules are the core's
+//! ([`idemdb_core::Intent`]); this module reads and writes them in the `idemdb_intents` table,
+//! each change in one write transaction.
 //!
 //! ```
 //! use idemdb::{AttemptOutcome, Canonicalizer, IntentResponse, Scope, Store};
@@ -27,160 +21,18 @@
 //! assert!(store.pending_intents()?.is_empty());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-//!
-//! # Byte layout
-//!
-//! Table `idemdb_intents`: key `ScopedKey::encode` (length-prefixed tenant, operation, key),
-//! value `version:u8 (= 1) · bincode-standard(StoredIntent)`, where `StoredIntent` is, in
-//! order: `request: bytes`, `fingerprint: [u8; 32]`, `state: IntentState`, `attempts: u32`,
-//! `last_attempt: Option<Attempt>`, `created_at: u64`, `updated_at: u64`.
 
 use std::time::Duration;
 
 use redb::{ReadableDatabase, ReadableTable};
-use serde::{Deserialize, Serialize};
 
 use idemdb_core::{
-    CanonicalError, Canonicalizer, DecodeError, Fingerprint, IdempotencyKey, KeyError, Scope, ScopedKey, Timestamp,
-    decode_versioned, encode_versioned,
+    AttemptOutcome, CanonicalError, Canonicalizer, DecodeError, ErrorCode, Fingerprint, IdempotencyKey, Intent,
+    IntentRefusal, IntentResponse, KeyError, Scope, ScopedKey, Timestamp,
 };
 
-use crate::tables::INTENTS;
+use crate::tables::{INTENTS, open_optional};
 use crate::{Error, Store};
-
-/// Format version of stored intent values.
-pub const INTENT_FORMAT: u8 = 1;
-/// Longest abandon reason accepted, in bytes.
-pub const MAX_ABANDON_REASON_LEN: usize = 1024;
-/// Most response headers an intent keeps.
-pub const MAX_RESPONSE_HEADERS: usize = 64;
-
-/// What one attempt to send an intent ended with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum AttemptOutcome {
-    /// The request is about to leave (recorded before the send, so a crash mid-send is seen).
-    Sent,
-    /// A response with this status arrived (a retryable one: 5xx, 409, 429...).
-    Status(u16),
-    /// The network failed before any response.
-    NetworkError,
-    /// No response arrived in time.
-    Timeout,
-}
-
-/// One recorded attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attempt {
-    /// When it was recorded (store time).
-    pub at: Timestamp,
-    /// How it ended.
-    pub outcome: AttemptOutcome,
-}
-
-/// The final response of an intent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IntentResponse {
-    /// HTTP status (or an application status).
-    pub status: u16,
-    /// Response headers worth keeping (at most [`MAX_RESPONSE_HEADERS`]).
-    pub headers: Vec<(String, String)>,
-    /// The response body.
-    pub body: Vec<u8>,
-}
-
-/// Where an intent is in its life.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum IntentState {
-    /// Not finished: resume it (same key) until it completes or is abandoned.
-    Pending,
-    /// The final response was recorded.
-    Completed {
-        /// The response.
-        response: IntentResponse,
-    },
-    /// The client gave up.
-    Abandoned {
-        /// Why, as the client said.
-        reason: String,
-    },
-}
-
-impl IntentState {
-    /// A short lower-case name: `pending`, `completed` or `abandoned`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            IntentState::Pending => "pending",
-            IntentState::Completed { .. } => "completed",
-            IntentState::Abandoned { .. } => "abandoned",
-        }
-    }
-}
-
-/// A client intent, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Intent {
-    /// The scope.
-    pub scope: Scope,
-    /// The idempotency key, made once when the intent was created.
-    pub key: IdempotencyKey,
-    /// The canonical request (RFC 8785 JSON), what every attempt sends.
-    pub request: Vec<u8>,
-    /// Fingerprint of the canonical request.
-    pub fingerprint: Fingerprint,
-    /// The state.
-    pub state: IntentState,
-    /// Number of attempts recorded.
-    pub attempts: u32,
-    /// The most recent attempt.
-    pub last_attempt: Option<Attempt>,
-    /// When the intent was created.
-    pub created_at: Timestamp,
-    /// When it last changed.
-    pub updated_at: Timestamp,
-}
-
-/// The stored value (everything but the identity, which is the table key).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct StoredIntent {
-    request: Vec<u8>,
-    fingerprint: Fingerprint,
-    state: IntentState,
-    attempts: u32,
-    last_attempt: Option<Attempt>,
-    created_at: Timestamp,
-    updated_at: Timestamp,
-}
-
-impl StoredIntent {
-    fn into_intent(self, scoped: ScopedKey) -> Intent {
-        Intent {
-            scope: scoped.scope,
-            key: scoped.key,
-            request: self.request,
-            fingerprint: self.fingerprint,
-            state: self.state,
-            attempts: self.attempts,
-            last_attempt: self.last_attempt,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        }
-    }
-
-    fn of(intent: &Intent) -> StoredIntent {
-        StoredIntent {
-            request: intent.request.clone(),
-            fingerprint: intent.fingerprint,
-            state: intent.state.clone(),
-            attempts: intent.attempts,
-            last_attempt: intent.last_attempt,
-            created_at: intent.created_at,
-            updated_at: intent.updated_at,
-        }
-    }
-}
 
 /// What one [`Store::purge_intents`] pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -202,35 +54,19 @@ pub enum IntentError {
     /// The request is not canonicalisable JSON (or the canonicaliser is misconfigured).
     #[error("request cannot be canonicalised: {0}")]
     Request(#[from] CanonicalError),
-    /// No intent exists for the key.
-    #[error("no intent for this key")]
-    NotFound,
-    /// The key already names an intent with a different request. A new request needs a new key.
-    #[error("the key already names an intent with a different request")]
-    KeyReused,
-    /// The intent is finished (completed or abandoned) and cannot take this change.
-    #[error("intent is {state}; cannot {action}")]
-    Finished {
-        /// `completed` or `abandoned`.
-        state: &'static str,
-        /// What was attempted.
-        action: &'static str,
-    },
-    /// An argument is out of bounds (reason too long, too many headers, body too large).
-    #[error("{0}")]
-    Invalid(String),
+    /// The intent rules refused the change (no such intent, a reused key, a finished intent,
+    /// an argument over its limit).
+    #[error(transparent)]
+    Refused(#[from] IntentRefusal),
 }
 
 impl IntentError {
-    /// The stable code of this error (see [`ErrorCode`](idemdb_core::ErrorCode)).
-    pub fn code(&self) -> idemdb_core::ErrorCode {
+    /// The stable code of this error (see [`ErrorCode`]).
+    pub fn code(&self) -> ErrorCode {
         match self {
             IntentError::Store(store) => store.code(),
             IntentError::Request(request) => request.code(),
-            IntentError::NotFound => idemdb_core::ErrorCode::NotFound,
-            IntentError::KeyReused => idemdb_core::ErrorCode::KeyReused,
-            IntentError::Finished { .. } => idemdb_core::ErrorCode::IntentFinished,
-            IntentError::Invalid(_) => idemdb_core::ErrorCode::InvalidArgument,
+            IntentError::Refused(refusal) => refusal.code(),
         }
     }
 }
@@ -254,14 +90,9 @@ macro_rules! intent_from_storage {
 }
 intent_from_storage!(redb::StorageError, redb::TableError, redb::TransactionError, redb::CommitError);
 
-fn corrupt(source: DecodeError) -> IntentError {
-    IntentError::Store(Error::Corrupt { what: "intent", source })
-}
-
 fn decode(key: &[u8], value: &[u8]) -> Result<Intent, IntentError> {
-    let scoped = ScopedKey::decode(key)?;
-    let stored: StoredIntent = decode_versioned(value, INTENT_FORMAT).map_err(corrupt)?;
-    Ok(stored.into_intent(scoped))
+    Intent::decode(key, value)
+        .map_err(|source: DecodeError| IntentError::Store(Error::Corrupt { what: "intent", source }))
 }
 
 impl Store {
@@ -275,7 +106,7 @@ impl Store {
     ///
     /// # Errors
     /// [`IntentError::Request`] for a body that is not canonicalisable JSON;
-    /// [`IntentError::KeyReused`] when the key names a different request; storage errors.
+    /// [`IntentRefusal::KeyReused`] when the key names a different request; storage errors.
     pub fn create_intent(
         &self,
         scope: &Scope,
@@ -284,7 +115,7 @@ impl Store {
         canonicalizer: &Canonicalizer,
     ) -> Result<Intent, IntentError> {
         let mut created = self.create_intents(&[(scope, key, request)], canonicalizer)?;
-        created.pop().ok_or(IntentError::NotFound)
+        created.pop().ok_or(IntentError::Refused(IntentRefusal::NotFound))
     }
 
     /// Creates several intents **in one write transaction** (one durable commit, one flush):
@@ -302,35 +133,22 @@ impl Store {
         for (scope, key, request) in intents {
             let canonical = canonicalizer.canonicalize(request)?;
             let fingerprint = Fingerprint::of_canonical_json(&canonical);
-            prepared.push((ScopedKey::new((*scope).clone(), (*key).clone()), canonical, fingerprint));
+            prepared.push(((*scope).clone(), (*key).clone(), canonical, fingerprint));
         }
         let created = self.write(|txn| {
             let now = txn.now();
             let mut table = txn.tables().open_table(INTENTS).map_err(Error::from)?;
             let mut created = Vec::with_capacity(prepared.len());
-            for (scoped, canonical, fingerprint) in prepared {
-                let encoded = scoped.encode();
-                if let Some(existing) = table.get(encoded.as_slice()).map_err(Error::from)? {
-                    let existing = decode(&encoded, existing.value())?;
-                    if existing.fingerprint != fingerprint {
-                        return Err(IntentError::KeyReused);
-                    }
-                    created.push(existing);
-                    continue;
-                }
-                let intent = Intent {
-                    scope: scoped.scope,
-                    key: scoped.key,
-                    request: canonical,
-                    fingerprint,
-                    state: IntentState::Pending,
-                    attempts: 0,
-                    last_attempt: None,
-                    created_at: now,
-                    updated_at: now,
+            for (scope, key, canonical, fingerprint) in prepared {
+                let encoded = ScopedKey::encode_parts(&scope, &key);
+                let existing = match table.get(encoded.as_slice()).map_err(Error::from)? {
+                    Some(value) => Some(decode(&encoded, value.value())?),
+                    None => None,
                 };
-                let value = encode_versioned(INTENT_FORMAT, &StoredIntent::of(&intent));
-                table.insert(encoded.as_slice(), value.as_slice()).map_err(Error::from)?;
+                let (intent, write) = Intent::create(existing, Intent::new(scope, key, canonical, fingerprint, now))?;
+                if write {
+                    table.insert(encoded.as_slice(), intent.encode().as_slice()).map_err(Error::from)?;
+                }
                 created.push(intent);
             }
             Ok::<_, IntentError>(created)
@@ -347,13 +165,9 @@ impl Store {
     /// # Errors
     /// Storage errors; a corrupt stored intent.
     pub fn intent(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Intent>, IntentError> {
-        let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
+        let encoded = ScopedKey::encode_parts(scope, key);
         let read = self.engine.db.begin_read().map_err(Error::from)?;
-        let table = match read.open_table(INTENTS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(table) = open_optional(&read, INTENTS)? else { return Ok(None) };
         let Some(value) = table.get(encoded.as_slice()).map_err(Error::from)? else { return Ok(None) };
         decode(&encoded, value.value()).map(Some)
     }
@@ -364,8 +178,7 @@ impl Store {
     /// # Errors
     /// Storage errors; a corrupt stored intent.
     pub fn pending_intents(&self) -> Result<Vec<Intent>, IntentError> {
-        let mut pending: Vec<Intent> =
-            self.all_intents()?.into_iter().filter(|intent| intent.state == IntentState::Pending).collect();
+        let mut pending: Vec<Intent> = self.all_intents()?.into_iter().filter(Intent::is_pending).collect();
         pending.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.key.cmp(&b.key)));
         Ok(pending)
     }
@@ -376,11 +189,7 @@ impl Store {
     /// Storage errors; a corrupt stored intent.
     pub fn all_intents(&self) -> Result<Vec<Intent>, IntentError> {
         let read = self.engine.db.begin_read().map_err(Error::from)?;
-        let table = match read.open_table(INTENTS) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(error) => return Err(error.into()),
-        };
+        let Some(table) = open_optional(&read, INTENTS)? else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for entry in table.iter().map_err(Error::from)? {
             let (key, value) = entry.map_err(Error::from)?;
@@ -389,10 +198,11 @@ impl Store {
         Ok(out)
     }
 
-    /// Records an attempt of a pending intent. Returns the updated intent.
+    /// Records an attempt of a pending intent (see [`Intent::record_attempt`]). Returns the
+    /// updated intent.
     ///
     /// # Errors
-    /// [`IntentError::NotFound`]; [`IntentError::Finished`] when the intent is completed or
+    /// [`IntentRefusal::NotFound`]; [`IntentRefusal::Finished`] when the intent is completed or
     /// abandoned; storage errors.
     pub fn record_attempt(
         &self,
@@ -400,26 +210,16 @@ impl Store {
         key: &IdempotencyKey,
         outcome: AttemptOutcome,
     ) -> Result<Intent, IntentError> {
-        self.update_intent(scope, key, "record an attempt", |intent, now| {
-            if intent.state != IntentState::Pending {
-                return Err(IntentError::Finished { state: intent.state.name(), action: "record an attempt" });
-            }
-            // A `Sent` followed by its outcome is one attempt; count sends only.
-            if outcome == AttemptOutcome::Sent || intent.last_attempt.map(|a| a.outcome) != Some(AttemptOutcome::Sent) {
-                intent.attempts = intent.attempts.saturating_add(1);
-            }
-            intent.last_attempt = Some(Attempt { at: now, outcome });
-            Ok(true)
-        })
+        self.update_intent(scope, key, "record an attempt", |intent, now| intent.record_attempt(outcome, now))
     }
 
-    /// Records the final response and finishes the intent. Recording the same response again
-    /// is a no-op.
+    /// Records the final response and finishes the intent (see [`Intent::record_response`]).
+    /// Recording the same response again is a no-op.
     ///
     /// # Errors
-    /// [`IntentError::NotFound`]; [`IntentError::Finished`] when the intent was abandoned or
-    /// holds a different response; [`IntentError::Invalid`] for a body over the operation's
-    /// `max_result_bytes` or too many headers; storage errors.
+    /// [`IntentRefusal::NotFound`]; [`IntentRefusal::Finished`] when the intent was abandoned
+    /// or holds a different response; [`IntentRefusal::ResponseTooLarge`] for a body over the
+    /// operation's `max_result_bytes`, [`IntentRefusal::TooManyHeaders`]; storage errors.
     pub fn record_response(
         &self,
         scope: &Scope,
@@ -427,50 +227,17 @@ impl Store {
         response: IntentResponse,
     ) -> Result<Intent, IntentError> {
         let limit = self.policy(scope.operation()).max_result_bytes();
-        if response.body.len() > limit {
-            return Err(IntentError::Invalid(format!(
-                "response body is {} bytes; the limit is {limit}",
-                response.body.len()
-            )));
-        }
-        if response.headers.len() > MAX_RESPONSE_HEADERS {
-            return Err(IntentError::Invalid(format!(
-                "{} response headers; the limit is {MAX_RESPONSE_HEADERS}",
-                response.headers.len()
-            )));
-        }
-        self.update_intent(scope, key, "record a response", |intent, _| match &intent.state {
-            IntentState::Pending => {
-                intent.state = IntentState::Completed { response };
-                Ok(true)
-            }
-            IntentState::Completed { response: stored } if *stored == response => Ok(false),
-            other => Err(IntentError::Finished { state: other.name(), action: "record a different response" }),
-        })
+        self.update_intent(scope, key, "record a response", |intent, now| intent.record_response(response, limit, now))
     }
 
     /// Abandons a pending intent with a reason (kept for the retention period). Abandoning an
     /// abandoned intent again is a no-op.
     ///
     /// # Errors
-    /// [`IntentError::NotFound`]; [`IntentError::Finished`] when it is completed;
-    /// [`IntentError::Invalid`] for an empty reason or one over
-    /// [`MAX_ABANDON_REASON_LEN`] bytes; storage errors.
+    /// [`IntentRefusal::NotFound`]; [`IntentRefusal::Finished`] when it is completed;
+    /// [`IntentRefusal::ReasonEmpty`] or [`IntentRefusal::ReasonTooLong`]; storage errors.
     pub fn abandon_intent(&self, scope: &Scope, key: &IdempotencyKey, reason: &str) -> Result<Intent, IntentError> {
-        if reason.is_empty() || reason.len() > MAX_ABANDON_REASON_LEN {
-            return Err(IntentError::Invalid(format!(
-                "abandon reason must be 1..={MAX_ABANDON_REASON_LEN} bytes (got {})",
-                reason.len()
-            )));
-        }
-        self.update_intent(scope, key, "abandon", |intent, _| match &intent.state {
-            IntentState::Pending => {
-                intent.state = IntentState::Abandoned { reason: reason.to_string() };
-                Ok(true)
-            }
-            IntentState::Abandoned { .. } => Ok(false),
-            other => Err(IntentError::Finished { state: other.name(), action: "abandon" }),
-        })
+        self.update_intent(scope, key, "abandon", |intent, now| intent.abandon(reason, now))
     }
 
     /// Client-side retention: removes up to `budget` finished (completed or abandoned)
@@ -486,8 +253,7 @@ impl Store {
             let mut more = false;
             for entry in table.iter().map_err(Error::from)? {
                 let (key, value) = entry.map_err(Error::from)?;
-                let intent = decode(key.value(), value.value())?;
-                if intent.state != IntentState::Pending && intent.updated_at.saturating_add(keep_for) <= now {
+                if decode(key.value(), value.value())?.is_due_for_removal(keep_for, now) {
                     if due.len() == budget {
                         more = true;
                         break;
@@ -502,30 +268,31 @@ impl Store {
         })
     }
 
-    /// Reads, changes and writes one intent in one write transaction. `change` returns whether
-    /// it changed anything (when not, nothing is written).
+    /// Reads one intent, applies `change` (one of the core's intent rules) and writes what it
+    /// returns, in one write transaction (`None`: nothing to write).
     fn update_intent(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         action: &'static str,
-        change: impl FnOnce(&mut Intent, Timestamp) -> Result<bool, IntentError>,
+        change: impl FnOnce(&Intent, Timestamp) -> Result<Option<Intent>, IntentRefusal>,
     ) -> Result<Intent, IntentError> {
-        let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
+        let encoded = ScopedKey::encode_parts(scope, key);
         let key_hash = self.engine.key_hash_of(&encoded);
         let intent = self.write(|txn| {
             let now = txn.now();
             let mut table = txn.tables().open_table(INTENTS).map_err(Error::from)?;
-            let mut intent = match table.get(encoded.as_slice()).map_err(Error::from)? {
+            let intent = match table.get(encoded.as_slice()).map_err(Error::from)? {
                 Some(value) => decode(&encoded, value.value())?,
-                None => return Err(IntentError::NotFound),
+                None => return Err(IntentRefusal::NotFound.into()),
             };
-            if change(&mut intent, now)? {
-                intent.updated_at = intent.updated_at.max(now);
-                let value = encode_versioned(INTENT_FORMAT, &StoredIntent::of(&intent));
-                table.insert(encoded.as_slice(), value.as_slice()).map_err(Error::from)?;
+            match change(&intent, now)? {
+                Some(next) => {
+                    table.insert(encoded.as_slice(), next.encode().as_slice()).map_err(Error::from)?;
+                    Ok::<_, IntentError>(next)
+                }
+                None => Ok(intent),
             }
-            Ok::<_, IntentError>(intent)
         })?;
         tracing::debug!(target: "idemdb", event = "intent_updated", action, key_hash = %key_hash, state = intent.state.name());
         Ok(intent)
@@ -536,6 +303,9 @@ impl Store {
 mod tests {
     use super::*;
     use crate::{Clock, ManualClock};
+    use idemdb_core::{
+        Attempt, INTENT_FORMAT, IntentState, IntentStateKind, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS,
+    };
 
     fn setup() -> (Store, ManualClock, Scope, Canonicalizer) {
         let clock = ManualClock::new(1_700_000_000_000);
@@ -568,7 +338,7 @@ mod tests {
         assert_eq!(again, first);
         // A different request under the same key is refused and changes nothing.
         let err = store.create_intent(&scope, &key, br#"{"a":"y","b":1}"#, &canon).unwrap_err();
-        assert!(matches!(err, IntentError::KeyReused), "{err:?}");
+        assert!(matches!(err, IntentError::Refused(IntentRefusal::KeyReused)), "{err:?}");
         assert_eq!(store.intent(&scope, &key).unwrap(), Some(first));
     }
 
@@ -586,7 +356,7 @@ mod tests {
         let fresh = IdempotencyKey::new("b-new").unwrap();
         let bad: Vec<(&Scope, &IdempotencyKey, &[u8])> =
             vec![(&scope, &fresh, b"{}"), (&scope, &keys[0], b"{\"n\":9}")];
-        assert!(matches!(store.create_intents(&bad, &canon), Err(IntentError::KeyReused)));
+        assert!(matches!(store.create_intents(&bad, &canon), Err(IntentError::Refused(IntentRefusal::KeyReused))));
         assert_eq!(store.intent(&scope, &fresh).unwrap(), None);
         let invalid: Vec<(&Scope, &IdempotencyKey, &[u8])> =
             vec![(&scope, &fresh, b"{}"), (&scope, &keys[1], b"{oops")];
@@ -628,7 +398,7 @@ mod tests {
         assert_eq!(after.attempts, 3);
         assert!(matches!(
             store.record_attempt(&scope, &IdempotencyKey::new("nope").unwrap(), AttemptOutcome::Sent),
-            Err(IntentError::NotFound)
+            Err(IntentError::Refused(IntentRefusal::NotFound))
         ));
     }
 
@@ -644,13 +414,16 @@ mod tests {
         assert_eq!(store.record_response(&scope, &key, response(201, b"{\"id\":1}")).unwrap(), done);
         assert!(matches!(
             store.record_response(&scope, &key, response(500, b"")),
-            Err(IntentError::Finished { state: "completed", .. })
+            Err(IntentError::Refused(IntentRefusal::Finished { state: IntentStateKind::Completed, .. }))
         ));
         assert!(matches!(
             store.record_attempt(&scope, &key, AttemptOutcome::Sent),
-            Err(IntentError::Finished { state: "completed", .. })
+            Err(IntentError::Refused(IntentRefusal::Finished { state: IntentStateKind::Completed, .. }))
         ));
-        assert!(matches!(store.abandon_intent(&scope, &key, "bored"), Err(IntentError::Finished { .. })));
+        assert!(matches!(
+            store.abandon_intent(&scope, &key, "bored"),
+            Err(IntentError::Refused(IntentRefusal::Finished { .. }))
+        ));
         assert_eq!(store.intent(&scope, &key).unwrap(), Some(done));
     }
 
@@ -659,13 +432,22 @@ mod tests {
         let (store, _, scope, canon) = setup();
         let key = IdempotencyKey::new("k-1").unwrap();
         store.create_intent(&scope, &key, b"{}", &canon).unwrap();
-        assert!(matches!(store.abandon_intent(&scope, &key, ""), Err(IntentError::Invalid(_))));
+        assert!(matches!(
+            store.abandon_intent(&scope, &key, ""),
+            Err(IntentError::Refused(IntentRefusal::ReasonEmpty))
+        ));
         let long = "x".repeat(MAX_ABANDON_REASON_LEN + 1);
-        assert!(matches!(store.abandon_intent(&scope, &key, &long), Err(IntentError::Invalid(_))));
+        assert!(matches!(
+            store.abandon_intent(&scope, &key, &long),
+            Err(IntentError::Refused(IntentRefusal::ReasonTooLong { .. }))
+        ));
         let abandoned = store.abandon_intent(&scope, &key, "user cancelled").unwrap();
         assert_eq!(abandoned.state, IntentState::Abandoned { reason: "user cancelled".into() });
         assert_eq!(store.abandon_intent(&scope, &key, "again").unwrap(), abandoned);
-        assert!(matches!(store.record_response(&scope, &key, response(200, b"")), Err(IntentError::Finished { .. })));
+        assert!(matches!(
+            store.record_response(&scope, &key, response(200, b"")),
+            Err(IntentError::Refused(IntentRefusal::Finished { .. }))
+        ));
         assert!(store.pending_intents().unwrap().is_empty());
     }
 
@@ -676,13 +458,19 @@ mod tests {
         store.create_intent(&scope, &key, b"{}", &canon).unwrap();
         let limit = store.policy("pay").max_result_bytes();
         let big = IntentResponse { status: 200, headers: vec![], body: vec![0; limit + 1] };
-        assert!(matches!(store.record_response(&scope, &key, big), Err(IntentError::Invalid(_))));
+        assert!(matches!(
+            store.record_response(&scope, &key, big),
+            Err(IntentError::Refused(IntentRefusal::ResponseTooLarge { .. }))
+        ));
         let many = IntentResponse {
             status: 200,
             headers: vec![("a".into(), "b".into()); MAX_RESPONSE_HEADERS + 1],
             body: vec![],
         };
-        assert!(matches!(store.record_response(&scope, &key, many), Err(IntentError::Invalid(_))));
+        assert!(matches!(
+            store.record_response(&scope, &key, many),
+            Err(IntentError::Refused(IntentRefusal::TooManyHeaders { .. }))
+        ));
         assert_eq!(store.pending_intents().unwrap().len(), 1);
     }
 
@@ -743,39 +531,5 @@ mod tests {
             assert!(matches!(err, IntentError::Store(Error::Corrupt { what: "intent", .. })), "{err:?}");
             assert!(matches!(store.pending_intents(), Err(IntentError::Store(Error::Corrupt { .. }))));
         }
-    }
-
-    /// Golden bytes of intent format 1. A change to the encoding must add a format version.
-    #[test]
-    fn golden_format_1_intent() {
-        let stored = StoredIntent {
-            request: b"{}".to_vec(),
-            fingerprint: Fingerprint::from_bytes([0xab; 32]),
-            state: IntentState::Completed { response: response(201, b"ok") },
-            attempts: 2,
-            last_attempt: Some(Attempt {
-                at: Timestamp::from_millis(1_700_000_000_000),
-                outcome: AttemptOutcome::Status(503),
-            }),
-            created_at: Timestamp::from_millis(1_700_000_000_000),
-            updated_at: Timestamp::from_millis(1_700_000_000_001),
-        };
-        let bytes = encode_versioned(INTENT_FORMAT, &stored);
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(
-            hex,
-            concat!(
-                "01",                                                               // format
-                "027b7d",                                                           // request "{}"
-                "abababababababababababababababababababababababababababababababab", // fingerprint
-                "01c9",                                                             // Completed, 201
-                "010c636f6e74656e742d74797065106170706c69636174696f6e2f6a736f6e",   // 1 header
-                "026f6b",                                                           // body "ok"
-                "02",                                                               // attempts
-                "01fd0068e5cf8b01000001fbf701",                                     // Some(at, Status(503))
-                "fd0068e5cf8b010000fd0168e5cf8b010000"                              // created, updated
-            )
-        );
-        assert_eq!(decode_versioned::<StoredIntent>(&bytes, INTENT_FORMAT).unwrap(), stored);
     }
 }

@@ -37,10 +37,11 @@
 use std::future::Future;
 
 use idemdb_core::{
-    Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record, Reservation, Resolution, Scope,
-    validate_correlation,
+    Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, Failure, Fingerprint, IdempotencyKey,
+    InboxAnswer, JobAnswer, JobLease, JobRecord, KeyHash, Lease, ObjectRecord, OutboxItem, Policy, ProviderState,
+    PurgeReport, Record, Reservation, Resolution, Scope, validate_correlation,
 };
-use idemdb_interface::IdempotencyStore;
+use idemdb_interface::{IdempotencyStore, WorkflowStore};
 
 use crate::{Error, Store};
 
@@ -121,6 +122,152 @@ impl IdempotencyStore for Store {
     fn purge_expired(&self, budget: usize) -> impl Future<Output = Result<PurgeReport, Error>> + Send {
         let store = self.clone();
         off_runtime(move || store.purge_expired(budget))
+    }
+}
+
+/// Every call runs in a transaction of its own, on the blocking pool natively (each waits
+/// for a flush).
+impl WorkflowStore for Store {
+    fn enqueue_effect(
+        &self,
+        lease: &Lease,
+        effect: &EffectName,
+        version: u16,
+        payload: Vec<u8>,
+    ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
+        let (store, lease, effect) = (self.clone(), lease.clone(), effect.clone());
+        off_runtime(move || store.enqueue_effect(&lease, &effect, version, payload))
+    }
+
+    fn claim_effects(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxItem>, Error>> + Send {
+        let store = self.clone();
+        off_runtime(move || store.claim_effects(limit))
+    }
+
+    fn report_effect(
+        &self,
+        claim: &OutboxItem,
+        report: EffectReport,
+    ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
+        let (store, claim) = (self.clone(), claim.clone());
+        off_runtime(move || store.report_effect(&claim, report))
+    }
+
+    fn retry_effect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        effect: &EffectName,
+    ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
+        let (store, scope, key, effect) = (self.clone(), scope.clone(), key.clone(), effect.clone());
+        off_runtime(move || store.retry_effect(&scope, &key, &effect))
+    }
+
+    fn resolve_effect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        effect: &EffectName,
+        state: ProviderState,
+    ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
+        let (store, scope, key, effect) = (self.clone(), scope.clone(), key.clone(), effect.clone());
+        off_runtime(move || store.resolve_effect(&scope, &key, &effect, state))
+    }
+
+    fn effect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        effect: &EffectName,
+    ) -> impl Future<Output = Result<Option<OutboxItem>, Error>> + Send {
+        let answer = Store::effect(self, scope, key, effect);
+        async move { answer }
+    }
+
+    fn reconciliation_queue(&self, limit: usize) -> impl Future<Output = Result<Vec<Attention>, Error>> + Send {
+        let answer = Store::reconciliation_queue(self, limit);
+        async move { answer }
+    }
+
+    fn supersede(
+        &self,
+        scope: &Scope,
+        old_key: &IdempotencyKey,
+        new_key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let (store, scope, old_key, new_key) = (self.clone(), scope.clone(), old_key.clone(), new_key.clone());
+        off_runtime(move || store.supersede(&scope, &old_key, &new_key))
+    }
+
+    fn accept_delivery<G: DomainGuard + Send + Sync + 'static>(
+        &self,
+        delivery: &Delivery,
+        guard: G,
+    ) -> impl Future<Output = Result<InboxAnswer, Error>> + Send {
+        let (store, delivery) = (self.clone(), delivery.clone());
+        off_runtime(move || store.accept_delivery(&delivery, &guard))
+    }
+
+    fn object(
+        &self,
+        source: &str,
+        object_id: &str,
+    ) -> impl Future<Output = Result<Option<ObjectRecord>, Error>> + Send {
+        let answer = Store::object(self, source, object_id);
+        async move { answer }
+    }
+
+    fn claim_job(
+        &self,
+        scope: &Scope,
+        job: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> impl Future<Output = Result<JobAnswer, Error>> + Send {
+        let (store, scope, job, fingerprint) = (self.clone(), scope.clone(), job.clone(), *fingerprint);
+        off_runtime(move || store.claim_job(&scope, &job, &fingerprint))
+    }
+
+    fn record_step(
+        &self,
+        lease: &JobLease,
+        step: &EffectName,
+        result: Vec<u8>,
+        compensation: Option<Vec<u8>>,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let (store, lease, step) = (self.clone(), lease.clone(), step.clone());
+        off_runtime(move || store.record_step(&lease, &step, result, compensation))
+    }
+
+    fn finish_job(&self, lease: &JobLease, result: Vec<u8>) -> impl Future<Output = Result<(), Error>> + Send {
+        let (store, lease) = (self.clone(), lease.clone());
+        off_runtime(move || store.finish_job(&lease, result))
+    }
+
+    fn abandon_job(
+        &self,
+        lease: &JobLease,
+        reason: &str,
+    ) -> impl Future<Output = Result<Vec<Compensation>, Error>> + Send {
+        let (store, lease, reason) = (self.clone(), lease.clone(), reason.to_string());
+        off_runtime(move || store.abandon_job(&lease, &reason))
+    }
+
+    fn record_compensated(
+        &self,
+        lease: &JobLease,
+        step: &EffectName,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let (store, lease, step) = (self.clone(), lease.clone(), step.clone());
+        off_runtime(move || store.record_compensated(&lease, &step))
+    }
+
+    fn job(
+        &self,
+        scope: &Scope,
+        job: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<JobRecord>, Error>> + Send {
+        let answer = Store::job(self, scope, job);
+        async move { answer }
     }
 }
 

@@ -59,6 +59,7 @@ mod snapshot;
 mod store;
 mod tables;
 mod txn;
+mod workflow;
 
 pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
 pub use error::{Error, OpenError, StorageError};
@@ -66,22 +67,26 @@ pub use error::{Error, OpenError, StorageError};
 pub use idemdb_interface::SystemClock;
 pub use idemdb_interface::{Clock, ManualClock};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
-pub use intents::{
-    Attempt, AttemptOutcome, INTENT_FORMAT, Intent, IntentError, IntentPurge, IntentResponse, IntentState,
-    MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS,
-};
+pub use intents::{IntentError, IntentPurge};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
 pub use rebuild::{RebuildError, RebuildReport};
 pub use store::{ExecuteError, Executed, Store};
 pub use tables::STORE_FORMAT;
 pub use txn::Txn;
+pub use workflow::{EffectFilter, delivery_policy_name};
 
 pub use idemdb_core::{
-    AuditEvent, AuditKind, CanonicalError, Canonicalizer, Coded, ErrorCode, ExpiredLease, Failure, FailureKind,
-    Fingerprint, FingerprintBuilder, IdempotencyKey, KeyError, KeyHash, Lease, Named, Normaliser, OutcomeClass, Policy,
-    PolicyError, PurgeReport, Record, Reservation, ReservationKind, Resolution, ResolutionKind, Scope, ScopedKey,
-    State, StateKind, Timestamp, TransitionError, UncertainCause, UnknownName,
+    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AuditEvent, AuditKind, CanonicalError,
+    Canonicalizer, Claim, Coded, Compensation, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord,
+    DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease, Failure, FailureKind,
+    Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal, Intent, IntentRefusal,
+    IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,
+    KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, NewerVersion, Normaliser,
+    ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass, Policy, PolicyError,
+    ProviderState, PurgeReport, Record, Reservation, ReservationKind, Resolution, ResolutionKind, RetentionBudget,
+    Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName,
+    ValidTransition,
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;

@@ -41,6 +41,10 @@ impl Store {
                 report.stale_index_entries += 1;
                 continue;
             };
+            if crate::workflow::is_workflow_entry(scoped) {
+                report.workflow_forgotten += 1;
+                continue;
+            }
             let record = match self.engine.get_encoded(scoped) {
                 Ok(record) => record,
                 Err(Error::Corrupt { .. }) => {
@@ -97,6 +101,15 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
             report.stale_index_entries += 1;
             continue;
         };
+        if crate::workflow::is_workflow_entry(scoped) {
+            if crate::workflow::forget_entry(txn, scoped, due_at)? {
+                report.workflow_forgotten += 1;
+            } else {
+                report.stale_index_entries += 1;
+            }
+            txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
+            continue;
+        }
         let record = match txn.load(scoped) {
             Err(Error::Corrupt { .. }) => {
                 report.corrupt += 1;

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, Key, ReadTransaction, ReadableDatabase, TableDefinition, TableError, Value};
 
-use crate::tables::{AUDIT, EXPIRY, INTENTS, META, META_CLOCK, RECORDS};
+use crate::tables::{
+    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, OBJECTS, OUTBOX, OUTBOX_DUE, RECONCILE, RECORDS,
+};
 use crate::{Error, OpenError, Store};
 
 /// Entries copied per transaction: bounds the memory a rebuild holds.
@@ -28,7 +30,8 @@ const ENTRIES_PER_TRANSACTION: u64 = 10_000;
 pub struct RebuildReport {
     /// Records copied.
     pub records: u64,
-    /// Entries copied over all tables (records, index, audit, intents, metadata).
+    /// Entries copied over all tables (records, index, audit, intents, workflow tables,
+    /// metadata).
     pub entries: u64,
     /// Size of the source file in bytes (`None` for a store without a file).
     pub bytes_before: Option<u64>,
@@ -124,6 +127,12 @@ impl Store {
         report.entries += copy_table(&read, &copy, EXPIRY)?;
         report.entries += copy_table(&read, &copy, AUDIT)?;
         report.entries += copy_table(&read, &copy, INTENTS)?;
+        report.entries += copy_table(&read, &copy, OUTBOX)?;
+        report.entries += copy_table(&read, &copy, OUTBOX_DUE)?;
+        report.entries += copy_table(&read, &copy, RECONCILE)?;
+        report.entries += copy_table(&read, &copy, DELIVERIES)?;
+        report.entries += copy_table(&read, &copy, OBJECTS)?;
+        report.entries += copy_table(&read, &copy, JOBS)?;
         // The high-water mark as this handle knows it (it may be ahead of the stored one).
         let mut tx = copy.begin_write().map_err(Error::from)?;
         tx.set_durability(redb::Durability::Immediate).map_err(Error::from)?;

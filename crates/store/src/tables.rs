@@ -7,10 +7,24 @@
 //! | `idemdb_expiry`  | due `u64` BE · `ScopedKey::encode`    | empty                          |
 //! | `idemdb_audit`   | at `u64` BE · sequence `u64` BE       | version byte · bincode(event)  |
 //! | `idemdb_intents` | `ScopedKey::encode` (length-prefixed) | version byte · bincode(intent) |
+//! | `idemdb_outbox`  | `ScopedKey::encode` · len · effect    | version byte · bincode(item)   |
+//! | `idemdb_outbox_due` | due `u64` BE · outbox key          | empty                          |
+//! | `idemdb_reconcile` | kind `u8` · record or outbox key    | since `u64` BE                 |
+//! | `idemdb_deliveries` | len · source · len · delivery id   | version byte · bincode(delivery) |
+//! | `idemdb_objects` | len · source · len · object id        | version byte · bincode(object) |
+//! | `idemdb_jobs`    | `ScopedKey::encode` of the job        | version byte · bincode(job)    |
+//!
+//! The expiry index also schedules the removal of finished outbox items, deliveries and
+//! jobs: their entries are `due · marker · key`, with a marker byte of `0xF0` or above.
+//! A record's entry is `due · ScopedKey::encode`, whose first byte is a tenant length
+//! (at most 128), so the two never collide and entries written before these tables existed
+//! read unchanged.
 
-use redb::TableDefinition;
+use redb::{Key, ReadOnlyTable, ReadTransaction, TableDefinition, Value};
 
 use idemdb_core::Timestamp;
+
+use crate::Error;
 
 /// Store-wide metadata: magic, format, audit secret, clock high-water mark.
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("idemdb_meta");
@@ -23,6 +37,46 @@ pub(crate) const AUDIT: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new(
 /// Client intents (see `intents.rs`); created on first use.
 pub(crate) const INTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_intents");
 
+/// Outbox items, one per `(scope, key, effect)`.
+pub(crate) const OUTBOX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_outbox");
+/// Outbox items a dispatcher should look at, by due time.
+pub(crate) const OUTBOX_DUE: TableDefinition<&[u8], ()> = TableDefinition::new("idemdb_outbox_due");
+/// The reconciliation queue: uncertain records and uncertain outbox items, with the time they
+/// became uncertain.
+pub(crate) const RECONCILE: TableDefinition<&[u8], u64> = TableDefinition::new("idemdb_reconcile");
+/// Webhook deliveries, one per `(source, delivery id)`.
+pub(crate) const DELIVERIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_deliveries");
+/// The objects webhook deliveries describe, one per `(source, object id)`.
+pub(crate) const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_objects");
+/// Queue jobs, one per `(scope, job id)`.
+pub(crate) const JOBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_jobs");
+
+/// Reconciliation queue entry kinds.
+pub(crate) const RECONCILE_RECORD: u8 = 1;
+pub(crate) const RECONCILE_EFFECT: u8 = 2;
+
+/// Expiry index markers of what is not a record.
+pub(crate) const EXPIRY_OUTBOX: u8 = 0xF0;
+pub(crate) const EXPIRY_DELIVERY: u8 = 0xF1;
+pub(crate) const EXPIRY_JOB: u8 = 0xF2;
+
+/// Key of a reconciliation queue entry.
+pub(crate) fn reconcile_key(kind: u8, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + key.len());
+    out.push(kind);
+    out.extend_from_slice(key);
+    out
+}
+
+/// Key of an expiry index entry of a workflow table (`marker` is one of the `EXPIRY_*` bytes).
+pub(crate) fn marked_expiry_key(due: Timestamp, marker: u8, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + key.len());
+    out.extend_from_slice(&due.as_millis().to_be_bytes());
+    out.push(marker);
+    out.extend_from_slice(key);
+    out
+}
+
 /// Value of the `magic` meta entry.
 pub(crate) const MAGIC: &[u8] = b"idemdb";
 /// Store format written by this build (meta entry `format`, `u32` big-endian).
@@ -33,6 +87,9 @@ pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_SECRET: &str = "audit_secret";
 pub(crate) const META_CLOCK: &str = "clock_high_water";
 pub(crate) const META_FENCE_FLOOR: &str = "fence_floor";
+/// Set once the reconciliation queue holds every uncertain record (stores made before the
+/// queue existed are indexed on their first write open).
+pub(crate) const META_RECONCILE_INDEXED: &str = "reconcile_indexed";
 
 /// Key of an expiry index entry.
 pub(crate) fn expiry_key(due: Timestamp, scoped: &[u8]) -> Vec<u8> {
@@ -54,4 +111,17 @@ pub(crate) fn audit_key(at: Timestamp, sequence: u64) -> [u8; 16] {
     out[..8].copy_from_slice(&at.as_millis().to_be_bytes());
     out[8..].copy_from_slice(&sequence.to_be_bytes());
     out
+}
+
+/// Opens `table` for reading; `None` when no write has created it yet (a store that never
+/// used intents, the outbox, the inbox or jobs).
+pub(crate) fn open_optional<K: Key + 'static, V: Value + 'static>(
+    read: &ReadTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<Option<ReadOnlyTable<K, V>>, Error> {
+    match read.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
 }

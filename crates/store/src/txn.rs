@@ -10,7 +10,7 @@ use idemdb_core::{
 use crate::Error;
 use crate::audit::{EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
 use crate::engine::Engine;
-use crate::tables::{AUDIT, EXPIRY, RECORDS, audit_key, expiry_key};
+use crate::tables::{AUDIT, EXPIRY, RECONCILE, RECONCILE_RECORD, RECORDS, audit_key, expiry_key, reconcile_key};
 
 /// An open write transaction. Obtained through [`Store::write`](crate::Store::write)(crate::Store::write);
 /// committed when the closure returns `Ok`, rolled back otherwise.
@@ -101,13 +101,13 @@ impl<'s> Txn<'s> {
         }
         let encoded = ScopedKey::encode_parts(scope, key);
         let existing = self.load(&encoded)?;
-        // The expiry index entry to move is the one of the record as it was.
-        let previous_due = existing.as_ref().and_then(Record::due_at);
+        // The index entries to move are those of the record as it was.
+        let prior = Prior::of(existing.as_ref());
         let context = DecisionContext::new(self.now, self.store.policy(scope.operation()))
             .with_fence_floor(self.store.fence_floor());
         let decision = decide(existing, scope, key, fingerprint, context);
         if let Some(record) = &decision.write {
-            self.put_moving(&encoded, previous_due, record)?;
+            self.put_moving(&encoded, prior, record)?;
         }
         let answer = decision.answer;
         self.event(AuditKind::from(answer.kind()), scope, &encoded, answer.fence(), Some(fingerprint), correlation);
@@ -217,14 +217,24 @@ impl<'s> Txn<'s> {
 
     /// Writes `record` over `previous`, moving its expiry index entry if its due time changed.
     pub(crate) fn put(&mut self, encoded: &[u8], previous: Option<&Record>, record: &Record) -> Result<(), Error> {
-        self.put_moving(encoded, previous.and_then(Record::due_at), record)
+        self.put_moving(encoded, Prior::of(previous), record)
     }
 
-    /// Writes `record`, moving its expiry index entry from `previous_due`.
-    fn put_moving(&mut self, encoded: &[u8], previous_due: Option<Timestamp>, record: &Record) -> Result<(), Error> {
+    /// Writes `record`, moving its index entries from where `prior` had them.
+    fn put_moving(&mut self, encoded: &[u8], prior: Prior, record: &Record) -> Result<(), Error> {
         let value = encode_record(record);
         self.tx.open_table(RECORDS)?.insert(encoded, value.as_slice())?;
-        self.move_index(encoded, previous_due, record.due_at())?;
+        self.move_index(encoded, prior.due, record.due_at())?;
+        let uncertain = matches!(record.state, State::Uncertain { .. });
+        if uncertain != prior.uncertain {
+            let mut queue = self.tx.open_table(RECONCILE)?;
+            let key = reconcile_key(RECONCILE_RECORD, encoded);
+            if uncertain {
+                queue.insert(key.as_slice(), record.updated_at.as_millis())?;
+            } else {
+                queue.remove(key.as_slice())?;
+            }
+        }
         self.remember(encoded, Some(value));
         Ok(())
     }
@@ -234,6 +244,9 @@ impl<'s> Txn<'s> {
         self.store.raise_fence_floor(&self.tx, previous.fence)?;
         self.tx.open_table(RECORDS)?.remove(encoded)?;
         self.move_index(encoded, previous.due_at(), None)?;
+        if matches!(previous.state, State::Uncertain { .. }) {
+            self.tx.open_table(RECONCILE)?.remove(reconcile_key(RECONCILE_RECORD, encoded).as_slice())?;
+        }
         self.remember(encoded, None);
         Ok(())
     }
@@ -324,6 +337,22 @@ impl<'s> Txn<'s> {
             Err(_) => store.buffer_audit_events(carried),
         }
         result
+    }
+}
+
+/// What the index entries of a record were before a write.
+#[derive(Clone, Copy)]
+struct Prior {
+    due: Option<Timestamp>,
+    uncertain: bool,
+}
+
+impl Prior {
+    fn of(previous: Option<&Record>) -> Prior {
+        Prior {
+            due: previous.and_then(Record::due_at),
+            uncertain: previous.is_some_and(|record| matches!(record.state, State::Uncertain { .. })),
+        }
     }
 }
 

@@ -1,0 +1,102 @@
+//! The TypeScript twin of the core's vocabularies, generated from Rust.
+//!
+//! `bindings/npm/src/generated/vocabulary.ts` holds a string-literal union (and the list of
+//! values) for every vocabulary that crosses the JS boundary: error codes, reservation
+//! answers, record states, outcomes, causes, failures, resolutions, intent states, attempt
+//! outcomes, expired-lease rules, normalisers, durability. The npm package imports its types
+//! from there and never spells a name again. The test below fails when the file is not
+//! exactly what the Rust vocabularies produce — a Rust code without its TypeScript twin, or
+//! a stale name; `IDEMDB_BLESS=1 cargo test -p idemdb-wasm --lib` rewrites it.
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Write;
+
+    use idemdb::{
+        AttemptOutcomeKind, Durability, ErrorCode, ExpiredLease, FailureKind, IntentStateKind, Named, Normaliser,
+        OutcomeClass, ReservationKind, ResolutionKind, StateKind, UncertainCause,
+    };
+
+    const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../npm/src/generated/vocabulary.ts");
+
+    /// `export type Name = 'a' | 'b';` and `export const NAMES = ['a', 'b'] as const;`.
+    fn vocabulary<T: Named>(out: &mut String, type_name: &str, const_name: &str, doc: &str) {
+        let names: Vec<String> = T::ALL.iter().map(|value| format!("'{}'", value.as_str())).collect();
+        let _ = writeln!(out, "\n/** {doc} */");
+        let _ = writeln!(out, "export const {const_name} = [\n  {},\n] as const;", names.join(",\n  "));
+        let _ = writeln!(out, "/** {doc} */");
+        let _ = writeln!(out, "export type {type_name} = (typeof {const_name})[number];");
+    }
+
+    fn render() -> String {
+        let mut out = String::from(
+            "/**\n * Generated from the Rust vocabularies of idemdb (bindings/wasm/src/typescript.rs); do not edit.\n \
+             * Regenerate with `IDEMDB_BLESS=1 cargo test -p idemdb-wasm --lib`.\n */\n",
+        );
+        vocabulary::<ErrorCode>(&mut out, "EngineErrorCode", "ENGINE_ERROR_CODES", "Every stable error code.");
+        vocabulary::<ReservationKind>(
+            &mut out,
+            "ReservationStatus",
+            "RESERVATION_STATUSES",
+            "What a reservation answers.",
+        );
+        vocabulary::<StateKind>(&mut out, "RecordState", "RECORD_STATES", "Where a record is in its life.");
+        vocabulary::<OutcomeClass>(&mut out, "Outcome", "OUTCOMES", "The final outcome a record reached.");
+        vocabulary::<UncertainCause>(&mut out, "UncertainCause", "UNCERTAIN_CAUSES", "Why a record is uncertain.");
+        vocabulary::<FailureKind>(&mut out, "FailureKind", "FAILURE_KINDS", "How an attempt failed.");
+        vocabulary::<ResolutionKind>(
+            &mut out,
+            "ResolutionKind",
+            "RESOLUTION_KINDS",
+            "How an uncertain record is resolved.",
+        );
+        vocabulary::<IntentStateKind>(
+            &mut out,
+            "IntentState",
+            "INTENT_STATES",
+            "Where a client intent is in its life.",
+        );
+        vocabulary::<AttemptOutcomeKind>(
+            &mut out,
+            "AttemptOutcomeKind",
+            "ATTEMPT_OUTCOMES",
+            "What one attempt to send an intent ended with.",
+        );
+        vocabulary::<ExpiredLease>(
+            &mut out,
+            "ExpiredLeaseRule",
+            "EXPIRED_LEASE_RULES",
+            "What a retry that finds an expired lease means.",
+        );
+        vocabulary::<Normaliser>(
+            &mut out,
+            "NormaliserName",
+            "NORMALISERS",
+            "Rewrites applied to request values before hashing.",
+        );
+        vocabulary::<Durability>(
+            &mut out,
+            "Durability",
+            "DURABILITIES",
+            "How durable a commit is when the call returns.",
+        );
+        out
+    }
+
+    #[test]
+    fn the_typescript_vocabulary_is_generated_from_rust() {
+        let expected = render();
+        if std::env::var_os("IDEMDB_BLESS").is_some() {
+            std::fs::write(PATH, &expected).expect("write the generated vocabulary");
+        }
+        let found = std::fs::read_to_string(PATH).unwrap_or_default();
+        assert!(
+            found == expected,
+            "{PATH} is not what the Rust vocabularies produce (a code or name without its TypeScript twin); \
+             regenerate it with `IDEMDB_BLESS=1 cargo test -p idemdb-wasm --lib`"
+        );
+        for code in ErrorCode::ALL {
+            assert!(found.contains(&format!("'{}'", code.as_str())), "{code} has no TypeScript twin");
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The seed note's test list: the same-database path.
+
+use super::*;
+
+fn credit(by: i64, runs: &AtomicU32) -> impl FnOnce(&idemdb::redb::WriteTransaction) -> Result<Vec<u8>, Error> + '_ {
+    move |tables| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let mut balances = tables.open_table(BALANCES)?;
+        let old = balances.get("alice")?.map(|guard| guard.value()).unwrap_or(0);
+        balances.insert("alice", old + by)?;
+        Ok((old + by).to_string().into_bytes())
+    }
+}
+
+#[test]
+fn execute_credits_a_balance_once_across_retries_and_restarts() {
+    let mut fixture = Fixture::new();
+    let runs = AtomicU32::new(0);
+    let (scope, key, fingerprint) = (scope("acme", "credit"), key("credit-17"), fp(1));
+
+    let first = fixture.store().execute(&scope, &key, &fingerprint, credit(100, &runs)).expect("execute");
+    assert_eq!(first, Executed::Ran { result: b"100".to_vec() });
+    for attempt in 0..4 {
+        if attempt == 2 {
+            fixture.restart();
+        }
+        let again = fixture.store().execute(&scope, &key, &fingerprint, credit(100, &runs)).expect("execute");
+        assert_eq!(
+            again,
+            Executed::Answered(Reservation::Replay { outcome: OutcomeClass::Completed, body: b"100".to_vec() })
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the operation ran once");
+    assert_eq!(read_balance(fixture.store(), "alice"), 100, "credited once");
+}
+
+#[test]
+fn an_operation_error_in_execute_rolls_back_the_reservation_and_the_app_write() {
+    let fixture = Fixture::new();
+    let store = fixture.store();
+    let runs = AtomicU32::new(0);
+    let (scope, key, fingerprint) = (scope("acme", "credit"), key("credit-17"), fp(1));
+    let before = snapshot(store);
+
+    let failed = store.execute(&scope, &key, &fingerprint, |tables| -> Result<Vec<u8>, AppError> {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let mut balances = tables.open_table(BALANCES).map_err(|e| AppError::Store(e.into()))?;
+        balances.insert("alice", 100).map_err(|e| AppError::Store(e.into()))?;
+        Err(AppError::Declined)
+    });
+    assert!(matches!(failed, Err(ExecuteError::Operation(AppError::Declined))), "{failed:?}");
+    assert_eq!(snapshot(store), before, "no reservation left behind");
+    assert_eq!(read_balance(store, "alice"), 0, "the app write was rolled back");
+
+    // The key is free, and the next try is a first attempt that credits once.
+    let ran = store.execute(&scope, &key, &fingerprint, credit(100, &runs)).expect("execute");
+    assert_eq!(ran, Executed::Ran { result: b"100".to_vec() });
+    assert_eq!(read_balance(store, "alice"), 100);
+    assert_eq!(store.get(&scope, &key).expect("get").expect("record").attempts, 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn an_app_write_and_the_completion_commit_together_in_one_write() {
+    let mut fixture = Fixture::new();
+    let (scope, key, fingerprint) = (scope("acme", "place_order"), key("order-842"), fp(1));
+    let lease = acquired(fixture.store().reserve(&scope, &key, &fingerprint).expect("reserve"));
+
+    // A completion refused (over the result limit) takes the app write down with it.
+    let oversized = vec![b'x'; idemdb::Policy::default().max_result_bytes() + 1];
+    let refused_write: Result<(), Error> = fixture.store().write(|txn| {
+        txn.tables().open_table(ORDERS)?.insert("order-842", 1050)?;
+        txn.complete(&lease, oversized)
+    });
+    assert!(
+        matches!(refused_write, Err(Error::Transition(TransitionError::ResultTooLarge { .. }))),
+        "{refused_write:?}"
+    );
+    assert_eq!(read_order(fixture.store(), "order-842"), None);
+    assert_eq!(fixture.store().get(&scope, &key).expect("get").expect("record").state.kind(), StateKind::InProgress);
+
+    fixture
+        .store()
+        .write(|txn| -> Result<(), Error> {
+            txn.tables().open_table(ORDERS)?.insert("order-842", 1050)?;
+            txn.complete(&lease, b"order placed".to_vec())
+        })
+        .expect("one commit");
+    fixture.restart();
+    assert_eq!(read_order(fixture.store(), "order-842"), Some(1050));
+    assert_eq!(
+        fixture.store().reserve(&scope, &key, &fingerprint).expect("reserve"),
+        Reservation::Replay { outcome: OutcomeClass::Completed, body: b"order placed".to_vec() }
+    );
+}
