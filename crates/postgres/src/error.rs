@@ -46,6 +46,11 @@ impl DbError {
         DbError::new(Kind::Unreachable, None, Message(message.into()))
     }
 
+    /// The schema is not what this build expects (found by the adapter itself).
+    pub(crate) fn schema(message: impl Into<String>) -> Self {
+        DbError::new(Kind::Schema, None, Message(message.into()))
+    }
+
     /// The server's SQLSTATE code (`40001`, `57P01`, ...), when the server reported the error.
     pub fn sqlstate(&self) -> Option<&str> {
         self.sqlstate.as_deref()

@@ -63,7 +63,9 @@
 //!   [`ErrorCode::CommitUnknown`]. Neither is ever a "not found" or an answer. Calls that failed
 //!   before anything committed are retried a few times by the adapter.
 //!
-//! Outbox, inbox and job tables are not here: those primitives do not exist in the engine yet.
+//! Not here yet: the workflow primitives (`idemdb_interface::WorkflowStore`: outbox,
+//! reconciliation queue, webhook inbox, jobs). The embedded store implements them; this adapter
+//! does not, so code that needs them runs on the embedded store only for now.
 //!
 //! # Why tokio-postgres and deadpool
 //!

@@ -19,7 +19,6 @@
 use std::time::Duration;
 
 use deadpool_postgres::tokio_postgres::Row;
-use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{IdempotencyKey, Scope};
 
@@ -154,10 +153,7 @@ async fn read_back(
     let (mut as_written, mut as_before) = (0, 0);
     for row in written {
         let current = inner
-            .io(async {
-                let params: [&(dyn ToSql + Sync); 3] = [&row.scope.tenant(), &row.scope.operation(), &row.key.as_str()];
-                connection.query_opt(&inner.sql.get, &params).await.map_err(Error::from_driver)
-            })
+            .query_keyed(connection, &inner.sql.get, &row.scope, &row.key)
             .await
             .map_err(|_| Retry)?
             .map(|found| found.try_get::<_, Vec<u8>>(0))

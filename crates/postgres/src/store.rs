@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use deadpool_postgres::tokio_postgres::Row;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::{Object, Pool};
 
@@ -90,6 +91,39 @@ impl Inner {
     ) -> Option<AuditRow> {
         let row = AuditRow::new(at, kind, scope, self.key_hash(scope, key), fence, fingerprint, correlation);
         self.settings.audit.then_some(row)
+    }
+
+    /// Runs a statement on `(scope, key)` (`$1..$3`) on `connection`; its row, if any.
+    pub(crate) async fn query_keyed(
+        &self,
+        connection: &Object,
+        sql: &str,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Row>, Error> {
+        self.io(async {
+            let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
+            let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
+            connection.query_opt(&statement, &params).await.map_err(Error::from_driver)
+        })
+        .await
+    }
+
+    /// Writes audit rows outside any transaction (buffered answers' events); on failure they
+    /// go back to the buffer.
+    pub(crate) async fn write_buffered(&self, rows: Vec<AuditRow>) -> Result<(), Error> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let written = async {
+            let connection = self.connection().await?;
+            self.io(audit::insert(&connection, &self.sql.audit_insert, &rows)).await
+        }
+        .await;
+        if written.is_err() {
+            self.audit.restore(rows);
+        }
+        written
     }
 
     /// A pooled connection, or [`Error::Unavailable`].
@@ -263,13 +297,11 @@ impl PgStore {
     ) -> Result<Option<Reservation>, Error> {
         let inner = &self.inner;
         let connection = inner.connection().await?;
-        let row = inner
-            .io(async {
-                let statement = connection.prepare_cached(&inner.sql.lookup).await.map_err(Error::from_driver)?;
-                let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
-                connection.query_one(&statement, &params).await.map_err(Error::from_driver)
-            })
-            .await?;
+        // The lookup always returns one row (the metadata row, joined with the record if any).
+        let Some(row) = inner.query_keyed(&connection, &inner.sql.lookup, scope, key).await? else {
+            return Err(Error::Database(DbError::schema("the idemdb_meta row is missing")));
+        };
+        drop(connection);
         let record: Option<Vec<u8>> = row.try_get(0).map_err(Error::from_driver)?;
         let database_ms: i64 = row.try_get(1).map_err(Error::from_driver)?;
         let floor: i64 = row.try_get(2).map_err(Error::from_driver)?;
@@ -287,12 +319,8 @@ impl PgStore {
         if let Some(row) = inner.event(now, kind, scope, key, answer.fence(), Some(fingerprint), correlation)
             && inner.audit.push(row)
         {
-            let rows = inner.audit.take();
-            let written = inner.io(audit::insert(&connection, &inner.sql.audit_insert, &rows)).await;
-            if written.is_err() {
-                // The answer stands; the events wait for the next write.
-                inner.audit.restore(rows);
-            }
+            // The answer stands even if this fails; the events wait for the next write.
+            let _ = inner.write_buffered(inner.audit.take()).await;
         }
         Ok(Some(answer))
     }
@@ -359,14 +387,7 @@ impl PgStore {
         self.retrying(|| async {
             let inner = &self.inner;
             let connection = inner.connection().await?;
-            let row = inner
-                .io(async {
-                    let statement = connection.prepare_cached(&inner.sql.get).await.map_err(Error::from_driver)?;
-                    let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
-                    connection.query_opt(&statement, &params).await.map_err(Error::from_driver)
-                })
-                .await?;
-            let Some(row) = row else { return Ok(None) };
+            let Some(row) = inner.query_keyed(&connection, &inner.sql.get, scope, key).await? else { return Ok(None) };
             let bytes: Vec<u8> = row.try_get(0).map_err(Error::from_driver)?;
             decode_record(&bytes).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
         })
@@ -393,19 +414,7 @@ impl PgStore {
     /// # Errors
     /// [`Error::Unavailable`] and database errors (the events stay buffered).
     pub async fn flush(&self) -> Result<(), Error> {
-        let rows = self.inner.audit.take();
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let written = async {
-            let connection = self.inner.connection().await?;
-            self.inner.io(audit::insert(&connection, &self.inner.sql.audit_insert, &rows)).await
-        }
-        .await;
-        if written.is_err() {
-            self.inner.audit.restore(rows);
-        }
-        written
+        self.inner.write_buffered(self.inner.audit.take()).await
     }
 
     /// The audit trail, oldest first, at most `limit` events (written ones, then buffered ones).
