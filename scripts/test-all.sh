@@ -5,7 +5,7 @@
 #   bash scripts/test-all.sh
 #
 # Environment: PROPTEST_CASES (default 1000) sets the model test's case count.
-# The PostgreSQL step starts its own server (scripts/with-postgres.sh); see that script.
+# The Rust tests run beside a throwaway PostgreSQL server (scripts/with-postgres.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,32 +30,17 @@ rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown || r
 step "lints: cargo clippy (warnings are errors)"
 run_logged clippy cargo clippy --workspace --all-targets -- -D warnings
 
-step "Rust tests: unit, integration, CLI end-to-end, doctests"
-run_logged cargo-test cargo test --workspace
-
-postgres_tests() {
-  # The PostgreSQL adapter's suite and the CLI's import into PostgreSQL, against a throwaway
-  # server: scripts/with-postgres.sh starts it on loopback (as an unprivileged user when this
-  # runs as root; installing Debian's postgresql package if no binaries are found) and stops
-  # it when the tests end, also on failure. Plain `cargo test` reports these tests ignored;
-  # here IDEMDB_PG_REQUIRED=1 makes a missing server an error, and the step also fails unless
-  # every test ran (none ignored).
-  local out status=0
-  out=$(mktemp)
-  bash scripts/with-postgres.sh bash -c '
-    cargo test -p idemdb-postgres --test postgres &&
-    cargo test -p idemdb-cli --test cli -- --ignored postgres
-  ' 2>&1 | tee "$out" || status=$?
-  # Two runs (the adapter's binary, the CLI's import test), each with every test run.
-  if [ "$(grep -cE '^test result: ok\. [1-9][0-9]* passed; 0 failed; 0 ignored' "$out" || true)" -lt 2 ]; then
-    echo "postgres: the PostgreSQL tests did not all run"
-    status=1
-  fi
-  rm -f "$out"
-  return $status
-}
-step "PostgreSQL adapter against a real server (scripts/with-postgres.sh)"
-run_logged postgres postgres_tests
+step "Rust tests: unit, integration, CLI end-to-end, doctests, PostgreSQL adapter"
+# Beside a throwaway PostgreSQL server: scripts/with-postgres.sh starts it on loopback (as an
+# unprivileged user when this runs as root; it installs Debian's postgresql package if no
+# binaries are found) and stops it when the tests end, also on failure. It sets
+# IDEMDB_PG_REQUIRED=1, so the adapter's tests fail rather than report themselves ignored
+# when no server is there (plain `cargo test` reports them ignored).
+run_logged cargo-test bash scripts/with-postgres.sh cargo test --workspace --no-fail-fast
+if ! grep -q '^idemdb-postgres: running the [0-9]* PostgreSQL tests against a server' "$LOG"; then
+  echo "the PostgreSQL adapter's tests did not run"
+  FAILED_STEPS+=("postgres")
+fi
 
 step "core and store build for wasm32-unknown-unknown"
 run_logged wasm-check cargo check -p idemdb-core -p idemdb --target wasm32-unknown-unknown

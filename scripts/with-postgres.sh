@@ -75,7 +75,14 @@ stop_server() {
   rm -rf "$DATA"
 }
 trap stop_server EXIT
-trap 'exit 130' INT TERM
+# On a signal, end the command too, then exit (which stops the server): `wait` below returns
+# at once when a signal arrives, where a foreground command would delay the trap until it ended.
+child=""
+on_signal() {
+  if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
+  exit 130
+}
+trap on_signal INT TERM
 
 as_pg "$BIN/initdb" -D "$DATA" -U postgres --auth=trust --encoding=UTF8 --locale=C --no-sync >/dev/null
 
@@ -104,7 +111,10 @@ export IDEMDB_PG_REQUIRED=1
 echo "PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT (data $DATA)" >&2
 
 status=0
-"$@" || status=$?
+"$@" &
+child=$!
+wait "$child" || status=$?
+child=""
 if [ "$status" -ne 0 ]; then
   echo "--- last lines of the PostgreSQL server log ---" >&2
   tail -n 30 "$DATA/server.log" >&2 || true

@@ -601,55 +601,8 @@ fn demo_prints_a_side_by_side_table() {
     assert!(text.contains(&format!("store: {}", dir.path().join("demo.idemdb").display())), "{text}");
 }
 
-/// The move to PostgreSQL that `docs/scaling.md` describes: a full export of a store file,
-/// imported with `idemdb import --postgres`; every record arrives as it was.
-#[test]
-#[ignore = "needs a PostgreSQL server in IDEMDB_PG_URL: bash scripts/with-postgres.sh cargo test -p idemdb-cli --test cli -- --ignored postgres"]
-fn export_then_import_into_postgres() {
-    let url = std::env::var("IDEMDB_PG_URL").expect("IDEMDB_PG_URL names a PostgreSQL server");
-    let dir = TempDir::new().expect("tempdir");
-    let path = sample_store(&dir);
-    let backup = dir.path().join("backup.jsonl");
-    idemdb(["export", arg(&path), "--show-keys", "--show-payloads", "-o", arg(&backup)]).code(0);
-
-    let schema = "idemdb_cli_import";
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    runtime.block_on(async {
-        let (client, connection) =
-            idemdb_postgres::tokio_postgres::connect(&url, idemdb_postgres::tokio_postgres::NoTls)
-                .await
-                .expect("connect");
-        tokio::spawn(connection);
-        client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await.expect("drop schema");
-    });
-
-    let import = |extra: &[&str]| {
-        let mut args = vec!["import", "--postgres", url.as_str(), "--schema", schema, arg(&backup), "--json"];
-        args.extend_from_slice(extra);
-        idemdb(args).code(0).json()
-    };
-    let first = import(&[]);
-    assert_eq!((first["imported"].clone(), first["skipped_existing"].clone()), (6.into(), 0.into()), "{first}");
-    let again = import(&[]);
-    assert_eq!((again["imported"].clone(), again["skipped_existing"].clone()), (0.into(), 6.into()), "{again}");
-    let over = import(&["--overwrite"]);
-    assert_eq!(over["imported"], 6, "{over}");
-
-    // Every record in PostgreSQL is the record of the file.
-    let store = Store::open(&path).expect("open");
-    let mut filter = idemdb::ListFilter::default();
-    filter.limit = 100;
-    let listed = store.list(&filter).expect("list").records;
-    assert_eq!(listed.len(), 6);
-    runtime.block_on(async {
-        let pg = idemdb_postgres::PgStore::builder(url.clone()).schema(schema).connect().await.expect("connect");
-        for record in &listed {
-            let stored = pg.get(&record.scoped.scope, &record.scoped.key).await.expect("get");
-            assert_eq!(stored.as_ref(), Some(&record.record), "{:?}", record.scoped.key);
-        }
-    });
-}
-
+/// (The import into a running PostgreSQL is tested with the adapter's tests, which run against
+/// a server: `crates/postgres/tests/postgres/basics.rs`, `cli_import`.)
 #[test]
 fn import_into_an_unreachable_postgres_exits_3_and_writes_nothing() {
     let dir = TempDir::new().expect("tempdir");

@@ -134,20 +134,21 @@ pub(crate) const TERMINATE: &str = "SELECT pg_terminate_backend(pid) FROM pg_sta
 
 /// The schema version recorded in the database (0 when idemdb was never migrated there).
 async fn current_version(client: &impl GenericClient, schema: &str) -> Result<u32, ConnectError> {
-    let query = format!("SELECT coalesce(max(version), 0) FROM \"{schema}\".idemdb_schema");
-    match client.query_one(query.as_str(), &[]).await {
-        Ok(row) => {
-            let version: i32 = row.try_get(0).map_err(|e| ConnectError::Database(DbError::from(e)))?;
-            Ok(u32::try_from(version).unwrap_or(0))
-        }
-        Err(error) => {
-            let missing = error.as_db_error().is_some_and(|db| {
-                let code = db.code().code();
-                code == "42P01" || code == "3F000" // undefined table / schema
-            });
-            if missing { Ok(0) } else { Err(ConnectError::from_driver(error)) }
-        }
+    let driver = |e| ConnectError::Database(DbError::from(e));
+    // Looked up first, so that a new schema does not log an error on the server.
+    let exists: bool = client
+        .query_one("SELECT to_regclass(format('%I.idemdb_schema', $1::text)) IS NOT NULL", &[&schema])
+        .await
+        .map_err(ConnectError::from_driver)?
+        .try_get(0)
+        .map_err(driver)?;
+    if !exists {
+        return Ok(0);
     }
+    let query = format!("SELECT coalesce(max(version), 0) FROM \"{schema}\".idemdb_schema");
+    let row = client.query_one(query.as_str(), &[]).await.map_err(ConnectError::from_driver)?;
+    let version: i32 = row.try_get(0).map_err(driver)?;
+    Ok(u32::try_from(version).unwrap_or(0))
 }
 
 /// Checks the schema version at connect; migrates first when `migrate` is set and the schema

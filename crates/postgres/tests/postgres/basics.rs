@@ -418,3 +418,67 @@ pub fn crate_docs_example(env: &Env) -> Result<(), Failed> {
     });
     Ok(())
 }
+
+/// The idemdb binary next to this test binary (`cargo test --workspace` builds it).
+fn cli_binary() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let binary = exe.parent()?.parent()?.join(format!("idemdb{}", std::env::consts::EXE_SUFFIX));
+    binary.is_file().then_some(binary)
+}
+
+fn cli(binary: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let output = std::process::Command::new(binary).args(args).output().expect("run idemdb");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "idemdb {args:?}: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// The move `docs/scaling.md` describes, with the CLI: a full export of a store file, then
+/// `idemdb import --postgres`; every record arrives as it was, a second import skips them all.
+pub fn cli_import(env: &Env) -> Result<(), Failed> {
+    let Some(binary) = cli_binary() else {
+        return Err("the idemdb binary is not built next to this test (cargo build -p idemdb-cli)".into());
+    };
+    block_on(async {
+        const S: &str = "idemdb_cli_import";
+        fresh_schema(&env.url, S).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("payments.idemdb");
+        let embedded = idemdb::Store::open(&file).expect("create a store file");
+        let lease = |name: &str| match embedded.reserve(&scope(), &key(name), &FP).expect("reserve") {
+            Reservation::Acquired(lease) => lease,
+            other => panic!("{other:?}"),
+        };
+        embedded.complete(&lease("paid"), br#"{"charge":"ch_1"}"#.to_vec()).expect("complete");
+        embedded.fail(&lease("declined"), Failure::Definitive(b"card declined".to_vec())).expect("fail");
+        embedded.fail(&lease("retry"), Failure::Retryable).expect("release");
+        embedded.fail(&lease("unsure"), Failure::Uncertain).expect("uncertain");
+        let _running = lease("running");
+        let mut filter = idemdb::ListFilter::default();
+        filter.limit = 100;
+        let records = embedded.list(&filter).expect("list").records;
+        drop(embedded);
+
+        let backup = dir.path().join("backup.jsonl");
+        let (file, backup) = (file.to_str().expect("path"), backup.to_str().expect("path"));
+        cli(&binary, &["export", file, "--show-keys", "--show-payloads", "-o", backup]);
+        let import = |extra: &[&str]| {
+            let mut args = vec!["import", "--postgres", env.url.as_str(), "--schema", S, backup, "--json"];
+            args.extend_from_slice(extra);
+            cli(&binary, &args)
+        };
+        let first = import(&[]);
+        assert_eq!((first["imported"].as_u64(), first["skipped_existing"].as_u64()), (Some(5), Some(0)), "{first}");
+        let again = import(&[]);
+        assert_eq!((again["imported"].as_u64(), again["skipped_existing"].as_u64()), (Some(0), Some(5)), "{again}");
+        assert_eq!(import(&["--overwrite"])["imported"].as_u64(), Some(5));
+
+        let pg = builder(env, S).connect().await.expect("connect");
+        assert_eq!(records.len(), 5);
+        for listed in &records {
+            let stored = pg.get(&listed.scoped.scope, &listed.scoped.key).await.expect("get");
+            assert_eq!(stored.as_ref(), Some(&listed.record), "{:?}", listed.scoped.key);
+        }
+    });
+    Ok(())
+}

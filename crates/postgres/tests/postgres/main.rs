@@ -36,6 +36,7 @@ const TESTS: &[(&str, Test)] = &[
     ("audit_trail_keeps_keyed_hashes_only", basics::audit_trail),
     ("retention_and_the_fence_floor", basics::retention),
     ("records_imported_from_the_embedded_store_answer_alike", basics::import),
+    ("cli_export_then_import_into_postgres", basics::cli_import),
     ("crate_docs_example", basics::crate_docs_example),
 ];
 
@@ -49,6 +50,9 @@ fn main() -> ExitCode {
     }
     let env = Env::from_env();
     let required = std::env::var("IDEMDB_PG_REQUIRED").is_ok_and(|v| v == "1");
+    if env.is_ok() && !args.list {
+        println!("idemdb-postgres: running the {} PostgreSQL tests against a server", TESTS.len());
+    }
     if let Err(reason) = &env {
         if required {
             eprintln!("error: IDEMDB_PG_REQUIRED=1 but {reason}");
