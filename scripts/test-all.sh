@@ -45,6 +45,27 @@ fi
 step "core and store build for wasm32-unknown-unknown"
 run_logged wasm-check cargo check -p idemdb-core -p idemdb --target wasm32-unknown-unknown
 
+android_build() {
+  # The crate as an Android app bundles it: built for aarch64-linux-android. blake3's build
+  # script compiles its NEON C code for the target; Debian's clang cross-compiles it, with
+  # Debian's aarch64 libc headers standing in for the NDK's sysroot (blake3_neon.c needs only
+  # <assert.h>, <string.h> and <arm_neon.h>). Installs the target, clang and the headers once.
+  rustup target list --installed 2>/dev/null | grep -q '^aarch64-linux-android$' || rustup target add aarch64-linux-android
+  if ! command -v clang >/dev/null || ! command -v llvm-ar >/dev/null || [ ! -f /usr/aarch64-linux-gnu/include/string.h ]; then
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libc6-dev-arm64-cross >/dev/null
+    else
+      echo "clang, llvm-ar or the aarch64 libc headers are missing (apt-get install clang llvm libc6-dev-arm64-cross as root)"
+      return 1
+    fi
+  fi
+  CC_aarch64_linux_android=clang AR_aarch64_linux_android=llvm-ar \
+    CFLAGS_aarch64_linux_android="--target=aarch64-linux-android -isystem /usr/aarch64-linux-gnu/include" \
+    cargo build -p idemdb --target aarch64-linux-android
+}
+step "idemdb builds for aarch64-linux-android"
+run_logged android android_build
+
 if [ -f crates/xtask/Cargo.toml ]; then
   step "reliability report (CI-sized run)"
   run_logged reliability cargo xtask reliability --quick

@@ -97,6 +97,8 @@ pub enum ErrorCode {
     ProviderKeyExpired,
     /// A webhook delivery id was reused with a different payload.
     DeliveryMismatch,
+    /// The WebAssembly engine is not loaded yet (`await ready()` first).
+    NotReady,
 }
 
 crate::names!(ErrorCode, "error code", {
@@ -139,6 +141,7 @@ crate::names!(ErrorCode, "error code", {
     Unauthenticated => "IDEMDB_UNAUTHENTICATED",
     ProviderKeyExpired => "IDEMDB_PROVIDER_KEY_EXPIRED",
     DeliveryMismatch => "IDEMDB_DELIVERY_MISMATCH",
+    NotReady => "IDEMDB_NOT_READY",
 });
 
 impl ErrorCode {

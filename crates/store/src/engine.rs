@@ -250,25 +250,29 @@ impl Engine {
 /// Puts every uncertain record of a store made before the reconciliation queue existed into
 /// the queue, once (later writes keep it up to date); new stores are marked when created.
 fn index_uncertain_records(db: &Database) -> Result<(), OpenError> {
+    let mut uncertain = Vec::new();
     {
         let read = db.begin_read()?;
         if read.open_table(META)?.get(META_RECONCILE_INDEXED)?.is_some() {
             return Ok(());
+        }
+        for entry in read.open_table(RECORDS)?.iter()? {
+            let (key, value) = entry?;
+            // An undecodable record is left to `verify`; it is not uncertain as far as anyone knows.
+            if let Ok(record) = decode_record(value.value())
+                && matches!(record.state, State::Uncertain { .. })
+            {
+                uncertain.push((key.value().to_vec(), record.updated_at));
+            }
         }
     }
     let mut tx = db.begin_write()?;
     tx.set_durability(redb::Durability::Immediate)?;
     {
         let mut queue = tx.open_table(RECONCILE)?;
-        let records = tx.open_table(RECORDS)?;
-        for entry in records.iter()? {
-            let (key, value) = entry?;
-            // An undecodable record is left to `verify`; it is not uncertain as far as anyone knows.
-            if let Ok(record) = decode_record(value.value())
-                && matches!(record.state, State::Uncertain { .. })
-            {
-                queue.insert(reconcile_key(RECONCILE_RECORD, key.value()).as_slice(), record.updated_at.as_millis())?;
-            }
+        for (key, since) in uncertain {
+            queue
+                .insert(reconcile_key(RECONCILE_RECORD, &key).as_slice(), since.as_millis().to_be_bytes().as_slice())?;
         }
         tx.open_table(META)?.insert(META_RECONCILE_INDEXED, [1u8].as_slice())?;
     }

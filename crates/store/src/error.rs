@@ -100,12 +100,15 @@ pub enum Error {
         action: &'static str,
     },
     /// The outbox rules refused the change.
+    #[cfg(feature = "workflow")]
     #[error(transparent)]
     Outbox(#[from] idemdb_core::OutboxRefusal),
     /// The inbox refused the delivery.
+    #[cfg(feature = "workflow")]
     #[error(transparent)]
     Inbox(#[from] idemdb_core::InboxRefusal),
     /// The job rules refused the change.
+    #[cfg(feature = "workflow")]
     #[error(transparent)]
     Job(#[from] idemdb_core::JobRefusal),
     /// An invariant of the engine did not hold (a bug, or a panic in another caller's
@@ -126,8 +129,11 @@ impl Error {
             Error::Key(key) => key.code(),
             Error::NoRandomness => ErrorCode::NoRandomness,
             Error::OtherHandles { .. } => ErrorCode::StoreBusy,
+            #[cfg(feature = "workflow")]
             Error::Outbox(refusal) => refusal.code(),
+            #[cfg(feature = "workflow")]
             Error::Inbox(refusal) => refusal.code(),
+            #[cfg(feature = "workflow")]
             Error::Job(refusal) => refusal.code(),
             Error::Internal(_) => ErrorCode::Internal,
         }

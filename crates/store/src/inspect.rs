@@ -291,7 +291,7 @@ impl Store {
                 problem("idemdb_expiry", "entry shorter than its 8-byte time".into());
                 continue;
             };
-            if crate::workflow::is_workflow_entry(scoped) {
+            if crate::tables::is_workflow_entry(scoped) {
                 // Retention of an outbox item, delivery or job (checked with its table below).
                 continue;
             }
@@ -313,6 +313,7 @@ impl Store {
                 Err(error) => problem("idemdb_audit", format!("entry {}: {error}", position + 1)),
             }
         }
+        #[cfg(feature = "workflow")]
         crate::workflow::verify_tables(&read, &mut problem)?;
         report.records = record_count;
         report.index_entries = index_count;

@@ -59,6 +59,7 @@ mod snapshot;
 mod store;
 mod tables;
 mod txn;
+#[cfg(feature = "workflow")]
 mod workflow;
 
 pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
@@ -74,6 +75,7 @@ pub use rebuild::{RebuildError, RebuildReport};
 pub use store::{ExecuteError, Executed, Store};
 pub use tables::STORE_FORMAT;
 pub use txn::Txn;
+#[cfg(feature = "workflow")]
 pub use workflow::{EffectFilter, delivery_policy_name};
 
 pub use idemdb_core::{

@@ -41,7 +41,7 @@ impl Store {
                 report.stale_index_entries += 1;
                 continue;
             };
-            if crate::workflow::is_workflow_entry(scoped) {
+            if crate::tables::is_workflow_entry(scoped) {
                 report.workflow_forgotten += 1;
                 continue;
             }
@@ -101,13 +101,19 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
             report.stale_index_entries += 1;
             continue;
         };
-        if crate::workflow::is_workflow_entry(scoped) {
-            if crate::workflow::forget_entry(txn, scoped, due_at)? {
-                report.workflow_forgotten += 1;
-            } else {
-                report.stale_index_entries += 1;
+        if crate::tables::is_workflow_entry(scoped) {
+            // A build without the workflow primitives leaves their retention to one with them.
+            #[cfg(feature = "workflow")]
+            {
+                if crate::workflow::forget_entry(txn, scoped, due_at)? {
+                    report.workflow_forgotten += 1;
+                } else {
+                    report.stale_index_entries += 1;
+                }
+                txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
             }
-            txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
+            #[cfg(not(feature = "workflow"))]
+            let _ = due_at;
             continue;
         }
         let record = match txn.load(scoped) {

@@ -230,7 +230,7 @@ impl<'s> Txn<'s> {
             let mut queue = self.tx.open_table(RECONCILE)?;
             let key = reconcile_key(RECONCILE_RECORD, encoded);
             if uncertain {
-                queue.insert(key.as_slice(), record.updated_at.as_millis())?;
+                queue.insert(key.as_slice(), record.updated_at.as_millis().to_be_bytes().as_slice())?;
             } else {
                 queue.remove(key.as_slice())?;
             }

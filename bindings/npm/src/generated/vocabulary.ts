@@ -41,6 +41,10 @@ export const ENGINE_ERROR_CODES = [
   'IDEMDB_UNAVAILABLE',
   'IDEMDB_SCHEMA_MISMATCH',
   'IDEMDB_UNKNOWN_NAME',
+  'IDEMDB_UNAUTHENTICATED',
+  'IDEMDB_PROVIDER_KEY_EXPIRED',
+  'IDEMDB_DELIVERY_MISMATCH',
+  'IDEMDB_NOT_READY',
 ] as const;
 /** Every stable error code. */
 export type EngineErrorCode = (typeof ENGINE_ERROR_CODES)[number];

@@ -96,7 +96,7 @@ impl Txn<'_> {
             let mut queue = self.tables().open_table(RECONCILE)?;
             let entry = reconcile_key(RECONCILE_EFFECT, &key);
             if is {
-                queue.insert(entry.as_slice(), item.updated_at.as_millis())?;
+                queue.insert(entry.as_slice(), item.updated_at.as_millis().to_be_bytes().as_slice())?;
             } else {
                 queue.remove(entry.as_slice())?;
             }

@@ -33,7 +33,8 @@ impl Store {
         let mut entries = Vec::new();
         for entry in queue.iter()? {
             let (key, since) = entry?;
-            entries.push((key.value().to_vec(), Timestamp::from_millis(since.value())));
+            let since = since.value().try_into().map(u64::from_be_bytes).unwrap_or(0);
+            entries.push((key.value().to_vec(), Timestamp::from_millis(since)));
         }
         entries.sort_by_key(|(key, since)| (*since, key.clone()));
         // A record that is uncertain because its outbox effect is: resolving the effect
