@@ -5,6 +5,7 @@
 #   bash scripts/test-all.sh
 #
 # Environment: PROPTEST_CASES (default 1000) sets the model test's case count.
+# The Rust tests run beside a throwaway PostgreSQL server (scripts/with-postgres.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -31,8 +32,17 @@ command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq cur
 step "lints: cargo clippy (warnings are errors)"
 run_logged clippy cargo clippy --workspace --all-targets -- -D warnings
 
-step "Rust tests: unit, integration, CLI end-to-end, doctests"
-run_logged cargo-test cargo test --workspace
+step "Rust tests: unit, integration, CLI end-to-end, doctests, PostgreSQL adapter"
+# Beside a throwaway PostgreSQL server: scripts/with-postgres.sh starts it on loopback (as an
+# unprivileged user when this runs as root; it installs Debian's postgresql package if no
+# binaries are found) and stops it when the tests end, also on failure. It sets
+# IDEMDB_PG_REQUIRED=1, so the adapter's tests fail rather than report themselves ignored
+# when no server is there (plain `cargo test` reports them ignored).
+run_logged cargo-test bash scripts/with-postgres.sh cargo test --workspace --no-fail-fast
+if ! grep -q '^idemdb-postgres: running the [0-9]* PostgreSQL tests against a server' "$LOG"; then
+  echo "the PostgreSQL adapter's tests did not run"
+  FAILED_STEPS+=("postgres")
+fi
 
 step "core and store build for wasm32-unknown-unknown"
 run_logged wasm-check cargo check -p idemdb-core -p idemdb --target wasm32-unknown-unknown

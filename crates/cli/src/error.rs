@@ -62,6 +62,21 @@ impl CliError {
         CliError { exit: Exit::Usage, file: None, message: format!("invalid value for {flag}: {message}") }
     }
 
+    /// A target that is not a file (a database, named by its redacted URL) could not be
+    /// opened (exit 3).
+    pub(crate) fn open_target(target: &str, error: &dyn Error) -> Self {
+        CliError { exit: Exit::Open, file: Some(PathBuf::from(target)), message: cause_chain(error) }
+    }
+
+    /// A runtime error concerning a target that is not a file (exit 4).
+    pub(crate) fn runtime_target(target: &str, context: &str, error: &dyn Error) -> Self {
+        CliError {
+            exit: Exit::Runtime,
+            file: Some(PathBuf::from(target)),
+            message: format!("{context}: {}", cause_chain(error)),
+        }
+    }
+
     /// A runtime error concerning `file` (exit 4).
     pub(crate) fn runtime(file: &Path, error: &dyn Error) -> Self {
         CliError { exit: Exit::Runtime, file: Some(file.to_path_buf()), message: cause_chain(error) }

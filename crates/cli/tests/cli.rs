@@ -1100,3 +1100,20 @@ fn operators_beside_a_writer_lose_no_completion_and_no_import() {
         );
     }
 }
+
+/// (The import into a running PostgreSQL is tested with the adapter's tests, which run against
+/// a server: `crates/postgres/tests/postgres/basics.rs`, `cli_import`.)
+#[test]
+fn import_into_an_unreachable_postgres_exits_3_and_writes_nothing() {
+    let dir = TempDir::new().expect("tempdir");
+    let path = sample_store(&dir);
+    let backup = dir.path().join("backup.jsonl");
+    idemdb(["export", arg(&path), "--show-keys", "--show-payloads", "-o", arg(&backup)]).code(0);
+    // Port 1 on loopback: nothing listens there.
+    let run = idemdb(["import", "--postgres", "postgresql://app:s3cret@127.0.0.1:1/payments", arg(&backup)]).code(3);
+    assert!(run.stderr.contains("unavailable"), "{}", run.stderr);
+    assert!(!run.stderr.contains("s3cret"), "the password is not printed: {}", run.stderr);
+    // Store-file arguments and --postgres do not mix.
+    idemdb(["import", "--postgres", "postgresql://127.0.0.1:1/x", arg(&path), arg(&backup)]).code(2);
+    idemdb(["import", arg(&backup)]).code(2);
+}

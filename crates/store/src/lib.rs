@@ -65,10 +65,10 @@ mod txn;
 mod workflow;
 
 pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-pub use clock::SystemClock;
-pub use clock::{Clock, ManualClock};
 pub use error::{Error, OpenError, StorageError};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use idemdb_interface::SystemClock;
+pub use idemdb_interface::{Clock, ManualClock};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use intents::{IntentError, IntentPurge};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
