@@ -64,6 +64,12 @@ enum Command {
     Export(cmd::export::ExportArgs),
     /// Read JSON Lines written by `export` into a store (created if missing).
     Import(cmd::import::ImportArgs),
+    /// List the outbox: external effects waiting for, under or past dispatch.
+    Outbox(cmd::outbox::OutboxArgs),
+    /// List the webhook deliveries received.
+    Inbox(cmd::outbox::InboxArgs),
+    /// List the reconciliation queue, or resolve an entry once its outcome is known.
+    Reconcile(cmd::reconcile::ReconcileArgs),
 }
 
 /// Options every command has.
@@ -107,6 +113,9 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Verify(args) => cmd::verify::run(&args, json),
         Command::Export(args) => cmd::export::run(&args, json),
         Command::Import(args) => cmd::import::run(&args, json),
+        Command::Outbox(args) => cmd::outbox::run(&args, json),
+        Command::Inbox(args) => cmd::outbox::run_inbox(&args, json),
+        Command::Reconcile(args) => cmd::reconcile::run(&args, json),
     }
 }
 

@@ -98,9 +98,22 @@ fn many_records(dir: &TempDir, n: usize) -> PathBuf {
 #[test]
 fn help_documents_every_command_and_the_exit_codes() {
     let help = idemdb(["--help"]).code(0).stdout;
-    for word in
-        ["demo", "stats", "get", "list", "purge", "compact", "verify", "export", "import", "Exit codes", "--json"]
-    {
+    for word in [
+        "demo",
+        "stats",
+        "get",
+        "list",
+        "purge",
+        "compact",
+        "verify",
+        "export",
+        "import",
+        "outbox",
+        "inbox",
+        "reconcile",
+        "Exit codes",
+        "--json",
+    ] {
         assert!(help.contains(word), "--help lacks `{word}`:\n{help}");
     }
     for code in
@@ -108,7 +121,20 @@ fn help_documents_every_command_and_the_exit_codes() {
     {
         assert!(help.contains(code), "--help lacks exit code `{code}`");
     }
-    for command in ["demo", "stats", "get", "list", "purge", "compact", "verify", "export", "import"] {
+    for command in [
+        "demo",
+        "stats",
+        "get",
+        "list",
+        "purge",
+        "compact",
+        "verify",
+        "export",
+        "import",
+        "outbox",
+        "inbox",
+        "reconcile",
+    ] {
         let text = idemdb([command, "--help"]).code(0).stdout;
         assert!(text.contains("Usage: idemdb") && text.contains("--json"), "{command} --help:\n{text}");
     }
@@ -1116,4 +1142,134 @@ fn import_into_an_unreachable_postgres_exits_3_and_writes_nothing() {
     // Store-file arguments and --postgres do not mix.
     idemdb(["import", "--postgres", "postgresql://127.0.0.1:1/x", arg(&path), arg(&backup)]).code(2);
     idemdb(["import", arg(&backup)]).code(2);
+}
+
+/// A store with one outbox item per outcome: `order-1` confirmed, `order-2` pending,
+/// `order-3` uncertain (the provider's answer was lost), and one inbox delivery.
+fn workflow_store(dir: &TempDir) -> PathBuf {
+    use idemdb::{Delivery, EffectName, EffectReport, NewerVersion};
+    let path = dir.path().join("workflow.idemdb");
+    let store = Store::open(&path).expect("create");
+    let pay = scope("acme", "create_payment");
+    let authorize = EffectName::new("authorize").expect("effect");
+    for (name, fp) in [("order-1", 1), ("order-3", 3)] {
+        store
+            .enqueue_effect(&lease(&store, &pay, name, fp), &authorize, 1, b"{\"amount\":1}".to_vec())
+            .expect("enqueue");
+    }
+    let claims = store.claim_effects(16).expect("claim");
+    assert_eq!(claims.len(), 2, "both items are due");
+    for claim in claims {
+        let report = if claim.key.as_str() == "order-1" {
+            EffectReport::Confirmed { reference: "auth_1".into(), result: b"{\"ok\":true}".to_vec() }
+        } else {
+            EffectReport::Unknown { reason: "timeout after sending".into() }
+        };
+        store.report_effect(&claim, report).expect("report");
+    }
+    store
+        .enqueue_effect(&lease(&store, &pay, "order-2", 2), &authorize, 1, b"{\"amount\":2}".to_vec())
+        .expect("enqueue");
+    let delivery =
+        Delivery::new("provider", "evt_1", "auth_1", 1, "captured", Fingerprint::from_bytes([9; 32]), vec![])
+            .expect("delivery");
+    store.accept_delivery(&delivery, &NewerVersion).expect("accept");
+    path
+}
+
+#[test]
+fn outbox_inbox_and_reconcile_show_and_resolve_the_workflow_state() {
+    let dir = TempDir::new().expect("tempdir");
+    let path = workflow_store(&dir);
+    let file = arg(&path);
+
+    let all = idemdb(["outbox", file, "--json"]).code(0).json();
+    let states: Vec<&str> =
+        all["items"].as_array().expect("items").iter().map(|i| i["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["confirmed", "pending", "uncertain"], "key order");
+    assert!(all["items"][0].get("key").is_none(), "keys hidden by default");
+    assert_eq!(all["items"][0]["reference"], "auth_1");
+    let uncertain = idemdb(["outbox", file, "--state", "uncertain", "--show-keys", "--json"]).code(0).json();
+    assert_eq!(uncertain["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(uncertain["items"][0]["provider_key"], "order-3:authorize-v1");
+    assert_eq!(uncertain["items"][0]["in_doubt"], true);
+    let table = idemdb(["outbox", file, "--tenant", "nobody"]).code(0).stdout;
+    assert!(table.contains("no outbox items"), "{table}");
+    assert_eq!(idemdb(["outbox", file, "--state", "lost"]).code(2).code, 2);
+
+    let inbox = idemdb(["inbox", file, "--json"]).code(0).json();
+    assert_eq!(inbox["deliveries"][0]["delivery_id"], "evt_1");
+    assert_eq!(inbox["deliveries"][0]["outcome"], "applied");
+    assert!(idemdb(["inbox", file]).code(0).stdout.contains("captured"));
+
+    let queue = idemdb(["reconcile", file, "--json"]).code(0).json();
+    let entries = queue["entries"].as_array().expect("entries");
+    assert!(entries.iter().any(|e| e["kind"] == "effect" && e["state"] == "uncertain"), "{queue}");
+
+    // Resolving needs the whole identity, and a provider answer the store knows.
+    idemdb(["reconcile", file, "--key", "order-3", "--effect", "authorize", "--provider", "confirmed"]).code(2);
+    let partial = ["reconcile", file, "--tenant", "acme", "--operation", "create_payment", "--key", "order-3"];
+    idemdb(partial.iter().chain(&["--effect", "authorize", "--provider", "maybe"])).code(2);
+    idemdb(partial.iter().chain(&["--effect", "authorize", "--provider", "confirmed"])).code(2);
+    // A pending item is not uncertain: the store refuses, nothing changes.
+    let pending = ["reconcile", file, "--tenant", "acme", "--operation", "create_payment", "--key", "order-2"];
+    idemdb(pending.iter().chain(&["--effect", "authorize", "--provider", "failed"])).code(4);
+
+    let done = idemdb(partial.iter().chain(&[
+        "--effect",
+        "authorize",
+        "--provider",
+        "confirmed",
+        "--reference",
+        "auth_3",
+        "--body",
+        "{\"ok\":3}",
+        "--json",
+    ]))
+    .code(0)
+    .json();
+    assert_eq!(done["item"]["state"], "confirmed");
+    assert_eq!(done["item"]["reference"], "auth_3");
+    let queue = idemdb(["reconcile", file, "--json"]).code(0).json();
+    assert!(
+        !queue["entries"].as_array().expect("entries").iter().any(|e| e["kind"] == "effect"),
+        "the effect left the queue: {queue}"
+    );
+    assert!(idemdb(["reconcile", file]).code(0).stdout.contains("empty"));
+
+    // The intent's record completed with the body given: a retry replays it.
+    let store = Store::open(&path).expect("reopen");
+    let pay = scope("acme", "create_payment");
+    match store.reserve(&pay, &key("order-3"), &Fingerprint::from_bytes([3; 32])).expect("reserve") {
+        Reservation::Replay { outcome, body } => {
+            assert_eq!((outcome, body.as_slice()), (idemdb::OutcomeClass::Completed, b"{\"ok\":3}".as_slice()));
+        }
+        other => panic!("expected a replay, got {other:?}"),
+    }
+}
+
+#[test]
+fn reconcile_resolves_an_uncertain_record_without_an_effect() {
+    let dir = TempDir::new().expect("tempdir");
+    let path = sample_store(&dir);
+    let file = arg(&path);
+    let queue = idemdb(["reconcile", file, "--json"]).code(0).json();
+    let records: Vec<&Value> =
+        queue["entries"].as_array().expect("entries").iter().filter(|e| e["kind"] == "record").collect();
+    assert_eq!(records.len(), 1, "{queue}");
+    assert_eq!(records[0]["what"], "record uncertain");
+    let resolve = ["reconcile", file, "--tenant", "acme", "--operation", "create_payment", "--key"];
+    // Only uncertain records are reconciled; the completed one is refused.
+    idemdb(resolve.iter().chain(&["paid", "--resolve", "failed"])).code(4);
+    idemdb(resolve.iter().chain(&["unsure", "--resolve", "maybe"])).code(2);
+    idemdb(resolve.iter().chain(&["unsure", "--resolve", "failed", "--body", "not charged"])).code(0);
+    let queue = idemdb(["reconcile", file, "--json"]).code(0).json();
+    assert_eq!(queue["entries"].as_array().map(Vec::len), Some(0), "{queue}");
+    let store = Store::open(&path).expect("reopen");
+    let answer = store.reserve(&scope("acme", "create_payment"), &key("unsure"), &Fingerprint::from_bytes([4; 32]));
+    assert_eq!(
+        answer.expect("reserve"),
+        Reservation::Replay { outcome: idemdb::OutcomeClass::Failed, body: b"not charged".to_vec() },
+        "the failure replays"
+    );
 }

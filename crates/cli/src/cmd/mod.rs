@@ -6,7 +6,9 @@ pub(crate) mod get;
 pub(crate) mod import;
 pub(crate) mod import_postgres;
 pub(crate) mod list;
+pub(crate) mod outbox;
 pub(crate) mod purge;
+pub(crate) mod reconcile;
 pub(crate) mod stats;
 pub(crate) mod verify;
 
