@@ -53,6 +53,12 @@ export interface IdempotentFetchOptions {
   transportHeaders?: Record<string, string> | ((intent: Intent) => Record<string, string> | Promise<Record<string, string>>);
   /** The header carrying the key (default `Idempotency-Key`). */
   headerName?: string;
+  /**
+   * How the key is written in the header: `'sf-string'` (the default) as the IETF draft's
+   * structured-field string, `"<key>"` (what the idemdb HTTP layer requires); `'bare'` as the
+   * key alone, for servers that take the header as an opaque token (Stripe's API does).
+   */
+  keyFormat?: 'sf-string' | 'bare';
   /** The fetch to use (default `globalThis.fetch`). */
   fetch?: typeof fetch;
   /** Stops retrying; the intent stays pending. */
@@ -144,6 +150,15 @@ function retryable(status: number): boolean {
   return status >= 500 || status === 409 || status === 429 || status === 408;
 }
 
+/**
+ * The header value carrying `key`. Keys are visible ASCII (the engine refuses others), a subset
+ * of the sf-string alphabet, so the string form only escapes `"` and `\\`.
+ */
+function keyHeaderValue(key: string, format: 'sf-string' | 'bare' = 'sf-string'): string {
+  if (format === 'bare') return key;
+  return `"${key.replace(/["\\]/g, (c) => `\\${c}`)}"`;
+}
+
 /** Response headers worth keeping with the recorded response. */
 function keptHeaders(response: Response): [string, string][] {
   const kept: [string, string][] = [];
@@ -214,7 +229,7 @@ async function deliver(store: IntentStore, intent: Intent, options: SendOptions)
     const headers = new Headers(descriptor.headers);
     const transport = typeof options.transportHeaders === 'function' ? await options.transportHeaders(intent) : options.transportHeaders;
     for (const [name, value] of Object.entries(transport ?? {})) headers.set(name, value);
-    headers.set(headerName, intent.key);
+    headers.set(headerName, keyHeaderValue(intent.key, options.keyFormat ?? 'sf-string'));
     const body = descriptor.body !== undefined ? JSON.stringify(descriptor.body) : descriptor.bodyText;
 
     // Durable before the request leaves: a crash mid-send is seen as an attempt at start-up.

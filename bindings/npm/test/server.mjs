@@ -7,11 +7,19 @@ import { extname, join, normalize } from 'node:path';
 
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.cjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' };
 
+// The key of an Idempotency-Key header: an sf-string ("...", with \" and \\ escaped) is
+// decoded; anything else is taken as it is (a bare token).
+function decodeKey(raw) {
+  const match = /^"((?:[^"\\]|\\["\\])*)"$/.exec(raw);
+  return match ? match[1].replace(/\\(["\\])/g, '$1') : raw;
+}
+
 export async function startServer({ staticRoot } = {}) {
   const state = {
     effects: 0,
     effectsByKey: new Map(), // key -> response body
-    seen: [], // every idempotency key received, in order
+    seen: [], // every idempotency key received, in order (the sf-string decoded)
+    rawKeys: [], // the Idempotency-Key header values as they arrived
     drops: new Map(), // key -> responses still to drop
     busy: new Map(), // key -> 503s still to send
   };
@@ -20,7 +28,9 @@ export async function startServer({ staticRoot } = {}) {
     const chunks = [];
     for await (const chunk of req) chunks.push(chunk);
     const body = Buffer.concat(chunks).toString('utf8');
-    const key = req.headers['idempotency-key'];
+    const raw = req.headers['idempotency-key'];
+    if (typeof raw === 'string') state.rawKeys.push(raw);
+    const key = typeof raw === 'string' ? decodeKey(raw) : undefined;
     const json = (status, value, headers = {}) => {
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(value));
@@ -80,6 +90,7 @@ export async function startServer({ staticRoot } = {}) {
       state.effects = 0;
       state.effectsByKey.clear();
       state.seen.length = 0;
+      state.rawKeys.length = 0;
       state.drops.clear();
       state.busy.clear();
     },

@@ -7,7 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use idemdb::{
-    Fingerprint, IdempotencyKey, KeyHash, OutcomeClass, Record, Scope, ScopedKey, State, Timestamp, UncertainCause,
+    Fingerprint, IdempotencyKey, KeyHash, Named, OutcomeClass, Record, Scope, ScopedKey, State, StateKind, Timestamp,
+    UncertainCause,
 };
 
 /// What to reveal.
@@ -51,18 +52,13 @@ pub(crate) struct RecordView {
     pub(crate) payload_hex: Option<String>,
 }
 
-fn outcome_name(outcome: OutcomeClass) -> &'static str {
-    match outcome {
-        OutcomeClass::Completed => "completed",
-        OutcomeClass::Failed => "failed",
-    }
-}
-
-fn cause_name(cause: UncertainCause) -> &'static str {
-    match cause {
-        UncertainCause::LeaseExpired => "lease_expired",
-        UncertainCause::Reported => "reported",
-    }
+/// Parses the name of a field that `state` needs, naming the accepted names when it is missing
+/// or unknown.
+fn needed<T: Named>(value: Option<&str>, field: &str, state: StateKind) -> Result<T, String> {
+    value.and_then(|name| T::parse_name(name).ok()).ok_or_else(|| {
+        let names: Vec<&str> = T::ALL.iter().map(|value| value.as_str()).collect();
+        format!("state {state} needs `{field}`: {}", names.join(" or "))
+    })
 }
 
 impl RecordView {
@@ -98,9 +94,9 @@ impl RecordView {
                 body = Some(payload);
             }
             State::Released { forget_at } => view.forget_at = Some(forget_at.as_millis()),
-            State::Uncertain { cause } => view.cause = Some(cause_name(*cause).to_string()),
+            State::Uncertain { cause } => view.cause = Some(cause.as_str().to_string()),
             State::Tombstone { outcome, forget_at } => {
-                view.outcome = Some(outcome_name(*outcome).to_string());
+                view.outcome = Some(outcome.as_str().to_string());
                 view.forget_at = Some(forget_at.as_millis());
             }
         }
@@ -109,7 +105,7 @@ impl RecordView {
             if reveal.payloads {
                 match std::str::from_utf8(body) {
                     Ok(text) => view.payload = Some(text.to_string()),
-                    Err(_) => view.payload_hex = Some(hex(body)),
+                    Err(_) => view.payload_hex = Some(hex::encode(body)),
                 }
             }
         }
@@ -128,18 +124,17 @@ impl RecordView {
             .ok_or("no `key` (the export hid keys; export with --show-keys to make a file that can be imported)")?;
         let scope = Scope::new(self.tenant.as_str(), self.operation.as_str()).map_err(|e| e.to_string())?;
         let key = IdempotencyKey::new(key).map_err(|e| e.to_string())?;
-        let fingerprint = unhex(&self.fingerprint)
-            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
-            .map(Fingerprint::from_bytes)
-            .ok_or("`fingerprint` is not 64 hexadecimal digits")?;
+        let fingerprint =
+            Fingerprint::from_hex(&self.fingerprint).ok_or("`fingerprint` is not 64 hexadecimal digits")?;
+        let kind = self.kind()?;
         let at = |value: Option<u64>, name: &str| {
             value.map(Timestamp::from_millis).ok_or_else(|| format!("state {} needs `{name}`", self.state))
         };
-        self.fields_belong_to_the_state()?;
+        self.fields_belong_to(kind)?;
         let payload = match (&self.payload, &self.payload_hex) {
             (Some(_), Some(_)) => return Err("give `payload` or `payload_hex`, not both".into()),
             (Some(text), None) => Some(text.as_bytes().to_vec()),
-            (None, Some(hex)) => Some(unhex(hex).ok_or("`payload_hex` is not hexadecimal")?),
+            (None, Some(text)) => Some(hex::decode(text).ok().ok_or("`payload_hex` is not hexadecimal")?),
             (None, None) => None,
         };
         if let (Some(payload), Some(declared)) = (&payload, self.payload_bytes)
@@ -160,27 +155,22 @@ impl RecordView {
                 }
             })
         };
-        let state = match self.state.as_str() {
-            "in_progress" => State::InProgress { lease_expires_at: at(self.lease_expires_at, "lease_expires_at")? },
-            "completed" => finished(OutcomeClass::Completed, payload)?,
-            "failed" => finished(OutcomeClass::Failed, payload)?,
-            "released" => State::Released { forget_at: at(self.forget_at, "forget_at")? },
-            "uncertain" => State::Uncertain {
-                cause: match self.cause.as_deref() {
-                    Some("lease_expired") => UncertainCause::LeaseExpired,
-                    Some("reported") => UncertainCause::Reported,
-                    _ => return Err("state uncertain needs `cause`: lease_expired or reported".into()),
-                },
-            },
-            "tombstone" => State::Tombstone {
-                outcome: match self.outcome.as_deref() {
-                    Some("completed") => OutcomeClass::Completed,
-                    Some("failed") => OutcomeClass::Failed,
-                    _ => return Err("state tombstone needs `outcome`: completed or failed".into()),
-                },
+        let state = match kind {
+            StateKind::InProgress => {
+                State::InProgress { lease_expires_at: at(self.lease_expires_at, "lease_expires_at")? }
+            }
+            StateKind::Completed => finished(OutcomeClass::Completed, payload)?,
+            StateKind::Failed => finished(OutcomeClass::Failed, payload)?,
+            StateKind::Released => State::Released { forget_at: at(self.forget_at, "forget_at")? },
+            StateKind::Uncertain => {
+                State::Uncertain { cause: needed::<UncertainCause>(self.cause.as_deref(), "cause", kind)? }
+            }
+            StateKind::Tombstone => State::Tombstone {
+                outcome: needed::<OutcomeClass>(self.outcome.as_deref(), "outcome", kind)?,
                 forget_at: at(self.forget_at, "forget_at")?,
             },
-            other => return Err(format!("unknown state `{other}`")),
+            // `StateKind` is non-exhaustive: a state added to the core and not yet to this view.
+            other => return Err(format!("state {other} cannot be imported by this version")),
         };
         let record = Record {
             fingerprint,
@@ -195,16 +185,30 @@ impl RecordView {
 }
 
 impl RecordView {
+    /// The record's state, from its name.
+    fn kind(&self) -> Result<StateKind, String> {
+        self.state.parse::<StateKind>().map_err(|_| {
+            let names: Vec<&str> = StateKind::ALL.iter().map(|kind| kind.as_str()).collect();
+            format!(
+                "unknown state `{}` (expected one of: {})",
+                self.state.chars().take(64).collect::<String>(),
+                names.join(", ")
+            )
+        })
+    }
+
     /// Refuses a field the record's state does not have (`cause` on a completed record, a
     /// payload on a tombstone): `export` never writes one.
-    fn fields_belong_to_the_state(&self) -> Result<(), String> {
-        let allowed: &[&str] = match self.state.as_str() {
-            "in_progress" => &["lease_expires_at"],
-            "completed" | "failed" => &["expires_at", "forget_at", "payload_bytes", "payload", "payload_hex"],
-            "released" => &["forget_at"],
-            "uncertain" => &["cause"],
-            "tombstone" => &["outcome", "forget_at"],
-            other => return Err(format!("unknown state `{other}`")),
+    fn fields_belong_to(&self, kind: StateKind) -> Result<(), String> {
+        let allowed: &[&str] = match kind {
+            StateKind::InProgress => &["lease_expires_at"],
+            StateKind::Completed | StateKind::Failed => {
+                &["expires_at", "forget_at", "payload_bytes", "payload", "payload_hex"]
+            }
+            StateKind::Released => &["forget_at"],
+            StateKind::Uncertain => &["cause"],
+            StateKind::Tombstone => &["outcome", "forget_at"],
+            other => return Err(format!("state {other} cannot be imported by this version")),
         };
         let present = [
             ("lease_expires_at", self.lease_expires_at.is_some()),
@@ -221,16 +225,6 @@ impl RecordView {
             None => Ok(()),
         }
     }
-}
-
-/// Lower-case hexadecimal.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    hex::encode(bytes)
-}
-
-/// Parses hexadecimal (either case).
-pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
-    hex::decode(text).ok()
 }
 
 #[cfg(test)]

@@ -298,6 +298,17 @@ describe('idempotentFetch', () => {
     assert.ok(!text(intent.request).includes('secret'), 'credentials are never stored');
   });
 
+  test('the key is sent as the IETF sf-string by default, bare when asked', async () => {
+    server.reset();
+    const store = await openMemoryStore();
+    const init = { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ amount: '1.00' }) };
+    await idempotentFetch(store, `${server.url}/api/pay`, { scope, init, retry: fast, key: 'order-842:a"b\\c' });
+    await idempotentFetch(store, `${server.url}/api/pay`, { scope, init, retry: fast, key: 'order-843', keyFormat: 'bare' });
+    assert.deepEqual(server.state.rawKeys, ['"order-842:a\\"b\\\\c"', 'order-843']);
+    assert.deepEqual(server.state.seen, ['order-842:a"b\\c', 'order-843']);
+    assert.equal(server.state.effects, 2);
+  });
+
   test('503 with Retry-After is retried after the delay; 422 is a conflict and never retried', async () => {
     server.reset();
     const store = await openMemoryStore();
