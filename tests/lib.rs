@@ -1,8 +1,5 @@
-//! Shared helpers for the integration suite: identities, fingerprints, store snapshots and an
+//! Shared helpers for the integration suite: identities, fingerprints, store snapshots and the
 //! effect ledger that stands for the outside world (a payment provider) and counts effects.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
 
 use idemdb::{Fingerprint, FingerprintBuilder, IdempotencyKey, ListFilter, Record, Scope, ScopedKey, Store};
 
@@ -42,43 +39,7 @@ pub fn snapshot(store: &Store) -> Vec<(ScopedKey, Record)> {
     }
 }
 
-/// The outside world: every effect performed, per intent. A test asserts on these counts, not
-/// only on what the store answered.
-#[derive(Debug, Default)]
-pub struct EffectLedger {
-    effects: Mutex<HashMap<String, u32>>,
-}
-
-impl EffectLedger {
-    /// An empty ledger.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Performs the effect of `intent` (a charge) and returns how many times it has now been
-    /// performed.
-    pub fn perform(&self, intent: &str) -> u32 {
-        let mut effects = self.effects.lock().expect("ledger lock");
-        let count = effects.entry(intent.to_string()).or_insert(0);
-        *count += 1;
-        *count
-    }
-
-    /// How many times `intent` was performed.
-    pub fn count(&self, intent: &str) -> u32 {
-        self.effects.lock().expect("ledger lock").get(intent).copied().unwrap_or(0)
-    }
-
-    /// All effects performed, over every intent.
-    pub fn total(&self) -> u32 {
-        self.effects.lock().expect("ledger lock").values().sum()
-    }
-
-    /// Intents performed more than once (must stay empty).
-    pub fn duplicates(&self) -> Vec<(String, u32)> {
-        let effects = self.effects.lock().expect("ledger lock");
-        let mut out: Vec<_> = effects.iter().filter(|(_, n)| **n > 1).map(|(k, n)| (k.clone(), *n)).collect();
-        out.sort();
-        out
-    }
-}
+/// The outside world: every effect performed, per intent (the one ledger of the demo, the
+/// reliability report and these tests). A test asserts on its counts, not only on what the
+/// store answered.
+pub use idemdb_effects::EffectLedger;

@@ -18,9 +18,9 @@ use idemdb::{
 };
 
 use crate::fault::{Disk, FaultKind, FaultPlan};
-use crate::ledger::Provider;
 use crate::rng::{Rng, mix};
 use crate::workload::{Counts, T0};
+use idemdb_effects::EffectLedger as Provider;
 
 const THREADS: u32 = 4;
 const PER_THREAD: u32 = 4;
@@ -69,7 +69,7 @@ fn client(
             }
             match answer {
                 Ok(Reservation::Acquired(lease)) => {
-                    let body = provider.charge(&name(i));
+                    let body = provider.perform(&name(i)).body;
                     let completed = store.complete(&lease, body.clone());
                     if disk.crashed() || completed.is_err() {
                         return;
@@ -158,9 +158,12 @@ fn point(seed: u64) -> Counts {
         let mut settled = false;
         for _ in 0..6 {
             let step = match store.reserve(&scope, &key, &fingerprint(i)) {
-                Ok(Reservation::Acquired(lease)) => store.complete(&lease, provider.charge(&name(i))),
+                Ok(Reservation::Acquired(lease)) => store.complete(&lease, provider.perform(&name(i)).body),
                 Ok(Reservation::NeedsReconciliation { .. }) => {
-                    let resolution = provider.lookup(&name(i)).map_or(Resolution::Released, Resolution::Completed);
+                    let resolution = provider
+                        .first(&name(i))
+                        .map(|effect| effect.body)
+                        .map_or(Resolution::Released, Resolution::Completed);
                     store.reconcile(&scope, &key, resolution)
                 }
                 Ok(Reservation::Replay { .. }) => {

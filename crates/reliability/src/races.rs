@@ -12,9 +12,9 @@ use idemdb::{
     Durability, Error, Executed, FingerprintBuilder, IdempotencyKey, ManualClock, Policy, Reservation, Scope, Store,
 };
 
-use crate::ledger::Provider;
 use crate::rng::Rng;
 use crate::workload::T0;
+use idemdb_effects::EffectLedger as Provider;
 
 const APP_EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("app_race_effects");
 
@@ -109,7 +109,7 @@ fn deliver(store: &Store, provider: &Provider, kind: Kind, scope: &Scope, i: usi
         }
         match store.reserve(scope, &key, &fp)? {
             Reservation::Acquired(lease) => {
-                let body = provider.charge(&format!("race-{i}"));
+                let body = provider.perform(&format!("race-{i}")).body;
                 store.complete(&lease, body.clone())?;
                 return Ok(Got::Body(body));
             }

@@ -26,8 +26,8 @@ use idemdb::{
 };
 
 use crate::fault::{Disk, FaultKind, FaultPlan};
-use crate::ledger::Provider;
 use crate::rng::{Rng, mix};
+use idemdb_effects::EffectLedger as Provider;
 
 /// Start of the simulated clock: 2023-11-14T22:13:20Z.
 pub const T0: u64 = 1_700_000_000_000;
@@ -399,13 +399,13 @@ impl Sim {
                     }
                     match self.fate(i, &lease) {
                         Fate::Succeed => {
-                            let body = self.provider.charge(&name);
+                            let body = self.provider.perform(&name).body;
                             check(&self.disk, store.complete(&lease, body.clone()))?;
                             self.saw(i, OutcomeClass::Completed, body);
                             return Ok(());
                         }
                         Fate::TimeoutAfterEffect => {
-                            self.provider.charge(&name);
+                            self.provider.perform(&name);
                             check(&self.disk, store.fail(&lease, Failure::Uncertain))?;
                         }
                         Fate::TimeoutBeforeEffect => check(&self.disk, store.fail(&lease, Failure::Uncertain))?,
@@ -426,7 +426,8 @@ impl Sim {
                     self.clock.advance(retry_after + Duration::from_millis(1));
                 }
                 Reservation::NeedsReconciliation { .. } => {
-                    let resolution = match (self.scenario.adapter, self.provider.lookup(&name)) {
+                    let resolution = match (self.scenario.adapter, self.provider.first(&name).map(|effect| effect.body))
+                    {
                         (Adapter::RerunInProgress, _) | (_, None) => Resolution::Released,
                         (_, Some(body)) => Resolution::Completed(body),
                     };

@@ -84,7 +84,7 @@ fn a_result_the_caller_never_saw_is_replayed_after_restart_without_a_second_char
     // The server charges and stores the result; the connection drops before the response is
     // sent, and the server restarts. The client saw nothing.
     let lease = acquired(fixture.store().reserve(&scope, &key, &fingerprint).expect("reserve"));
-    let stored = charge_result("842", ledger.perform("842"));
+    let stored = charge_result("842", ledger.perform("842").ordinal);
     fixture.store().complete(&lease, stored.clone()).expect("complete");
     fixture.restart();
 

@@ -134,7 +134,7 @@ pub(super) fn deliver(
 ) -> Delivery {
     match store.reserve(scope, key, fingerprint).expect("reserve") {
         Reservation::Acquired(lease) => {
-            let n = ledger.perform(intent);
+            let n = ledger.perform(intent).ordinal;
             let result = charge_result(intent, n);
             store.complete(&lease, result.clone()).expect("complete");
             Delivery::Ran(result)

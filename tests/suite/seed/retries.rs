@@ -80,6 +80,6 @@ fn concurrent_retries_of_the_same_keys_acquire_once_and_charge_once_per_key() {
         let record = store.get(&scope, &key(&intent)).expect("get").expect("record");
         assert_eq!(record.attempts, 1, "{intent}");
     }
-    assert_eq!(ledger.total(), KEYS as u32);
+    assert_eq!(ledger.total(), KEYS as u64);
     assert!(ledger.duplicates().is_empty());
 }

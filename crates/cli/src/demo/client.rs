@@ -286,7 +286,7 @@ impl<'a> Run<'a> {
                         Some(State::Completed { result, .. }) => {
                             self.tally.completed += 1;
                             // Exactly one charge, and the stored result names it.
-                            matches!(charges, [only] if String::from_utf8_lossy(&result).contains(only.as_str()))
+                            matches!(charges.as_slice(), [only] if String::from_utf8_lossy(&result).contains(only.as_str()))
                         }
                         Some(State::Failed { .. }) => {
                             self.tally.declined += 1;
