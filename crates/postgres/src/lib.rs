@@ -95,6 +95,7 @@ mod schema;
 mod store;
 mod time;
 mod txn;
+mod workflow;
 
 pub use builder::{DEFAULT_AUDIT_RETENTION, PgStoreBuilder};
 pub use error::{ConnectError, DbError, Error, SchemaMismatch};
@@ -105,10 +106,12 @@ pub use time::TimeSource;
 pub use txn::PgTxn;
 
 pub use idemdb_core::{
-    AuditEvent, AuditKind, Coded, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease,
-    OutcomeClass, Policy, PurgeReport, Record, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Timestamp,
-    TransitionError,
+    Attention, AuditEvent, AuditKind, Coded, Compensation, Delivery, DeliveryRecord, DomainGuard, EffectName,
+    EffectReport, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, InboxAnswer, InboxRefusal, JobAnswer,
+    JobLease, JobRecord, JobRefusal, KeyHash, Lease, NewerVersion, ObjectRecord, OutboxItem, OutboxRefusal,
+    OutboxState, OutboxStateKind, OutcomeClass, Policy, ProviderState, PurgeReport, Record, Reservation, Resolution,
+    Scope, ScopedKey, State, StateKind, Timestamp, TransitionError, ValidTransition,
 };
-pub use idemdb_interface::{Clock, IdempotencyStore, ManualClock, SystemClock};
+pub use idemdb_interface::{Clock, IdempotencyStore, ManualClock, SystemClock, WorkflowStore};
 /// Re-export of the driver, whose `Client` the transaction API hands out.
 pub use tokio_postgres;
