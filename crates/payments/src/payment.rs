@@ -100,7 +100,9 @@ pub(crate) async fn create<L: Ledger>(
         currency: request.currency,
         destination: request.destination,
     };
-    let item = match store.enqueue_effect(&handle.lease(), &app.charges.effect, CHARGE_VERSION, order.to_payload()).await
+    let item = match store
+        .enqueue_effect(&handle.lease(), &app.charges.effect, CHARGE_VERSION, order.to_payload())
+        .await
     {
         Ok(item) => item,
         Err(_) => {

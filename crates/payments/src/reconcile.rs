@@ -12,9 +12,9 @@ use idemdb_core::{Attention, OutboxState};
 use idemdb_interface::WorkflowStore;
 use serde_json::{Value, json};
 
+use crate::ledger::Ledger;
 use crate::payment::problem;
 use crate::{App, bearer};
-use crate::ledger::Ledger;
 
 /// Where the queue is listed.
 pub const RECONCILIATION_PATH: &str = "/v1/reconciliation";

@@ -36,7 +36,8 @@ pub const MAX_WEBHOOK_BYTES: usize = 16 * 1024;
 /// # Errors
 /// A message saying what is wrong.
 pub fn parse_delivery(body: &[u8]) -> Result<Delivery, String> {
-    let fingerprint = Canonicalizer::new().fingerprint(body).map_err(|e| format!("the body is not canonical JSON: {e}"))?;
+    let fingerprint =
+        Canonicalizer::new().fingerprint(body).map_err(|e| format!("the body is not canonical JSON: {e}"))?;
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     let text = |name: &str| value.get(name).and_then(Value::as_str).ok_or(format!("`{name}` must be a string"));
     let version = value
@@ -127,12 +128,15 @@ mod tests {
 
     #[test]
     fn webhook_bodies_are_validated_and_fingerprinted_canonically() {
-        let a = parse_delivery(br#"{"delivery_id":"evt_1","object_id":"ch_1","version":2,"state":"refunded"}"#).unwrap();
-        let b = parse_delivery(br#"{ "state": "refunded", "version": 2, "object_id": "ch_1", "delivery_id": "evt_1" }"#)
-            .unwrap();
+        let a =
+            parse_delivery(br#"{"delivery_id":"evt_1","object_id":"ch_1","version":2,"state":"refunded"}"#).unwrap();
+        let b =
+            parse_delivery(br#"{ "state": "refunded", "version": 2, "object_id": "ch_1", "delivery_id": "evt_1" }"#)
+                .unwrap();
         assert_eq!((a.delivery_id.as_str(), a.object_id.as_str(), a.version), ("evt_1", "ch_1", 2));
         assert_eq!(a.fingerprint, b.fingerprint, "the same delivery, spelled differently");
-        let c = parse_delivery(br#"{"delivery_id":"evt_1","object_id":"ch_1","version":3,"state":"refunded"}"#).unwrap();
+        let c =
+            parse_delivery(br#"{"delivery_id":"evt_1","object_id":"ch_1","version":3,"state":"refunded"}"#).unwrap();
         assert_ne!(a.fingerprint, c.fingerprint);
         for bad in [
             "not json",
