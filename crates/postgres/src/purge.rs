@@ -67,7 +67,8 @@ pub(crate) async fn purge(txn: &mut PgTxn, budget: usize) -> Result<PurgeReport,
     let workflow_limit = i64::try_from(budget).unwrap_or(i64::MAX);
     for statement in [&sql.wf.outbox_purge, &sql.wf.delivery_purge, &sql.wf.job_purge] {
         let removed = txn.query(statement, &[&to_sql_ms(now.as_millis()), &workflow_limit]).await?;
-        let removed: i64 = removed.first().map(|row| row.try_get(0)).transpose().map_err(Error::from_driver)?.unwrap_or(0);
+        let removed: i64 =
+            removed.first().map(|row| row.try_get(0)).transpose().map_err(Error::from_driver)?.unwrap_or(0);
         if removed == workflow_limit {
             report.more = true;
         }

@@ -23,10 +23,8 @@ pub const SCHEMA_VERSION: u32 = 2;
 
 /// Migrations in order: `(version, SQL)`. A migration is never edited once released; a change
 /// is a new migration.
-const MIGRATIONS: &[(u32, &str)] = &[
-    (1, include_str!("migrations/0001_records.sql")),
-    (2, include_str!("migrations/0002_workflows.sql")),
-];
+const MIGRATIONS: &[(u32, &str)] =
+    &[(1, include_str!("migrations/0001_records.sql")), (2, include_str!("migrations/0002_workflows.sql"))];
 
 /// Key of the advisory lock that serialises migrations of one database (with the schema's hash
 /// as the second half), so instances starting together migrate once.

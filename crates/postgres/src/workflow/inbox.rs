@@ -39,7 +39,8 @@ impl PgTxn {
         delivery: &Delivery,
         guard: &impl DomainGuard,
     ) -> Result<(InboxAnswer, Option<ObjectRecord>), Error> {
-        let (source, id, object_id) = (delivery.source.as_str(), delivery.delivery_id.as_str(), delivery.object_id.as_str());
+        let (source, id, object_id) =
+            (delivery.source.as_str(), delivery.delivery_id.as_str(), delivery.object_id.as_str());
         self.advisory_lock(LOCK_DELIVERY, &[source, id]).await?;
         self.advisory_lock(LOCK_OBJECT, &[source, object_id]).await?;
         let now = self.time().await?;

@@ -197,7 +197,9 @@ impl PgStore {
         self.in_txn(|mut txn| async move {
             let policy = txn.inner_arc().policy(lease.scope.operation()).clone();
             let outcome = txn
-                .change_job(lease, AuditKind::JobChanged, None, |job, now| job.abandon(lease.fence, reason, now, &policy))
+                .change_job(lease, AuditKind::JobChanged, None, |job, now| {
+                    job.abandon(lease.fence, reason, now, &policy)
+                })
                 .await;
             (txn, outcome)
         })

@@ -50,10 +50,8 @@ pub(crate) fn decode_item(
 pub(crate) fn item_identity(
     row: &deadpool_postgres::tokio_postgres::Row,
 ) -> Result<(Scope, IdempotencyKey, EffectName), Error> {
-    let malformed = |reason: String| Error::Corrupt {
-        what: "outbox item",
-        source: idemdb_core::DecodeError::Malformed { reason },
-    };
+    let malformed =
+        |reason: String| Error::Corrupt { what: "outbox item", source: idemdb_core::DecodeError::Malformed { reason } };
     let tenant: String = row.try_get(0).map_err(Error::from_driver)?;
     let operation: String = row.try_get(1).map_err(Error::from_driver)?;
     let key: String = row.try_get(2).map_err(Error::from_driver)?;
@@ -186,7 +184,8 @@ impl PgTxn {
 
     fn effect_event(&mut self, kind: AuditKind, item: &OutboxItem) {
         let at = self.now().unwrap_or(item.updated_at);
-        let row = self.inner_arc().event(at, kind, &item.scope, &item.key, item.fence, None, Some(item.effect.as_str()));
+        let row =
+            self.inner_arc().event(at, kind, &item.scope, &item.key, item.fence, None, Some(item.effect.as_str()));
         self.push_event(row);
     }
 
@@ -295,8 +294,10 @@ impl PgTxn {
             ProviderState::Confirmed { result, .. } => Some(result.clone()),
             _ => None,
         };
-        self.change_effect((scope, key, effect), AuditKind::EffectResolved, result, |item, now| item.resolve(state, now))
-            .await
+        self.change_effect((scope, key, effect), AuditKind::EffectResolved, result, |item, now| {
+            item.resolve(state, now)
+        })
+        .await
     }
 }
 

@@ -71,14 +71,20 @@ impl PgStore {
     ///
     /// # Errors
     /// [`Error::NotFound`] when no record exists for the old key; database errors.
-    pub async fn supersede(&self, scope: &Scope, old_key: &IdempotencyKey, new_key: &IdempotencyKey) -> Result<(), Error> {
+    pub async fn supersede(
+        &self,
+        scope: &Scope,
+        old_key: &IdempotencyKey,
+        new_key: &IdempotencyKey,
+    ) -> Result<(), Error> {
         let link = format!("supersedes:{}", self.key_hash(scope, old_key));
         let link = &link;
         self.in_txn(|mut txn| async move {
             let outcome = async {
                 let (record, _, now) = txn.lock_record(scope, old_key).await?;
                 let record = record.ok_or(Error::NotFound)?;
-                let row = txn.inner_arc().event(now, AuditKind::Superseded, scope, new_key, record.fence, None, Some(link));
+                let row =
+                    txn.inner_arc().event(now, AuditKind::Superseded, scope, new_key, record.fence, None, Some(link));
                 txn.push_event(row);
                 Ok(())
             }

@@ -71,7 +71,11 @@ pub fn migrations(env: &Env) -> Result<(), Failed> {
                 other => panic!("a newer schema must be refused, got {other:?}"),
             }
         }
-        assert_eq!(count(&admin, &format!("SELECT count(*) FROM {S}.idemdb_schema")).await, migrations + 1, "untouched");
+        assert_eq!(
+            count(&admin, &format!("SELECT count(*) FROM {S}.idemdb_schema")).await,
+            migrations + 1,
+            "untouched"
+        );
 
         // Tables dropped under a connected store: a typed schema error, not "not found".
         admin.batch_execute("DROP SCHEMA idemdb_migrations_other CASCADE").await.expect("drop");

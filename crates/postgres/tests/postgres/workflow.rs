@@ -181,12 +181,8 @@ pub fn reconciliation_queue(env: &Env) -> Result<(), Failed> {
         const S: &str = "idemdb_wf_queue";
         fresh_schema(&env.url, S).await;
         let clock = ManualClock::new(1_000_000_000);
-        let store = builder(env, S)
-            .clock(clock.clone())
-            .time_source(TimeSource::HostClock)
-            .connect()
-            .await
-            .expect("connect");
+        let store =
+            builder(env, S).clock(clock.clone()).time_source(TimeSource::HostClock).connect().await.expect("connect");
         let charge = EffectName::new("charge").expect("effect");
         let lease = acquire(&store, &key("lost")).await;
         store.fail(&lease, idemdb_postgres::Failure::Uncertain).await.expect("uncertain");
@@ -205,7 +201,12 @@ pub fn reconciliation_queue(env: &Env) -> Result<(), Failed> {
         }
         assert_eq!(store.reconciliation_queue(1).await.expect("queue").len(), 1, "limit");
         store
-            .resolve_effect(&scope(), &key("timeout"), &charge, idemdb_postgres::ProviderState::Failed { body: b"declined".to_vec() })
+            .resolve_effect(
+                &scope(),
+                &key("timeout"),
+                &charge,
+                idemdb_postgres::ProviderState::Failed { body: b"declined".to_vec() },
+            )
             .await
             .expect("resolve");
         store
@@ -269,9 +270,8 @@ pub fn workflow_retention(env: &Env) -> Result<(), Failed> {
         const S: &str = "idemdb_wf_retention";
         fresh_schema(&env.url, S).await;
         let clock = ManualClock::new(1_000_000_000);
-        let policy = Policy::default()
-            .with_response_ttl(Duration::from_secs(60))
-            .with_tombstone_ttl(Duration::from_secs(60));
+        let policy =
+            Policy::default().with_response_ttl(Duration::from_secs(60)).with_tombstone_ttl(Duration::from_secs(60));
         let store = builder(env, S)
             .clock(clock.clone())
             .time_source(TimeSource::HostClock)
