@@ -1,17 +1,19 @@
-//! Where payments live, and how a payment row and the idempotency completion share one commit.
+//! Where payments live, and how a payment row and the confirmation of its charge share one
+//! commit.
 //!
-//! The service is generic over [`Ledger`]: its idempotency [`store`](Ledger::store) is any
-//! [`IdempotencyStore`], and [`Ledger::record_payment`] writes the payment row **and**
-//! completes the lease in one transaction of that backend. [`RedbLedger`] does it with a redb
-//! write transaction beside the idemdb tables; a PostgreSQL ledger does the same with one SQL
-//! transaction (`INSERT INTO payments ...` and the adapter's completion), and slots in here
+//! The service is generic over [`Ledger`]: its [`store`](Ledger::store) is any
+//! [`WorkflowStore`] (idempotency records and the outbox), and [`Ledger::record_payment`]
+//! writes the payment row **and** reports the charge's outbox item confirmed (which completes
+//! the idempotency record) in one transaction of that backend. [`RedbLedger`] does it with a
+//! redb write transaction beside the idemdb tables; a PostgreSQL ledger does the same with one
+//! SQL transaction (`INSERT INTO payments ...` and `PgTxn::report_effect`), and slots in here
 //! without touching the handlers.
 
 use std::future::Future;
 
 use idemdb::redb::TableDefinition;
-use idemdb::{Lease, Store};
-use idemdb_interface::IdempotencyStore;
+use idemdb::{EffectReport, OutboxItem, Store};
+use idemdb_interface::WorkflowStore;
 use serde_json::Value;
 
 /// `(tenant, payment id)` → the payment as JSON.
@@ -28,23 +30,24 @@ impl LedgerError {
     }
 }
 
-/// A payments backend: an idempotency store, plus payment rows written in the same
-/// transaction as the completion.
+/// A payments backend: an idempotency store with an outbox, plus payment rows written in the
+/// same transaction as the report that confirms their charge.
 pub trait Ledger: Clone + Send + Sync + 'static {
-    /// The idempotency store the layer reserves keys in.
-    type Store: IdempotencyStore + Clone + 'static;
+    /// The store the layer reserves keys in and the charges are enqueued in.
+    type Store: WorkflowStore + Clone + 'static;
 
-    /// The idempotency store.
+    /// The store.
     fn store(&self) -> &Self::Store;
 
-    /// Writes `payment` (a JSON object with `id`) for `tenant` and completes `lease` with
-    /// `response`, in **one** commit: both or neither.
+    /// Writes `payment` (a JSON object with `id`) for `tenant` and reports `claim` (the
+    /// charge's outbox item, as claimed) with `report`, in **one** commit: both or neither.
+    /// A confirmed report completes the idempotency record with its result.
     fn record_payment(
         &self,
         tenant: &str,
         payment: &Value,
-        lease: &Lease,
-        response: Vec<u8>,
+        claim: &OutboxItem,
+        report: EffectReport,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send;
 
     /// Every payment of `tenant`.
@@ -76,20 +79,23 @@ impl Ledger for RedbLedger {
         &self,
         tenant: &str,
         payment: &Value,
-        lease: &Lease,
-        response: Vec<u8>,
+        claim: &OutboxItem,
+        report: EffectReport,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send {
-        let (tenant, lease) = (tenant.to_string(), lease.clone());
-        let id = payment["id"].as_str().unwrap_or_default().to_string();
-        let row = serde_json::to_vec(payment).unwrap_or_default();
+        let (tenant, claim) = (tenant.to_string(), claim.clone());
+        let id = payment["id"].as_str().map(str::to_string);
+        let row = serde_json::to_vec(payment);
         let store = self.store.clone();
         async move {
+            let (Some(id), Ok(row)) = (id, row) else {
+                return Err(LedgerError("a payment is a JSON object with a string `id`".into()));
+            };
             store
                 .write_async(move |txn| {
                     let mut payments = txn.tables().open_table(PAYMENTS).map_err(idemdb::Error::from)?;
                     payments.insert((tenant.as_str(), id.as_str()), row.as_slice()).map_err(idemdb::Error::from)?;
                     drop(payments);
-                    txn.complete(&lease, response)
+                    txn.report_effect(&claim, report).map(drop)
                 })
                 .await
                 .map_err(LedgerError::of)

@@ -3,9 +3,14 @@
 //! * `POST /v1/payments` with `Idempotency-Key` and a JSON body
 //!   `{"amount": "10.50", "currency": "BRL", "destination": "acct_x"}`; the tenant is the
 //!   bearer token of `Authorization: Bearer <tenant>` (a stand-in for real authentication).
-//!   The handler charges a simulated provider with the provider key `<key>:charge-v1`, then
-//!   writes the payment row **and** completes the idempotency record in one transaction, and
-//!   answers 201 with the payment.
+//!   The handler enqueues the charge in the outbox (provider key `<key>:charge-v1`, derived from
+//!   the idempotency key); the [`Dispatcher`] charges a simulated provider with it, then writes
+//!   the payment row **and** reports the charge confirmed (which completes the idempotency
+//!   record) in one transaction, and the handler answers 201 with the payment.
+//! * `POST /v1/webhooks/provider`: the provider's webhooks through the inbox — a repeated
+//!   delivery id gets the earlier outcome, and an object only moves to a newer version.
+//! * `GET /v1/reconciliation` (same bearer): the tenant's reconciliation queue (charges whose
+//!   outcome is unknown, payments whose attempt ended without a known outcome).
 //! * `GET /v1/ledger` (same bearer): every effect of the tenant's requests — `payments` and
 //!   `provider_charges` (each with its `calls`) — so a client can count effects per key.
 //! * `GET /v1/idempotency-policy`: the published expiry policy (the draft asks servers to
@@ -13,26 +18,34 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod dispatch;
 mod ledger;
 mod payment;
 mod policy;
 mod provider;
+mod reconcile;
+mod webhook;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::request::Parts;
-use idemdb_core::{Canonicalizer, Normaliser};
+use idemdb_core::{Canonicalizer, KeyError, Normaliser};
 use idemdb_http::{IdempotencyLayer, Operation};
 
+use crate::dispatch::Charges;
+
+pub use dispatch::{CHARGE_EFFECT, CHARGE_VERSION, Dispatcher};
 pub use ledger::{Ledger, LedgerError, RedbLedger};
 pub use payment::{PaymentRequest, payment_operation_name};
 pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, Provider, ProviderError};
+pub use reconcile::RECONCILIATION_PATH;
+pub use webhook::{MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 
 /// What the handlers share.
 #[derive(Debug)]
@@ -41,6 +54,8 @@ pub struct App<L> {
     pub ledger: L,
     /// The simulated provider.
     pub provider: Provider,
+    /// What the payment handlers and the dispatcher share.
+    charges: Charges,
 }
 
 /// The tenant of a request: the token of `Authorization: Bearer <tenant>`.
@@ -62,8 +77,13 @@ pub fn payment_canonicalizer() -> Canonicalizer {
     canon.unwrap_or_default()
 }
 
-/// The service's router over `ledger` and `provider`.
-pub fn router<L: Ledger>(ledger: L, provider: Provider) -> Router {
+/// The service's router over `ledger` and `provider`, and the dispatcher of its charges (run
+/// it beside the router, for example with `tokio::spawn(dispatcher.run())`; without it,
+/// payments wait in the outbox).
+///
+/// # Errors
+/// Never in practice: the charge's effect name is a valid constant ([`CHARGE_EFFECT`]).
+pub fn router<L: Ledger>(ledger: L, provider: Provider) -> Result<(Router, Dispatcher<L>), KeyError> {
     let tenant = |parts: &Parts| bearer(&parts.headers);
     let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
         .route(
@@ -72,13 +92,16 @@ pub fn router<L: Ledger>(ledger: L, provider: Provider) -> Router {
             Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024),
         )
         .only_listed_routes();
-    let app = Arc::new(App { ledger, provider });
-    Router::new()
+    let app = Arc::new(App { ledger, provider, charges: Charges::new()? });
+    let router = Router::new()
         .route("/v1/payments", post(payment::create::<L>))
+        .route(WEBHOOK_PATH, post(webhook::receive::<L>).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)))
+        .route(RECONCILIATION_PATH, get(reconcile::list::<L>))
         .route("/v1/ledger", get(ledger_of::<L>))
         .route(POLICY_PATH, get(policy_of::<L>))
         .layer(idempotency)
-        .with_state(app)
+        .with_state(Arc::clone(&app));
+    Ok((router, Dispatcher { app }))
 }
 
 async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap) -> Response {

@@ -16,8 +16,8 @@ use clap::Parser;
 use idemdb::{Policy, Store};
 use payments_example::{Ledger, Provider, RedbLedger, payment_operation_name, router};
 
-/// A payments service with Idempotency-Key semantics (POST /v1/payments, GET /v1/ledger,
-/// GET /v1/idempotency-policy).
+/// A payments service with Idempotency-Key semantics (POST /v1/payments, POST
+/// /v1/webhooks/provider, GET /v1/reconciliation, GET /v1/ledger, GET /v1/idempotency-policy).
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
@@ -35,6 +35,10 @@ struct Args {
     /// uncertain (409, reconcile first) instead of waiting.
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     lease_ttl_secs: u64,
+    /// A fault for trying reconciliation: the simulated provider charges payments to this
+    /// destination, then loses its answer (the charge waits in GET /v1/reconciliation).
+    #[arg(long, value_name = "DESTINATION")]
+    provider_lose_responses_to: Option<String>,
 }
 
 /// Which store backs the service. The PostgreSQL adapter adds a variant (`--postgres URL`)
@@ -64,7 +68,11 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&args.data)?;
-    let provider = Provider::open(&args.data.join("provider.redb"), Duration::from_millis(args.provider_latency_ms))?;
+    let mut provider =
+        Provider::open(&args.data.join("provider.redb"), Duration::from_millis(args.provider_latency_ms))?;
+    if let Some(destination) = &args.provider_lose_responses_to {
+        provider = provider.lose_responses_to(destination.clone());
+    }
     let lease_ttl = Duration::from_secs(args.lease_ttl_secs.max(1));
     match args.backend() {
         Backend::Redb { dir } => {
@@ -76,9 +84,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn serve<L: Ledger>(ledger: L, provider: Provider, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let (router, dispatcher) = router(ledger, provider)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    // Charges the previous process left in the outbox are dispatched from the start.
+    let dispatcher = tokio::spawn(dispatcher.run());
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, router(ledger, provider)).with_graceful_shutdown(shutdown()).await?;
+    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown()).await;
+    dispatcher.abort();
+    served?;
     Ok(())
 }
 

@@ -1,19 +1,22 @@
-//! `POST /v1/payments`: validate, charge the provider with a derived key, then write the
-//! payment row and complete the idempotency record in one commit.
+//! `POST /v1/payments`: validate, enqueue the charge in the outbox under the provider key
+//! `<key>:charge-v1`, and answer once the dispatcher has settled it (the dispatcher writes the
+//! payment row and completes the idempotency record in one commit).
 
 use std::sync::Arc;
 
 use axum::Extension;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use idemdb_http::LeaseHandle;
+use idemdb_core::{OutboxStateKind, State as RecordState};
+use idemdb_http::{LeaseHandle, StoredResponse};
+use idemdb_interface::{IdempotencyStore, WorkflowStore};
 use serde_json::{Value, json};
 
 use crate::App;
+use crate::dispatch::{CHARGE_VERSION, ChargeOrder};
 use crate::ledger::Ledger;
-use crate::provider::ChargeRequest;
 
 /// The operation name of `POST /v1/payments` (its scope's operation and policy name).
 pub fn payment_operation_name() -> &'static str {
@@ -62,7 +65,7 @@ impl PaymentRequest {
 }
 
 /// An application problem (RFC 9457), for what the handler itself refuses.
-fn problem(status: StatusCode, slug: &str, detail: &str) -> Response {
+pub(crate) fn problem(status: StatusCode, slug: &str, detail: &str) -> Response {
     let body = json!({
         "type": format!("urn:payments-example:problem:{slug}"),
         "title": slug.replace('-', " "),
@@ -73,7 +76,9 @@ fn problem(status: StatusCode, slug: &str, detail: &str) -> Response {
 }
 
 /// The handler. The layer has reserved the key before it runs, so it runs at most once per
-/// key; it completes the record itself, with the payment row, in one commit.
+/// key. It enqueues the charge and waits (at most the operation's lease TTL) for the
+/// dispatcher: a confirmed charge has completed the record with the payment's `201`, which the
+/// handler answers with as a retry would replay it.
 pub(crate) async fn create<L: Ledger>(
     State(app): State<Arc<App<L>>>,
     Extension(handle): Extension<LeaseHandle<L::Store>>,
@@ -87,49 +92,39 @@ pub(crate) async fn create<L: Ledger>(
             return problem(StatusCode::BAD_REQUEST, "invalid-payment", &detail);
         }
     };
-    let scope = handle.scope();
-    let key = handle.key();
-    let provider_key = format!("{}:charge-v1", key.as_str());
-    let charge = ChargeRequest {
-        tenant: scope.tenant().to_string(),
-        provider_key: provider_key.clone(),
-        amount: request.amount.clone(),
-        currency: request.currency.clone(),
-        destination: request.destination.clone(),
+    let (scope, key) = (handle.scope(), handle.key());
+    let store = app.ledger.store();
+    let order = ChargeOrder {
+        payment_id: format!("pay_{}", handle.key_hash()),
+        amount: request.amount,
+        currency: request.currency,
+        destination: request.destination,
     };
-    let charge = match app.provider.charge(charge).await {
-        Ok(charge) => charge,
+    let item = match store
+        .enqueue_effect(&handle.lease(), &app.charges.effect, CHARGE_VERSION, order.to_payload())
+        .await
+    {
+        Ok(item) => item,
         Err(_) => {
-            // The provider may or may not have charged: never guess, never charge again.
+            // Whether the charge was enqueued is not known here: never guess.
             let _ = handle.mark_uncertain().await;
-            return problem(StatusCode::BAD_GATEWAY, "provider-uncertain", "the provider did not confirm the charge");
+            return problem(StatusCode::SERVICE_UNAVAILABLE, "outbox-unavailable", "the charge could not be enqueued");
         }
     };
-    let id = format!("pay_{}", handle.key_hash());
-    let payment = json!({
-        "id": id,
-        "idempotency_key": key.as_str(),
-        "amount": request.amount,
-        "currency": request.currency,
-        "destination": request.destination,
-        "provider_key": provider_key,
-        "provider_charge": charge["id"],
-        "status": "succeeded",
-    });
-    let body = Bytes::from(payment.to_string());
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Ok(location) = HeaderValue::from_str(&format!("/v1/payments/{id}")) {
-        headers.insert(header::LOCATION, location);
+    app.charges.wake();
+    let limit = store.policy(scope.operation()).lease_ttl();
+    if let Some(OutboxStateKind::Confirmed | OutboxStateKind::Failed) = app.charges.settled(store, &item, limit).await
+        && let Ok(Some(record)) = store.get(&scope, &key).await
+        && let RecordState::Completed { result: stored, .. } | RecordState::Failed { error: stored, .. } = &record.state
+        && let Ok(response) = StoredResponse::decode(stored)
+    {
+        let _ = handle.completed_by_handler();
+        return response.into_response::<axum::body::Body>(false);
     }
-    let stored = handle.stored_response(StatusCode::CREATED, &headers, body.clone());
-    // The payment row and the completion: both or neither.
-    if app.ledger.record_payment(scope.tenant(), &payment, &handle.lease(), stored).await.is_err() {
-        let _ = handle.mark_uncertain().await;
-        return problem(StatusCode::INTERNAL_SERVER_ERROR, "ledger-failed", "the payment could not be recorded");
-    }
-    let _ = handle.completed_by_handler();
-    (StatusCode::CREATED, headers, body).into_response()
+    // Unknown (the provider's answer was lost), or not settled in time: retries are refused
+    // until the charge is reconciled; the dispatcher's later report settles the record.
+    let _ = handle.mark_uncertain().await;
+    problem(StatusCode::BAD_GATEWAY, "provider-uncertain", "the provider did not confirm the charge")
 }
 
 #[cfg(test)]

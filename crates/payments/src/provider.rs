@@ -28,7 +28,8 @@ impl ProviderError {
 pub struct ChargeRequest {
     /// The merchant account (the service's tenant): provider keys are per account.
     pub tenant: String,
-    /// The provider's idempotency key, derived from the service's key (`<key>:charge-v1`).
+    /// The provider's idempotency key, derived from the service's key (`<key>:charge-v1`, the
+    /// outbox item's provider key).
     pub provider_key: String,
     /// Decimal amount.
     pub amount: String,
@@ -43,11 +44,15 @@ pub struct ChargeRequest {
 pub struct Provider {
     db: Arc<Database>,
     latency: Duration,
+    lose_responses_to: Option<String>,
 }
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Provider").field("latency", &self.latency).finish_non_exhaustive()
+        f.debug_struct("Provider")
+            .field("latency", &self.latency)
+            .field("lose_responses_to", &self.lose_responses_to)
+            .finish_non_exhaustive()
     }
 }
 
@@ -58,7 +63,15 @@ impl Provider {
     /// The database could not be opened.
     pub fn open(path: &Path, latency: Duration) -> Result<Provider, ProviderError> {
         let db = Database::create(path).map_err(ProviderError::of)?;
-        Ok(Provider { db: Arc::new(db), latency })
+        Ok(Provider { db: Arc::new(db), latency, lose_responses_to: None })
+    }
+
+    /// A fault to show reconciliation: charges to `destination` are made (and counted), then
+    /// their answer is lost on the way back, as when a connection drops after the provider
+    /// processed the request. The caller cannot tell whether the charge happened.
+    pub fn lose_responses_to(mut self, destination: impl Into<String>) -> Provider {
+        self.lose_responses_to = Some(destination.into());
+        self
     }
 
     /// Charges, idempotently by `(tenant, provider_key)`: a repeated key returns the first
@@ -66,11 +79,18 @@ impl Provider {
     /// this returns.
     ///
     /// # Errors
-    /// The provider's storage failed; whether the charge happened is then unknown.
+    /// The provider's storage failed, or its answer was lost
+    /// ([`lose_responses_to`](Provider::lose_responses_to)); whether the charge happened is
+    /// then unknown.
     pub async fn charge(&self, request: ChargeRequest) -> Result<Value, ProviderError> {
         tokio::time::sleep(self.latency).await;
         let db = Arc::clone(&self.db);
-        blocking::unblock(move || charge(&db, &request)).await
+        let lost = self.lose_responses_to.as_deref() == Some(request.destination.as_str());
+        let charge = blocking::unblock(move || charge(&db, &request)).await?;
+        if lost {
+            return Err(ProviderError("the connection closed before the provider's answer arrived".into()));
+        }
+        Ok(charge)
     }
 
     /// Every charge of `tenant`, with its call count.

@@ -9,7 +9,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use idemdb_core::{Coded, DecodeError, ErrorCode, KeyError, PolicyError, TransitionError};
+use idemdb_core::{
+    Coded, DecodeError, ErrorCode, InboxRefusal, JobRefusal, KeyError, OutboxRefusal, PolicyError, TransitionError,
+};
 
 use crate::schema::SCHEMA_VERSION;
 
@@ -282,6 +284,18 @@ pub enum Error {
     /// removed again between statements, repeatedly). Nothing was changed; repeat the call.
     #[error("the record kept changing under the decision; nothing was changed")]
     Contention,
+    /// The outbox rules refused the change (a stale claim, a provider key past its window,
+    /// another payload for the same effect); nothing was changed.
+    #[error(transparent)]
+    Outbox(#[from] OutboxRefusal),
+    /// The inbox refused the delivery (its id was seen with another payload); nothing was
+    /// changed.
+    #[error(transparent)]
+    Inbox(#[from] InboxRefusal),
+    /// The job rules refused the change (a stale lease, a step already done); nothing was
+    /// changed.
+    #[error(transparent)]
+    Job(#[from] JobRefusal),
 }
 
 impl Error {
@@ -305,6 +319,9 @@ impl Error {
             Error::Transition(transition) => transition.code(),
             Error::Key(key) => key.code(),
             Error::Contention => ErrorCode::Storage,
+            Error::Outbox(refusal) => refusal.code(),
+            Error::Inbox(refusal) => refusal.code(),
+            Error::Job(refusal) => refusal.code(),
         }
     }
 

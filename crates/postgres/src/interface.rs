@@ -1,12 +1,14 @@
-//! The PostgreSQL adapter behind the async store interface ([`IdempotencyStore`]): each method
-//! is the inherent method of the same name.
+//! The PostgreSQL adapter behind the async store interface ([`IdempotencyStore`] and
+//! [`WorkflowStore`]): each method is the inherent method of the same name.
 
 use std::future::Future;
 
 use idemdb_core::{
-    Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record, Reservation, Resolution, Scope,
+    Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, Failure, Fingerprint, IdempotencyKey,
+    InboxAnswer, JobAnswer, JobLease, JobRecord, KeyHash, Lease, ObjectRecord, OutboxItem, Policy, ProviderState,
+    PurgeReport, Record, Reservation, Resolution, Scope,
 };
-use idemdb_interface::IdempotencyStore;
+use idemdb_interface::{IdempotencyStore, WorkflowStore};
 
 use crate::{Error, PgStore};
 
@@ -58,5 +60,135 @@ impl IdempotencyStore for PgStore {
 
     fn purge_expired(&self, budget: usize) -> impl Future<Output = Result<PurgeReport, Error>> + Send {
         PgStore::purge_expired(self, budget)
+    }
+}
+
+/// The workflow primitives: each method is the inherent method of the same name.
+impl WorkflowStore for PgStore {
+    fn enqueue_effect(
+        &self,
+        lease: &Lease,
+        effect: &EffectName,
+        version: u16,
+        payload: Vec<u8>,
+    ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
+        PgStore::enqueue_effect(self, lease, effect, version, payload)
+    }
+
+    fn claim_effects(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxItem>, Error>> + Send {
+        PgStore::claim_effects(self, limit)
+    }
+
+    fn report_effect(
+        &self,
+        claim: &OutboxItem,
+        report: EffectReport,
+    ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
+        PgStore::report_effect(self, claim, report)
+    }
+
+    fn retry_effect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        effect: &EffectName,
+    ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
+        PgStore::retry_effect(self, scope, key, effect)
+    }
+
+    fn resolve_effect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        effect: &EffectName,
+        state: ProviderState,
+    ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
+        PgStore::resolve_effect(self, scope, key, effect, state)
+    }
+
+    fn effect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        effect: &EffectName,
+    ) -> impl Future<Output = Result<Option<OutboxItem>, Error>> + Send {
+        PgStore::effect(self, scope, key, effect)
+    }
+
+    fn reconciliation_queue(&self, limit: usize) -> impl Future<Output = Result<Vec<Attention>, Error>> + Send {
+        PgStore::reconciliation_queue(self, limit)
+    }
+
+    fn supersede(
+        &self,
+        scope: &Scope,
+        old_key: &IdempotencyKey,
+        new_key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        PgStore::supersede(self, scope, old_key, new_key)
+    }
+
+    fn accept_delivery<G: DomainGuard + Send + Sync + 'static>(
+        &self,
+        delivery: &Delivery,
+        guard: G,
+    ) -> impl Future<Output = Result<InboxAnswer, Error>> + Send {
+        let (store, delivery) = (self.clone(), delivery.clone());
+        async move { store.accept_delivery(&delivery, &guard).await }
+    }
+
+    fn object(
+        &self,
+        source: &str,
+        object_id: &str,
+    ) -> impl Future<Output = Result<Option<ObjectRecord>, Error>> + Send {
+        PgStore::object(self, source, object_id)
+    }
+
+    fn claim_job(
+        &self,
+        scope: &Scope,
+        job: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> impl Future<Output = Result<JobAnswer, Error>> + Send {
+        PgStore::claim_job(self, scope, job, fingerprint)
+    }
+
+    fn record_step(
+        &self,
+        lease: &JobLease,
+        step: &EffectName,
+        result: Vec<u8>,
+        compensation: Option<Vec<u8>>,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        PgStore::record_step(self, lease, step, result, compensation)
+    }
+
+    fn finish_job(&self, lease: &JobLease, result: Vec<u8>) -> impl Future<Output = Result<(), Error>> + Send {
+        PgStore::finish_job(self, lease, result)
+    }
+
+    fn abandon_job(
+        &self,
+        lease: &JobLease,
+        reason: &str,
+    ) -> impl Future<Output = Result<Vec<Compensation>, Error>> + Send {
+        PgStore::abandon_job(self, lease, reason)
+    }
+
+    fn record_compensated(
+        &self,
+        lease: &JobLease,
+        step: &EffectName,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        PgStore::record_compensated(self, lease, step)
+    }
+
+    fn job(
+        &self,
+        scope: &Scope,
+        job: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<JobRecord>, Error>> + Send {
+        PgStore::job(self, scope, job)
     }
 }

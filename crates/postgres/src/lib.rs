@@ -63,9 +63,32 @@
 //!   [`ErrorCode::CommitUnknown`]. Neither is ever a "not found" or an answer. Calls that failed
 //!   before anything committed are retried a few times by the adapter.
 //!
-//! Not here yet: the workflow primitives (`idemdb_interface::WorkflowStore`: outbox,
-//! reconciliation queue, webhook inbox, jobs). The embedded store implements them; this adapter
-//! does not, so code that needs them runs on the embedded store only for now.
+//!
+//! # Workflow primitives (schema migration 2)
+//!
+//! [`PgStore`] implements [`WorkflowStore`] as the embedded store does: the outbox
+//! ([`PgStore::enqueue_effect`], [`PgTxn::enqueue_effect`] in the application's own
+//! transaction, [`PgStore::claim_effects`], [`PgStore::report_effect`], [`PgTxn::report_effect`]),
+//! the reconciliation queue ([`PgStore::reconciliation_queue`]), the webhook inbox
+//! ([`PgStore::accept_delivery`]) and queue jobs ([`PgStore::claim_job`] and its steps). The
+//! rules are the core's ([`OutboxItem`], [`idemdb_core::accept`], [`idemdb_core::claim_job`]);
+//! the values are stored as the core encodes them, and the workflow stories
+//! (`idemdb_interface::conformance::run_workflow_stories`) pass here exactly as on redb.
+//! Migration 2 adds the tables; a database at schema 1 is migrated at the next connect.
+//!
+//! | table | key | derived, indexed columns | value |
+//! |---|---|---|---|
+//! | `idemdb_outbox` | `(tenant, operation, key, effect)` | `state`, `due_at` (dispatchers), `forget_at` (retention), `reconcile_since` (the queue) | `item`: the core's encoded [`OutboxItem`] |
+//! | `idemdb_deliveries` | `(source, delivery_id)` | `outcome`, `received_at`, `forget_at` | `delivery`: [`DeliveryRecord`] |
+//! | `idemdb_objects` | `(source, object_id)` | `version`, `state` | `object`: [`ObjectRecord`] |
+//! | `idemdb_jobs` | `(tenant, operation, job)` | `state`, `forget_at` | `record`: [`JobRecord`] |
+//!
+//! Dispatchers on many instances share the outbox: a claim takes due rows with
+//! `FOR UPDATE SKIP LOCKED`, so each item is claimed by one of them at a time. An outbox
+//! change locks the item's row, then the intent's record row, and moves the record along in
+//! the same transaction; a delivery takes transaction-scoped advisory locks on its delivery id
+//! and on its object; a job change one on the job. Retention removes finished items, old
+//! deliveries and finished jobs through their `forget_at` indexes ([`PgStore::purge_expired`]).
 //!
 //! # Why tokio-postgres and deadpool
 //!
@@ -95,6 +118,7 @@ mod schema;
 mod store;
 mod time;
 mod txn;
+mod workflow;
 
 pub use builder::{DEFAULT_AUDIT_RETENTION, PgStoreBuilder};
 pub use error::{ConnectError, DbError, Error, SchemaMismatch};
@@ -105,10 +129,12 @@ pub use time::TimeSource;
 pub use txn::PgTxn;
 
 pub use idemdb_core::{
-    AuditEvent, AuditKind, Coded, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease,
-    OutcomeClass, Policy, PurgeReport, Record, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Timestamp,
-    TransitionError,
+    Attention, AuditEvent, AuditKind, Coded, Compensation, Delivery, DeliveryRecord, DomainGuard, EffectName,
+    EffectReport, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, InboxAnswer, InboxRefusal, JobAnswer,
+    JobLease, JobRecord, JobRefusal, KeyHash, Lease, NewerVersion, ObjectRecord, OutboxItem, OutboxRefusal,
+    OutboxState, OutboxStateKind, OutcomeClass, Policy, ProviderState, PurgeReport, Record, Reservation, Resolution,
+    Scope, ScopedKey, State, StateKind, Timestamp, TransitionError, ValidTransition,
 };
-pub use idemdb_interface::{Clock, IdempotencyStore, ManualClock, SystemClock};
+pub use idemdb_interface::{Clock, IdempotencyStore, ManualClock, SystemClock, WorkflowStore};
 /// Re-export of the driver, whose `Client` the transaction API hands out.
 pub use tokio_postgres;

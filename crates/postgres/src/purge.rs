@@ -1,6 +1,8 @@
 //! Retention: results past their response TTL become tombstones; tombstones and released
 //! records past their last expiry are removed — through the `due_at` index, so the cost follows
-//! the number of due records. The rules are the core's ([`Record::retention`]).
+//! the number of due records. The rules are the core's ([`Record::retention`]). Finished outbox
+//! items, old webhook deliveries and finished jobs go the same way, through their `forget_at`
+//! indexes.
 
 use idemdb_core::{AuditKind, IdempotencyKey, PurgeReport, Record, Retention, Scope, decode_record};
 
@@ -59,6 +61,18 @@ pub(crate) async fn purge(txn: &mut PgTxn, budget: usize) -> Result<PurgeReport,
         // In the same transaction as the removals: a later binding of a removed key gets a
         // fence above every lease the removed record ever issued.
         txn.query(&sql.raise_floor, &[&to_sql_ms(removed_fence)]).await?;
+    }
+    // Finished outbox items, old deliveries and finished jobs, through their `forget_at`
+    // indexes (rows another instance is purging are skipped).
+    let workflow_limit = i64::try_from(budget).unwrap_or(i64::MAX);
+    for statement in [&sql.wf.outbox_purge, &sql.wf.delivery_purge, &sql.wf.job_purge] {
+        let removed = txn.query(statement, &[&to_sql_ms(now.as_millis()), &workflow_limit]).await?;
+        let removed: i64 =
+            removed.first().map(|row| row.try_get(0)).transpose().map_err(Error::from_driver)?.unwrap_or(0);
+        if removed == workflow_limit {
+            report.more = true;
+        }
+        report.workflow_forgotten += u64::try_from(removed).unwrap_or(0);
     }
     let retention_ms = u64::try_from(inner.settings.audit_retention.as_millis()).unwrap_or(u64::MAX);
     let cutoff = to_sql_ms(now.as_millis().saturating_sub(retention_ms));

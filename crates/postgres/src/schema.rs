@@ -9,17 +9,22 @@
 //! | `idemdb_meta` | one row: the audit secret (32 bytes, made by migration 1) and the fence floor |
 //! | `idemdb_records` | `(tenant, operation, key)` primary key, `state`, `due_at` (indexed), `record` (the core's encoded record) |
 //! | `idemdb_audit` | the audit trail: time, kind, scope, keyed hash of the key, fence, fingerprint prefix, correlation |
+//! | `idemdb_outbox` | (migration 2) `(tenant, operation, key, effect)`, `state`, `due_at`, `forget_at`, `reconcile_since` (each indexed), `item` (the core's encoded outbox item) |
+//! | `idemdb_deliveries` | (2) `(source, delivery_id)`, `outcome`, `received_at`, `forget_at` (indexed), `delivery` |
+//! | `idemdb_objects` | (2) `(source, object_id)`, `version`, `state`, `object` |
+//! | `idemdb_jobs` | (2) `(tenant, operation, job)`, `state`, `forget_at` (indexed), `record` |
 
 use deadpool_postgres::tokio_postgres::{Client, GenericClient};
 
 use crate::error::{ConnectError, DbError, SchemaMismatch};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Migrations in order: `(version, SQL)`. A migration is never edited once released; a change
 /// is a new migration.
-const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("migrations/0001_records.sql"))];
+const MIGRATIONS: &[(u32, &str)] =
+    &[(1, include_str!("migrations/0001_records.sql")), (2, include_str!("migrations/0002_workflows.sql"))];
 
 /// Key of the advisory lock that serialises migrations of one database (with the schema's hash
 /// as the second half), so instances starting together migrate once.
@@ -75,6 +80,111 @@ pub(crate) struct Sql {
     pub(crate) purge_due: String,
     /// → now.
     pub(crate) now: String,
+    /// The workflow tables' statements.
+    pub(crate) wf: WorkflowSql,
+}
+
+/// The statements of the workflow tables (migration 2).
+#[derive(Debug)]
+pub(crate) struct WorkflowSql {
+    /// `$1..$4` = tenant, operation, key, effect → item, locked until commit.
+    pub(crate) outbox_lock: String,
+    /// `$1..$4` → item.
+    pub(crate) outbox_get: String,
+    /// `$1..$4`, state, due_at, forget_at, reconcile_since, item; nothing on conflict.
+    pub(crate) outbox_insert: String,
+    /// Same parameters; updates the existing row.
+    pub(crate) outbox_update: String,
+    /// `$1` = now, `$2` = limit → tenant, operation, key, effect, item of due items, locked
+    /// (skipping rows another dispatcher holds).
+    pub(crate) outbox_due: String,
+    /// → tenant, operation, key, effect, item, reconcile_since of uncertain items.
+    pub(crate) outbox_uncertain: String,
+    /// → tenant, operation, key, record of uncertain records.
+    pub(crate) records_uncertain: String,
+    /// `$1` = now, `$2` = limit → the number of finished items removed.
+    pub(crate) outbox_purge: String,
+    /// `$1` = text, `$2` = seed: a transaction-scoped advisory lock on the text's hash.
+    pub(crate) advisory_lock: String,
+    /// `$1..$2` = source, delivery id → delivery.
+    pub(crate) delivery_get: String,
+    /// `$1..$2`, outcome, received_at, forget_at, delivery.
+    pub(crate) delivery_insert: String,
+    /// `$1` = now, `$2` = limit → the number of old deliveries removed.
+    pub(crate) delivery_purge: String,
+    /// `$1..$2` = source, object id → object.
+    pub(crate) object_get: String,
+    /// `$1..$2`, version, state, object; replaces an existing row.
+    pub(crate) object_upsert: String,
+    /// `$1..$3` = tenant, operation, job → record.
+    pub(crate) job_get: String,
+    /// `$1..$3`, state, forget_at, record; replaces an existing row.
+    pub(crate) job_upsert: String,
+    /// `$1` = now, `$2` = limit → the number of finished jobs removed.
+    pub(crate) job_purge: String,
+}
+
+impl WorkflowSql {
+    fn new(s: &str) -> WorkflowSql {
+        let outbox = format!("{s}.idemdb_outbox");
+        let deliveries = format!("{s}.idemdb_deliveries");
+        let objects = format!("{s}.idemdb_objects");
+        let jobs = format!("{s}.idemdb_jobs");
+        let records = format!("{s}.idemdb_records");
+        let item_pk = "tenant = $1 AND operation = $2 AND key = $3 AND effect = $4";
+        let item_columns = "tenant, operation, key, effect, state, due_at, forget_at, reconcile_since, item";
+        let purge = |table: &str| {
+            format!(
+                "WITH removed AS (DELETE FROM {table} WHERE ctid IN \
+                 (SELECT ctid FROM {table} WHERE forget_at <= $1 ORDER BY forget_at LIMIT $2 \
+                 FOR UPDATE SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed"
+            )
+        };
+        WorkflowSql {
+            outbox_lock: format!("SELECT item FROM {outbox} WHERE {item_pk} FOR UPDATE"),
+            outbox_get: format!("SELECT item FROM {outbox} WHERE {item_pk}"),
+            outbox_insert: format!(
+                "INSERT INTO {outbox} ({item_columns}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 ON CONFLICT DO NOTHING"
+            ),
+            outbox_update: format!(
+                "UPDATE {outbox} SET state = $5, due_at = $6, forget_at = $7, reconcile_since = $8, item = $9 \
+                 WHERE {item_pk}"
+            ),
+            outbox_due: format!(
+                "SELECT tenant, operation, key, effect, item FROM {outbox} WHERE due_at <= $1 \
+                 ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+            ),
+            outbox_uncertain: format!(
+                "SELECT tenant, operation, key, effect, item, reconcile_since FROM {outbox} \
+                 WHERE reconcile_since IS NOT NULL ORDER BY reconcile_since, tenant, operation, key, effect"
+            ),
+            records_uncertain: format!(
+                "SELECT tenant, operation, key, record FROM {records} WHERE state = 'uncertain'"
+            ),
+            outbox_purge: purge(&outbox),
+            advisory_lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))".to_string(),
+            delivery_get: format!("SELECT delivery FROM {deliveries} WHERE source = $1 AND delivery_id = $2"),
+            delivery_insert: format!(
+                "INSERT INTO {deliveries} (source, delivery_id, outcome, received_at, forget_at, delivery) \
+                 VALUES ($1, $2, $3, $4, $5, $6)"
+            ),
+            delivery_purge: purge(&deliveries),
+            object_get: format!("SELECT object FROM {objects} WHERE source = $1 AND object_id = $2"),
+            object_upsert: format!(
+                "INSERT INTO {objects} (source, object_id, version, state, object) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (source, object_id) DO UPDATE \
+                 SET version = excluded.version, state = excluded.state, object = excluded.object"
+            ),
+            job_get: format!("SELECT record FROM {jobs} WHERE tenant = $1 AND operation = $2 AND job = $3"),
+            job_upsert: format!(
+                "INSERT INTO {jobs} (tenant, operation, job, state, forget_at, record) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, operation, job) DO UPDATE \
+                 SET state = excluded.state, forget_at = excluded.forget_at, record = excluded.record"
+            ),
+            job_purge: purge(&jobs),
+        }
+    }
 }
 
 impl Sql {
@@ -120,6 +230,7 @@ impl Sql {
                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED"
             ),
             now: format!("SELECT {NOW_MS}"),
+            wf: WorkflowSql::new(&s),
         }
     }
 }

@@ -408,6 +408,36 @@ impl PgStore {
         .await
     }
 
+    /// Runs a read-only statement (chosen from the store's SQL by `sql`) on a pooled
+    /// connection, retried like every call that changes nothing; its first row, if any.
+    pub(crate) async fn read_one(
+        &self,
+        sql: impl Fn(&Sql) -> &String,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, Error> {
+        Ok(self.read_all(sql, params).await?.into_iter().next())
+    }
+
+    /// [`PgStore::read_one`], every row.
+    pub(crate) async fn read_all(
+        &self,
+        sql: impl Fn(&Sql) -> &String,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, Error> {
+        let inner = &self.inner;
+        let text = sql(&inner.sql);
+        self.retrying(|| async {
+            let connection = inner.connection().await?;
+            inner
+                .io(async {
+                    let statement = connection.prepare_cached(text).await.map_err(Error::from_driver)?;
+                    connection.query(&statement, params).await.map_err(Error::from_driver)
+                })
+                .await
+        })
+        .await
+    }
+
     /// Writes every buffered audit event (of answers that changed nothing). Call it before a
     /// planned shutdown; otherwise the next write carries them.
     ///

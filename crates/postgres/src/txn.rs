@@ -234,9 +234,37 @@ impl PgTxn {
             .await
     }
 
+    /// Runs one statement with the given parameters, returning the rows it changed.
+    pub(crate) async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, Error> {
+        let connection = self.conn()?;
+        self.inner
+            .io(async {
+                let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
+                connection.execute(&statement, params).await.map_err(Error::from_driver)
+            })
+            .await
+    }
+
     /// Reads the time (for work that locks no single record first: purge).
     pub(crate) async fn time(&mut self) -> Result<Timestamp, Error> {
         Ok(self.lock(None).await?.context.now)
+    }
+
+    /// Reads the time and the fence floor (for work that locks its own rows first).
+    pub(crate) async fn time_and_floor(&mut self) -> Result<(Timestamp, u64), Error> {
+        let context = self.lock(None).await?.context;
+        Ok((context.now, context.fence_floor))
+    }
+
+    /// Locks `(scope, key)`'s record row and reads the time: the record (if any) and the
+    /// bytes it was read from.
+    pub(crate) async fn lock_record(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<(Option<Record>, Option<Vec<u8>>, Timestamp), Error> {
+        let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
+        Ok((record, bytes, context.now))
     }
 
     pub(crate) fn push_event(&mut self, row: Option<AuditRow>) {

@@ -102,34 +102,180 @@ async fn sigkill_mid_requests_then_restart_leaves_each_key_one_effect_or_an_unce
         let _ = request.await.unwrap();
     }
     let server = Server::start(dir.path(), &args);
-    // Let every lease of the killed process run out: its attempts' outcomes are unknown.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let (mut replayed, mut uncertain, mut fresh) = (0, 0, 0);
+    // Let every lease and every dispatch claim of the killed process run out (1 s): the new
+    // process's dispatcher sends what was in flight again, with the same provider key, and the
+    // attempts that never reached the outbox have an unknown outcome.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (mut replayed, mut uncertain, mut fresh, mut resent) = (0, 0, 0, 0);
+    let queue = reconciliation(&http, &server.url, "acme").await;
     for key in &keys {
-        let reply = pay(&http, &server.url, "acme", key, &payment("10.50")).await.unwrap();
-        let effects = effects(&http, &server.url, "acme").await;
-        let (payments, calls) = (effects.payments_of(key), effects.calls_of(key));
-        assert!(payments <= 1 && calls <= 1, "{key}: {payments} payments, {calls} provider calls");
-        match (reply.status, reply.replayed) {
-            (201, true) => {
-                replayed += 1;
-                assert_eq!((payments, calls), (1, 1), "{key}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let reply = loop {
+            let reply = pay(&http, &server.url, "acme", key, &payment("10.50")).await.unwrap();
+            let in_progress = reply.problem.as_deref() == Some("urn:idemdb:problem:in-progress");
+            if !in_progress || std::time::Instant::now() > deadline {
+                break reply;
             }
-            (201, false) => {
-                fresh += 1;
-                assert_eq!((payments, calls), (1, 1), "{key}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let effects = effects(&http, &server.url, "acme").await;
+        let (payments, charges, calls) = (effects.payments_of(key), effects.charges_of(key), effects.calls_of(key));
+        assert!(payments <= 1 && charges.len() <= 1, "{key}: {payments} payments, {charges:?} charges");
+        match (reply.status, reply.replayed) {
+            (201, replay) => {
+                if replay {
+                    replayed += 1
+                } else {
+                    fresh += 1
+                }
+                assert_eq!(payments, 1, "{key}");
+                assert_eq!(effects.payment_charges_of(key), charges, "{key}: the payment row names the one charge");
+                // A dispatch whose answer the kill lost is sent again with the same provider
+                // key: the provider is asked twice and charges once.
+                assert!((1..=2).contains(&calls), "{key}: {calls} provider calls");
+                resent += usize::from(calls == 2);
             }
             (409, _) => {
                 uncertain += 1;
                 assert_eq!(reply.problem.as_deref(), Some("urn:idemdb:problem:needs-reconciliation"), "{key}");
-                assert_eq!(payments, 0, "{key}: an uncertain key has no payment row");
+                assert_eq!((payments, charges.len()), (0, 0), "{key}: the attempt never reached the outbox");
+                let listed = queue.iter().any(|entry| entry["idempotency_key"] == key.as_str());
+                assert!(listed, "{key} waits in the reconciliation queue: {queue:?}");
             }
             other => panic!("{key}: unexpected answer {other:?} {reply:?}"),
         }
     }
-    assert!(replayed >= 1, "some payments finished before the kill");
-    eprintln!("after the kill: {replayed} replayed, {uncertain} uncertain, {fresh} run fresh");
+    assert!(replayed >= 1, "some payments finished before the kill, or after it through the outbox");
+    eprintln!("after the kill: {replayed} replayed, {uncertain} uncertain, {fresh} run fresh, {resent} sent twice");
     assert_eq!(replayed + uncertain + fresh, keys.len());
+    assert_eq!(queue.len(), uncertain, "only the uncertain keys are listed: {queue:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_provider_answer_waits_in_the_reconciliation_queue_and_is_never_charged_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--provider-lose-responses-to", "acct_lost"]);
+    let http = http();
+    let lost = r#"{"amount":"20.00","currency":"BRL","destination":"acct_lost"}"#;
+    let first = pay(&http, &server.url, "acme", "lost-1", lost).await.unwrap();
+    assert_eq!(
+        (first.status, first.problem.as_deref()),
+        (502, Some("urn:payments-example:problem:provider-uncertain"))
+    );
+    assert_eq!(pay(&http, &server.url, "acme", "ok-1", &payment("1.00")).await.unwrap().status, 201);
+    // A retry is refused, never charged: the provider did charge once, and was asked once.
+    for _ in 0..3 {
+        let retry = pay(&http, &server.url, "acme", "lost-1", lost).await.unwrap();
+        assert_eq!(retry.status, 409);
+        assert_eq!(retry.problem.as_deref(), Some("urn:idemdb:problem:needs-reconciliation"));
+    }
+    // Several dispatcher rounds later, still one call.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!(
+        (effects.payments_of("lost-1"), effects.charges_of("lost-1").len(), effects.calls_of("lost-1")),
+        (0, 1, 1)
+    );
+    assert_eq!((effects.payments_of("ok-1"), effects.calls_of("ok-1")), (1, 1));
+
+    let queue = reconciliation(&http, &server.url, "acme").await;
+    assert_eq!(queue.len(), 1, "the record follows its effect and is listed once, as the effect: {queue:?}");
+    let entry = &queue[0];
+    assert_eq!(entry["kind"], "effect");
+    assert_eq!(entry["idempotency_key"], "lost-1");
+    assert_eq!(entry["provider_key"], "lost-1:charge-v1");
+    assert_eq!(entry["effect"], "charge");
+    assert_eq!((entry["state"].as_str(), entry["cause"].as_str()), (Some("uncertain"), Some("reported")));
+    assert_eq!(entry["dispatches"], 1);
+    assert!(entry["last_reason"].as_str().unwrap().contains("connection closed"), "{entry}");
+    assert!(entry["since_ms"].as_u64().unwrap() >= entry["first_sent_at_ms"].as_u64().unwrap());
+    // Another tenant sees none of it; no bearer, no queue.
+    assert!(reconciliation(&http, &server.url, "globex").await.is_empty());
+    let anonymous = http.get(format!("{}/v1/reconciliation", server.url)).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+
+    // After a restart the item is still uncertain and still not sent again.
+    drop(server);
+    let server = Server::start(dir.path(), &["--provider-lose-responses-to", "acct_lost"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(reconciliation(&http, &server.url, "acme").await.len(), 1);
+    assert_eq!(effects_of(&http, &server.url, "acme", "lost-1").await, (0, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_dedupe_delivery_ids_and_apply_only_newer_versions_of_an_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let http = http();
+    let event = |id: &str, version: u64, state: &str| {
+        format!(r#"{{"delivery_id":"{id}","object_id":"ch_1","version":{version},"state":"{state}"}}"#)
+    };
+    let object = |answer: &serde_json::Value| {
+        let o = &answer["object"];
+        (
+            o["version"].as_u64().unwrap(),
+            o["state"].as_str().unwrap().to_string(),
+            o["applied_delivery_id"].as_str().unwrap().to_string(),
+        )
+    };
+
+    let (status, v2) = webhook(&http, &server.url, &event("evt_2", 2, "succeeded")).await;
+    assert_eq!((status, v2["outcome"].as_str()), (200, Some("applied")), "{v2}");
+    assert_eq!(object(&v2), (2, "succeeded".into(), "evt_2".into()));
+    // The same delivery again, spelled differently: the earlier outcome, nothing changes.
+    let respelled = r#"{ "state": "succeeded", "version": 2, "object_id": "ch_1", "delivery_id": "evt_2" }"#;
+    let (status, again) = webhook(&http, &server.url, respelled).await;
+    assert_eq!(
+        (status, again["outcome"].as_str(), again["earlier"]["outcome"].as_str()),
+        (200, Some("duplicate"), Some("applied"))
+    );
+    assert_eq!(object(&again), (2, "succeeded".into(), "evt_2".into()));
+    // An older version under another delivery id, arriving late: recorded, not applied.
+    let (status, old) = webhook(&http, &server.url, &event("evt_1", 1, "pending")).await;
+    assert_eq!((status, old["outcome"].as_str(), old["current_version"].as_u64()), (200, Some("stale"), Some(2)));
+    assert_eq!(object(&old), (2, "succeeded".into(), "evt_2".into()));
+    // The same version under another id is not newer either.
+    let (_, same) = webhook(&http, &server.url, &event("evt_2b", 2, "refunded")).await;
+    assert_eq!(same["outcome"], "stale");
+    // A newer one applies.
+    let (_, v3) = webhook(&http, &server.url, &event("evt_3", 3, "refunded")).await;
+    assert_eq!(v3["outcome"], "applied");
+    assert_eq!(object(&v3), (3, "refunded".into(), "evt_3".into()));
+    // A redelivery of the stale one still says what it said first.
+    let (_, old_again) = webhook(&http, &server.url, &event("evt_1", 1, "pending")).await;
+    assert_eq!(
+        (old_again["outcome"].as_str(), old_again["earlier"]["outcome"].as_str()),
+        (Some("duplicate"), Some("stale"))
+    );
+    assert_eq!(old_again["earlier"]["current_version"], 2);
+    // The same delivery id with another body is refused, and changes nothing.
+    let (status, mismatch) = webhook(&http, &server.url, &event("evt_2", 9, "disputed")).await;
+    assert_eq!((status, mismatch["type"].as_str()), (422, Some("urn:payments-example:problem:delivery-mismatch")));
+    // Bad bodies: typed 400s; an oversized one: 413.
+    for bad in [
+        "not json",
+        r#"{"delivery_id":"evt_4","object_id":"ch_1","state":"x"}"#,
+        r#"{"delivery_id":"","object_id":"ch_1","version":4,"state":"x"}"#,
+    ] {
+        let (status, problem) = webhook(&http, &server.url, bad).await;
+        assert_eq!(
+            (status, problem["type"].as_str()),
+            (400, Some("urn:payments-example:problem:invalid-webhook")),
+            "{bad}"
+        );
+    }
+    let huge = format!(
+        r#"{{"delivery_id":"evt_5","object_id":"ch_1","version":5,"state":"x","pad":"{}"}}"#,
+        "a".repeat(20_000)
+    );
+    assert_eq!(webhook(&http, &server.url, &huge).await.0, 413);
+
+    // Deliveries and objects are durable: after a restart, a redelivery is still a duplicate.
+    drop(server);
+    let server = Server::start(dir.path(), &[]);
+    let (_, after) = webhook(&http, &server.url, &event("evt_3", 3, "refunded")).await;
+    assert_eq!((after["outcome"].as_str(), after["earlier"]["outcome"].as_str()), (Some("duplicate"), Some("applied")));
+    assert_eq!(object(&after), (3, "refunded".into(), "evt_3".into()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -94,11 +94,15 @@ pub async fn pay(
     Ok(Reply { status, replayed, problem, body })
 }
 
-/// The effects of a tenant, per idempotency key: (payments, provider calls).
+/// The effects of a tenant, per idempotency key: payments, provider charges (what the
+/// provider did) and provider calls (how often it was asked; a repeat of the same provider key
+/// is answered with the first charge).
 #[derive(Debug, Default)]
 pub struct Effects {
     pub payments: HashMap<String, usize>,
     pub calls: HashMap<String, u64>,
+    pub charges: HashMap<String, Vec<String>>,
+    pub payment_charges: HashMap<String, Vec<String>>,
 }
 
 impl Effects {
@@ -108,6 +112,16 @@ impl Effects {
 
     pub fn calls_of(&self, key: &str) -> u64 {
         self.calls.get(key).copied().unwrap_or(0)
+    }
+
+    /// The provider's charge ids for `key`.
+    pub fn charges_of(&self, key: &str) -> &[String] {
+        self.charges.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// The charge ids the payment rows of `key` name.
+    pub fn payment_charges_of(&self, key: &str) -> &[String] {
+        self.payment_charges.get(key).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -121,14 +135,46 @@ pub async fn effects(http: &reqwest::Client, url: &str, tenant: &str) -> Effects
     let ledger: Value = serde_json::from_slice(&response.bytes().await.expect("ledger body")).expect("ledger JSON");
     let mut effects = Effects::default();
     for payment in ledger["payments"].as_array().expect("payments") {
-        *effects.payments.entry(payment["idempotency_key"].as_str().expect("key").to_string()).or_default() += 1;
+        let key = payment["idempotency_key"].as_str().expect("key").to_string();
+        *effects.payments.entry(key.clone()).or_default() += 1;
+        let charge = payment["provider_charge"].as_str().expect("the payment names its charge").to_string();
+        effects.payment_charges.entry(key).or_default().push(charge);
     }
     for charge in ledger["provider_charges"].as_array().expect("charges") {
         let provider_key = charge["provider_key"].as_str().expect("provider key");
         let key = provider_key.strip_suffix(":charge-v1").expect("derived provider key");
         *effects.calls.entry(key.to_string()).or_default() += charge["calls"].as_u64().expect("calls");
+        let id = charge["id"].as_str().expect("charge id").to_string();
+        effects.charges.entry(key.to_string()).or_default().push(id);
     }
     effects
+}
+
+/// The reconciliation queue of `tenant` (`GET /v1/reconciliation`): its entries.
+pub async fn reconciliation(http: &reqwest::Client, url: &str, tenant: &str) -> Vec<Value> {
+    let response = http
+        .get(format!("{url}/v1/reconciliation"))
+        .header("authorization", format!("Bearer {tenant}"))
+        .send()
+        .await
+        .expect("reconciliation");
+    assert_eq!(response.status(), 200);
+    let queue: Value = serde_json::from_slice(&response.bytes().await.expect("body")).expect("queue JSON");
+    queue["entries"].as_array().expect("entries").clone()
+}
+
+/// `POST /v1/webhooks/provider` with `body`: the status and the JSON answer.
+pub async fn webhook(http: &reqwest::Client, url: &str, body: &str) -> (u16, Value) {
+    let response = http
+        .post(format!("{url}/v1/webhooks/provider"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("webhook");
+    let status = response.status().as_u16();
+    let body = response.bytes().await.expect("body");
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
 /// What the proxy does with each connection.

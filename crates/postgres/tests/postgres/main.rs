@@ -15,6 +15,7 @@ mod faults;
 mod proxy;
 mod race;
 mod support;
+mod workflow;
 
 use std::process::ExitCode;
 
@@ -38,6 +39,12 @@ const TESTS: &[(&str, Test)] = &[
     ("records_imported_from_the_embedded_store_answer_alike", basics::import),
     ("cli_export_then_import_into_postgres", basics::cli_import),
     ("crate_docs_example", basics::crate_docs_example),
+    ("workflow_stories_match_the_embedded_store", workflow::stories),
+    ("an_effect_enqueued_in_the_application_transaction_commits_with_it", workflow::effect_in_application_transaction),
+    ("dispatchers_on_many_connections_claim_each_item_once", workflow::dispatchers_claim_each_item_once),
+    ("the_reconciliation_queue_lists_uncertain_records_and_effects", workflow::reconciliation_queue),
+    ("concurrent_deliveries_of_one_object_apply_the_newest_once_each", workflow::concurrent_deliveries),
+    ("retention_removes_finished_workflow_rows", workflow::workflow_retention),
 ];
 
 fn main() -> ExitCode {

@@ -138,6 +138,25 @@ impl Txn<'_> {
         self.event(kind, &item.scope, &encoded, item.fence, None, Some(item.effect.as_str()));
     }
 
+    /// [`Store::report_effect`] **in this transaction**: the report, the intent's record that
+    /// follows it, and the application's own rows written beside them commit together (a
+    /// payment row and the confirmation of its charge: both, or neither).
+    ///
+    /// # Errors
+    /// As [`Store::report_effect`].
+    pub fn report_effect(&mut self, claim: &OutboxItem, report: EffectReport) -> Result<OutboxItem, Error> {
+        let storage_key = claim.storage_key();
+        let fence = claim.fence;
+        let result = match &report {
+            EffectReport::Confirmed { result, .. } => Some(result.clone()),
+            _ => None,
+        };
+        let policy = self.engine().policy(claim_operation(&storage_key)?.as_str()).clone();
+        self.change_effect(&storage_key, AuditKind::EffectReported, result, |item, now| {
+            item.report(fence, report, now, &policy)
+        })
+    }
+
     /// Applies `change` to the stored item of `(scope, key, effect)`, writes it, and moves the
     /// record along.
     fn change_effect(
@@ -255,18 +274,8 @@ impl Store {
     /// [`OutboxRefusal::StaleClaim`] when another dispatcher claimed the item since;
     /// [`OutboxRefusal::WrongState`]; storage errors.
     pub fn report_effect(&self, claim: &OutboxItem, report: EffectReport) -> Result<OutboxItem, Error> {
-        let storage_key = claim.storage_key();
-        let fence = claim.fence;
-        self.group.run(&self.engine, move |txn| {
-            let result = match &report {
-                EffectReport::Confirmed { result, .. } => Some(result.clone()),
-                _ => None,
-            };
-            let policy = txn.engine().policy(claim_operation(&storage_key)?.as_str()).clone();
-            txn.change_effect(&storage_key, AuditKind::EffectReported, result, |item, now| {
-                item.report(fence, report, now, &policy)
-            })
-        })
+        let claim = claim.clone();
+        self.group.run(&self.engine, move |txn| txn.report_effect(&claim, report))
     }
 
     /// Sends an uncertain item again with the same provider key, inside the provider's

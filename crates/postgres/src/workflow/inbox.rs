@@ -1,0 +1,140 @@
+//! The webhook inbox on PostgreSQL: deliveries in `idemdb_deliveries`, the objects they
+//! describe in `idemdb_objects`, both written in the transaction that accepts a delivery —
+//! with the application's own statements when it accepts through [`PgTxn::accept_delivery`].
+
+use deadpool_postgres::tokio_postgres::types::ToSql;
+
+use idemdb_core::{
+    AuditKind, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope, accept,
+};
+
+use super::{LOCK_DELIVERY, LOCK_OBJECT};
+use crate::audit::to_sql_ms;
+use crate::error::Error;
+use crate::store::PgStore;
+use crate::txn::PgTxn;
+
+/// The operation name whose policy sets how long deliveries of a source are kept:
+/// `webhook:<source>` (or the default policy) — the same name as on the embedded store.
+fn delivery_policy_name(source: &str) -> String {
+    format!("webhook:{source}")
+}
+
+impl PgTxn {
+    /// Accepts a webhook delivery in this transaction: a redelivery gets the earlier outcome
+    /// and changes nothing; otherwise the delivery is recorded and the object it describes is
+    /// updated only when `guard` admits the update. Returns the answer and, when the update
+    /// was applied, the object as written — run the application's own statements for it on
+    /// [`PgTxn::client`] before committing, so they commit with the delivery (or not at all).
+    ///
+    /// Concurrent deliveries of one delivery id, or of one object, wait for each other
+    /// (transaction-scoped advisory locks), so the guard always decides on the latest object.
+    ///
+    /// # Errors
+    /// [`InboxRefusal::DeliveryMismatch`](idemdb_core::InboxRefusal::DeliveryMismatch) (as
+    /// [`Error::Inbox`]) when the delivery id was seen with another payload; database errors;
+    /// [`Error::Corrupt`].
+    pub async fn accept_delivery(
+        &mut self,
+        delivery: &Delivery,
+        guard: &impl DomainGuard,
+    ) -> Result<(InboxAnswer, Option<ObjectRecord>), Error> {
+        let (source, id, object_id) =
+            (delivery.source.as_str(), delivery.delivery_id.as_str(), delivery.object_id.as_str());
+        self.advisory_lock(LOCK_DELIVERY, &[source, id]).await?;
+        self.advisory_lock(LOCK_OBJECT, &[source, object_id]).await?;
+        let now = self.time().await?;
+        let inner = self.inner_arc();
+        let wf = &inner.sql.wf;
+        let existing = {
+            let params: [&(dyn ToSql + Sync); 2] = [&source, &id];
+            match self.query(&wf.delivery_get, &params).await?.first() {
+                Some(row) => Some(
+                    DeliveryRecord::decode(&row.try_get::<_, Vec<u8>>(0).map_err(Error::from_driver)?)
+                        .map_err(|source| Error::Corrupt { what: "delivery", source })?,
+                ),
+                None => None,
+            }
+        };
+        let object = {
+            let params: [&(dyn ToSql + Sync); 2] = [&source, &object_id];
+            match self.query(&wf.object_get, &params).await?.first() {
+                Some(row) => Some(
+                    ObjectRecord::decode(&row.try_get::<_, Vec<u8>>(0).map_err(Error::from_driver)?)
+                        .map_err(|source| Error::Corrupt { what: "object", source })?,
+                ),
+                None => None,
+            }
+        };
+        let decision = accept(existing, object.as_ref(), delivery, guard, now)?;
+        if let Some(record) = &decision.delivery {
+            let policy = inner.policy(&delivery_policy_name(source));
+            let forget_at =
+                record.received_at.saturating_add(policy.response_ttl()).saturating_add(policy.tombstone_ttl());
+            let (outcome, received_at, forget_at) = (
+                record.outcome.kind().as_str(),
+                to_sql_ms(record.received_at.as_millis()),
+                to_sql_ms(forget_at.as_millis()),
+            );
+            let bytes = record.encode();
+            let params: [&(dyn ToSql + Sync); 6] = [&source, &id, &outcome, &received_at, &forget_at, &bytes];
+            self.execute(&wf.delivery_insert, &params).await?;
+        }
+        if let Some(object) = &decision.object {
+            let version = i64::try_from(object.version).unwrap_or(i64::MAX);
+            let (state, bytes) = (object.state.as_str(), object.encode());
+            let params: [&(dyn ToSql + Sync); 5] = [&source, &object_id, &version, &state, &bytes];
+            self.execute(&wf.object_upsert, &params).await?;
+        }
+        if let (Ok(scope), Ok(key)) = (Scope::new(source, "webhook"), IdempotencyKey::new(id)) {
+            let row = inner.event(
+                now,
+                AuditKind::DeliveryAccepted,
+                &scope,
+                &key,
+                delivery.version,
+                Some(&delivery.fingerprint),
+                None,
+            );
+            self.push_event(row);
+        }
+        Ok((decision.answer, decision.object))
+    }
+}
+
+impl PgStore {
+    /// Accepts a webhook delivery under `guard`, in a transaction of its own (see
+    /// [`PgTxn::accept_delivery`], which also runs the application's statements in it).
+    ///
+    /// # Errors
+    /// As [`PgTxn::accept_delivery`].
+    pub async fn accept_delivery(&self, delivery: &Delivery, guard: &impl DomainGuard) -> Result<InboxAnswer, Error> {
+        self.in_txn(|mut txn| async move {
+            let outcome = txn.accept_delivery(delivery, guard).await.map(|(answer, _)| answer);
+            (txn, outcome)
+        })
+        .await
+    }
+
+    /// The object `object_id` of `source`, as the applied deliveries left it.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and database errors; [`Error::Corrupt`].
+    pub async fn object(&self, source: &str, object_id: &str) -> Result<Option<ObjectRecord>, Error> {
+        let params: [&(dyn ToSql + Sync); 2] = [&source, &object_id];
+        let Some(row) = self.read_one(|sql| &sql.wf.object_get, &params).await? else { return Ok(None) };
+        let value: Vec<u8> = row.try_get(0).map_err(Error::from_driver)?;
+        ObjectRecord::decode(&value).map(Some).map_err(|source| Error::Corrupt { what: "object", source })
+    }
+
+    /// The record of delivery `delivery_id` of `source`.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and database errors; [`Error::Corrupt`].
+    pub async fn delivery(&self, source: &str, delivery_id: &str) -> Result<Option<DeliveryRecord>, Error> {
+        let params: [&(dyn ToSql + Sync); 2] = [&source, &delivery_id];
+        let Some(row) = self.read_one(|sql| &sql.wf.delivery_get, &params).await? else { return Ok(None) };
+        let value: Vec<u8> = row.try_get(0).map_err(Error::from_driver)?;
+        DeliveryRecord::decode(&value).map(Some).map_err(|source| Error::Corrupt { what: "delivery", source })
+    }
+}

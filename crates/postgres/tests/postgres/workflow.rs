@@ -1,0 +1,306 @@
+//! The workflow primitives on PostgreSQL: the shared workflow stories (the same runner the
+//! embedded store passes), an effect enqueued in the application's own transaction, dispatchers
+//! on many connections claiming each item once, the reconciliation queue, concurrent webhook
+//! deliveries, and retention of finished workflow rows.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use idemdb_interface::conformance::{self, Backend};
+use idemdb_postgres::tokio_postgres;
+use idemdb_postgres::{
+    Attention, Delivery, EffectName, EffectReport, ErrorCode, Fingerprint, IdempotencyKey, InboxAnswer, ManualClock,
+    NewerVersion, OutboxStateKind, PgStore, Policy, Reservation, Scope, TimeSource,
+};
+use libtest_mimic::Failed;
+
+use crate::support::{Env, admin, block_on, builder, count, fresh_schema};
+
+/// A fresh schema per story run, on one manual clock.
+struct Schemas {
+    env: Env,
+    admin: tokio_postgres::Client,
+    clock: ManualClock,
+    opened: usize,
+}
+
+const PREFIX: &str = "idemdb_stories";
+
+impl Backend for Schemas {
+    type Store = PgStore;
+
+    async fn open(&mut self, operations: &[(&'static str, Policy)]) -> PgStore {
+        self.opened += 1;
+        let schema = format!("{PREFIX}_{}", self.opened);
+        self.admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await.expect("drop schema");
+        let mut store =
+            builder(&self.env, &schema).clock(self.clock.clone()).time_source(TimeSource::HostClock).pool_size(4);
+        for (operation, policy) in operations {
+            store = store.policy(*operation, policy.clone());
+        }
+        store.connect().await.expect("connect")
+    }
+
+    fn set_time(&mut self, millis: u64) {
+        self.clock.set(millis);
+    }
+}
+
+pub fn stories(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        let mut schemas = Schemas {
+            env: env.clone(),
+            admin: admin(&env.url).await,
+            clock: ManualClock::new(conformance::T),
+            opened: 0,
+        };
+        let stories = conformance::run_workflow_stories(&mut schemas, "postgres").await;
+        assert_eq!(stories, 4);
+        for run in 1..=schemas.opened {
+            schemas.admin.batch_execute(&format!("DROP SCHEMA {PREFIX}_{run} CASCADE")).await.expect("drop schema");
+        }
+    });
+    Ok(())
+}
+
+const FP: Fingerprint = Fingerprint::from_bytes([1; 32]);
+
+fn scope() -> Scope {
+    Scope::new("acme", "create_payment").expect("scope")
+}
+
+fn key(name: &str) -> IdempotencyKey {
+    IdempotencyKey::new(name).expect("key")
+}
+
+async fn acquire(store: &PgStore, key: &IdempotencyKey) -> idemdb_postgres::Lease {
+    match store.reserve(&scope(), key, &FP, None).await.expect("reserve") {
+        Reservation::Acquired(lease) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    }
+}
+
+/// `PgTxn::enqueue_effect`: the business row and its effect commit together or not at all;
+/// the effect's confirmation completes the record.
+pub fn effect_in_application_transaction(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        const S: &str = "idemdb_wf_txn";
+        fresh_schema(&env.url, S).await;
+        let store = builder(env, S).connect().await.expect("connect");
+        let admin = admin(&env.url).await;
+        admin.batch_execute(&format!("CREATE TABLE {S}.orders (id integer PRIMARY KEY)")).await.expect("orders");
+        let insert = format!("INSERT INTO {S}.orders (id) VALUES ($1)");
+        let authorize = EffectName::new("authorize").expect("effect");
+
+        // Rolled back: neither the order nor the effect.
+        let lease = acquire(&store, &key("order-1")).await;
+        let mut txn = store.begin().await.expect("begin");
+        txn.client().execute(&insert, &[&1]).await.expect("order");
+        txn.enqueue_effect(&lease, &authorize, 1, b"10.50".to_vec()).await.expect("enqueue");
+        txn.rollback().await.expect("rollback");
+        assert_eq!(count(&admin, &format!("SELECT count(*) FROM {S}.orders")).await, 0);
+        assert!(store.effect(&scope(), &key("order-1"), &authorize).await.expect("effect").is_none());
+        assert!(store.claim_effects(8).await.expect("claim").is_empty(), "nothing to dispatch");
+
+        // Committed: both; enqueuing again with the same payload returns the stored item.
+        let mut txn = store.begin().await.expect("begin");
+        txn.client().execute(&insert, &[&1]).await.expect("order");
+        let item = txn.enqueue_effect(&lease, &authorize, 1, b"10.50".to_vec()).await.expect("enqueue");
+        assert_eq!(txn.enqueue_effect(&lease, &authorize, 1, b"10.50".to_vec()).await.expect("again"), item);
+        txn.commit().await.expect("commit");
+        assert_eq!(item.provider_key.as_str(), "order-1:authorize-v1");
+        let other = store.enqueue_effect(&lease, &authorize, 1, b"99.00".to_vec()).await.expect_err("payload");
+        assert_eq!(other.code(), ErrorCode::KeyMismatch, "{other}");
+
+        // Dispatch and confirm: the record completes with the result, in the same transaction.
+        let claims = store.claim_effects(8).await.expect("claim");
+        assert_eq!(claims.len(), 1);
+        let retry = store.reserve(&scope(), &key("order-1"), &FP, None).await.expect("reserve");
+        assert!(matches!(retry, Reservation::InProgress { .. }), "a retry waits for the effect: {retry:?}");
+        let report = EffectReport::Confirmed { reference: "auth_1".into(), result: b"authorized".to_vec() };
+        store.report_effect(&claims[0], report.clone()).await.expect("report");
+        let stale = store.report_effect(&claims[0], report).await.expect_err("reported twice");
+        assert_eq!(stale.code(), ErrorCode::WrongState, "{stale}");
+        let replay = store.reserve(&scope(), &key("order-1"), &FP, None).await.expect("reserve");
+        assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == b"authorized"), "{replay:?}");
+
+        // The audit trail names the effect's steps.
+        let kinds: Vec<String> =
+            store.audit_events(100).await.expect("audit").iter().map(|e| e.kind.as_str().to_string()).collect();
+        for kind in ["effect_enqueued", "effect_claimed", "effect_reported", "completed"] {
+            assert!(kinds.iter().any(|k| k == kind), "{kind} in {kinds:?}");
+        }
+    });
+    Ok(())
+}
+
+/// Eight dispatchers on their own connections claim 64 due items at once: each item is claimed
+/// exactly once (`FOR UPDATE SKIP LOCKED`).
+pub fn dispatchers_claim_each_item_once(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        const S: &str = "idemdb_wf_claims";
+        fresh_schema(&env.url, S).await;
+        let store = builder(env, S).pool_size(12).connect().await.expect("connect");
+        let charge = EffectName::new("charge").expect("effect");
+        for n in 0..64 {
+            let lease = acquire(&store, &key(&format!("pay-{n}"))).await;
+            store.enqueue_effect(&lease, &charge, 1, Vec::new()).await.expect("enqueue");
+        }
+        let dispatchers: Vec<_> = (0..8)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut mine = Vec::new();
+                    loop {
+                        let claims = store.claim_effects(3).await.expect("claim");
+                        if claims.is_empty() {
+                            break mine;
+                        }
+                        mine.extend(claims.into_iter().map(|c| c.provider_key.as_str().to_string()));
+                    }
+                })
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        let mut total = 0;
+        for dispatcher in dispatchers {
+            for provider_key in dispatcher.await.expect("dispatcher") {
+                total += 1;
+                assert!(seen.insert(provider_key.clone()), "{provider_key} claimed twice");
+            }
+        }
+        assert_eq!((total, seen.len()), (64, 64));
+    });
+    Ok(())
+}
+
+/// The reconciliation queue lists an uncertain record and an uncertain effect (the effect's
+/// record once, as the effect), oldest first; resolving empties it.
+pub fn reconciliation_queue(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        const S: &str = "idemdb_wf_queue";
+        fresh_schema(&env.url, S).await;
+        let clock = ManualClock::new(1_000_000_000);
+        let store =
+            builder(env, S).clock(clock.clone()).time_source(TimeSource::HostClock).connect().await.expect("connect");
+        let charge = EffectName::new("charge").expect("effect");
+        let lease = acquire(&store, &key("lost")).await;
+        store.fail(&lease, idemdb_postgres::Failure::Uncertain).await.expect("uncertain");
+        clock.advance(Duration::from_secs(1));
+        let lease = acquire(&store, &key("timeout")).await;
+        store.enqueue_effect(&lease, &charge, 1, Vec::new()).await.expect("enqueue");
+        let claim = store.claim_effects(1).await.expect("claim").remove(0);
+        store.report_effect(&claim, EffectReport::Unknown { reason: "timeout".into() }).await.expect("report");
+        let queue = store.reconciliation_queue(0).await.expect("queue");
+        match &queue[..] {
+            [Attention::Record { scoped, .. }, Attention::Effect { item, .. }] => {
+                assert_eq!(scoped.key.as_str(), "lost");
+                assert_eq!((item.key.as_str(), item.state.kind()), ("timeout", OutboxStateKind::Uncertain));
+            }
+            other => panic!("expected the record, then the effect: {other:?}"),
+        }
+        assert_eq!(store.reconciliation_queue(1).await.expect("queue").len(), 1, "limit");
+        store
+            .resolve_effect(
+                &scope(),
+                &key("timeout"),
+                &charge,
+                idemdb_postgres::ProviderState::Failed { body: b"declined".to_vec() },
+            )
+            .await
+            .expect("resolve");
+        store
+            .reconcile(&scope(), &key("lost"), idemdb_postgres::Resolution::Failed(b"never sent".to_vec()))
+            .await
+            .expect("reconcile");
+        assert!(store.reconciliation_queue(0).await.expect("queue").is_empty());
+    });
+    Ok(())
+}
+
+/// Sixteen deliveries of one object, with versions 1..=16, arrive at once (each also
+/// redelivered): every delivery is recorded once, the object ends at version 16, and each
+/// redelivery answers as its first delivery did.
+pub fn concurrent_deliveries(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        const S: &str = "idemdb_wf_inbox";
+        fresh_schema(&env.url, S).await;
+        let store = builder(env, S).pool_size(16).connect().await.expect("connect");
+        let deliveries: Vec<_> = (1..=16u64)
+            .flat_map(|version| [version, version])
+            .map(|version| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let fingerprint = Fingerprint::from_bytes([u8::try_from(version).unwrap_or(0); 32]);
+                    let delivery = Delivery::new(
+                        "psp",
+                        format!("evt_{version}"),
+                        "ch_1",
+                        version,
+                        format!("state-{version}"),
+                        fingerprint,
+                        Vec::new(),
+                    )
+                    .expect("delivery");
+                    (version, store.accept_delivery(&delivery, &NewerVersion).await.expect("accept"))
+                })
+            })
+            .collect();
+        let mut duplicates = 0;
+        for delivery in deliveries {
+            let (_, answer) = delivery.await.expect("delivery");
+            if matches!(answer, InboxAnswer::Duplicate { .. }) {
+                duplicates += 1;
+            }
+        }
+        assert_eq!(duplicates, 16, "each redelivery is a duplicate");
+        let object = store.object("psp", "ch_1").await.expect("object").expect("object");
+        assert_eq!((object.version, object.state.as_str()), (16, "state-16"));
+        let admin = admin(&env.url).await;
+        assert_eq!(count(&admin, &format!("SELECT count(*) FROM {S}.idemdb_deliveries")).await, 16);
+        let stored = store.delivery("psp", "evt_16").await.expect("delivery").expect("recorded");
+        assert_eq!(stored.version, 16);
+    });
+    Ok(())
+}
+
+/// Finished outbox items, old deliveries and finished jobs are removed by retention.
+pub fn workflow_retention(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        const S: &str = "idemdb_wf_retention";
+        fresh_schema(&env.url, S).await;
+        let clock = ManualClock::new(1_000_000_000);
+        let policy =
+            Policy::default().with_response_ttl(Duration::from_secs(60)).with_tombstone_ttl(Duration::from_secs(60));
+        let store = builder(env, S)
+            .clock(clock.clone())
+            .time_source(TimeSource::HostClock)
+            .default_policy(policy)
+            .connect()
+            .await
+            .expect("connect");
+        let charge = EffectName::new("charge").expect("effect");
+        let lease = acquire(&store, &key("done")).await;
+        store.enqueue_effect(&lease, &charge, 1, Vec::new()).await.expect("enqueue");
+        let claim = store.claim_effects(1).await.expect("claim").remove(0);
+        let report = EffectReport::Confirmed { reference: "ch_1".into(), result: b"ok".to_vec() };
+        store.report_effect(&claim, report).await.expect("report");
+        let delivery = Delivery::new("psp", "evt_1", "ch_1", 1, "paid", FP, Vec::new()).expect("delivery");
+        store.accept_delivery(&delivery, &NewerVersion).await.expect("accept");
+        let job = key("job-1");
+        let idemdb_postgres::JobAnswer::Claimed(job_lease) = store.claim_job(&scope(), &job, &FP).await.expect("job")
+        else {
+            panic!("a new job is claimed")
+        };
+        store.finish_job(&job_lease, b"done".to_vec()).await.expect("finish");
+        let before = store.purge_expired(100).await.expect("purge");
+        assert_eq!(before.workflow_forgotten, 0, "nothing is due yet");
+        clock.advance(Duration::from_secs(121));
+        let report = store.purge_expired(100).await.expect("purge");
+        assert_eq!(report.workflow_forgotten, 3, "{report:?}");
+        assert!(store.effect(&scope(), &key("done"), &charge).await.expect("effect").is_none());
+        assert!(store.delivery("psp", "evt_1").await.expect("delivery").is_none());
+        assert!(store.job(&scope(), &job).await.expect("job").is_none());
+    });
+    Ok(())
+}
