@@ -4,8 +4,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use idemdb_interface::conformance::Backend;
 use idemdb_postgres::tokio_postgres::{self, NoTls};
-use idemdb_postgres::{PgStore, PgStoreBuilder};
+use idemdb_postgres::{ManualClock, PgStore, PgStoreBuilder, Policy, TimeSource};
 
 /// The server the tests run against (from the environment).
 #[derive(Debug, Clone)]
@@ -65,4 +66,52 @@ pub fn builder(env: &Env, schema: &str) -> PgStoreBuilder {
 /// Counts rows of a query returning one `bigint`.
 pub async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
     client.query_one(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}")).get(0)
+}
+
+/// A conformance backend on PostgreSQL: a fresh schema `<prefix>_<n>` per store the runner
+/// opens, every store on one manual clock (the runners move time through each boundary, which
+/// the database's clock cannot do). [`Schemas::drop_all`] removes them afterwards.
+pub struct Schemas {
+    env: Env,
+    pub admin: tokio_postgres::Client,
+    clock: ManualClock,
+    prefix: &'static str,
+    pool_size: usize,
+    /// Stores opened so far.
+    pub opened: usize,
+}
+
+impl Schemas {
+    pub async fn new(env: &Env, prefix: &'static str, pool_size: usize, clock: ManualClock) -> Self {
+        Schemas { env: env.clone(), admin: admin(&env.url).await, clock, prefix, pool_size, opened: 0 }
+    }
+
+    /// Drops every schema this backend made.
+    pub async fn drop_all(&self) {
+        for n in 1..=self.opened {
+            self.admin.batch_execute(&format!("DROP SCHEMA {}_{n} CASCADE", self.prefix)).await.expect("drop schema");
+        }
+    }
+}
+
+impl Backend for Schemas {
+    type Store = PgStore;
+
+    async fn open(&mut self, operations: &[(&'static str, Policy)]) -> PgStore {
+        self.opened += 1;
+        let schema = format!("{}_{}", self.prefix, self.opened);
+        self.admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await.expect("drop schema");
+        let mut store = builder(&self.env, &schema)
+            .clock(self.clock.clone())
+            .time_source(TimeSource::HostClock)
+            .pool_size(self.pool_size);
+        for (operation, policy) in operations {
+            store = store.policy(*operation, policy.clone());
+        }
+        store.connect().await.expect("connect")
+    }
+
+    fn set_time(&mut self, millis: u64) {
+        self.clock.set(millis);
+    }
 }

@@ -6,59 +6,21 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use idemdb_interface::conformance::{self, Backend};
-use idemdb_postgres::tokio_postgres;
+use idemdb_interface::conformance;
 use idemdb_postgres::{
     Attention, Delivery, EffectName, EffectReport, ErrorCode, Fingerprint, IdempotencyKey, InboxAnswer, ManualClock,
     NewerVersion, OutboxStateKind, PgStore, Policy, Reservation, Scope, TimeSource,
 };
 use libtest_mimic::Failed;
 
-use crate::support::{Env, admin, block_on, builder, count, fresh_schema};
-
-/// A fresh schema per story run, on one manual clock.
-struct Schemas {
-    env: Env,
-    admin: tokio_postgres::Client,
-    clock: ManualClock,
-    opened: usize,
-}
-
-const PREFIX: &str = "idemdb_stories";
-
-impl Backend for Schemas {
-    type Store = PgStore;
-
-    async fn open(&mut self, operations: &[(&'static str, Policy)]) -> PgStore {
-        self.opened += 1;
-        let schema = format!("{PREFIX}_{}", self.opened);
-        self.admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await.expect("drop schema");
-        let mut store =
-            builder(&self.env, &schema).clock(self.clock.clone()).time_source(TimeSource::HostClock).pool_size(4);
-        for (operation, policy) in operations {
-            store = store.policy(*operation, policy.clone());
-        }
-        store.connect().await.expect("connect")
-    }
-
-    fn set_time(&mut self, millis: u64) {
-        self.clock.set(millis);
-    }
-}
+use crate::support::{Env, Schemas, admin, block_on, builder, count, fresh_schema};
 
 pub fn stories(env: &Env) -> Result<(), Failed> {
     block_on(async {
-        let mut schemas = Schemas {
-            env: env.clone(),
-            admin: admin(&env.url).await,
-            clock: ManualClock::new(conformance::T),
-            opened: 0,
-        };
+        let mut schemas = Schemas::new(env, "idemdb_stories", 4, ManualClock::new(conformance::T)).await;
         let stories = conformance::run_workflow_stories(&mut schemas, "postgres").await;
         assert_eq!(stories, 4);
-        for run in 1..=schemas.opened {
-            schemas.admin.batch_execute(&format!("DROP SCHEMA {PREFIX}_{run} CASCADE")).await.expect("drop schema");
-        }
+        schemas.drop_all().await;
     });
     Ok(())
 }
