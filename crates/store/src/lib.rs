@@ -53,6 +53,8 @@ mod group_tests;
 mod inspect;
 mod intents;
 mod interface;
+#[allow(dead_code)] // wired into the commit path next
+mod journal;
 mod meta;
 mod purge;
 mod rebuild;
