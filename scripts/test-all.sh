@@ -5,6 +5,7 @@
 #   bash scripts/test-all.sh
 #
 # Environment: PROPTEST_CASES (default 1000) sets the model test's case count.
+# The Rust tests run beside a throwaway PostgreSQL server (scripts/with-postgres.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -25,15 +26,47 @@ run_logged() {
 
 step "toolchain"
 rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+# The README's curl lines run as a test of the payments example.
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
 
 step "lints: cargo clippy (warnings are errors)"
 run_logged clippy cargo clippy --workspace --all-targets -- -D warnings
 
-step "Rust tests: unit, integration, CLI end-to-end, doctests"
-run_logged cargo-test cargo test --workspace
+step "Rust tests: unit, integration, CLI end-to-end, doctests, PostgreSQL adapter"
+# Beside a throwaway PostgreSQL server: scripts/with-postgres.sh starts it on loopback (as an
+# unprivileged user when this runs as root; it installs Debian's postgresql package if no
+# binaries are found) and stops it when the tests end, also on failure. It sets
+# IDEMDB_PG_REQUIRED=1, so the adapter's tests fail rather than report themselves ignored
+# when no server is there (plain `cargo test` reports them ignored).
+run_logged cargo-test bash scripts/with-postgres.sh cargo test --workspace --no-fail-fast
+if ! grep -q '^idemdb-postgres: running the [0-9]* PostgreSQL tests against a server' "$LOG"; then
+  echo "the PostgreSQL adapter's tests did not run"
+  FAILED_STEPS+=("postgres")
+fi
 
 step "core and store build for wasm32-unknown-unknown"
 run_logged wasm-check cargo check -p idemdb-core -p idemdb --target wasm32-unknown-unknown
+
+android_build() {
+  # The crate as an Android app bundles it: built for aarch64-linux-android. blake3's build
+  # script compiles its NEON C code for the target; Debian's clang cross-compiles it, with
+  # Debian's aarch64 libc headers standing in for the NDK's sysroot (blake3_neon.c needs only
+  # <assert.h>, <string.h> and <arm_neon.h>). Installs the target, clang and the headers once.
+  rustup target list --installed 2>/dev/null | grep -q '^aarch64-linux-android$' || rustup target add aarch64-linux-android
+  if ! command -v clang >/dev/null || ! command -v llvm-ar >/dev/null || [ ! -f /usr/aarch64-linux-gnu/include/string.h ]; then
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libc6-dev-arm64-cross >/dev/null
+    else
+      echo "clang, llvm-ar or the aarch64 libc headers are missing (apt-get install clang llvm libc6-dev-arm64-cross as root)"
+      return 1
+    fi
+  fi
+  CC_aarch64_linux_android=clang AR_aarch64_linux_android=llvm-ar \
+    CFLAGS_aarch64_linux_android="--target=aarch64-linux-android -isystem /usr/aarch64-linux-gnu/include" \
+    cargo build -p idemdb --target aarch64-linux-android
+}
+step "idemdb builds for aarch64-linux-android"
+run_logged android android_build
 
 if [ -f crates/xtask/Cargo.toml ]; then
   step "reliability report (CI-sized run)"

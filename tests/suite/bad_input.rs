@@ -648,3 +648,40 @@ fn verify_reports_damage_found_by_the_integrity_check_instead_of_failing() {
         failures.first()
     );
 }
+
+/// Regression: fences grew with `saturating_add`. A record whose fence was near `u64::MAX`
+/// (an import accepted one) handed out the same fence twice, so a stale lease completed a
+/// newer attempt. Such a record is refused, and at the largest fence a reservation fails with
+/// a typed error instead of reusing a fence.
+#[test]
+fn fences_never_saturate_so_a_stale_lease_cannot_complete_a_newer_attempt() {
+    let store = builder(&ManualClock::new(T0)).in_memory().expect("store");
+    let (scope, key) = (scope("acme", CHARGE), key("order-842"));
+    let scoped = ScopedKey::new(scope.clone(), key.clone());
+    let released = |fence: u64| idemdb::Record {
+        fingerprint: fp(1),
+        state: idemdb::State::Released { forget_at: idemdb::Timestamp::MAX },
+        fence,
+        attempts: 1,
+        created_at: idemdb::Timestamp::from_millis(T0),
+        updated_at: idemdb::Timestamp::from_millis(T0),
+    };
+    let imported = store.write(|txn| txn.import(&scoped, &released(u64::MAX - 1), false));
+    assert!(matches!(imported, Err(Error::InvalidRecord(_))), "a fence near u64::MAX is refused: {imported:?}");
+    assert_eq!(store.get(&scope, &key).expect("get"), None, "and nothing was written");
+
+    // At the largest fence a record may hold, the next lease has no fence left.
+    store.write(|txn| txn.import(&scoped, &released(idemdb_core::MAX_FENCE - 1), false)).expect("import");
+    let Reservation::Acquired(first) = store.reserve(&scope, &key, &fp(1)).expect("reserve") else {
+        panic!("a released key is acquired again");
+    };
+    assert_eq!(first.fence(), idemdb_core::MAX_FENCE);
+    store.fail(&first, Failure::Retryable).expect("release");
+    let second = store.reserve(&scope, &key, &fp(1));
+    assert!(
+        matches!(second, Err(Error::Transition(TransitionError::FenceExhausted { .. }))),
+        "no fence is handed out twice: {second:?}"
+    );
+    assert!(store.complete(&first, b"late".to_vec()).is_err(), "the stale lease completes nothing");
+    assert_eq!(store.get(&scope, &key).expect("get").expect("record").state.kind(), StateKind::Released);
+}

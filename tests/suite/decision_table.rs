@@ -14,7 +14,8 @@ use idemdb_interface::conformance::{self, Backend, Case, DECLINED, Observed, Pol
 fn core_setup(stored: &str, policy: &Policy, limits: PolicyMs, scope: &Scope, key: &IdempotencyKey) -> Option<Record> {
     let fp = fingerprint("same");
     let at = Timestamp::from_millis(T);
-    let decide_at = |existing, time| decide(existing, scope, key, &fp, DecisionContext::new(time, policy));
+    let decide_at =
+        |existing, time| decide(existing, scope, key, &fp, DecisionContext::new(time, policy)).expect("decide");
     let reserved = |time| decide_at(None, time).write.expect("reservation writes");
     let record = match stored {
         "none" => return None,
@@ -60,7 +61,7 @@ fn decide_case(case: &Case, limits: PolicyMs) -> (Observed, u64, u64) {
     let previous_fence = existing.as_ref().map_or(0, |record| record.fence);
     let at_ms = limits.query_time(case);
     let context = DecisionContext::new(Timestamp::from_millis(at_ms), &policy);
-    let decision = decide(existing.clone(), &scope, &key, &fingerprint(&case.request), context);
+    let decision = decide(existing.clone(), &scope, &key, &fingerprint(&case.request), context).expect("decide");
     let then = decision
         .write
         .as_ref()
@@ -99,6 +100,8 @@ impl Backend for Stores {
     type Store = Store;
 
     async fn open(&mut self, operations: &[(&'static str, Policy)]) -> Store {
+        // A clock of its own per store: time only goes forward from its open.
+        self.clock = ManualClock::new(idemdb::Clock::now(&self.clock).as_millis());
         let mut builder = Store::builder().clock(self.clock.clone());
         for (operation, policy) in operations {
             builder = builder.policy(*operation, policy.clone());

@@ -2,6 +2,7 @@
 
 mod audit;
 mod bad_input;
+mod clock;
 mod decision_table;
 mod golden;
 mod model;

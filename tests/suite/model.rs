@@ -656,7 +656,13 @@ struct Harness {
     backend: Backend,
     durability: Durability,
     clock: ManualClock,
+    /// The wall clock.
     clock_ms: u64,
+    /// Time that passed (the monotonic clock): `Advance` moves it, `SetBack` does not.
+    passed_ms: u64,
+    /// Store time and time passed when the store was opened: the store measures elapsed time
+    /// from there (see `docs/design.md`, "Time").
+    anchor: (u64, u64),
     store: Option<Store>,
     model: Model,
     /// Every lease handed out (renewed copies included), stale ones too.
@@ -676,6 +682,8 @@ impl Harness {
             durability,
             clock,
             clock_ms: T0,
+            passed_ms: T0,
+            anchor: (T0, T0),
             store: None,
             model: Model::default(),
             leases: Vec::new(),
@@ -684,6 +692,8 @@ impl Harness {
             coverage: Coverage::default(),
         };
         harness.store = Some(harness.open());
+        // A new store starts at the wall clock.
+        harness.model.tick(T0);
         harness
     }
 
@@ -700,8 +710,19 @@ impl Harness {
         self.store.as_ref().expect("store is open")
     }
 
-    fn tick(&mut self) {
-        self.model.tick(self.clock_ms);
+    fn tick(&mut self) -> u64 {
+        let store_time = self.store_time();
+        self.model.tick(store_time)
+    }
+
+    /// Store time as the store computes it: the time passed since it was opened, following
+    /// the wall clock only within a second (plus 0.1 % of the time passed) of that. The wall
+    /// clock of this test is never ahead of it, so no wall-clock gap is ever pending.
+    fn store_time(&self) -> u64 {
+        let elapsed = self.passed_ms - self.anchor.1;
+        let projected = self.anchor.0 + elapsed;
+        let tolerance = 1_000 + elapsed / 1_000;
+        self.clock_ms.clamp(projected.saturating_sub(tolerance), projected + tolerance)
     }
 
     fn pick_lease(&self, index: &Index) -> Option<Lease> {
@@ -810,6 +831,7 @@ impl Harness {
             Op::Advance { ms } => {
                 self.clock.advance(Duration::from_millis(*ms));
                 self.clock_ms += ms;
+                self.passed_ms += ms;
             }
             Op::SetBack { ms } => {
                 self.clock_ms -= ms;
@@ -851,7 +873,10 @@ impl Harness {
             }
             Op::Reopen => {
                 if let Backend::File(_) = self.backend {
+                    // Closing reads the clock once more and keeps that time.
+                    let closed_at = self.tick();
                     drop(self.store.take());
+                    self.anchor = (closed_at, self.passed_ms);
                     self.store = Some(self.open());
                     self.check_time_survived_restart();
                     self.verify();
@@ -883,7 +908,7 @@ impl Harness {
         if self.clock_ms < self.model.now {
             self.coverage.add("reopen:clock-behind");
         }
-        let expected = self.model.tick(self.clock_ms);
+        let expected = self.tick();
         let now = self.store().now().as_millis();
         assert_eq!(now, expected, "step {}: store time after a restart", self.step);
     }

@@ -109,3 +109,137 @@ fn rebuild_replaces_a_store_file_in_place() {
     drop(store);
     assert!(matches!(rebuild(dir.path().join("missing.idemdb")), Err(RebuildError::Io { .. })));
 }
+
+/// Regression: `rebuild` closed the store (releasing its lock) before renaming the rebuilt copy
+/// over the path. A process that opened the store in that gap wrote to the old file, and the
+/// rename then threw its commits away: acknowledged completions were lost. A writer that opens,
+/// completes and closes in a loop beside a rebuild loop must find every completion it was told
+/// about, exactly as written.
+#[test]
+fn a_rebuild_beside_a_writer_that_opens_and_closes_loses_no_completion() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("store.idemdb");
+    drop(Store::open(&path).expect("create"));
+    let scope = scope("acme", "create_payment");
+    let done = AtomicBool::new(false);
+    let rebuilds = AtomicU64::new(0);
+    let writers = 3u32;
+    let acknowledged: Vec<(u32, String)> = std::thread::scope(|threads| {
+        threads.spawn(|| {
+            while !done.load(Ordering::SeqCst) {
+                match rebuild(&path) {
+                    Ok(_) => {
+                        rebuilds.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(RebuildError::Open(OpenError::AlreadyOpen)) => std::thread::yield_now(),
+                    Err(other) => panic!("rebuild: {other}"),
+                }
+            }
+        });
+        let handles: Vec<_> = (0..writers)
+            .map(|w| {
+                let (path, scope, rebuilds) = (&path, &scope, &rebuilds);
+                threads.spawn(move || {
+                    let mut acknowledged = Vec::new();
+                    let mut i = w;
+                    // Each writer opens, completes one key and closes, until 40 rebuilds ran.
+                    while rebuilds.load(Ordering::SeqCst) < 40 && acknowledged.len() < 2_000 {
+                        let store = loop {
+                            match Store::open(path) {
+                                Ok(store) => break store,
+                                Err(OpenError::AlreadyOpen) => std::thread::yield_now(),
+                                Err(other) => panic!("open: {other}"),
+                            }
+                        };
+                        let name = format!("order-{i}");
+                        let Reservation::Acquired(lease) = store.reserve(scope, &key(&name), &fp(i)).expect("reserve")
+                        else {
+                            panic!("{name} is new");
+                        };
+                        store.complete(&lease, name.clone().into_bytes()).expect("complete");
+                        drop(store);
+                        acknowledged.push((i, name));
+                        i += writers;
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                    acknowledged
+                })
+            })
+            .collect();
+        let all = handles.into_iter().flat_map(|h| h.join().expect("writer")).collect();
+        done.store(true, Ordering::SeqCst);
+        all
+    });
+    let rebuilds = rebuilds.load(Ordering::SeqCst);
+    assert!(rebuilds >= 40, "the rebuild loop ran: {rebuilds}");
+    let store = Store::open(&path).expect("open");
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|(i, name)| {
+            !matches!(
+                store.reserve(&scope, &key(name), &fp(*i)),
+                Ok(Reservation::Replay { body, .. }) if body == name.as_bytes()
+            )
+        })
+        .map(|(_, name)| name)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged completions lost ({rebuilds} rebuilds): {lost:?}",
+        lost.len(),
+        acknowledged.len()
+    );
+}
+
+/// Regression: the rebuild released the store's lock before it renamed the copy over the path,
+/// so for a moment the old file was unlocked while still being the file at the path, and an
+/// opener could lock it and write commits the rename then discarded. The exclusion must be held
+/// across the replace: when the new file appears at the path, the old one is still locked.
+///
+/// The observer here races the rebuild's release (the unit test
+/// `rebuild::tests::the_old_file_stays_locked_until_the_copy_has_replaced_it` checks the same
+/// at a fixed point); before the fix the old file was unlocked at every replace, so one round
+/// in five finding it locked is enough to tell the two apart.
+#[cfg(unix)]
+#[test]
+fn a_rebuild_holds_the_old_file_locked_until_the_copy_has_replaced_it() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("store.idemdb");
+    let clock = ManualClock::new(T0);
+    let scope = scope("acme", "create_payment");
+    {
+        let store = builder(&clock).durability(idemdb::Durability::Eventual).open(&path).expect("open");
+        for i in 0..200 {
+            let Reservation::Acquired(lease) = store.reserve(&scope, &key(&format!("k-{i}")), &fp(1)).expect("reserve")
+            else {
+                panic!("k-{i} is new");
+            };
+            store.complete(&lease, vec![b'r'; 100]).expect("complete");
+        }
+    }
+    let mut locked_when_replaced = 0;
+    for _ in 0..5 {
+        let old = fs::File::open(&path).expect("the file before the rebuild");
+        let old_inode = old.metadata().expect("stat").ino();
+        let backend = idemdb::redb::backends::FileBackend::new(old).expect("backend");
+        let locked = std::thread::scope(|threads| {
+            let rebuilding = threads.spawn(|| rebuild(&path).expect("rebuild"));
+            let started = std::time::Instant::now();
+            while fs::metadata(&path).map(|m| m.ino()).unwrap_or(old_inode) == old_inode {
+                assert!(started.elapsed() < Duration::from_secs(60), "the rebuild never replaced the file");
+                std::hint::spin_loop();
+            }
+            let opened = idemdb::redb::Builder::new().open_read_only_with_backend(backend);
+            let locked = matches!(opened, Err(idemdb::redb::DatabaseError::DatabaseAlreadyOpen));
+            drop(opened);
+            rebuilding.join().expect("rebuild thread");
+            locked
+        });
+        locked_when_replaced += u32::from(locked);
+    }
+    assert!(locked_when_replaced > 0, "the old file was unlocked every time the copy replaced it");
+    let store = builder(&clock).open(&path).expect("reopen");
+    assert_eq!(snapshot(&store).len(), 200);
+}

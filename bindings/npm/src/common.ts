@@ -1,5 +1,9 @@
+/**
+ * What every entry file (node, browser, workerd) exports: the error classes, the `Store`, the
+ * shared open functions, fingerprints and keys, and `idempotentFetch` with its resume helpers.
+ */
 export * from './errors.js';
-export type { HostStorage } from './engine.js';
+export type { EngineErrorCode } from './engine-codes.js';
 export {
   Store,
   canonicalize,
@@ -7,8 +11,12 @@ export {
   newKey,
   type Attempt,
   type AttemptOutcome,
+  type Body,
   type CanonicalOptions,
+  type ExpiryPurge,
+  type HostStorage,
   type Intent,
+  type IntentPurge,
   type IntentResponse,
   type JsonRequest,
   type Lease,
@@ -18,6 +26,15 @@ export {
   type StoreOptions,
   type StoredRecord,
 } from './store.js';
+export {
+  openDurableObjectStore,
+  openHostStore,
+  openMemoryStore,
+  ready,
+  type DurableObjectStorageLike,
+  type DurableObjectStoreOptions,
+  type WasmSource,
+} from './open.js';
 export {
   autoResume,
   idempotentFetch,

@@ -1,11 +1,15 @@
 /**
  * Typed errors. Every error the package throws is an `IdemdbError` (a real `Error`) with a
- * stable `code`; catch a subclass, or switch on `code`.
+ * stable `code`; catch a subclass, or switch on `code`. Engine errors (plain JS errors with a
+ * `code`, made in `bindings/wasm`) become the subclass their code names (`toIdemdbError`).
  */
-
 import type { EngineErrorCode } from './generated/vocabulary.js';
 
-/** Every stable error code (generated from the Rust `ErrorCode`, so the engine and the package agree). */
+
+/**
+ * Every stable error code: generated from the Rust `ErrorCode` (`src/generated/vocabulary.ts`),
+ * so the engine, the HTTP layer and this package name failures alike.
+ */
 export type ErrorCode = EngineErrorCode;
 
 /** Base class of every error this package throws. */
@@ -49,6 +53,11 @@ export class OpenError extends IdemdbError {}
 export class UnsupportedError extends IdemdbError {}
 /** A bug or a trap inside the engine; the store should be reopened. */
 export class InternalError extends IdemdbError {}
+/**
+ * The WebAssembly engine is not loaded: `await ready()` first (the open functions do it), or
+ * the `.wasm` could not be fetched (pass its URL to `ready(url)`).
+ */
+export class NotReadyError extends IdemdbError {}
 
 /** The server answered 422: the key is bound to a different request. Never retried. */
 export class ConflictError extends IdemdbError {
@@ -83,7 +92,7 @@ export class AbandonedError extends IdemdbError {
 /** The caller's `AbortSignal` fired; the intent stays pending. */
 export class AbortedError extends IdemdbError {}
 
-const BY_CODE: Record<string, new (code: ErrorCode, message: string, options?: { cause?: unknown }) => IdemdbError> = {
+const BY_CODE: Partial<Record<ErrorCode, new (code: ErrorCode, message: string, options?: { cause?: unknown }) => IdemdbError>> = {
   IDEMDB_INVALID_ARGUMENT: InvalidInputError,
   IDEMDB_INVALID_KEY: InvalidInputError,
   IDEMDB_INVALID_REQUEST: InvalidInputError,
@@ -102,6 +111,9 @@ const BY_CODE: Record<string, new (code: ErrorCode, message: string, options?: {
   IDEMDB_FOREIGN: OpenError,
   IDEMDB_NEWER_FORMAT: OpenError,
   IDEMDB_OLDER_FORMAT: OpenError,
+  IDEMDB_UNSUPPORTED: UnsupportedError,
+  IDEMDB_NOT_READY: NotReadyError,
+  IDEMDB_INTERNAL: InternalError,
 };
 
 /** Turns anything thrown by the engine or a host callback into a typed `IdemdbError`. */
@@ -111,7 +123,7 @@ export function toIdemdbError(thrown: unknown): IdemdbError {
   const message = thrown instanceof Error ? thrown.message : String(thrown);
   if (typeof code === 'string' && code.startsWith('IDEMDB_')) {
     const reopenRequired = (thrown as { reopenRequired?: unknown }).reopenRequired === true;
-    const Ctor = BY_CODE[code];
+    const Ctor = BY_CODE[code as ErrorCode];
     if (Ctor) return new Ctor(code as ErrorCode, message, { cause: thrown });
     return new StorageError(code as ErrorCode, message, { cause: thrown, reopenRequired });
   }

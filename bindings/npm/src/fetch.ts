@@ -1,3 +1,9 @@
+/**
+ * `idempotentFetch` and the resume helpers: a mutation's intent is stored (key, canonical
+ * request, fingerprint) before the request leaves, sent with `Idempotency-Key`, retried
+ * safely, and its final response recorded; pending intents are sent again at start-up and
+ * when the platform comes back online.
+ */
 import {
   AbandonedError,
   AbortedError,
@@ -6,20 +12,18 @@ import {
   RetriesExhaustedError,
   toIdemdbError,
 } from './errors.js';
-import type { AttemptOutcome, CanonicalOptions, Intent, JsonRequest, Scope } from './store.js';
+import type { CanonicalOptions, Intent, Scope, Store } from './store.js';
+
+/** The store methods `idempotentFetch` and the resume helpers use. */
+type IntentMethod = 'createIntent' | 'recordAttempt' | 'recordResponse' | 'pendingIntents' | 'getIntent';
 
 /**
  * What `idempotentFetch` needs of a store: a `Store` (synchronous) or a `SharedStore`
- * (asynchronous, any tab).
+ * (asynchronous, any tab) — `Store`'s intent methods, answering at once or with a promise.
  */
-export interface IntentStore {
-  readonly isOpen: boolean;
-  createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions }): Intent | Promise<Intent>;
-  recordAttempt(scope: Scope, key: string, attempt: AttemptOutcome): Intent | Promise<Intent>;
-  recordResponse(scope: Scope, key: string, response: { status: number; headers?: [string, string][]; body?: Uint8Array | string }): Intent | Promise<Intent>;
-  pendingIntents(): Intent[] | Promise<Intent[]>;
-  getIntent(scope: Scope, key: string): Intent | null | Promise<Intent | null>;
-}
+export type IntentStore = { readonly isOpen: boolean } & {
+  [M in IntentMethod]: (...args: Parameters<Store[M]>) => ReturnType<Store[M]> | Promise<ReturnType<Store[M]>>;
+};
 
 /** Retry schedule of `idempotentFetch`. */
 export interface RetryOptions {
@@ -156,7 +160,15 @@ function keptHeaders(response: Response): [string, string][] {
  * network errors, timeouts, 5xx, 408, 409 and 429 are retried with exponential backoff and
  * full jitter, honouring `Retry-After`; 422 is a conflict, recorded and never retried.
  */
-export async function sendIntent(store: IntentStore, intent: Intent, options: Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'> = {}): Promise<Response> {
+export async function sendIntent(store: IntentStore, intent: Intent, options: SendOptions = {}): Promise<Response> {
+  return (await deliver(store, intent, options)).response;
+}
+
+/** Options of `sendIntent`: those of `idempotentFetch` that do not make the intent. */
+type SendOptions = Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'>;
+
+/** `sendIntent`, answering with the intent as finally recorded too. */
+async function deliver(store: IntentStore, intent: Intent, options: SendOptions): Promise<{ response: Response; intent: Intent }> {
   const scope = { tenant: intent.tenant, operation: intent.operation };
   const retry: Required<RetryOptions> = {
     maxAttempts: options.retry?.maxAttempts ?? 5,
@@ -185,7 +197,7 @@ export async function sendIntent(store: IntentStore, intent: Intent, options: Om
       if (intent.response.status === 422) {
         throw new ConflictError(`the server refused key ${intent.key} as bound to a different request (422)`, responseOf(intent));
       }
-      return responseOf(intent);
+      return { response: responseOf(intent), intent };
     }
     if (intent.state === 'abandoned') throw new AbandonedError(`intent ${intent.key} was abandoned: ${intent.reason}`, intent.reason);
     if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending');
@@ -276,21 +288,30 @@ export async function idempotentFetch(
   return sendIntent(store, intent, options);
 }
 
-/** The outcome of resuming one intent. */
+/**
+ * The outcome of resuming one intent: `intent` as recorded after the sends (completed, or
+ * still pending with its attempts counted), with the final response or the error.
+ */
 export type Resumed = { intent: Intent; response: Response } | { intent: Intent; error: Error };
 
 /** Sends every pending intent again, oldest first, with its own key; one at a time. */
 export async function resumePending(
   store: IntentStore,
-  options: Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'> & { filter?: (intent: Intent) => boolean } = {},
+  options: SendOptions & { filter?: (intent: Intent) => boolean } = {},
 ): Promise<Resumed[]> {
   const results: Resumed[] = [];
   for (const intent of await store.pendingIntents()) {
     if (options.filter && !options.filter(intent)) continue;
     try {
-      results.push({ intent, response: await sendIntent(store, intent, options) });
+      results.push(await deliver(store, intent, options));
     } catch (error) {
-      results.push({ intent, error: error as Error });
+      let latest: Intent | null = null;
+      try {
+        latest = await store.getIntent({ tenant: intent.tenant, operation: intent.operation }, intent.key);
+      } catch {
+        // the store itself failed (closed, storage): report the intent as it was
+      }
+      results.push({ intent: latest ?? intent, error: error as Error });
       if (error instanceof AbortedError) break;
     }
   }

@@ -1,9 +1,14 @@
+/**
+ * Node file stores: the store file (the Rust crate's and the CLI's format) through positional
+ * reads and writes on a file descriptor, `fdatasync` once per durable commit, one holder at a
+ * time through `<file>.lock`, new files made under a temporary name and renamed into place.
+ */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 
-import { StoreBusyError, toIdemdbError } from './errors.js';
-import { getEngine, type HostStorage } from './engine.js';
-import { newKey, openRaw, type Store, type StoreOptions } from './store.js';
+import { InvalidInputError, StoreBusyError, toIdemdbError } from './errors.js';
+import { getEngine } from './engine.js';
+import { newKey, openRaw, type HostStorage, type Store, type StoreOptions } from './store.js';
 
 /** Host storage over a Node file descriptor: positional reads and writes, `fdatasync` per durable commit. */
 function fileStorage(fd: number): HostStorage {
@@ -45,8 +50,17 @@ function lock(file: string): () => void {
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw toIdemdbError(error);
       const holder = Number(fs.readFileSync(lockPath, 'utf8'));
+      if (holder === process.pid) {
+        throw new StoreBusyError(
+          'IDEMDB_STORE_BUSY',
+          `${file} is already open in this process: share that Store, close it first, or open with { wait: true } (lock file ${lockPath})`,
+        );
+      }
       if (Number.isInteger(holder) && holder > 0 && pidAlive(holder)) {
-        throw new StoreBusyError('IDEMDB_STORE_BUSY', `${file} is open in process ${holder} (lock file ${lockPath}); one process at a time`);
+        throw new StoreBusyError(
+          'IDEMDB_STORE_BUSY',
+          `${file} is open in process ${holder}; one process at a time (lock file ${lockPath}): retry later or open with { wait: true }`,
+        );
       }
       fs.rmSync(lockPath, { force: true }); // stale: its process is gone
     }
@@ -61,6 +75,7 @@ function lock(file: string): () => void {
  * during creation never leaves a half-made store.
  */
 export function openFileStoreSync(file: string, options: StoreOptions = {}): Store {
+  if (typeof file !== 'string' || file === '') throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'openFileStore needs a file path');
   const release = lock(file);
   try {
     const exists = fs.existsSync(file) && fs.statSync(file).size > 0;
@@ -84,18 +99,50 @@ export function openFileStoreSync(file: string, options: StoreOptions = {}): Sto
       }
     }
     const fd = fs.openSync(file, 'r+');
-    return openRaw(
-      () => getEngine().WasmStore.openHost(fileStorage(fd), options),
-      () => {
+    return openRaw(() => getEngine().WasmStore.openHost(fileStorage(fd), options), {
+      onClose: () => {
         try {
           fs.closeSync(fd);
         } finally {
           release();
         }
       },
-    );
+    });
   } catch (error) {
     release();
     throw toIdemdbError(error);
+  }
+}
+
+/** Options of `openFileStore`. */
+export interface FileStoreOptions extends StoreOptions {
+  /**
+   * When another process, or this one, holds the file: `false` (default) throws
+   * `StoreBusyError` at once; `true` waits until it is released; a number waits at most that
+   * many milliseconds. (A second open in one process waits for the first `close()`.)
+   */
+  wait?: boolean | number;
+}
+
+/** How often a waiting open looks at the lock again. */
+const WAIT_POLL_MS = 25;
+
+/**
+ * Opens (or creates) a store file; see `openFileStoreSync`. With `{ wait }`, waits for the
+ * holder (another process, or a `Store` of this process on the same file) to close it.
+ */
+export async function openFileStore(file: string, options: FileStoreOptions = {}): Promise<Store> {
+  const wait = options.wait ?? false;
+  if (typeof wait !== 'boolean' && !(typeof wait === 'number' && wait >= 0)) {
+    throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'wait must be true, false or a number of milliseconds');
+  }
+  const deadline = wait === true ? Infinity : wait === false ? 0 : Date.now() + wait;
+  for (;;) {
+    try {
+      return openFileStoreSync(file, options);
+    } catch (error) {
+      if (!(error instanceof StoreBusyError) || Date.now() >= deadline) throw error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, WAIT_POLL_MS));
   }
 }

@@ -1,6 +1,12 @@
+/**
+ * OPFS stores (browser, dedicated worker): the store file opened through a
+ * `FileSystemSyncAccessHandle`, one holder at a time (Web Lock `idemdb:<name>`), created under a
+ * temporary name and moved into place; snapshot import and deletion.
+ */
 import { StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
 import { getEngine } from './engine.js';
 import { newKey, openRaw, type Store, type StoreOptions } from './store.js';
+import type { SyncAccessHandle } from '../wasm/idemdb_wasm_node.cjs';
 
 /** Options of `openOpfsStore`. */
 export interface OpfsOptions extends StoreOptions {
@@ -15,9 +21,8 @@ interface LockManagerLike {
   request(name: string, options: { ifAvailable?: boolean; signal?: AbortSignal; mode?: string }, callback: (lock: unknown) => Promise<void>): Promise<void>;
 }
 
-interface SyncHandleLike {
-  close(): void;
-}
+/** An OPFS sync access handle: what the engine uses, and `close()`. */
+type SyncHandleLike = SyncAccessHandle & { close(): void };
 
 function busy(name: string, cause?: unknown): StoreBusyError {
   return new StoreBusyError(
@@ -70,16 +75,15 @@ export async function openOpfsStoreWith(name: string, options: OpfsOptions = {})
     if ((error as { name?: string })?.name === 'NoModificationAllowedError') throw busy(name, error);
     throw toIdemdbError(error);
   }
-  return openRaw(
-    () => getEngine().WasmStore.openOpfs(handle, options),
-    () => {
+  return openRaw(() => getEngine().WasmStore.openOpfs(handle, options), {
+    onClose: () => {
       try {
         handle.close();
       } finally {
         release();
       }
     },
-  );
+  });
 }
 
 function syncHandlesAvailable(): boolean {

@@ -1,7 +1,12 @@
+/**
+ * `openSharedStore`: one OPFS store used by every tab of an origin. A writer is elected with a
+ * Web Lock and holds the file; the other tabs' calls travel to it over a `BroadcastChannel`,
+ * and a follower takes over when the writer's tab closes or dies.
+ */
 import { StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
 import { syncHandleFor } from './opfs.js';
 import { getEngine } from './engine.js';
-import { newKey, openRaw, type AttemptOutcome, type CanonicalOptions, type Intent, type JsonRequest, type Scope, type Store, type StoreOptions } from './store.js';
+import { newKey, openRaw, type CanonicalOptions, type Intent, type JsonRequest, type Scope, type Store, type StoreOptions } from './store.js';
 
 /** Options of `openSharedStore`. */
 export interface SharedStoreOptions extends StoreOptions {
@@ -9,13 +14,19 @@ export interface SharedStoreOptions extends StoreOptions {
   timeoutMs?: number;
 }
 
-type Method =
-  | 'createIntent' | 'getIntent' | 'recordAttempt' | 'recordResponse' | 'abandonIntent'
-  | 'pendingIntents' | 'listIntents' | 'purgeIntents' | 'exportSnapshot' | 'flush';
-const METHODS = new Set<Method>([
+/**
+ * The `Store` methods a follower reaches through the writer: the client-intent methods and
+ * snapshots (leases cannot cross tabs). Their signatures are `Store`'s, made asynchronous.
+ */
+const SHARED_METHODS = [
   'createIntent', 'getIntent', 'recordAttempt', 'recordResponse', 'abandonIntent',
   'pendingIntents', 'listIntents', 'purgeIntents', 'exportSnapshot', 'flush',
-]);
+] as const satisfies readonly (keyof Store)[];
+type Method = (typeof SHARED_METHODS)[number];
+const METHODS = new Set<string>(SHARED_METHODS);
+type Remote<M extends Method> = (...args: Parameters<Store[M]>) => Promise<ReturnType<Store[M]>>;
+/** The shared methods other than `createIntent` (which makes its key before sending). */
+type Forwarded = { [M in Exclude<Method, 'createIntent'>]: Remote<M> };
 
 interface Call { id: string; from: string; method: Method; args: unknown[] }
 interface Answer { id: string; to: string; ok: boolean; value?: unknown; error?: { code?: string; message: string } }
@@ -27,7 +38,20 @@ interface Answer { id: string; to: string; ok: boolean; value?: unknown; error?:
  * lock, opens the file and becomes the writer. Calls are asynchronous; the client-intent
  * methods and snapshots are available (leases cannot cross tabs). Open it in a dedicated worker.
  */
+export interface SharedStore extends Forwarded {}
 export class SharedStore {
+  static {
+    for (const method of SHARED_METHODS) {
+      if (method === 'createIntent') continue;
+      Object.defineProperty(this.prototype, method, {
+        value: function (this: SharedStore, ...args: unknown[]) {
+          return this.#call(method, ...args);
+        },
+        writable: true,
+        configurable: true,
+      });
+    }
+  }
   readonly #name: string;
   readonly #options: SharedStoreOptions;
   readonly #id = newKey();
@@ -144,34 +168,6 @@ export class SharedStore {
   createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions }): Promise<Intent> {
     return this.#call('createIntent', scope, request, { ...options, key: options?.key ?? newKey() });
   }
-  getIntent(scope: Scope, key: string): Promise<Intent | null> {
-    return this.#call('getIntent', scope, key);
-  }
-  recordAttempt(scope: Scope, key: string, attempt: AttemptOutcome): Promise<Intent> {
-    return this.#call('recordAttempt', scope, key, attempt);
-  }
-  recordResponse(scope: Scope, key: string, response: { status: number; headers?: [string, string][]; body?: Uint8Array | string }): Promise<Intent> {
-    return this.#call('recordResponse', scope, key, response);
-  }
-  abandonIntent(scope: Scope, key: string, reason: string): Promise<Intent> {
-    return this.#call('abandonIntent', scope, key, reason);
-  }
-  pendingIntents(): Promise<Intent[]> {
-    return this.#call('pendingIntents');
-  }
-  listIntents(): Promise<Intent[]> {
-    return this.#call('listIntents');
-  }
-  purgeIntents(options?: { keepForMs?: number; budget?: number }): Promise<{ removed: number; more: boolean }> {
-    return this.#call('purgeIntents', options);
-  }
-  exportSnapshot(): Promise<Uint8Array> {
-    return this.#call('exportSnapshot');
-  }
-  flush(): Promise<void> {
-    return this.#call('flush');
-  }
-
   /** Closes: a writer releases the file and the lock (a follower then takes over). */
   close(): void {
     if (this.#closed) return;
@@ -196,5 +192,5 @@ export async function openOpfsHeld(name: string, options: StoreOptions): Promise
   const nav = (globalThis as { navigator?: { storage?: { getDirectory?: () => Promise<any> } } }).navigator;
   if (!nav?.storage?.getDirectory) throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'OPFS is not available here');
   const handle = await syncHandleFor(await nav.storage.getDirectory(), name, options);
-  return openRaw(() => getEngine().WasmStore.openOpfs(handle, options), () => handle.close());
+  return openRaw(() => getEngine().WasmStore.openOpfs(handle, options), { onClose: () => handle.close() });
 }

@@ -1,5 +1,34 @@
-import { guard, InvalidInputError } from './errors.js';
+/**
+ * `Store`: the package's one list of store methods, over the raw engine (`engine.ts`). Argument
+ * checks, bytes in and out, leases kept opaque, and every engine error turned into a typed
+ * `IdemdbError`. The value types come from the engine's generated declarations.
+ */
+import { guard, InvalidInputError, type IdemdbError } from './errors.js';
 import { getEngine, type RawLease, type RawStore } from './engine.js';
+import type {
+  AttemptOutcome,
+  CanonicalOptions,
+  ExpiryPurge,
+  Intent,
+  IntentPurge,
+  RawReservation,
+  StoredRecord,
+  StoreOptions,
+} from '../wasm/idemdb_wasm_node.cjs';
+
+export type {
+  Attempt,
+  AttemptOutcome,
+  CanonicalOptions,
+  ExpiryPurge,
+  HostStorage,
+  Intent,
+  IntentPurge,
+  IntentResponse,
+  PolicyOptions,
+  StoredRecord,
+  StoreOptions,
+} from '../wasm/idemdb_wasm_node.cjs';
 
 /** Who a record or intent belongs to: `(tenant, operation)`. */
 export interface Scope {
@@ -7,79 +36,11 @@ export interface Scope {
   operation: string;
 }
 
-/** Canonicalisation of a JSON request before fingerprinting (RFC 8785 plus these rules). */
-export interface CanonicalOptions {
-  /** JSON pointers (`*` matches any array index or key) removed before hashing, e.g. `/trace_id`. */
-  exclude?: string[];
-  /** Rewrites applied to the values at JSON pointers. `decimal` turns amounts into canonical decimal strings. */
-  normalise?: Record<string, 'trim' | 'uppercase' | 'lowercase' | 'decimal'>;
-  /** Largest body accepted, in bytes. */
-  maxBodyBytes?: number;
-}
-
-/** Per-operation expiry and limits. Durations in milliseconds. */
-export interface PolicyOptions {
-  leaseTtlMs?: number;
-  responseTtlMs?: number;
-  tombstoneTtlMs?: number;
-  maxResultBytes?: number;
-  /** What a retry finding an expired lease means: `uncertain` (default, safe) or `takeover`. */
-  expiredLease?: 'uncertain' | 'takeover';
-}
-
-/** Options of every open function. */
-export interface StoreOptions {
-  /** `immediate` (default): every commit is durable when the call returns. `eventual`: call `flush()`. */
-  durability?: 'immediate' | 'eventual';
-  /** Page cache in bytes (default 16 MiB). */
-  cacheBytes?: number;
-  /** Keep the audit trail table (default true). */
-  audit?: boolean;
-  defaultPolicy?: PolicyOptions;
-  policies?: Record<string, PolicyOptions>;
-}
-
 /** A request body: JSON text, UTF-8 bytes of JSON, or any JSON-serialisable value. */
 export type JsonRequest = string | Uint8Array | object | number | boolean | null;
 
-/** How one attempt ended. */
-export type AttemptOutcome =
-  | { outcome: 'sent' }
-  | { outcome: 'network_error' }
-  | { outcome: 'timeout' }
-  | { outcome: 'status'; status: number };
-
-/** A recorded attempt. */
-export type Attempt = AttemptOutcome & { at: number };
-
-/** The recorded final response of an intent. */
-export interface IntentResponse {
-  status: number;
-  headers: [string, string][];
-  body: Uint8Array;
-}
-
-interface IntentBase {
-  tenant: string;
-  operation: string;
-  /** The idempotency key, made once when the intent was created. */
-  key: string;
-  /** The canonical request (RFC 8785 JSON bytes). */
-  request: Uint8Array;
-  /** Hex fingerprint of the canonical request. */
-  fingerprint: string;
-  attempts: number;
-  lastAttempt: Attempt | null;
-  /** Milliseconds since the epoch. */
-  createdAt: number;
-  updatedAt: number;
-}
-
-/** A client intent, as stored. */
-export type Intent =
-  | (IntentBase & { state: 'pending' })
-  | (IntentBase & { state: 'completed'; response: IntentResponse })
-  | (IntentBase & { state: 'abandoned'; reason: string });
+/** A response body to store: bytes, or text (stored as UTF-8). */
+export type Body = Uint8Array | string;
 
 /** The right of one attempt to execute. Opaque: pass it back to the store that issued it. */
 export interface Lease {
@@ -92,24 +53,7 @@ export interface Lease {
 }
 
 /** The answer to `reserve`. */
-export type Reservation =
-  | { status: 'acquired'; lease: Lease }
-  | { status: 'replay'; outcome: 'completed' | 'failed'; body: Uint8Array }
-  | { status: 'in_progress'; retryAfterMs: number }
-  | { status: 'mismatch'; stored: string }
-  | { status: 'needs_reconciliation'; cause: 'lease_expired' | 'reported' }
-  | { status: 'expired'; outcome: 'completed' | 'failed' };
-
-/** A stored server-side record. */
-export interface StoredRecord {
-  state: 'in_progress' | 'completed' | 'failed' | 'released' | 'uncertain' | 'tombstone';
-  fingerprint: string;
-  fence: bigint;
-  attempts: number;
-  createdAt: number;
-  updatedAt: number;
-  body?: Uint8Array;
-}
+export type Reservation = Exclude<RawReservation, { status: 'acquired' }> | { status: 'acquired'; lease: Lease };
 
 const encoder = new TextEncoder();
 
@@ -122,7 +66,7 @@ export function jsonBytes(request: JsonRequest): Uint8Array {
   return encoder.encode(text);
 }
 
-function bodyBytes(body: Uint8Array | string | undefined | null): Uint8Array {
+function bodyBytes(body: Body | undefined | null): Uint8Array {
   if (body === undefined || body === null) return new Uint8Array();
   return typeof body === 'string' ? encoder.encode(body) : body;
 }
@@ -169,19 +113,39 @@ function rawLease(lease: Lease): RawLease {
   return raw;
 }
 
+/** @internal How a store runs its engine calls (see `openRaw`). */
+export interface StoreHooks {
+  /** Called when the store is closed (release a file, a handle, a lock). */
+  onClose?: () => void;
+  /** Runs every engine call (e.g. inside a Durable Object's `transactionSync`). */
+  around?: <T>(call: () => T) => T;
+  /** A better explanation of a failure than the engine's (a host callback that broke its contract). */
+  explain?: () => IdemdbError | undefined;
+}
+
 /**
  * An open idempotency store. Every method is synchronous and, with the default durability,
  * durable when it returns. Obtain one from `openMemoryStore`, `openOpfsStore` (browser
- * worker), `openFileStore` (Node) or `openHostStore` (edge).
+ * worker), `openFileStore` (Node), `openDurableObjectStore` (Cloudflare Workers) or
+ * `openHostStore` (your storage).
  */
 export class Store {
   #raw: RawStore;
-  #onClose: (() => void) | undefined;
+  #hooks: StoreHooks;
 
   /** @internal */
-  constructor(raw: RawStore, onClose?: () => void) {
+  constructor(raw: RawStore, hooks: StoreHooks = {}) {
     this.#raw = raw;
-    this.#onClose = onClose;
+    this.#hooks = hooks;
+  }
+
+  #run<T>(call: (raw: RawStore) => T): T {
+    const { around, explain } = this.#hooks;
+    try {
+      return guard(() => (around ? around(() => call(this.#raw)) : call(this.#raw)));
+    } catch (error) {
+      throw explain?.() ?? error;
+    }
   }
 
   /** Whether the store is open. */
@@ -198,9 +162,8 @@ export class Store {
    */
   createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions }): Intent {
     checkScope(scope);
-    return guard(() =>
-      this.#raw.createIntent(scope.tenant, scope.operation, options?.key ?? null, jsonBytes(request), options?.canonical ?? null),
-    );
+    const bytes = jsonBytes(request);
+    return this.#run((raw) => raw.createIntent(scope.tenant, scope.operation, options?.key ?? null, bytes, options?.canonical ?? null));
   }
 
   /**
@@ -209,59 +172,53 @@ export class Store {
    */
   createIntents(scope: Scope, requests: JsonRequest[], options?: { keys?: string[]; canonical?: CanonicalOptions }): Intent[] {
     checkScope(scope);
-    return guard(() =>
-      this.#raw.createIntents(scope.tenant, scope.operation, requests.map(jsonBytes), options?.keys ?? null, options?.canonical ?? null),
-    );
+    const bytes = requests.map(jsonBytes);
+    return this.#run((raw) => raw.createIntents(scope.tenant, scope.operation, bytes, options?.keys ?? null, options?.canonical ?? null));
   }
 
   /** One intent, or `null`. */
   getIntent(scope: Scope, key: string): Intent | null {
     checkScope(scope);
-    return guard(() => this.#raw.getIntent(scope.tenant, scope.operation, key));
+    return this.#run((raw) => raw.getIntent(scope.tenant, scope.operation, key));
   }
 
   /** Records an attempt of a pending intent. */
   recordAttempt(scope: Scope, key: string, attempt: AttemptOutcome): Intent {
     checkScope(scope);
     const status = attempt.outcome === 'status' ? attempt.status : null;
-    return guard(() => this.#raw.recordAttempt(scope.tenant, scope.operation, key, attempt.outcome, status));
+    return this.#run((raw) => raw.recordAttempt(scope.tenant, scope.operation, key, attempt.outcome, status));
   }
 
   /** Records the final response and finishes the intent (the same response again is a no-op). */
-  recordResponse(
-    scope: Scope,
-    key: string,
-    response: { status: number; headers?: [string, string][]; body?: Uint8Array | string },
-  ): Intent {
+  recordResponse(scope: Scope, key: string, response: { status: number; headers?: [string, string][]; body?: Body }): Intent {
     checkScope(scope);
-    return guard(() =>
-      this.#raw.recordResponse(scope.tenant, scope.operation, key, response.status, response.headers ?? [], bodyBytes(response.body)),
-    );
+    const body = bodyBytes(response.body);
+    return this.#run((raw) => raw.recordResponse(scope.tenant, scope.operation, key, response.status, response.headers ?? [], body));
   }
 
   /** Abandons a pending intent with a reason; it will not be resumed. */
   abandonIntent(scope: Scope, key: string, reason: string): Intent {
     checkScope(scope);
-    return guard(() => this.#raw.abandonIntent(scope.tenant, scope.operation, key, reason));
+    return this.#run((raw) => raw.abandonIntent(scope.tenant, scope.operation, key, reason));
   }
 
   /** Every pending intent, oldest first: resume these at start-up. */
   pendingIntents(): Intent[] {
-    return guard(() => this.#raw.pendingIntents());
+    return this.#run((raw) => raw.pendingIntents());
   }
 
   /** Every intent. */
   listIntents(): Intent[] {
-    return guard(() => this.#raw.listIntents());
+    return this.#run((raw) => raw.listIntents());
   }
 
   /**
    * Client-side retention: removes finished (completed or abandoned) intents that last changed
    * at least `keepForMs` ago (default 7 days), up to `budget` (default 1000) per call.
    */
-  purgeIntents(options?: { keepForMs?: number; budget?: number }): { removed: number; more: boolean } {
+  purgeIntents(options?: { keepForMs?: number; budget?: number }): IntentPurge {
     const keepForMs = options?.keepForMs ?? 7 * 24 * 3600 * 1000;
-    return guard(() => this.#raw.purgeIntents(keepForMs, options?.budget ?? 1000));
+    return this.#run((raw) => raw.purgeIntents(keepForMs, options?.budget ?? 1000));
   }
 
   // ---- server side: reserve, replay, complete ----
@@ -269,7 +226,7 @@ export class Store {
   /** Reserves `(scope, key)` for a request with `fingerprint` (see `fingerprint()`), or says why not. */
   reserve(scope: Scope, key: string, fingerprint: string): Reservation {
     checkScope(scope);
-    const answer = guard(() => this.#raw.reserve(scope.tenant, scope.operation, key, fingerprint));
+    const answer = this.#run((raw) => raw.reserve(scope.tenant, scope.operation, key, fingerprint));
     if (answer.status === 'acquired') return { status: 'acquired', lease: wrapLease(answer.lease) };
     return answer;
   }
@@ -280,45 +237,51 @@ export class Store {
   }
 
   /** Stores the result of the lease's attempt; retries replay it byte for byte. */
-  complete(lease: Lease, body: Uint8Array | string): void {
-    guard(() => this.#raw.complete(rawLease(lease), bodyBytes(body)));
+  complete(lease: Lease, body: Body): void {
+    const raw = rawLease(lease);
+    const bytes = bodyBytes(body);
+    this.#run((store) => store.complete(raw, bytes));
   }
 
   /**
    * Records a failed attempt: `definitive` (the body is replayed), `retryable` (nothing happened;
    * the key is released) or `uncertain` (an external effect may have happened; reconcile first).
    */
-  fail(lease: Lease, kind: 'definitive' | 'retryable' | 'uncertain', body?: Uint8Array | string): void {
-    guard(() => this.#raw.fail(rawLease(lease), kind, body === undefined ? null : bodyBytes(body)));
+  fail(lease: Lease, kind: 'definitive' | 'retryable' | 'uncertain', body?: Body): void {
+    const raw = rawLease(lease);
+    const bytes = body === undefined ? null : bodyBytes(body);
+    this.#run((store) => store.fail(raw, kind, bytes));
   }
 
   /** Extends the lease; returns the renewed lease. */
   renew(lease: Lease): Lease {
-    return wrapLease(guard(() => this.#raw.renew(rawLease(lease))));
+    const raw = rawLease(lease);
+    return wrapLease(this.#run((store) => store.renew(raw)));
   }
 
   /** Resolves an uncertain record. */
-  reconcile(scope: Scope, key: string, resolution: 'completed' | 'failed' | 'released', body?: Uint8Array | string): void {
+  reconcile(scope: Scope, key: string, resolution: 'completed' | 'failed' | 'released', body?: Body): void {
     checkScope(scope);
-    guard(() => this.#raw.reconcile(scope.tenant, scope.operation, key, resolution, body === undefined ? null : bodyBytes(body)));
+    const bytes = body === undefined ? null : bodyBytes(body);
+    this.#run((raw) => raw.reconcile(scope.tenant, scope.operation, key, resolution, bytes));
   }
 
   /** The stored record of a key, or `null`. */
   get(scope: Scope, key: string): StoredRecord | null {
     checkScope(scope);
-    return guard(() => this.#raw.get(scope.tenant, scope.operation, key));
+    return this.#run((raw) => raw.get(scope.tenant, scope.operation, key));
   }
 
   /** Applies retention (results → tombstones → forgotten) to at most `budget` due records. */
-  purgeExpired(budget = 1000): { tombstoned: number; forgotten: number; more: boolean } {
-    return guard(() => this.#raw.purgeExpired(budget));
+  purgeExpired(budget = 1000): ExpiryPurge {
+    return this.#run((raw) => raw.purgeExpired(budget));
   }
 
   // ---- the store itself ----
 
   /** Makes every earlier commit durable (needed only with `durability: 'eventual'`). */
   flush(): void {
-    guard(() => this.#raw.flush());
+    this.#run((raw) => raw.flush());
   }
 
   /**
@@ -326,32 +289,35 @@ export class Store {
    * `openFileStore`, the Rust crate and the CLI open.
    */
   exportSnapshot(): Uint8Array {
-    return guard(() => this.#raw.exportSnapshot());
+    return this.#run((raw) => raw.exportSnapshot());
   }
 
   /** Closes the store and releases its file, handle or lock. Closing twice is a no-op. */
   close(): void {
     if (!this.#raw.isOpen) return;
     try {
-      this.#raw.close();
+      this.#run((raw) => raw.close());
     } finally {
-      const onClose = this.#onClose;
-      this.#onClose = undefined;
+      const onClose = this.#hooks.onClose;
+      this.#hooks = {};
       onClose?.();
     }
   }
 }
 
-/** @internal */
-export function openRaw(open: () => RawStore, onClose?: () => void): Store {
+/**
+ * @internal Opens a store with `open` (an engine call), running it like every later call
+ * (`hooks.around`); on failure releases what `hooks.onClose` releases and throws a typed error.
+ */
+export function openRaw(open: () => RawStore, hooks: StoreHooks = {}): Store {
   let raw: RawStore;
   try {
-    raw = guard(open);
+    raw = guard(() => (hooks.around ? hooks.around(open) : open()));
   } catch (error) {
-    onClose?.();
-    throw error;
+    hooks.onClose?.();
+    throw hooks.explain?.() ?? error;
   }
-  return new Store(raw, onClose);
+  return new Store(raw, hooks);
 }
 
 /** Opens a store in memory: empty, or from snapshot bytes exported earlier. */

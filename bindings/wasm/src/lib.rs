@@ -20,6 +20,7 @@ mod convert;
 mod js_backend;
 mod random;
 mod store;
+mod types;
 mod typescript;
 
 pub use js_backend::HostStorage;

@@ -123,20 +123,29 @@ impl WasmStore {
 impl WasmStore {
     /// Opens a store in memory, empty or from snapshot bytes.
     #[wasm_bindgen(js_name = openMemory)]
-    pub fn open_memory(snapshot: Option<Vec<u8>>, options: JsValue) -> Result<WasmStore, JsValue> {
+    pub fn open_memory(
+        snapshot: Option<Vec<u8>>,
+        #[wasm_bindgen(unchecked_param_type = "StoreOptions | null")] options: JsValue,
+    ) -> Result<WasmStore, JsValue> {
         WasmStore::open(Shared::new(Memory::from_bytes(snapshot.unwrap_or_default())), &options)
     }
 
     /// Opens a store in an OPFS file through its sync access handle (dedicated workers only).
     /// Every commit ends with one `handle.flush()`.
     #[wasm_bindgen(js_name = openOpfs)]
-    pub fn open_opfs(handle: FileSystemSyncAccessHandle, options: JsValue) -> Result<WasmStore, JsValue> {
+    pub fn open_opfs(
+        #[wasm_bindgen(unchecked_param_type = "SyncAccessHandle")] handle: FileSystemSyncAccessHandle,
+        #[wasm_bindgen(unchecked_param_type = "StoreOptions | null")] options: JsValue,
+    ) -> Result<WasmStore, JsValue> {
         WasmStore::open(Shared::new(JsBackend::Opfs(handle)), &options)
     }
 
     /// Opens a store on host callbacks (`read`, `write`, `size`, `truncate`, `flush`).
     #[wasm_bindgen(js_name = openHost)]
-    pub fn open_host(host: HostStorage, options: JsValue) -> Result<WasmStore, JsValue> {
+    pub fn open_host(
+        host: HostStorage,
+        #[wasm_bindgen(unchecked_param_type = "StoreOptions | null")] options: JsValue,
+    ) -> Result<WasmStore, JsValue> {
         WasmStore::open(Shared::new(JsBackend::Host(host)), &options)
     }
 
@@ -165,6 +174,7 @@ impl WasmStore {
     }
 
     /// Reserves `(tenant, operation, key)` for a request with the given fingerprint (hex).
+    #[wasm_bindgen(unchecked_return_type = "RawReservation")]
     pub fn reserve(&self, tenant: &str, operation: &str, key_str: &str, fingerprint: &str) -> Result<JsValue, JsValue> {
         let fingerprint = parse_fingerprint(fingerprint)?;
         let reservation =
@@ -179,7 +189,12 @@ impl WasmStore {
 
     /// Records a failed attempt: `definitive` (with a body, replayed), `retryable` (released)
     /// or `uncertain` (reconcile before any new effect).
-    pub fn fail(&self, lease: &WasmLease, kind: &str, body: Option<Vec<u8>>) -> Result<(), JsValue> {
+    pub fn fail(
+        &self,
+        lease: &WasmLease,
+        #[wasm_bindgen(unchecked_param_type = "'definitive' | 'retryable' | 'uncertain'")] kind: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(), JsValue> {
         let failure =
             Failure::of_kind(convert::parse_name::<FailureKind>(kind, "failure kind")?, body.unwrap_or_default());
         self.store()?.fail(&lease.0, failure).map_err(from_store)
@@ -196,7 +211,7 @@ impl WasmStore {
         tenant: &str,
         operation: &str,
         key_str: &str,
-        resolution: &str,
+        #[wasm_bindgen(unchecked_param_type = "'completed' | 'failed' | 'released'")] resolution: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(), JsValue> {
         let kind = convert::parse_name::<ResolutionKind>(resolution, "resolution")?;
@@ -205,13 +220,14 @@ impl WasmStore {
     }
 
     /// The record of a key, or `null`.
+    #[wasm_bindgen(unchecked_return_type = "StoredRecord | null")]
     pub fn get(&self, tenant: &str, operation: &str, key_str: &str) -> Result<JsValue, JsValue> {
         let record = self.store()?.get(&scope(tenant, operation)?, &key(key_str)?).map_err(from_store)?;
         Ok(record.as_ref().map(convert::record).unwrap_or(JsValue::NULL))
     }
 
     /// Applies retention to at most `budget` due records.
-    #[wasm_bindgen(js_name = purgeExpired)]
+    #[wasm_bindgen(js_name = purgeExpired, unchecked_return_type = "ExpiryPurge")]
     pub fn purge_expired(&self, budget: u32) -> Result<JsValue, JsValue> {
         let report = self.store()?.purge_expired(budget as usize).map_err(from_store)?;
         Ok(Obj::new()
@@ -223,14 +239,14 @@ impl WasmStore {
 
     /// Creates an intent and stores it durably before returning. `key` is made from
     /// `crypto.getRandomValues` (UUID v4) when not given.
-    #[wasm_bindgen(js_name = createIntent)]
+    #[wasm_bindgen(js_name = createIntent, unchecked_return_type = "Intent")]
     pub fn create_intent(
         &self,
         tenant: &str,
         operation: &str,
         key_str: Option<String>,
         request: &[u8],
-        canonical: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "CanonicalOptions | null")] canonical: JsValue,
     ) -> Result<JsValue, JsValue> {
         let key = match key_str {
             Some(k) => key(&k)?,
@@ -245,14 +261,14 @@ impl WasmStore {
     /// Creates several intents in one write transaction (one durable commit), all or none.
     /// `keys` (optional) gives each intent's key; missing ones are made from
     /// `crypto.getRandomValues`.
-    #[wasm_bindgen(js_name = createIntents)]
+    #[wasm_bindgen(js_name = createIntents, unchecked_return_type = "Intent[]")]
     pub fn create_intents(
         &self,
         tenant: &str,
         operation: &str,
         requests: Vec<js_sys::Uint8Array>,
         keys: Option<Vec<String>>,
-        canonical: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "CanonicalOptions | null")] canonical: JsValue,
     ) -> Result<Array, JsValue> {
         let scope = scope(tenant, operation)?;
         let mut made = Vec::with_capacity(requests.len());
@@ -271,20 +287,20 @@ impl WasmStore {
     }
 
     /// One intent, or `null`.
-    #[wasm_bindgen(js_name = getIntent)]
+    #[wasm_bindgen(js_name = getIntent, unchecked_return_type = "Intent | null")]
     pub fn get_intent(&self, tenant: &str, operation: &str, key_str: &str) -> Result<JsValue, JsValue> {
         let intent = self.store()?.intent(&scope(tenant, operation)?, &key(key_str)?).map_err(from_intent)?;
         Ok(intent.as_ref().map(convert::intent).unwrap_or(JsValue::NULL))
     }
 
     /// Records an attempt: `sent`, `network_error`, `timeout` or `status` (with `status`).
-    #[wasm_bindgen(js_name = recordAttempt)]
+    #[wasm_bindgen(js_name = recordAttempt, unchecked_return_type = "Intent")]
     pub fn record_attempt(
         &self,
         tenant: &str,
         operation: &str,
         key_str: &str,
-        outcome: &str,
+        #[wasm_bindgen(unchecked_param_type = "AttemptOutcome['outcome']")] outcome: &str,
         status: Option<u16>,
     ) -> Result<JsValue, JsValue> {
         let outcome = convert::attempt_outcome(outcome, status)?;
@@ -294,14 +310,14 @@ impl WasmStore {
     }
 
     /// Records the final response and finishes the intent.
-    #[wasm_bindgen(js_name = recordResponse)]
+    #[wasm_bindgen(js_name = recordResponse, unchecked_return_type = "Intent")]
     pub fn record_response(
         &self,
         tenant: &str,
         operation: &str,
         key_str: &str,
         status: u16,
-        headers: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "[string, string][]")] headers: JsValue,
         body: &[u8],
     ) -> Result<JsValue, JsValue> {
         let response = IntentResponse { status, headers: convert::headers(&headers)?, body: body.to_vec() };
@@ -311,7 +327,7 @@ impl WasmStore {
     }
 
     /// Abandons a pending intent with a reason.
-    #[wasm_bindgen(js_name = abandonIntent)]
+    #[wasm_bindgen(js_name = abandonIntent, unchecked_return_type = "Intent")]
     pub fn abandon_intent(
         &self,
         tenant: &str,
@@ -325,21 +341,21 @@ impl WasmStore {
     }
 
     /// Every pending intent, oldest first.
-    #[wasm_bindgen(js_name = pendingIntents)]
+    #[wasm_bindgen(js_name = pendingIntents, unchecked_return_type = "Intent[]")]
     pub fn pending_intents(&self) -> Result<Array, JsValue> {
         let intents = self.store()?.pending_intents().map_err(from_intent)?;
         Ok(intents.iter().map(convert::intent).collect())
     }
 
     /// Every intent.
-    #[wasm_bindgen(js_name = listIntents)]
+    #[wasm_bindgen(js_name = listIntents, unchecked_return_type = "Intent[]")]
     pub fn list_intents(&self) -> Result<Array, JsValue> {
         let intents = self.store()?.all_intents().map_err(from_intent)?;
         Ok(intents.iter().map(convert::intent).collect())
     }
 
     /// Removes up to `budget` finished intents older than `keep_for_ms`.
-    #[wasm_bindgen(js_name = purgeIntents)]
+    #[wasm_bindgen(js_name = purgeIntents, unchecked_return_type = "IntentPurge")]
     pub fn purge_intents(&self, keep_for_ms: f64, budget: u32) -> Result<JsValue, JsValue> {
         let keep_for = Duration::from_millis(keep_for_ms.max(0.0) as u64);
         let purge = self.store()?.purge_intents(keep_for, budget as usize).map_err(from_intent)?;
@@ -353,14 +369,20 @@ fn parse_fingerprint(hex: &str) -> Result<Fingerprint, JsValue> {
 
 /// The fingerprint (hex) of a JSON request under the canonicalisation options.
 #[wasm_bindgen]
-pub fn fingerprint(body: &[u8], canonical: JsValue) -> Result<String, JsValue> {
+pub fn fingerprint(
+    body: &[u8],
+    #[wasm_bindgen(unchecked_param_type = "CanonicalOptions | null")] canonical: JsValue,
+) -> Result<String, JsValue> {
     let canon = convert::canonicalizer(&canonical)?;
     canon.fingerprint(body).map(|fp| fp.to_hex()).map_err(coded)
 }
 
 /// The canonical form (RFC 8785) of a JSON request under the canonicalisation options.
 #[wasm_bindgen]
-pub fn canonicalize(body: &[u8], canonical: JsValue) -> Result<Vec<u8>, JsValue> {
+pub fn canonicalize(
+    body: &[u8],
+    #[wasm_bindgen(unchecked_param_type = "CanonicalOptions | null")] canonical: JsValue,
+) -> Result<Vec<u8>, JsValue> {
     convert::canonicalizer(&canonical)?.canonicalize(body).map_err(coded)
 }
 

@@ -83,6 +83,35 @@ mod tests {
         out
     }
 
+    /// `'a' | 'b' | ...` of a vocabulary, in its order.
+    fn union<T: Named>() -> String {
+        T::ALL.iter().map(|value| format!("'{}'", value.as_str())).collect::<Vec<_>>().join(" | ")
+    }
+
+    /// The raw engine's declarations (`types.rs`, and the parameter types in `store.rs`) spell
+    /// some unions inline, where wasm-bindgen needs literal text: each must be exactly the
+    /// Rust vocabulary, so a name added or renamed in Rust fails here until they follow.
+    #[test]
+    fn the_raw_engine_declarations_spell_the_rust_vocabularies() {
+        let types = include_str!("types.rs");
+        let store = include_str!("store.rs");
+        for (what, union, text) in [
+            ("normalisers", union::<Normaliser>(), types),
+            ("expired-lease rules", union::<ExpiredLease>(), types),
+            ("durability", union::<Durability>(), types),
+            ("outcomes", union::<OutcomeClass>(), types),
+            ("uncertain causes", union::<UncertainCause>(), types),
+            ("record states", union::<StateKind>(), types),
+            ("failure kinds", union::<FailureKind>(), store),
+            ("resolutions", union::<ResolutionKind>(), store),
+        ] {
+            assert!(text.contains(&union), "the {what} union `{union}` is not spelled as in Rust");
+        }
+        for status in ReservationKind::ALL {
+            assert!(types.contains(&format!("status: '{}'", status.as_str())), "reservation status {status}");
+        }
+    }
+
     #[test]
     fn the_typescript_vocabulary_is_generated_from_rust() {
         let expected = render();

@@ -13,6 +13,8 @@ pub(crate) enum Exit {
     Ok,
     /// 1: `verify` found problems, or `demo` saw a duplicate effect.
     Problems,
+    /// 2: an invalid argument (clap reports its own usage errors with 2 as well).
+    Usage,
     /// 3: the store could not be opened.
     Open,
     /// 4: any other runtime error.
@@ -24,6 +26,7 @@ impl Exit {
         match self {
             Exit::Ok => 0,
             Exit::Problems => 1,
+            Exit::Usage => 2,
             Exit::Open => 3,
             Exit::Runtime => 4,
         }
@@ -47,6 +50,31 @@ impl CliError {
     /// The store at `file` could not be opened, with a message of our own (exit 3).
     pub(crate) fn open_msg(file: &Path, message: impl Into<String>) -> Self {
         CliError { exit: Exit::Open, file: Some(file.to_path_buf()), message: message.into() }
+    }
+
+    /// An argument whose value is invalid, named by its flag (exit 2).
+    pub(crate) fn usage(flag: &str, error: &dyn Error) -> Self {
+        CliError { exit: Exit::Usage, file: None, message: format!("invalid value for {flag}: {}", cause_chain(error)) }
+    }
+
+    /// An argument whose value is invalid, with a message of our own (exit 2).
+    pub(crate) fn usage_msg(flag: &str, message: &str) -> Self {
+        CliError { exit: Exit::Usage, file: None, message: format!("invalid value for {flag}: {message}") }
+    }
+
+    /// A target that is not a file (a database, named by its redacted URL) could not be
+    /// opened (exit 3).
+    pub(crate) fn open_target(target: &str, error: &dyn Error) -> Self {
+        CliError { exit: Exit::Open, file: Some(PathBuf::from(target)), message: cause_chain(error) }
+    }
+
+    /// A runtime error concerning a target that is not a file (exit 4).
+    pub(crate) fn runtime_target(target: &str, context: &str, error: &dyn Error) -> Self {
+        CliError {
+            exit: Exit::Runtime,
+            file: Some(PathBuf::from(target)),
+            message: format!("{context}: {}", cause_chain(error)),
+        }
     }
 
     /// A runtime error concerning `file` (exit 4).

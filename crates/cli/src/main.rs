@@ -21,9 +21,12 @@ const AFTER_HELP: &str = "\
 Exit codes:
   0  success
   1  problems found: `verify` found damage, or `demo` saw a duplicate effect
-  2  usage error (bad arguments)
-  3  the store could not be opened (missing file, not a store, newer format, already open)
-  4  any other runtime error (I/O, unreadable input, storage failure)
+  2  usage error: unknown command, missing or invalid argument (an invalid --key, --tenant,
+     --operation or --hash too)
+  3  the store could not be opened (missing file, not a regular file, not a store, newer
+     format, already open)
+  4  any other runtime error (I/O, unreadable or invalid input, storage failure, `get` found
+     no record)
 
 Errors are printed to stderr as `error: <file>: <cause>`. Every command takes `--json`
 for output meant for scripts; without it, output is an aligned table for people.

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use idemdb::{OpenError, Store};
+use idemdb::{OpenError, Store, StoreBuilder};
 
 use crate::error::{CliError, guard, set_current_file};
 
@@ -10,25 +10,78 @@ use crate::error::{CliError, guard, set_current_file};
 /// otherwise create a new store, or initialise an empty file as one).
 ///
 /// # Errors
-/// Exit 3 for a missing path, a directory, or an empty file.
+/// Exit 3 for a missing path, a directory, a FIFO or another file that is not a regular file,
+/// or an empty file.
 pub(crate) fn check_existing(file: &Path) -> Result<(), CliError> {
     set_current_file(file);
     match std::fs::metadata(file) {
         Err(error) => Err(CliError::open(file, &error)),
         Ok(meta) if meta.is_dir() => Err(CliError::open_msg(file, "is a directory, not a store file")),
+        Ok(meta) if !meta.is_file() => Err(not_a_file(file, &meta)),
         Ok(meta) if meta.len() == 0 => Err(CliError::open_msg(file, "the file is empty: not an idemdb store")),
         Ok(_) => Ok(()),
     }
 }
 
-/// Opens an existing store file.
+/// "is a FIFO, not a regular file" (exit 3).
+pub(crate) fn not_a_file(file: &Path, meta: &std::fs::Metadata) -> CliError {
+    match OpenError::not_a_regular_file(file, meta) {
+        Some(OpenError::NotAFile { kind, .. }) => CliError::open_msg(file, format!("is {kind}, not a regular file")),
+        _ => CliError::open_msg(file, "is not a regular file"),
+    }
+}
+
+/// Opens an existing store file for writing (`purge`, `compact`).
 ///
 /// # Errors
 /// Exit 3 when the file is missing, empty, not a store, of a newer format or open elsewhere.
 pub(crate) fn open_existing(file: &Path) -> Result<Store, CliError> {
+    open_existing_with(file, Store::builder())
+}
+
+/// [`open_existing`] with a builder of the caller's.
+pub(crate) fn open_existing_with(file: &Path, builder: StoreBuilder) -> Result<Store, CliError> {
     check_existing(file)?;
-    match guard(|| open_raw(file)) {
-        Ok(opened) => opened.map_err(|error| CliError::open(file, &error)),
+    set_current_file(file);
+    opened(file, guard(|| builder.open(file)))
+}
+
+/// Opens an existing store file read-only (`stats`, `get`, `list`, `export`,
+/// `purge --dry-run`): not a byte of the file changes, and a read-only file works. A file that
+/// was not closed cleanly (a crash) needs redb's recovery, which writes: it is opened for
+/// writing instead, once, which recovers it.
+///
+/// # Errors
+/// As [`open_existing`]; for a file that needs recovery and cannot be written, exit 3.
+pub(crate) fn open_read_only(file: &Path) -> Result<Store, CliError> {
+    open_read_only_with(file, Store::builder)
+}
+
+/// [`open_read_only`] with builders of the caller's.
+pub(crate) fn open_read_only_with(file: &Path, builder: impl Fn() -> StoreBuilder) -> Result<Store, CliError> {
+    check_existing(file)?;
+    match guard(|| builder().open_read_only(file)) {
+        Ok(Err(OpenError::NeedsRecovery)) => match guard(|| builder().open(file)) {
+            Ok(Err(error)) => Err(CliError::open_msg(
+                file,
+                format!(
+                    "the store was not closed cleanly and needs recovery, which writes, but it could not be opened for writing: {}",
+                    crate::error::cause_chain(&error)
+                ),
+            )),
+            other => opened(file, other),
+        },
+        other => opened(file, other),
+    }
+}
+
+fn opened(file: &Path, result: Result<Result<Store, OpenError>, String>) -> Result<Store, CliError> {
+    match result {
+        Ok(Ok(store)) => Ok(store),
+        Ok(Err(OpenError::NotAFile { kind, .. })) => {
+            Err(CliError::open_msg(file, format!("is {kind}, not a regular file")))
+        }
+        Ok(Err(error)) => Err(CliError::open(file, &error)),
         Err(panic) => Err(CliError::open_msg(
             file,
             format!("the file is damaged: the storage layer failed while opening it ({panic}); see `idemdb verify`"),

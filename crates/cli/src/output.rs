@@ -101,6 +101,30 @@ pub(crate) fn print_json(value: &serde_json::Value) {
     print(&format!("{text}\n"));
 }
 
+/// Text safe to write to a terminal: control characters (C0, DEL, C1: the start of every
+/// terminal escape sequence) and invisible formatting characters (bidirectional overrides,
+/// zero-width characters) are written as visible escapes (`\n`, `\u{1b}`, `\u{202e}`);
+/// everything else is kept. Stored payloads pass through this before `get` or `list` shows
+/// them; JSON output escapes them by itself.
+pub(crate) fn terminal_safe(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() || invisible(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Formatting characters that change how the text around them is shown without showing up.
+fn invisible(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
 /// `1234567` → `1,234,567`.
 pub(crate) fn count(n: u64) -> String {
     let digits = n.to_string();
@@ -191,5 +215,6 @@ mod tests {
         assert_eq!(time(1_700_000_000_000), "2023-11-14 22:13:20Z");
         assert_eq!(bytes(1536), "1.5 KiB (1,536 bytes)");
         assert_eq!(duration(Duration::from_secs(125)), "2 min 5 s");
+        assert_eq!(terminal_safe("ok \u{1b}[31mred\r\n\u{202e}é"), "ok \\u{1b}[31mred\\r\\n\\u{202e}é");
     }
 }

@@ -17,8 +17,9 @@ pub(crate) struct Reveal {
     pub(crate) payloads: bool,
 }
 
-/// One record as JSON.
+/// One record as JSON. Reading one (`import`) refuses fields it does not know.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct RecordView {
     pub(crate) tenant: String,
     pub(crate) operation: String,
@@ -134,11 +135,18 @@ impl RecordView {
         let at = |value: Option<u64>, name: &str| {
             value.map(Timestamp::from_millis).ok_or_else(|| format!("state {} needs `{name}`", self.state))
         };
+        self.fields_belong_to_the_state()?;
         let payload = match (&self.payload, &self.payload_hex) {
-            (Some(text), _) => Some(text.as_bytes().to_vec()),
+            (Some(_), Some(_)) => return Err("give `payload` or `payload_hex`, not both".into()),
+            (Some(text), None) => Some(text.as_bytes().to_vec()),
             (None, Some(hex)) => Some(unhex(hex).ok_or("`payload_hex` is not hexadecimal")?),
             (None, None) => None,
         };
+        if let (Some(payload), Some(declared)) = (&payload, self.payload_bytes)
+            && payload.len() as u64 != declared
+        {
+            return Err(format!("`payload_bytes` is {declared} but the payload has {} bytes", payload.len()));
+        }
         let mut tombstoned = false;
         let mut finished = |outcome: OutcomeClass, payload: Option<Vec<u8>>| -> Result<State, String> {
             let expires_at = at(self.expires_at, "expires_at")?;
@@ -183,6 +191,35 @@ impl RecordView {
             updated_at: Timestamp::from_millis(self.updated_at),
         };
         Ok((ScopedKey::new(scope, key), record, tombstoned))
+    }
+}
+
+impl RecordView {
+    /// Refuses a field the record's state does not have (`cause` on a completed record, a
+    /// payload on a tombstone): `export` never writes one.
+    fn fields_belong_to_the_state(&self) -> Result<(), String> {
+        let allowed: &[&str] = match self.state.as_str() {
+            "in_progress" => &["lease_expires_at"],
+            "completed" | "failed" => &["expires_at", "forget_at", "payload_bytes", "payload", "payload_hex"],
+            "released" => &["forget_at"],
+            "uncertain" => &["cause"],
+            "tombstone" => &["outcome", "forget_at"],
+            other => return Err(format!("unknown state `{other}`")),
+        };
+        let present = [
+            ("lease_expires_at", self.lease_expires_at.is_some()),
+            ("expires_at", self.expires_at.is_some()),
+            ("forget_at", self.forget_at.is_some()),
+            ("outcome", self.outcome.is_some()),
+            ("cause", self.cause.is_some()),
+            ("payload_bytes", self.payload_bytes.is_some()),
+            ("payload", self.payload.is_some()),
+            ("payload_hex", self.payload_hex.is_some()),
+        ];
+        match present.iter().find(|(name, here)| *here && !allowed.contains(name)) {
+            Some((name, _)) => Err(format!("state {} has no `{name}`", self.state)),
+            None => Ok(()),
+        }
     }
 }
 

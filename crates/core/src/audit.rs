@@ -25,6 +25,17 @@ impl KeyHash {
         KeyHash(out)
     }
 
+    /// A hash read back from storage (an adapter that keeps the audit trail in columns).
+    ///
+    /// ```
+    /// use idemdb_core::KeyHash;
+    /// let hash = KeyHash::compute(&[7; 32], b"k");
+    /// assert_eq!(KeyHash::from_bytes(*hash.as_bytes()), hash);
+    /// ```
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        KeyHash(bytes)
+    }
+
     /// The raw bytes.
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0

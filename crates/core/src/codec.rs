@@ -15,6 +15,8 @@ pub const RECORD_FORMAT: u8 = 1;
 
 /// Largest encoded value the decoder accepts (guards allocations on corrupt input).
 const DECODE_LIMIT: usize = 64 * 1024 * 1024;
+// A body at the largest result limit a policy allows, with its record's bookkeeping, decodes.
+const _: () = assert!(crate::MAX_RESULT_BYTES_LIMIT + 1024 * 1024 <= DECODE_LIMIT);
 
 /// A stored value could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -204,6 +206,17 @@ mod tests {
         hostile.push(253); // varint u64 marker
         hostile.extend_from_slice(&u64::MAX.to_le_bytes());
         assert!(matches!(decode_record(&hostile), Err(DecodeError::Malformed { .. })));
+    }
+
+    #[test]
+    fn a_record_at_the_largest_result_limit_decodes() {
+        let mut record = sample_records().remove(1);
+        record.state = State::Completed {
+            result: vec![7; crate::MAX_RESULT_BYTES_LIMIT],
+            expires_at: Timestamp::MAX,
+            forget_at: Timestamp::MAX,
+        };
+        assert_eq!(decode_record(&encode_record(&record)), Ok(record));
     }
 
     #[test]

@@ -97,6 +97,12 @@ pub enum ErrorCode {
     ProviderKeyExpired,
     /// A webhook delivery id was reused with a different payload.
     DeliveryMismatch,
+    /// The WebAssembly engine is not loaded yet (`await ready()` first).
+    NotReady,
+    /// No fence is left for a new lease on this key (fences never repeat).
+    FenceExhausted,
+    /// The store was opened read-only and the call writes.
+    ReadOnly,
 }
 
 crate::names!(ErrorCode, "error code", {
@@ -139,6 +145,9 @@ crate::names!(ErrorCode, "error code", {
     Unauthenticated => "IDEMDB_UNAUTHENTICATED",
     ProviderKeyExpired => "IDEMDB_PROVIDER_KEY_EXPIRED",
     DeliveryMismatch => "IDEMDB_DELIVERY_MISMATCH",
+    NotReady => "IDEMDB_NOT_READY",
+    FenceExhausted => "IDEMDB_FENCE_EXHAUSTED",
+    ReadOnly => "IDEMDB_READ_ONLY",
 });
 
 impl ErrorCode {

@@ -1,8 +1,8 @@
 //! The decision: what a request with a given fingerprint meets in the store, as a pure function.
 
 use crate::{
-    ExpiredLease, Fingerprint, IdempotencyKey, Lease, OutcomeClass, Policy, Record, Reservation, Scope, ScopedKey,
-    State, Timestamp, UncertainCause,
+    DecisionTime, ExpiredLease, Fingerprint, IdempotencyKey, Lease, MAX_FENCE, OutcomeClass, Policy, Record,
+    Reservation, Scope, ScopedKey, State, Timestamp, TransitionError, UncertainCause,
 };
 
 /// What [`decide`] returns: the answer and the record to write, if any.
@@ -23,10 +23,14 @@ impl Decision {
 /// The circumstances of a decision: the time, the operation's policy and the fence floor.
 #[derive(Debug, Clone, Copy)]
 pub struct DecisionContext<'p> {
-    /// The caller's clock. If it is earlier than the record's last update (the clock went
-    /// backwards) the record's time is used instead, so a TTL is never shortened and an
-    /// expired lease is never revived.
+    /// Store time: it decides whether a lease is live, and it is the time a decision writes.
+    /// If it is earlier than the record's last update (the clock went backwards) the record's
+    /// time is used instead, so a TTL is never shortened and an expired lease is never revived.
     pub now: Timestamp,
+    /// Retention time (at most `now`): it decides whether a record has expired or is
+    /// forgotten. An adapter passes only time it has measured or confirmed, so a wall-clock
+    /// jump alone never makes a known key unknown (see [`DecisionTime`]).
+    pub retention: Timestamp,
     /// The operation's policy.
     pub policy: &'p Policy,
     /// The highest fence of any record the adapter has removed (0 if it never removes any):
@@ -36,9 +40,15 @@ pub struct DecisionContext<'p> {
 }
 
 impl<'p> DecisionContext<'p> {
-    /// A decision at `now` under `policy`, with fence floor 0.
+    /// A decision at `now` (store and retention time alike) under `policy`, with fence
+    /// floor 0.
     pub fn new(now: Timestamp, policy: &'p Policy) -> Self {
-        DecisionContext { now, policy, fence_floor: 0 }
+        DecisionContext { now, retention: now, policy, fence_floor: 0 }
+    }
+
+    /// A decision at the two readings of `time` under `policy`, with fence floor 0.
+    pub fn at(time: DecisionTime, policy: &'p Policy) -> Self {
+        DecisionContext { now: time.now, retention: time.retention.min(time.now), policy, fence_floor: 0 }
     }
 
     /// The same context with a fence floor.
@@ -62,47 +72,52 @@ impl<'p> DecisionContext<'p> {
 /// let policy = Policy::default();
 /// let fp = Fingerprint::from_bytes([1; 32]);
 /// let at = DecisionContext::new(Timestamp::from_millis(1_000), &policy);
-/// let first = decide(None, &scope, &key, &fp, at);
+/// let first = decide(None, &scope, &key, &fp, at)?;
 /// let Reservation::Acquired(lease) = &first.answer else { panic!() };
 /// assert_eq!((lease.fence(), lease.attempt()), (1_000, 1));
 /// let stored = first.write.expect("a new reservation is written");
-/// let again = decide(Some(stored), &scope, &key, &fp, at);
+/// let again = decide(Some(stored), &scope, &key, &fp, at)?;
 /// assert!(matches!(again.answer, Reservation::InProgress { .. }));
 /// assert!(again.write.is_none());
 ///
 /// // With a fence floor (the adapter removed a record with fence 41), a fresh binding's
 /// // fence is above it.
-/// let fresh = decide(None, &scope, &key, &fp, DecisionContext::new(Timestamp::from_millis(5), &policy).with_fence_floor(41));
+/// let fresh = decide(None, &scope, &key, &fp, DecisionContext::new(Timestamp::from_millis(5), &policy).with_fence_floor(41))?;
 /// assert_eq!(fresh.answer.fence(), 42);
-/// # Ok::<(), idemdb_core::KeyError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # Errors
+/// [`TransitionError::FenceExhausted`] when a new lease would need a fence above
+/// [`MAX_FENCE`]: fences never repeat, so no lease is issued.
 pub fn decide(
     existing: Option<Record>,
     scope: &Scope,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
     context: DecisionContext<'_>,
-) -> Decision {
-    let DecisionContext { now, policy, fence_floor } = context;
+) -> Result<Decision, TransitionError> {
+    let DecisionContext { now, retention, policy, fence_floor } = context;
     let lease =
         |fence, expires_at, attempt| Lease::new(ScopedKey::new(scope.clone(), key.clone()), fence, expires_at, attempt);
     let Some(record) = existing else {
         return acquire_fresh(fence_floor, fingerprint, now, policy, lease);
     };
     let now = now.max(record.updated_at);
-    if record.is_forgotten(now) {
+    let retention = retention.min(now);
+    if record.is_forgotten(retention) {
         // Past its last expiry the key is unknown again; the fence keeps growing.
         return acquire_fresh(record.fence.max(fence_floor), fingerprint, now, policy, lease);
     }
     if record.fingerprint != *fingerprint {
-        return Decision::answer(Reservation::Mismatch { stored: record.state.kind() });
+        return Ok(Decision::answer(Reservation::Mismatch { stored: record.state.kind() }));
     }
-    match record.state {
+    Ok(match record.state {
         State::InProgress { lease_expires_at } if now < lease_expires_at => {
             Decision::answer(Reservation::InProgress { retry_after: lease_expires_at.saturating_since(now) })
         }
         State::InProgress { .. } => match policy.expired_lease() {
-            ExpiredLease::Takeover => acquire_again(record, now, policy, lease),
+            ExpiredLease::Takeover => acquire_again(record, now, policy, lease)?,
             ExpiredLease::Uncertain => {
                 let cause = UncertainCause::LeaseExpired;
                 Decision {
@@ -111,20 +126,34 @@ pub fn decide(
                 }
             }
         },
-        State::Completed { expires_at, result, .. } => Decision::answer(if now < expires_at {
+        State::Completed { expires_at, result, .. } => Decision::answer(if retention < expires_at {
             Reservation::Replay { outcome: OutcomeClass::Completed, body: result }
         } else {
             Reservation::Expired { outcome: OutcomeClass::Completed }
         }),
-        State::Failed { expires_at, error, .. } => Decision::answer(if now < expires_at {
+        State::Failed { expires_at, error, .. } => Decision::answer(if retention < expires_at {
             Reservation::Replay { outcome: OutcomeClass::Failed, body: error }
         } else {
             Reservation::Expired { outcome: OutcomeClass::Failed }
         }),
-        State::Released { .. } => acquire_again(record, now, policy, lease),
+        State::Released { .. } => acquire_again(record, now, policy, lease)?,
         State::Uncertain { cause } => Decision::answer(Reservation::NeedsReconciliation { cause }),
         State::Tombstone { outcome, .. } => Decision::answer(Reservation::Expired { outcome }),
+    })
+}
+
+/// The fence after `fence`, if one is left.
+pub(crate) fn next_fence(fence: u64) -> Result<u64, TransitionError> {
+    fence.checked_add(1).filter(|next| *next <= MAX_FENCE).ok_or(TransitionError::FenceExhausted { fence })
+}
+
+/// A fresh binding's fence: above `previous` and at least the time in milliseconds.
+pub(crate) fn fresh_fence(previous: u64, now: Timestamp) -> Result<u64, TransitionError> {
+    let fence = next_fence(previous)?.max(now.as_millis());
+    if fence > MAX_FENCE {
+        return Err(TransitionError::FenceExhausted { fence: previous });
     }
+    Ok(fence)
 }
 
 /// A fresh binding's fence is at least the current time in milliseconds, so a key that was
@@ -135,10 +164,10 @@ fn acquire_fresh(
     now: Timestamp,
     policy: &Policy,
     lease: impl FnOnce(u64, Timestamp, u32) -> Lease,
-) -> Decision {
-    let fence = previous_fence.saturating_add(1).max(now.as_millis());
+) -> Result<Decision, TransitionError> {
+    let fence = fresh_fence(previous_fence, now)?;
     let lease_expires_at = now.saturating_add(policy.lease_ttl());
-    Decision {
+    Ok(Decision {
         answer: Reservation::Acquired(lease(fence, lease_expires_at, 1)),
         write: Some(Record {
             fingerprint: *fingerprint,
@@ -148,7 +177,7 @@ fn acquire_fresh(
             created_at: now,
             updated_at: now,
         }),
-    }
+    })
 }
 
 fn acquire_again(
@@ -156,11 +185,11 @@ fn acquire_again(
     now: Timestamp,
     policy: &Policy,
     lease: impl FnOnce(u64, Timestamp, u32) -> Lease,
-) -> Decision {
-    let fence = record.fence.saturating_add(1);
+) -> Result<Decision, TransitionError> {
+    let fence = next_fence(record.fence)?;
     let attempt = record.attempts.saturating_add(1);
     let lease_expires_at = now.saturating_add(policy.lease_ttl());
-    Decision {
+    Ok(Decision {
         answer: Reservation::Acquired(lease(fence, lease_expires_at, attempt)),
         write: Some(Record {
             state: State::InProgress { lease_expires_at },
@@ -169,5 +198,71 @@ fn acquire_again(
             updated_at: now,
             ..record
         }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn released(fence: u64) -> Record {
+        Record {
+            fingerprint: Fingerprint::from_bytes([1; 32]),
+            state: State::Released { forget_at: Timestamp::MAX },
+            fence,
+            attempts: 1,
+            created_at: Timestamp::from_millis(10),
+            updated_at: Timestamp::from_millis(10),
+        }
+    }
+
+    fn ids() -> (Scope, IdempotencyKey) {
+        (Scope::new("t", "op").unwrap(), IdempotencyKey::new("k").unwrap())
+    }
+
+    #[test]
+    fn a_lease_that_would_need_a_fence_above_the_largest_is_refused() {
+        let (scope, key) = ids();
+        let (fp, policy) = (Fingerprint::from_bytes([1; 32]), Policy::default());
+        let at = DecisionContext::new(Timestamp::from_millis(20), &policy);
+        let last = decide(Some(released(MAX_FENCE - 1)), &scope, &key, &fp, at).expect("one fence is left");
+        assert_eq!(last.answer.fence(), MAX_FENCE);
+        assert_eq!(
+            decide(Some(released(MAX_FENCE)), &scope, &key, &fp, at),
+            Err(TransitionError::FenceExhausted { fence: MAX_FENCE })
+        );
+        assert_eq!(
+            decide(None, &scope, &key, &fp, at.with_fence_floor(MAX_FENCE)),
+            Err(TransitionError::FenceExhausted { fence: MAX_FENCE })
+        );
+        assert_eq!(
+            decide(None, &scope, &key, &fp, DecisionContext::new(Timestamp::MAX, &policy)),
+            Err(TransitionError::FenceExhausted { fence: 0 }),
+            "a clock past 2^63 ms cannot stamp a fence"
+        );
+    }
+
+    #[test]
+    fn expiry_and_forgetting_follow_the_retention_time_and_leases_the_store_time() {
+        let (scope, key) = ids();
+        let policy = Policy::default()
+            .with_lease_ttl(core::time::Duration::from_millis(10))
+            .with_response_ttl(core::time::Duration::from_millis(100))
+            .with_tombstone_ttl(core::time::Duration::from_millis(100));
+        let fp = Fingerprint::from_bytes([1; 32]);
+        let t = |ms| Timestamp::from_millis(ms);
+        let at = |now, retention| DecisionContext::at(DecisionTime::new(t(now), t(retention)), &policy);
+        let reserved = decide(None, &scope, &key, &fp, at(0, 0)).expect("decide").write.expect("write");
+        let done = crate::complete(&reserved, reserved.fence, b"r".to_vec(), t(0), &policy).expect("complete");
+        // Store time a year ahead (an unconfirmed jump), retention time where it was.
+        let ahead = decide(Some(done.clone()), &scope, &key, &fp, at(31_536_000_000, 50)).expect("decide");
+        assert_eq!(ahead.answer, Reservation::Replay { outcome: OutcomeClass::Completed, body: b"r".to_vec() });
+        let expired = decide(Some(done.clone()), &scope, &key, &fp, at(1_000, 150)).expect("decide");
+        assert!(matches!(expired.answer, Reservation::Expired { .. }));
+        let forgotten = decide(Some(done), &scope, &key, &fp, at(1_000, 200)).expect("decide");
+        assert!(matches!(forgotten.answer, Reservation::Acquired(_)));
+        // A lease is judged by store time.
+        let lease = decide(Some(reserved), &scope, &key, &fp, at(10, 0)).expect("decide");
+        assert!(matches!(lease.answer, Reservation::NeedsReconciliation { .. }));
     }
 }

@@ -23,14 +23,14 @@
 //! let (scope, key) = (Scope::new("acme", "create_payment")?, IdempotencyKey::new("order-842")?);
 //! let policy = Policy::default();
 //! let t0 = DecisionContext::new(Timestamp::from_millis(1_700_000_000_000), &policy);
-//! let reserved = decide(None, &scope, &key, &fp, t0);
+//! let reserved = decide(None, &scope, &key, &fp, t0)?;
 //! let Reservation::Acquired(lease) = reserved.answer else { unreachable!() };
 //! let record = reserved.write.expect("a reservation writes a record");
 //!
 //! // ... perform the effect, then store its result:
 //! let done = complete(&record, lease.fence(), b"charge ch_1".to_vec(), t0.now, &policy)?;
 //! assert_eq!(
-//!     decide(Some(done), &scope, &key, &retry, t0).answer,
+//!     decide(Some(done), &scope, &key, &retry, t0)?.answer,
 //!     Reservation::Replay { outcome: OutcomeClass::Completed, body: b"charge ch_1".to_vec() },
 //! );
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -76,11 +76,12 @@ pub use key::{
 pub use names::{Named, UnknownName, as_name};
 pub use policy::{
     DEFAULT_DISPATCH_BACKOFF, DEFAULT_LEASE_TTL, DEFAULT_MAX_DISPATCH_BACKOFF, DEFAULT_MAX_RESULT_BYTES,
-    DEFAULT_PROVIDER_KEY_RETENTION, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, Policy, PolicyError,
+    DEFAULT_PROVIDER_KEY_RETENTION, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, MAX_RESULT_BYTES_LIMIT,
+    Policy, PolicyError,
 };
 pub use purge::PurgeReport;
-pub use record::{OutcomeClass, Record, Retention, State, StateKind, UncertainCause};
-pub use time::Timestamp;
+pub use record::{MAX_FENCE, OutcomeClass, Record, RecordError, Retention, State, StateKind, UncertainCause};
+pub use time::{DecisionTime, Timestamp};
 pub use transition::{
     Failure, FailureKind, Resolution, ResolutionKind, TransitionError, complete, fail, reconcile, renew,
 };

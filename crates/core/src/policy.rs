@@ -17,6 +17,10 @@ pub const DEFAULT_PROVIDER_KEY_RETENTION: Duration = Duration::from_secs(24 * 36
 pub const DEFAULT_DISPATCH_BACKOFF: Duration = Duration::from_secs(1);
 /// Default longest backoff of a retryable dispatch: 1 hour.
 pub const DEFAULT_MAX_DISPATCH_BACKOFF: Duration = Duration::from_secs(3600);
+/// The largest result limit a policy may set: 63 MiB. A stored record (body and bookkeeping)
+/// must stay under the record decoder's 64 MiB limit, or it could be written but never read
+/// again (and every listing of the store would fail on it).
+pub const MAX_RESULT_BYTES_LIMIT: usize = 63 * 1024 * 1024;
 
 /// What a retry that finds an in-progress record with an expired lease means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,13 +48,23 @@ pub enum PolicyError {
     /// The result limit must be at least one byte.
     #[error("result limit must be at least 1 byte")]
     ZeroResultLimit,
+    /// The result limit is above [`MAX_RESULT_BYTES_LIMIT`].
+    #[error("result limit {limit} is above the largest a record can hold ({max} bytes)")]
+    ResultLimitTooLarge {
+        /// The limit asked for.
+        limit: usize,
+        /// [`MAX_RESULT_BYTES_LIMIT`].
+        max: usize,
+    },
 }
 
 impl PolicyError {
     /// The stable code: [`ErrorCode::InvalidPolicy`](crate::ErrorCode::InvalidPolicy).
     pub fn code(&self) -> crate::ErrorCode {
         match self {
-            PolicyError::ZeroLeaseTtl | PolicyError::ZeroResultLimit => crate::ErrorCode::InvalidPolicy,
+            PolicyError::ZeroLeaseTtl | PolicyError::ZeroResultLimit | PolicyError::ResultLimitTooLarge { .. } => {
+                crate::ErrorCode::InvalidPolicy
+            }
         }
     }
 }
@@ -83,6 +97,7 @@ crate::names!(ExpiredLease, "expired-lease rule", { Uncertain => "uncertain", Ta
 ///     .with_expired_lease(ExpiredLease::Takeover);
 /// assert!(policy.validate().is_ok());
 /// assert!(Policy::default().with_lease_ttl(Duration::ZERO).validate().is_err());
+/// assert!(Policy::default().with_max_result_bytes(64 * 1024 * 1024).validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -168,13 +183,17 @@ impl Policy {
     /// Checks the policy.
     ///
     /// # Errors
-    /// [`PolicyError`] for a zero lease TTL or a zero result limit.
+    /// [`PolicyError`] for a zero lease TTL, or a result limit of zero or above
+    /// [`MAX_RESULT_BYTES_LIMIT`].
     pub fn validate(&self) -> Result<(), PolicyError> {
         if self.lease_ttl < Duration::from_millis(1) {
             return Err(PolicyError::ZeroLeaseTtl);
         }
         if self.max_result_bytes == 0 {
             return Err(PolicyError::ZeroResultLimit);
+        }
+        if self.max_result_bytes > MAX_RESULT_BYTES_LIMIT {
+            return Err(PolicyError::ResultLimitTooLarge { limit: self.max_result_bytes, max: MAX_RESULT_BYTES_LIMIT });
         }
         Ok(())
     }

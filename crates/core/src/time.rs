@@ -58,3 +58,41 @@ impl fmt::Display for Timestamp {
 pub(crate) fn duration_millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// The two readings of time a decision is made at.
+///
+/// * `now`, the store time: it decides whether a lease is live, and it is the time a decision
+///   writes into a record (creation, update, lease expiry, and the fence of a fresh binding).
+/// * `retention`, at most `now`: it decides whether a record has *expired* (its body is no
+///   longer replayed) or is *forgotten*. A storage adapter passes a retention time that
+///   includes only time it has measured or confirmed, so a wall-clock jump alone never makes
+///   a known key unknown (see `docs/design.md`, "Time").
+///
+/// A plain [`Timestamp`] converts into a decision time with both readings equal.
+///
+/// ```
+/// use idemdb_core::{DecisionTime, Timestamp};
+/// let at = DecisionTime::new(Timestamp::from_millis(10), Timestamp::from_millis(20));
+/// assert_eq!(at.retention, Timestamp::from_millis(10), "never later than `now`");
+/// assert_eq!(DecisionTime::from(Timestamp::from_millis(5)).retention, Timestamp::from_millis(5));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecisionTime {
+    /// Store time: leases, and the times written.
+    pub now: Timestamp,
+    /// Retention time (at most `now`): expiry and forgetting.
+    pub retention: Timestamp,
+}
+
+impl DecisionTime {
+    /// A decision time; `retention` is capped at `now`.
+    pub fn new(now: Timestamp, retention: Timestamp) -> Self {
+        DecisionTime { now, retention: retention.min(now) }
+    }
+}
+
+impl From<Timestamp> for DecisionTime {
+    fn from(now: Timestamp) -> Self {
+        DecisionTime { now, retention: now }
+    }
+}

@@ -59,6 +59,13 @@ pub enum TransitionError {
         /// Lease end.
         until: Timestamp,
     },
+    /// A new lease would need a fence above [`MAX_FENCE`](crate::MAX_FENCE): fences never
+    /// repeat, so no lease is issued for this key.
+    #[error("no fence above {fence} is left for this key (the largest is 2^63 - 1)")]
+    FenceExhausted {
+        /// The record's fence.
+        fence: u64,
+    },
     /// The body is over the operation's limit.
     #[error("result is {len} bytes; the limit is {max}")]
     ResultTooLarge {
@@ -79,6 +86,7 @@ impl TransitionError {
             TransitionError::StaleFence { .. } => crate::ErrorCode::StaleLease,
             TransitionError::WrongState { .. } => crate::ErrorCode::WrongState,
             TransitionError::LeaseLive { .. } => crate::ErrorCode::LeaseLive,
+            TransitionError::FenceExhausted { .. } => crate::ErrorCode::FenceExhausted,
             TransitionError::ResultTooLarge { .. } => crate::ErrorCode::TooLarge,
         }
     }
@@ -315,7 +323,7 @@ mod tests {
     fn decide_at(existing: Option<Record>, fingerprint: &Fingerprint, at: Timestamp, policy: &Policy) -> Decision {
         let scope = Scope::new("t", "op").unwrap();
         let key = IdempotencyKey::new("k").unwrap();
-        decide(existing, &scope, &key, fingerprint, DecisionContext::new(at, policy))
+        decide(existing, &scope, &key, fingerprint, DecisionContext::new(at, policy)).unwrap()
     }
 
     fn reserved(at: u64) -> Record {

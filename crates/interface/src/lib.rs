@@ -50,11 +50,16 @@ use idemdb_core::{
     Scope,
 };
 
+mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod workflow;
 
 pub use workflow::WorkflowStore;
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use clock::SystemClock;
+pub use clock::{Clock, ManualClock};
 
 /// An idempotency store: reserve a key for a request, complete or fail the attempt, replay
 /// true retries and refuse everything else — the same answers on every backend.

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use idemdb::{
-    Durability, Error, ExpiredLease, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, Lease, ListFilter,
-    ManualClock, Policy, Record, Reservation, Resolution, Scope, ScopedKey, State, Store, Timestamp, TransitionError,
+    DecisionTime, Durability, Error, ExpiredLease, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, Lease,
+    ListFilter, ManualClock, Policy, Record, Reservation, Resolution, Scope, ScopedKey, State, Store, Timestamp,
+    TransitionError,
 };
 use idemdb_core::{
     Canonicalizer, DecisionContext, Normaliser, RECORD_FORMAT, Retention, decide, decode_record, encode_record,
@@ -213,12 +214,15 @@ fn operation_of(lease: &Lease) -> usize {
 }
 
 impl Model {
-    fn reserve(&self, slot: &Slot, fingerprint: &Fingerprint, now: Timestamp) -> Expected {
+    fn reserve(&self, slot: &Slot, fingerprint: &Fingerprint, now: DecisionTime) -> Expected {
         let encoded = slot.scoped.encode();
         let existing = self.records.get(&encoded).map(|(_, record)| record.clone());
         let policy = ops_policy(slot.operation);
-        let context = DecisionContext::new(now, &policy).with_fence_floor(self.fence_floor);
-        let decision = decide(existing, &slot.scoped.scope, &slot.scoped.key, fingerprint, context);
+        let context = DecisionContext::at(now, &policy).with_fence_floor(self.fence_floor);
+        let decision = match decide(existing, &slot.scoped.scope, &slot.scoped.key, fingerprint, context) {
+            Ok(decision) => decision,
+            Err(error) => return Expected { answer: format!("transition {error:?}"), after: self.clone() },
+        };
         let mut after = self.clone();
         if let Some(record) = &decision.write {
             after.records.insert(encoded, (slot.operation, record.clone()));
@@ -390,21 +394,28 @@ impl OpsRun {
         self.leases.get(usize::from(byte) % self.leases.len()).cloned()
     }
 
-    fn now(&self) -> Timestamp {
-        idemdb::Clock::now(&self.clock)
+    /// The times the store will decide with: its store time and retention time (which may
+    /// lag the wall clock after a reopen, until the time since the last persisted clock is
+    /// confirmed), read from the store itself; the model checks decisions, not the clock.
+    fn now(&self) -> DecisionTime {
+        match &self.store {
+            Some(store) => store.decision_time(),
+            None => DecisionTime::from(idemdb::Clock::now(&self.clock)),
+        }
     }
 
     fn step(&mut self, op: u8, a: u8, b: u8) {
         if self.store.is_none() && self.open().is_err() {
             self.recover(None);
         }
-        let now = self.now();
+        let at = self.now();
+        let now = at.now;
         let fingerprint = |n: u8| FingerprintBuilder::new().str_field("ops").field(&[n % 3]).finish();
         let body = |n: u8| vec![n; usize::from(n) % (MAX_RESULT + 4)];
         match op % 10 {
             0 => {
                 let Some(slot) = slot(a) else { return };
-                let expected = self.model.reserve(&slot, &fingerprint(b), now);
+                let expected = self.model.reserve(&slot, &fingerprint(b), at);
                 let Some(store) = &self.store else { return };
                 let result = store.reserve(&slot.scoped.scope, &slot.scoped.key, &fingerprint(b));
                 if let Some(Reservation::Acquired(lease)) = self.settle(result, reservation_text, expected) {
@@ -477,7 +488,7 @@ impl OpsRun {
             5 => self.clock.advance(Duration::from_millis(u64::from(a) * u64::from(b) * 10 + 1)),
             6 => {
                 let budget = usize::from(a % 4) + 1;
-                let expected = self.model.purge(budget, now);
+                let expected = self.model.purge(budget, at.retention);
                 let Some(store) = &self.store else { return };
                 let result = store.purge_expired(budget);
                 self.settle(result, |r| format!("purged {} {} more={}", r.tombstoned, r.forgotten, r.more), expected);

@@ -26,11 +26,11 @@ use crate::rng::Rng;
 /// soon by the next child.
 pub const CHILD_LEASE_MS: u64 = 40;
 
-fn policy() -> Policy {
+pub(crate) fn policy() -> Policy {
     Policy::default().with_lease_ttl(Duration::from_millis(CHILD_LEASE_MS))
 }
 
-fn scope() -> Scope {
+pub(crate) fn scope() -> Scope {
     Scope::new("acme", "kill-charge").unwrap_or_else(|_| fallback_scope())
 }
 
@@ -39,7 +39,7 @@ fn fallback_scope() -> Scope {
     Scope::new("x", "x").unwrap_or_else(|_| fallback_scope())
 }
 
-fn intent_key(i: u64) -> Result<IdempotencyKey, String> {
+pub(crate) fn intent_key(i: u64) -> Result<IdempotencyKey, String> {
     IdempotencyKey::new(format!("kill-{i}")).map_err(|e| e.to_string())
 }
 
@@ -48,7 +48,7 @@ fn fingerprint(i: u64) -> idemdb::Fingerprint {
 }
 
 /// The ledger: the first effect's body per intent, and effects per intent.
-fn read_ledger(path: &Path) -> (BTreeMap<u64, String>, BTreeMap<u64, u64>) {
+pub(crate) fn read_ledger(path: &Path) -> (BTreeMap<u64, String>, BTreeMap<u64, u64>) {
     let mut first = BTreeMap::new();
     let mut count = BTreeMap::new();
     let text = fs::read_to_string(path).unwrap_or_default();
@@ -78,47 +78,57 @@ pub fn child_main(args: &[String]) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "O").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
     let mut ledger = OpenOptions::new().create(true).append(true).open(ledger_path).map_err(|e| e.to_string())?;
-    let scope = scope();
     for intent in intents {
         let i: u64 = intent.parse().map_err(|_| format!("bad intent {intent}"))?;
-        let (key, fp) = (intent_key(i)?, fingerprint(i));
-        let mut settled = false;
-        for _ in 0..64 {
-            match store.reserve(&scope, &key, &fp).map_err(|e| format!("reserve {i}: {e}"))? {
-                Reservation::Acquired(lease) => {
-                    let body = format!("ch-{i}-{}", std::process::id());
-                    // The effect: one append, which a SIGKILL cannot split.
-                    ledger.write_all(format!("E {i} {body}\n").as_bytes()).map_err(|e| e.to_string())?;
-                    store.complete(&lease, body.clone().into_bytes()).map_err(|e| format!("complete {i}: {e}"))?;
-                    writeln!(out, "C {i} {body}").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
-                    settled = true;
-                }
-                Reservation::Replay { outcome: OutcomeClass::Completed, body } => {
-                    writeln!(out, "C {i} {}", String::from_utf8_lossy(&body))
-                        .and_then(|()| out.flush())
-                        .map_err(|e| e.to_string())?;
-                    settled = true;
-                }
-                Reservation::InProgress { retry_after } => std::thread::sleep(retry_after + Duration::from_millis(1)),
-                Reservation::NeedsReconciliation { .. } => {
-                    let (first, _) = read_ledger(Path::new(ledger_path));
-                    let resolution = match first.get(&i) {
-                        Some(body) => Resolution::Completed(body.clone().into_bytes()),
-                        None => Resolution::Released,
-                    };
-                    store.reconcile(&scope, &key, resolution).map_err(|e| format!("reconcile {i}: {e}"))?;
-                }
-                other => return Err(format!("intent {i}: unexpected answer {other:?}")),
-            }
-            if settled {
-                break;
-            }
-        }
-        if !settled {
-            return Err(format!("intent {i} did not settle"));
-        }
+        deliver(&store, &mut ledger, Path::new(ledger_path), i, &mut out)?;
     }
     Ok(())
+}
+
+/// Delivers intent `i` until it settles: reserve, the effect (one append to the ledger), complete
+/// (or reconcile an attempt killed mid-effect against the ledger), printing `C <intent> <body>`
+/// once the outcome returned.
+///
+/// # Errors
+/// A description of what failed.
+pub(crate) fn deliver(
+    store: &Store,
+    ledger: &mut std::fs::File,
+    ledger_path: &Path,
+    i: u64,
+    out: &mut impl Write,
+) -> Result<(), String> {
+    let scope = scope();
+    let (key, fp) = (intent_key(i)?, fingerprint(i));
+    for _ in 0..64 {
+        match store.reserve(&scope, &key, &fp).map_err(|e| format!("reserve {i}: {e}"))? {
+            Reservation::Acquired(lease) => {
+                let body = format!("ch-{i}-{}", std::process::id());
+                // The effect: one append, which a SIGKILL cannot split.
+                ledger.write_all(format!("E {i} {body}\n").as_bytes()).map_err(|e| e.to_string())?;
+                store.complete(&lease, body.clone().into_bytes()).map_err(|e| format!("complete {i}: {e}"))?;
+                writeln!(out, "C {i} {body}").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
+                return Ok(());
+            }
+            Reservation::Replay { outcome: OutcomeClass::Completed, body } => {
+                writeln!(out, "C {i} {}", String::from_utf8_lossy(&body))
+                    .and_then(|()| out.flush())
+                    .map_err(|e| e.to_string())?;
+                return Ok(());
+            }
+            Reservation::InProgress { retry_after } => std::thread::sleep(retry_after + Duration::from_millis(1)),
+            Reservation::NeedsReconciliation { .. } => {
+                let (first, _) = read_ledger(ledger_path);
+                let resolution = match first.get(&i) {
+                    Some(body) => Resolution::Completed(body.clone().into_bytes()),
+                    None => Resolution::Released,
+                };
+                store.reconcile(&scope, &key, resolution).map_err(|e| format!("reconcile {i}: {e}"))?;
+            }
+            other => return Err(format!("intent {i}: unexpected answer {other:?}")),
+        }
+    }
+    Err(format!("intent {i} did not settle"))
 }
 
 /// How many kills, and where the child binary is.
@@ -203,16 +213,7 @@ struct FileState {
 /// # Errors
 /// I/O errors of the harness itself (temporary directory, spawning the child).
 pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
-    let temp = match &config.dir {
-        Some(_) => None,
-        None => Some(tempfile::tempdir()?),
-    };
-    let root = match (&config.dir, &temp) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(temp)) => temp.path().to_path_buf(),
-        (None, None) => std::env::temp_dir(),
-    };
-    fs::create_dir_all(&root)?;
+    let (_temp, root) = work_dir(config.dir.as_deref(), None)?;
     let mut rng = Rng::new(config.seed);
     let mut report = KillReport::default();
     let mut file: Option<FileState> = None;
@@ -341,6 +342,24 @@ pub fn run_kills(config: &KillConfig) -> std::io::Result<KillReport> {
     Ok(report)
 }
 
+/// Where a test's files go: `dir`, or a new temporary directory (in `prefer` when it exists),
+/// which is removed when the returned guard is dropped.
+pub(crate) fn work_dir(
+    dir: Option<&Path>,
+    prefer: Option<&Path>,
+) -> std::io::Result<(Option<tempfile::TempDir>, PathBuf)> {
+    if let Some(dir) = dir {
+        fs::create_dir_all(dir)?;
+        return Ok((None, dir.to_path_buf()));
+    }
+    let temp = match prefer.filter(|place| place.is_dir()) {
+        Some(place) => tempfile::tempdir_in(place)?,
+        None => tempfile::tempdir()?,
+    };
+    let root = temp.path().to_path_buf();
+    Ok((Some(temp), root))
+}
+
 /// Whether the store's creation was cut short: the temporary file the store is created under
 /// (`.<name>.tmp-*`) was left beside it. (A kill before the child began creating leaves no
 /// temporary file and does not count.)
@@ -355,53 +374,89 @@ fn creation_interrupted(store: &Path) -> bool {
 /// After a kill: the file opens and verifies, every reported outcome is stored as reported,
 /// and the ledger has at most one effect per intent.
 fn check_file(state: &mut FileState, report: &mut KillReport) {
-    if !state.store.exists() {
-        // Killed before the new file was moved into place: nothing was reported.
-        if !state.reported.is_empty() {
-            report.lost += state.reported.len() as u64;
-            report.note("store file vanished".into());
-        }
-        return;
+    let check = check_outcomes(&state.store, &state.ledger, &state.reported, &mut state.doubles_counted);
+    report.lost += check.lost;
+    report.double += check.double;
+    report.unopenable += check.unopenable;
+    report.integrity_failures += check.integrity_failures;
+    report.completions_verified += check.verified;
+    for note in check.notes {
+        report.note(note);
     }
-    let mut store = match Store::builder().default_policy(policy()).open(&state.store) {
+}
+
+/// What one check of a store file found (see [`check_outcomes`]).
+#[derive(Default)]
+pub(crate) struct FileCheck {
+    pub(crate) lost: u64,
+    pub(crate) double: u64,
+    pub(crate) unopenable: u64,
+    pub(crate) integrity_failures: u64,
+    pub(crate) verified: u64,
+    pub(crate) notes: Vec<String>,
+    /// The store, opened, for further checks.
+    pub(crate) store: Option<Store>,
+}
+
+/// Opens the store file (it must open) and verifies it, checks that every outcome in
+/// `reported` is stored as reported, and counts effects in the ledger beyond one per intent
+/// that are new since `doubles_counted`.
+pub(crate) fn check_outcomes(
+    store_path: &Path,
+    ledger: &Path,
+    reported: &BTreeMap<u64, String>,
+    doubles_counted: &mut u64,
+) -> FileCheck {
+    let mut check = FileCheck::default();
+    if !store_path.exists() {
+        // Killed before the new file was moved into place: nothing was reported.
+        if !reported.is_empty() {
+            check.lost += reported.len() as u64;
+            check.notes.push("store file vanished".into());
+        }
+        return check;
+    }
+    let mut store = match Store::builder().default_policy(policy()).open(store_path) {
         Ok(store) => store,
         Err(error) => {
-            report.unopenable += 1;
-            report.note(format!("{}: {error}", state.store.display()));
-            return;
+            check.unopenable += 1;
+            check.notes.push(format!("{}: {error}", store_path.display()));
+            return check;
         }
     };
     match store.verify() {
         Ok(verify) if verify.is_ok() => {}
         Ok(verify) => {
-            report.integrity_failures += 1;
-            report.note(format!("verify: {:?}", verify.problems));
+            check.integrity_failures += 1;
+            check.notes.push(format!("verify: {:?}", verify.problems));
         }
         Err(error) => {
-            report.integrity_failures += 1;
-            report.note(format!("verify: {error}"));
+            check.integrity_failures += 1;
+            check.notes.push(format!("verify: {error}"));
         }
     }
     let scope = scope();
-    for (intent, body) in &state.reported {
+    for (intent, body) in reported {
         let Ok(key) = intent_key(*intent) else { continue };
         match store.get(&scope, &key) {
             Ok(Some(record)) if matches!(&record.state, State::Completed { result, .. } if result == body.as_bytes()) =>
             {
-                report.completions_verified += 1;
+                check.verified += 1;
             }
             other => {
-                report.lost += 1;
-                report.note(format!("intent {intent} reported {body}, stored {other:?}"));
+                check.lost += 1;
+                check.notes.push(format!("intent {intent} reported {body}, stored {other:?}"));
             }
         }
     }
-    let (_, counts) = read_ledger(&state.ledger);
+    let (_, counts) = read_ledger(ledger);
     // Effect counts only grow; add what is new since this file's previous check.
     let doubles: u64 = counts.values().map(|n| n.saturating_sub(1)).sum();
-    if doubles > state.doubles_counted {
-        report.double += doubles - state.doubles_counted;
-        report.note(format!("{}: {doubles} double effects", state.ledger.display()));
-        state.doubles_counted = doubles;
+    if doubles > *doubles_counted {
+        check.double += doubles - *doubles_counted;
+        check.notes.push(format!("{}: {doubles} double effects", ledger.display()));
+        *doubles_counted = doubles;
     }
+    check.store = Some(store);
+    check
 }

@@ -11,8 +11,12 @@
 //!   the harness reports them;
 //! * [`sweep`]: every operation index of every workload × damage seeds, plus random points;
 //! * [`concurrent`]: faults landing inside group commits shared by several client threads;
+//! * [`clock_faults`]: wall-clock jumps forward and back, put right later, around deliveries,
+//!   purges and reopens, checked in true time;
 //! * [`kill`]: a child process on a file store, killed with SIGKILL at random moments;
 //! * [`races`]: threads racing on shared keys over file and memory stores;
+//! * [`operators`]: the `idemdb` binary compacting, rebuilding, importing and purging a store
+//!   while a writer process opens, writes and closes it in a loop, with `kill -9` on both sides;
 //! * [`fuzzing`]: the bodies of the cargo-fuzz targets (in `fuzz/`), callable from tests so
 //!   every crash found becomes a regression test.
 //!
@@ -34,11 +38,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod clock_faults;
 pub mod concurrent;
 pub mod fault;
 pub mod fuzzing;
 pub mod kill;
 pub mod ledger;
+pub mod operators;
 pub mod outbox;
 pub mod races;
 pub mod rng;

@@ -10,6 +10,7 @@ use redb::{ReadableDatabase, StorageBackend};
 
 use idemdb_core::Policy;
 
+use crate::db::Db;
 use crate::engine::{Config, Engine};
 use crate::meta::{Initialiser, read_meta};
 use crate::store::Store;
@@ -57,6 +58,7 @@ pub struct StoreBuilder {
     secret_seed: Option<[u8; 32]>,
     cache_bytes: Option<usize>,
     check_on_open: bool,
+    trust_clock_at_open: bool,
 }
 
 impl Default for StoreBuilder {
@@ -71,6 +73,7 @@ impl Default for StoreBuilder {
             secret_seed: None,
             cache_bytes: None,
             check_on_open: true,
+            trust_clock_at_open: false,
         }
     }
 }
@@ -171,6 +174,18 @@ impl StoreBuilder {
         self
     }
 
+    /// Counts the time the wall clock says passed since the store was last used as passed, at
+    /// once, for expiry and forgetting. Off by default: the store then waits until the wall
+    /// clock has kept that gap for ten minutes of monotonic time (over any number of opens),
+    /// so a clock set ahead by mistake never makes a known key unknown (`docs/design.md`,
+    /// "Time"). Turn it on only when the wall clock is known to be right — a server kept in
+    /// time by NTP, an operator who checked it — for example to purge a store that has been
+    /// closed for a while. Gaps that appear after the open are never trusted this way.
+    pub fn trust_clock_at_open(mut self, trust: bool) -> Self {
+        self.trust_clock_at_open = trust;
+        self
+    }
+
     /// Sets redb's page cache size in bytes (redb's default is 1 GiB).
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = Some(bytes);
@@ -191,27 +206,83 @@ impl StoreBuilder {
     /// then moved into place, so a crash during creation never leaves an unopenable file at
     /// `path` (at worst a `*.tmp-*` file beside it, which may be deleted).
     ///
+    /// The store's lock is taken on the file that was opened; if another process replaced the
+    /// file at `path` meanwhile (a rebuild renamed its copy over it), the open starts again on
+    /// the new file, so a store never writes to a file that is no longer at `path`.
+    ///
     /// # Errors
-    /// [`OpenError`]: I/O, a file that is not an idemdb store, a store of a newer format, a
-    /// store already open elsewhere, an invalid policy.
+    /// [`OpenError`]: I/O, a path that is not a regular file, a file that is not an idemdb
+    /// store, a store of a newer format, a store already open elsewhere, an invalid policy.
     pub fn open(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
         let path = path.as_ref();
         let config = self.config()?;
         let clock = self.resolve_clock()?;
-        let needs_create = match fs::metadata(path) {
-            Ok(meta) => meta.len() == 0,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => true,
-            Err(source) => return Err(OpenError::Io { action: "inspect", path: path.to_path_buf(), source }),
-        };
-        if needs_create {
-            self.create_file(path)?;
-        } else {
-            self.check_read_only(path)?;
-        }
-        let mut builder = self.redb_builder();
-        builder.set_check_integrity_on_open(self.check_on_open);
-        let db = builder.open(path)?;
-        Engine::from_parts(db, Some(path.to_path_buf()), config, clock, self.check(false)?).map(Store::from_engine)
+        let db = open_identified(
+            path,
+            true,
+            |file| {
+                if file.metadata().map_err(io_error("inspect", path))?.len() == 0 {
+                    return Ok(None);
+                }
+                self.check_read_only(path)?;
+                let mut builder = self.redb_builder();
+                builder.set_check_integrity_on_open(self.check_on_open);
+                let backend = redb::backends::FileBackend::new(file)?;
+                Ok(Some(builder.create_with_backend(backend)?))
+            },
+            |path| self.create_file(path),
+        )?;
+        Engine::from_parts(Db::Writable(db), Some(path.to_path_buf()), config, clock, self.check(false)?)
+            .map(Store::from_engine)
+    }
+
+    /// Opens an existing store file read-only: lookups, listings, statistics and purge
+    /// previews work, every write fails with [`Error::ReadOnly`](crate::Error::ReadOnly), and
+    /// not a byte of the file changes (the clock is not persisted either). The file may be
+    /// read-only. Other read-only opens may share the file; an open for writing may not.
+    ///
+    /// # Errors
+    /// As [`StoreBuilder::open`], and [`OpenError::NeedsRecovery`] for a file that was not
+    /// closed cleanly (a crash or `kill -9`): reading it needs redb's recovery, which writes.
+    /// A missing or empty file is not created: it is an I/O error (not found) or
+    /// [`OpenError::NotAStore`].
+    pub fn open_read_only(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
+        let path = path.as_ref();
+        let config = self.config()?;
+        let clock = self.resolve_clock()?;
+        // A read-only handle reads pages without verifying their checksums, and redb can panic
+        // on a damaged page: that only means the file is damaged.
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let db = open_identified(
+                path,
+                false,
+                |file| {
+                    if file.metadata().map_err(io_error("inspect", path))?.len() == 0 {
+                        return Err(OpenError::NotAStore { reason: "the file is empty".into() });
+                    }
+                    let backend = redb::backends::FileBackend::new(file)?;
+                    match self.redb_builder().open_read_only_with_backend(backend) {
+                        Ok(db) => Ok(Some(db)),
+                        Err(redb::DatabaseError::RepairAborted) => Err(OpenError::NeedsRecovery),
+                        Err(other) => Err(other.into()),
+                    }
+                },
+                |path| {
+                    Err(OpenError::Io {
+                        action: "open",
+                        path: path.to_path_buf(),
+                        source: std::io::ErrorKind::NotFound.into(),
+                    })
+                },
+            )?;
+            Engine::from_parts(Db::ReadOnly(db), Some(path.to_path_buf()), config, clock, self.check(false)?)
+                .map(Store::from_engine)
+        }));
+        opened.unwrap_or_else(|_| {
+            Err(OpenError::NotAStore {
+                reason: "the file is damaged: the storage layer failed while reading it".into(),
+            })
+        })
     }
 
     /// Opens a store that lives in memory only (gone when dropped).
@@ -233,7 +304,7 @@ impl StoreBuilder {
         discard_unfinished_creation(&backend)?;
         let db = self.redb_builder().create_with_backend(backend)?;
         let init = self.check(true)?;
-        Engine::from_parts(db, None, config, clock, init).map(Store::from_engine)
+        Engine::from_parts(Db::Writable(db), None, config, clock, init).map(Store::from_engine)
     }
 
     /// Refuses a foreign or newer-format file before opening it for writing, so a refused open
@@ -275,6 +346,7 @@ impl StoreBuilder {
             durability: self.durability,
             audit: self.audit,
             audit_retention: self.audit_retention,
+            trust_clock_at_open: self.trust_clock_at_open,
         })
     }
 
@@ -293,7 +365,8 @@ impl StoreBuilder {
     }
 
     fn check(&self, allow_init: bool) -> Result<Initialiser, OpenError> {
-        Ok(Initialiser { allow_init, seed: self.secret_seed })
+        let created_at = self.resolve_clock()?.now().as_millis();
+        Ok(Initialiser { allow_init, seed: self.secret_seed, created_at })
     }
 
     fn create_file(&self, path: &Path) -> Result<(), OpenError> {
@@ -305,8 +378,8 @@ impl StoreBuilder {
         let nonce = blake3::hash(format!("{}:{:?}", std::process::id(), std::time::Instant::now()).as_bytes()).to_hex();
         let temp = path.with_file_name(format!(".{name}.tmp-{}", &nonce[..12]));
         {
-            let db = self.redb_builder().create(&temp)?;
-            Initialiser { allow_init: true, seed: self.secret_seed }.run(&db)?;
+            let db = Db::Writable(self.redb_builder().create(&temp)?);
+            self.check(true)?.run(&db)?;
             drop(db);
         }
         fs::File::open(&temp).and_then(|file| file.sync_all()).map_err(io("sync", &temp))?;
@@ -316,19 +389,119 @@ impl StoreBuilder {
             Ok(()) => {
                 let _ = fs::remove_file(&temp);
             }
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-                let still_empty = fs::metadata(path).map(|m| m.len() == 0).unwrap_or(false);
-                if still_empty {
-                    fs::rename(&temp, path).map_err(io("rename", &temp))?;
-                } else {
-                    let _ = fs::remove_file(&temp);
-                }
-            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => replace_empty(path, &temp)?,
+            // No hard links on this file system: a plain rename, which could replace a store
+            // another process created in the same instant.
             Err(_) => fs::rename(&temp, path).map_err(io("rename", &temp))?,
         }
         sync_parent(path).map_err(io("sync directory of", path))?;
         Ok(())
     }
+}
+
+/// Opens the file at `path` and returns what `open` made of it, once the file it opened is
+/// still the file at `path`: `open` opens the store on the file (taking redb's lock), and the
+/// file at `path` is then compared with it (device and inode). A file replaced in between (a rebuild renamed its copy
+/// over it after this open had opened the old one) is closed and the new one opened instead:
+/// every process that replaces a store file holds the old file's lock while it does, so once
+/// the lock is held and the file is still at `path`, it stays there. `open` returns `None`
+/// for an empty file; `create` then makes the store, and the open starts again.
+fn open_identified<T>(
+    path: &Path,
+    write: bool,
+    mut open: impl FnMut(fs::File) -> Result<Option<T>, OpenError>,
+    mut create: impl FnMut(&Path) -> Result<(), OpenError>,
+) -> Result<T, OpenError> {
+    const ATTEMPTS: u32 = 64;
+    for _ in 0..ATTEMPTS {
+        let meta = match fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                create(path)?;
+                continue;
+            }
+            Err(source) => return Err(OpenError::Io { action: "inspect", path: path.to_path_buf(), source }),
+        };
+        // Checked before opening: opening a FIFO would wait for a writer.
+        regular_file(path, &meta)?;
+        let file = match fs::OpenOptions::new().read(true).write(write).open(path) {
+            Ok(file) => file,
+            // Replaced by a rename between the two calls: look again.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(OpenError::Io { action: "open", path: path.to_path_buf(), source }),
+        };
+        let opened_meta = file.metadata().map_err(io_error("inspect", path))?;
+        regular_file(path, &opened_meta)?;
+        let identity = FileIdentity::of(&opened_meta);
+        let Some(opened) = open(file)? else {
+            create(path)?;
+            continue;
+        };
+        match fs::metadata(path) {
+            Ok(now) if FileIdentity::of(&now) == identity => return Ok(opened),
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(OpenError::Io { action: "inspect", path: path.to_path_buf(), source }),
+        }
+        // The file was replaced after it was opened: close it and open the new one.
+        drop(opened);
+    }
+    Err(OpenError::Replaced { path: path.to_path_buf(), attempts: ATTEMPTS })
+}
+
+/// Which file a path names: device and inode where the platform has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity(u64, u64);
+
+impl FileIdentity {
+    #[cfg(unix)]
+    fn of(meta: &fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileIdentity(meta.dev(), meta.ino())
+    }
+
+    // Elsewhere an open file cannot be renamed over, so the file cannot change under an open.
+    #[cfg(not(unix))]
+    fn of(_meta: &fs::Metadata) -> Self {
+        FileIdentity(0, 0)
+    }
+}
+
+/// Refuses anything but a regular file, naming what it is.
+fn regular_file(path: &Path, meta: &fs::Metadata) -> Result<(), OpenError> {
+    OpenError::not_a_regular_file(path, meta).map_or(Ok(()), Err)
+}
+
+/// Moves a newly created store `temp` over the empty file at `path`, holding a lock on the
+/// empty file while it checks that it is still the file at `path` and renames, so two
+/// processes creating the store at once never replace each other's. Anything else at `path`
+/// (a store another process created first, a FIFO) is left alone, and `temp` is removed.
+fn replace_empty(path: &Path, temp: &Path) -> Result<(), OpenError> {
+    let discard = || {
+        let _ = fs::remove_file(temp);
+        Ok(())
+    };
+    let Ok(meta) = fs::metadata(path) else { return discard() };
+    if !meta.is_file() || meta.len() != 0 {
+        return discard();
+    }
+    let Ok(empty) = fs::File::open(path) else { return discard() };
+    empty.lock().map_err(io_error("lock", path))?;
+    let still_there = match (empty.metadata(), fs::metadata(path)) {
+        (Ok(locked), Ok(now)) => FileIdentity::of(&locked) == FileIdentity::of(&now) && now.len() == 0,
+        _ => false,
+    };
+    if !still_there {
+        return discard();
+    }
+    fs::rename(temp, path).map_err(io_error("rename", temp))?;
+    drop(empty);
+    Ok(())
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> OpenError {
+    let path = path.to_path_buf();
+    move |source| OpenError::Io { action, path, source }
 }
 
 /// Length of redb's magic number, which starts every redb database.
@@ -428,6 +601,56 @@ mod tests {
         let store = Store::builder().secret_seed([1; 32]).open_backend(image.clone()).expect("opens as a new store");
         drop(store);
         assert!(Store::builder().open_backend(image).is_ok(), "and opens again");
+    }
+
+    /// An open that locked a file which was then replaced at the path (a rebuild renamed its
+    /// copy over it) closes it and opens the file now at the path.
+    #[cfg(unix)]
+    #[test]
+    fn an_open_whose_file_was_replaced_meanwhile_opens_the_new_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("store.idemdb");
+        let copy = dir.path().join("store.idemdb.rebuild");
+        std::fs::write(&path, b"old").expect("old");
+        std::fs::write(&copy, b"new").expect("new");
+        let new_inode = std::fs::metadata(&copy).expect("copy").ino();
+        let mut opened = Vec::new();
+        let inode = super::open_identified(
+            &path,
+            false,
+            |file| {
+                let inode = file.metadata().expect("stat").ino();
+                if opened.is_empty() {
+                    // Replaced after this open opened the old file, before it was checked.
+                    std::fs::rename(&copy, &path).expect("rename");
+                }
+                opened.push(inode);
+                Ok(Some(inode))
+            },
+            |_| panic!("nothing to create"),
+        )
+        .expect("open");
+        assert_eq!(inode, new_inode, "the open ends on the file now at the path");
+        assert_eq!(opened.len(), 2, "the first file was given up: {opened:?}");
+        assert_ne!(opened[0], new_inode);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn paths_that_are_not_regular_files_are_refused_untouched() {
+        let dir = tempfile::tempdir().expect("dir");
+        let fifo = dir.path().join("pipe.idemdb");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+        for result in [
+            Store::open(&fifo).map(drop),
+            Store::builder().open_read_only(&fifo).map(drop),
+            Store::open(dir.path()).map(drop),
+        ] {
+            assert!(matches!(result, Err(OpenError::NotAFile { .. })), "{result:?}");
+        }
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::symlink_metadata(&fifo).expect("fifo").file_type().is_fifo());
     }
 
     #[test]

@@ -11,14 +11,18 @@ use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
-use idemdb_core::{AuditEvent, AuditKind, Fingerprint, Policy, Record, Scope, State, Timestamp, decode_record};
+use idemdb_core::{
+    AuditEvent, AuditKind, DecisionTime, Fingerprint, Policy, Record, Scope, State, Timestamp, decode_record,
+};
 
 use crate::audit::EncodedEvent;
+use crate::clock::ClockGuard;
+use crate::db::Db;
 use crate::meta::{Initialiser, Meta};
 use crate::snapshot::Snapshots;
 use crate::tables::{
-    AUDIT, META, META_CLOCK, META_FENCE_FLOOR, META_RECONCILE_INDEXED, RECONCILE, RECONCILE_RECORD, RECORDS,
-    reconcile_key,
+    AUDIT, META, META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, META_RECONCILE_INDEXED, RECONCILE, RECONCILE_RECORD,
+    RECORDS, reconcile_key,
 };
 use crate::{Clock, Durability, Error, KeyHash, OpenError};
 
@@ -29,6 +33,7 @@ pub(crate) struct Config {
     pub(crate) durability: Durability,
     pub(crate) audit: bool,
     pub(crate) audit_retention: Duration,
+    pub(crate) trust_clock_at_open: bool,
 }
 
 /// Buffered audit events that make an answer commit the buffer by itself.
@@ -38,19 +43,15 @@ const AUDIT_BATCH: usize = 256;
 /// Store time after which the next commit carries buffered audit events.
 const AUDIT_DELAY_MS: u64 = 1_000;
 
-/// How often (in store time) the clock high-water mark is persisted during writes.
-const CLOCK_PERSIST_EVERY_MS: u64 = 1_000;
-
 /// An open store's state.
 pub(crate) struct Engine {
     /// Declared before `db`: the cached read snapshot is dropped before the database.
     pub(crate) snapshots: Snapshots,
-    pub(crate) db: Database,
+    pub(crate) db: Db,
     pub(crate) path: Option<PathBuf>,
     pub(crate) config: Config,
-    clock: Arc<dyn Clock>,
-    high_water: AtomicU64,
-    persisted_high_water: AtomicU64,
+    /// Store time and retention time (see `clock.rs`).
+    pub(crate) clock: ClockGuard,
     pub(crate) secret: [u8; 32],
     audit_sequence: AtomicU64,
     /// The highest fence of any record purge removed (persisted as meta `fence_floor`).
@@ -61,14 +62,17 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn from_parts(
-        db: Database,
+        db: Db,
         path: Option<PathBuf>,
         config: Config,
         clock: Arc<dyn Clock>,
         init: Initialiser,
     ) -> Result<Engine, OpenError> {
-        let Meta { secret, clock_high_water, fence_floor } = init.run(&db)?;
-        index_uncertain_records(&db)?;
+        let Meta { secret, clock: clock_state, fence_floor } = init.run(&db)?;
+        if let Db::Writable(db) = &db {
+            index_uncertain_records(db)?;
+        }
+        let trust_clock_at_open = config.trust_clock_at_open;
         let next_sequence = {
             let read = db.begin_read()?;
             let audit = read.open_table(AUDIT)?;
@@ -85,9 +89,7 @@ impl Engine {
             db,
             path,
             config,
-            clock,
-            high_water: AtomicU64::new(clock_high_water),
-            persisted_high_water: AtomicU64::new(clock_high_water),
+            clock: ClockGuard::new(clock, clock_state, trust_clock_at_open),
             secret,
             audit_sequence: AtomicU64::new(next_sequence),
             fence_floor: AtomicU64::new(fence_floor),
@@ -100,11 +102,43 @@ impl Engine {
         self.config.policies.get(operation).unwrap_or(&self.config.default_policy)
     }
 
-    /// The store's notion of now: the clock, but never earlier than any time it has seen.
+    /// Store time (see [`Store::now`](crate::Store::now)).
     pub(crate) fn now(&self) -> Timestamp {
-        let read = self.clock.now().as_millis();
-        let previous = self.high_water.fetch_max(read, Ordering::SeqCst);
-        Timestamp::from_millis(previous.max(read))
+        self.decision_time().now
+    }
+
+    /// Store time and retention time read together (see
+    /// [`Store::decision_time`](crate::Store::decision_time)), outside a write transaction. A
+    /// reading that found a wall-clock jump put right (pending gaps cancelled) persists the
+    /// clock at once — the one write a read may make, and a rare one — because a restart that
+    /// forgot the cancellation could later take the jump for time that passed. Best effort:
+    /// when another write transaction is running, its commit persists it; on failure the
+    /// cancellation stays in memory.
+    pub(crate) fn decision_time(&self) -> DecisionTime {
+        let at = self.clock.read();
+        if self.clock.cancelled() && !self.is_read_only() {
+            let _ = self.persist_clock_now();
+        }
+        at
+    }
+
+    fn persist_clock_now(&self) -> Result<(), Error> {
+        let mut tx = match self.db.writable()?.try_begin_write() {
+            Ok(tx) => tx,
+            Err(redb::TransactionError::WouldBlock) => return Ok(()),
+            Err(other) => return Err(other.into()),
+        };
+        tx.set_durability(redb::Durability::Immediate)?;
+        self.persist_clock_if_due(&tx, true)?;
+        let committed = tx.commit();
+        self.snapshots.invalidate();
+        committed?;
+        Ok(())
+    }
+
+    /// Whether the store was opened read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.db.is_read_only()
     }
 
     pub(crate) fn key_hash_of(&self, scoped: &[u8]) -> KeyHash {
@@ -127,7 +161,7 @@ impl Engine {
     }
 
     pub(crate) fn begin_write(&self) -> Result<WriteTransaction, Error> {
-        let mut tx = self.db.begin_write()?;
+        let mut tx = self.db.writable()?.begin_write()?;
         tx.set_durability(match self.config.durability {
             Durability::Immediate => redb::Durability::Immediate,
             Durability::Eventual => redb::Durability::None,
@@ -135,22 +169,22 @@ impl Engine {
         Ok(tx)
     }
 
-    /// Writes the clock high-water mark into `tx` when it moved on enough since last time.
+    /// Writes the clock state (retention time, unconfirmed gaps) into `tx` when it moved on
+    /// enough since last time: retention time by a second, or the gaps changed.
     pub(crate) fn persist_clock_if_due(&self, tx: &WriteTransaction, force: bool) -> Result<(), Error> {
-        let now = self.high_water.load(Ordering::SeqCst);
-        let persisted = self.persisted_high_water.load(Ordering::SeqCst);
-        if force || now >= persisted.saturating_add(CLOCK_PERSIST_EVERY_MS) {
-            tx.open_table(META)?.insert(META_CLOCK, now.to_be_bytes().as_slice())?;
-            self.persisted_high_water.fetch_max(now, Ordering::SeqCst);
+        if let Some(state) = self.clock.take_due(force) {
+            let mut meta = tx.open_table(META)?;
+            meta.insert(META_CLOCK, state.trusted.to_be_bytes().as_slice())?;
+            meta.insert(META_CLOCK_PENDING, state.encode_pending().as_slice())?;
         }
         Ok(())
     }
 
     /// Whether closing the store has anything to write: buffered audit events, or a clock
-    /// high-water mark beyond the persisted one.
+    /// state beyond the persisted one.
     pub(crate) fn has_unwritten_state(&self) -> bool {
-        !self.audit_buffer().is_empty()
-            || self.high_water.load(Ordering::SeqCst) > self.persisted_high_water.load(Ordering::SeqCst)
+        self.clock.read();
+        !self.audit_buffer().is_empty() || self.clock.changed()
     }
 
     /// Reads a record by its encoded `(scope, key)` from the shared read snapshot.
@@ -203,8 +237,12 @@ impl Engine {
     }
 
     /// Keeps an answer's audit event for a later commit; returns whether the buffer is full
-    /// (the caller then commits it).
+    /// (the caller then commits it). A read-only store writes no audit trail (its answers
+    /// still emit `tracing` events).
     pub(crate) fn buffer_audit(&self, event: EncodedEvent) -> bool {
+        if self.is_read_only() {
+            return false;
+        }
         let mut buffer = self.audit_buffer();
         buffer.push(event);
         buffer.len() >= AUDIT_BUFFER
@@ -250,25 +288,29 @@ impl Engine {
 /// Puts every uncertain record of a store made before the reconciliation queue existed into
 /// the queue, once (later writes keep it up to date); new stores are marked when created.
 fn index_uncertain_records(db: &Database) -> Result<(), OpenError> {
+    let mut uncertain = Vec::new();
     {
         let read = db.begin_read()?;
         if read.open_table(META)?.get(META_RECONCILE_INDEXED)?.is_some() {
             return Ok(());
+        }
+        for entry in read.open_table(RECORDS)?.iter()? {
+            let (key, value) = entry?;
+            // An undecodable record is left to `verify`; it is not uncertain as far as anyone knows.
+            if let Ok(record) = decode_record(value.value())
+                && matches!(record.state, State::Uncertain { .. })
+            {
+                uncertain.push((key.value().to_vec(), record.updated_at));
+            }
         }
     }
     let mut tx = db.begin_write()?;
     tx.set_durability(redb::Durability::Immediate)?;
     {
         let mut queue = tx.open_table(RECONCILE)?;
-        let records = tx.open_table(RECORDS)?;
-        for entry in records.iter()? {
-            let (key, value) = entry?;
-            // An undecodable record is left to `verify`; it is not uncertain as far as anyone knows.
-            if let Ok(record) = decode_record(value.value())
-                && matches!(record.state, State::Uncertain { .. })
-            {
-                queue.insert(reconcile_key(RECONCILE_RECORD, key.value()).as_slice(), record.updated_at.as_millis())?;
-            }
+        for (key, since) in uncertain {
+            queue
+                .insert(reconcile_key(RECONCILE_RECORD, &key).as_slice(), since.as_millis().to_be_bytes().as_slice())?;
         }
         tx.open_table(META)?.insert(META_RECONCILE_INDEXED, [1u8].as_slice())?;
     }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use idemdb_core::{DecodeError, ErrorCode, KeyError, PolicyError, TransitionError};
+use idemdb_core::{DecodeError, ErrorCode, KeyError, PolicyError, RecordError, TransitionError};
 
 /// The storage engine (redb) or its backend failed.
 ///
@@ -100,18 +100,28 @@ pub enum Error {
         action: &'static str,
     },
     /// The outbox rules refused the change.
+    #[cfg(feature = "workflow")]
     #[error(transparent)]
     Outbox(#[from] idemdb_core::OutboxRefusal),
     /// The inbox refused the delivery.
+    #[cfg(feature = "workflow")]
     #[error(transparent)]
     Inbox(#[from] idemdb_core::InboxRefusal),
     /// The job rules refused the change.
+    #[cfg(feature = "workflow")]
     #[error(transparent)]
     Job(#[from] idemdb_core::JobRefusal),
     /// An invariant of the engine did not hold (a bug, or a panic in another caller's
     /// operation that shared this call's group commit). Nothing of this call was committed.
     #[error("internal error: {0}")]
     Internal(&'static str),
+    /// A record to write breaks a rule every record keeps (an import of a record the engine
+    /// would never write); nothing was written.
+    #[error("invalid record: {0}")]
+    InvalidRecord(#[from] RecordError),
+    /// The store was opened read-only ([`StoreBuilder::open_read_only`](crate::StoreBuilder::open_read_only)).
+    #[error("the store was opened read-only")]
+    ReadOnly,
 }
 
 impl Error {
@@ -126,10 +136,15 @@ impl Error {
             Error::Key(key) => key.code(),
             Error::NoRandomness => ErrorCode::NoRandomness,
             Error::OtherHandles { .. } => ErrorCode::StoreBusy,
+            #[cfg(feature = "workflow")]
             Error::Outbox(refusal) => refusal.code(),
+            #[cfg(feature = "workflow")]
             Error::Inbox(refusal) => refusal.code(),
+            #[cfg(feature = "workflow")]
             Error::Job(refusal) => refusal.code(),
             Error::Internal(_) => ErrorCode::Internal,
+            Error::InvalidRecord(_) => ErrorCode::InvalidArgument,
+            Error::ReadOnly => ErrorCode::ReadOnly,
         }
     }
 
@@ -161,6 +176,28 @@ pub enum OpenError {
     /// The store is already open (in this process or another).
     #[error("store is already open by another handle or process")]
     AlreadyOpen,
+    /// The path names something other than a regular file (a directory, a FIFO, a socket, a
+    /// device): it is neither opened nor replaced.
+    #[error("{path} is {kind}, not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is (`a directory`, `a FIFO`, ...).
+        kind: &'static str,
+    },
+    /// The file was replaced by another every time it was opened (another process keeps
+    /// replacing it); nothing was written.
+    #[error("{path} was replaced while it was being opened, {attempts} times; try again")]
+    Replaced {
+        /// The path.
+        path: PathBuf,
+        /// How many opens found the file replaced.
+        attempts: u32,
+    },
+    /// A read-only open found a file that was not closed cleanly: reading it needs redb's
+    /// recovery, which writes. Open it for writing once ([`StoreBuilder::open`](crate::StoreBuilder::open)).
+    #[error("the store was not closed cleanly and needs recovery, which a read-only open cannot run")]
+    NeedsRecovery,
     /// The file is not a redb file, or is damaged beyond what redb's recovery repairs.
     #[error("not an idemdb store (or damaged): {reason}")]
     NotAStore {
@@ -224,11 +261,46 @@ impl OpenError {
             OpenError::Policy { .. } => ErrorCode::InvalidPolicy,
             OpenError::MissingPlatform(_) => ErrorCode::Unsupported,
             OpenError::Storage(storage) => storage.code(),
+            OpenError::NotAFile { .. } => ErrorCode::InvalidArgument,
+            OpenError::NeedsRecovery => ErrorCode::NotAStore,
+            OpenError::Replaced { .. } => ErrorCode::StoreBusy,
         }
+    }
+
+    /// [`OpenError::NotAFile`] for a path whose metadata is not that of a regular file (a
+    /// directory, a FIFO, a socket, a device); `None` for a regular file.
+    pub fn not_a_regular_file(path: &std::path::Path, meta: &std::fs::Metadata) -> Option<OpenError> {
+        let kind = meta.file_type();
+        if kind.is_file() {
+            return None;
+        }
+        let kind = if kind.is_dir() { "a directory" } else { special_file_kind(&kind) };
+        Some(OpenError::NotAFile { path: path.to_path_buf(), kind })
     }
 }
 
 idemdb_core::coded!(Error, OpenError, StorageError);
+
+#[cfg(unix)]
+fn special_file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file_kind(_kind: &std::fs::FileType) -> &'static str {
+    "not a file"
+}
 
 impl From<redb::DatabaseError> for OpenError {
     fn from(error: redb::DatabaseError) -> Self {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadableTable, ReadableTableMetadata};
 
 use idemdb_core::{Record, ScopedKey, State, StateKind, Timestamp, decode_record};
 
@@ -114,6 +114,9 @@ impl VerifyReport {
     }
 }
 
+/// redb's page size (4 KiB, fixed by its file format).
+const REDB_PAGE_BYTES: u64 = 4096;
+
 impl Store {
     /// Counts records by operation and state, and reports sizes.
     ///
@@ -152,14 +155,40 @@ impl Store {
             stats.next_due = index.first()?.and_then(|(key, _)| split_expiry_key(key.value()).map(|(due, _)| due));
             stats.audit_events = count_audit_events(&read.open_table(AUDIT)?)?;
         }
-        let tx = self.engine.db.begin_write()?;
-        let db_stats = tx.stats()?;
-        tx.abort()?;
-        stats.allocated_bytes = db_stats.allocated_pages() * db_stats.page_size() as u64;
-        stats.stored_bytes = db_stats.stored_bytes();
-        stats.fragmented_bytes = db_stats.fragmented_bytes();
+        match &self.engine.db {
+            crate::db::Db::Writable(db) => {
+                let tx = db.begin_write()?;
+                let db_stats = tx.stats()?;
+                tx.abort()?;
+                stats.allocated_bytes = db_stats.allocated_pages() * db_stats.page_size() as u64;
+                stats.stored_bytes = db_stats.stored_bytes();
+                stats.fragmented_bytes = db_stats.fragmented_bytes();
+            }
+            // A read-only handle cannot see the allocator: the sizes are those of the store's
+            // own tables (free pages of the file are not counted).
+            crate::db::Db::ReadOnly(_) => self.table_sizes(&mut stats)?,
+        }
         stats.file_bytes = self.engine.path.as_ref().and_then(|p| std::fs::metadata(p).ok()).map(|m| m.len());
         Ok(stats)
+    }
+
+    fn table_sizes(&self, stats: &mut Stats) -> Result<(), Error> {
+        let read = self.engine.db.begin_read()?;
+        let mut add = |table: redb::TableStats| {
+            stats.allocated_bytes += (table.leaf_pages() + table.branch_pages()) * REDB_PAGE_BYTES;
+            stats.stored_bytes += table.stored_bytes();
+            stats.fragmented_bytes += table.fragmented_bytes();
+        };
+        add(read.open_table(crate::tables::META)?.stats()?);
+        add(read.open_table(RECORDS)?.stats()?);
+        add(read.open_table(EXPIRY)?.stats()?);
+        add(read.open_table(AUDIT)?.stats()?);
+        match read.open_table(crate::tables::INTENTS) {
+            Ok(intents) => add(intents.stats()?),
+            Err(redb::TableError::TableDoesNotExist(_)) => {}
+            Err(other) => return Err(other.into()),
+        }
+        Ok(())
     }
 
     /// Lists records in key order (tenant, then operation, then key).
@@ -236,17 +265,19 @@ impl Store {
     }
 
     /// Checks the store: redb's integrity check (which repairs what redb can), then every
-    /// record, index entry and audit event is decoded and cross-checked.
+    /// record, index entry and audit event is decoded and cross-checked, and every record is
+    /// checked against the rules every record keeps ([`Record::validate`]).
     ///
     /// # Errors
-    /// [`Error::OtherHandles`] while clones of this handle are alive; storage errors that
-    /// prevent the check from running.
+    /// [`Error::OtherHandles`] while clones of this handle are alive; [`Error::ReadOnly`] on
+    /// a read-only store (redb's integrity check writes: check a copy of the file instead);
+    /// storage errors that prevent the check from running.
     pub fn verify(&mut self) -> Result<VerifyReport, Error> {
         let mut report = VerifyReport::default();
         // redb checks integrity only without live read transactions: drop the cached snapshot.
         let engine = self.exclusive("verify")?;
         engine.snapshots.invalidate();
-        match engine.db.check_integrity() {
+        match engine.db.writable_mut()?.check_integrity() {
             Ok(ok) => report.storage_ok = ok,
             Err(error) => {
                 report.problems.push(Problem { table: "redb", detail: format!("integrity check failed: {error}") });
@@ -274,6 +305,9 @@ impl Store {
             match decode_record(value.value()) {
                 Err(error) => problem("idemdb_records", format!("record {hash}: {error}")),
                 Ok(record) => {
+                    if let Err(error) = record.validate(idemdb_core::MAX_RESULT_BYTES_LIMIT) {
+                        problem("idemdb_records", format!("record {hash}: {error}"));
+                    }
                     if let Some(due) = record.due_at() {
                         let expected = crate::tables::expiry_key(due, key.value());
                         if index.get(expected.as_slice())?.is_none() {
@@ -291,7 +325,7 @@ impl Store {
                 problem("idemdb_expiry", "entry shorter than its 8-byte time".into());
                 continue;
             };
-            if crate::workflow::is_workflow_entry(scoped) {
+            if crate::tables::is_workflow_entry(scoped) {
                 // Retention of an outbox item, delivery or job (checked with its table below).
                 continue;
             }
@@ -313,6 +347,7 @@ impl Store {
                 Err(error) => problem("idemdb_audit", format!("entry {}: {error}", position + 1)),
             }
         }
+        #[cfg(feature = "workflow")]
         crate::workflow::verify_tables(&read, &mut problem)?;
         report.records = record_count;
         report.index_entries = index_count;
@@ -324,12 +359,13 @@ impl Store {
     /// was compacted. Run it after a large purge; it needs no other handle to be open.
     ///
     /// # Errors
-    /// [`Error::OtherHandles`] while clones of this handle are alive; storage errors.
+    /// [`Error::OtherHandles`] while clones of this handle are alive; [`Error::ReadOnly`] on
+    /// a read-only store; storage errors.
     pub fn compact(&mut self) -> Result<bool, Error> {
         // redb compacts only without live read transactions: drop the cached snapshot.
         let engine = self.exclusive("compact")?;
         engine.snapshots.invalidate();
-        Ok(engine.db.compact()?)
+        Ok(engine.db.writable_mut()?.compact()?)
     }
 
     /// The engine, for work that needs the only handle (redb's integrity check and compaction

@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use idemdb_core::{
     AttemptOutcome, CanonicalError, Canonicalizer, DecodeError, ErrorCode, Fingerprint, IdempotencyKey, Intent,
@@ -247,7 +247,7 @@ impl Store {
     /// Storage errors; a corrupt stored intent (nothing is removed).
     pub fn purge_intents(&self, keep_for: Duration, budget: usize) -> Result<IntentPurge, IntentError> {
         self.write(|txn| {
-            let now = txn.now();
+            let now = txn.retention_time();
             let mut table = txn.tables().open_table(INTENTS).map_err(Error::from)?;
             let mut due = Vec::new();
             let mut more = false;
@@ -524,7 +524,7 @@ mod tests {
         store.create_intent(&scope, &key, b"{}", &canon).unwrap();
         let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
         for value in [vec![INTENT_FORMAT + 1, 0], vec![INTENT_FORMAT, 0xff, 0xff], vec![]] {
-            let tx = store.engine.db.begin_write().unwrap();
+            let tx = store.engine.db.writable().unwrap().begin_write().unwrap();
             tx.open_table(INTENTS).unwrap().insert(encoded.as_slice(), value.as_slice()).unwrap();
             tx.commit().unwrap();
             let err = store.intent(&scope, &key).unwrap_err();

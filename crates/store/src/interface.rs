@@ -36,12 +36,18 @@
 
 use std::future::Future;
 
+#[cfg(feature = "workflow")]
 use idemdb_core::{
-    Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, Failure, Fingerprint, IdempotencyKey,
-    InboxAnswer, JobAnswer, JobLease, JobRecord, KeyHash, Lease, ObjectRecord, OutboxItem, Policy, ProviderState,
-    PurgeReport, Record, Reservation, Resolution, Scope, validate_correlation,
+    Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, InboxAnswer, JobAnswer, JobLease,
+    JobRecord, ObjectRecord, OutboxItem, ProviderState,
 };
-use idemdb_interface::{IdempotencyStore, WorkflowStore};
+use idemdb_core::{
+    Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record, Reservation, Resolution, Scope,
+    validate_correlation,
+};
+use idemdb_interface::IdempotencyStore;
+#[cfg(feature = "workflow")]
+use idemdb_interface::WorkflowStore;
 
 use crate::{Error, Store};
 
@@ -127,6 +133,7 @@ impl IdempotencyStore for Store {
 
 /// Every call runs in a transaction of its own, on the blocking pool natively (each waits
 /// for a flush).
+#[cfg(feature = "workflow")]
 impl WorkflowStore for Store {
     fn enqueue_effect(
         &self,

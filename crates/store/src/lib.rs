@@ -45,6 +45,7 @@
 mod audit;
 mod builder;
 mod clock;
+mod db;
 mod engine;
 mod error;
 mod group;
@@ -62,13 +63,14 @@ mod snapshot;
 mod store;
 mod tables;
 mod txn;
+#[cfg(feature = "workflow")]
 mod workflow;
 
 pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-pub use clock::SystemClock;
-pub use clock::{Clock, ManualClock};
 pub use error::{Error, OpenError, StorageError};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use idemdb_interface::SystemClock;
+pub use idemdb_interface::{Clock, ManualClock};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use intents::{IntentError, IntentPurge};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
@@ -77,19 +79,20 @@ pub use rebuild::{RebuildError, RebuildReport};
 pub use store::{ExecuteError, Executed, Store};
 pub use tables::STORE_FORMAT;
 pub use txn::Txn;
+#[cfg(feature = "workflow")]
 pub use workflow::{EffectFilter, delivery_policy_name};
 
 pub use idemdb_core::{
     Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AuditEvent, AuditKind, CanonicalError,
-    Canonicalizer, Claim, Coded, Compensation, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord,
-    DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease, Failure, FailureKind,
-    Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal, Intent, IntentRefusal,
-    IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,
-    KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, NewerVersion, Normaliser,
-    ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass, Policy, PolicyError,
-    ProviderState, PurgeReport, Record, Reservation, ReservationKind, Resolution, ResolutionKind, RetentionBudget,
-    Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName,
-    ValidTransition,
+    Canonicalizer, Claim, Coded, Compensation, DecisionTime, Delivery, DeliveryOutcome, DeliveryOutcomeKind,
+    DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease,
+    Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal,
+    Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord, JobRefusal,
+    JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
+    NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass,
+    Policy, PolicyError, ProviderState, PurgeReport, Record, RecordError, Reservation, ReservationKind, Resolution,
+    ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError,
+    UncertainCause, UnknownName, ValidTransition,
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;

@@ -1,32 +1,40 @@
-//! The metadata table: what an open learns from it (the store's secret, clock high-water mark
-//! and fence floor) or writes into it when a store is created.
+//! The metadata table: what an open learns from it (the store's secret, clock state and fence
+//! floor) or writes into it when a store is created.
 
-use redb::{Database, ReadableDatabase, TableHandle};
+use redb::{Database, TableHandle};
 
 use crate::OpenError;
+use crate::clock::ClockState;
+use crate::db::Db;
 use crate::tables::{
-    AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_FENCE_FLOOR, META_FORMAT, META_MAGIC, META_RECONCILE_INDEXED,
-    META_SECRET, RECORDS, STORE_FORMAT,
+    AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, META_FORMAT, META_MAGIC,
+    META_RECONCILE_INDEXED, META_SECRET, RECORDS, STORE_FORMAT,
 };
 
 /// What an open learns from (or writes into) the metadata table.
 pub(crate) struct Initialiser {
     pub(crate) allow_init: bool,
     pub(crate) seed: Option<[u8; 32]>,
+    /// The wall clock when the store is created: its first retention time, persisted at once,
+    /// so that a reopen never finds a store without one (and takes the wall clock then).
+    pub(crate) created_at: u64,
 }
 
 /// Metadata of an open store.
 pub(crate) struct Meta {
     pub(crate) secret: [u8; 32],
-    pub(crate) clock_high_water: u64,
+    pub(crate) clock: ClockState,
     pub(crate) fence_floor: u64,
 }
 
 impl Initialiser {
-    pub(crate) fn run(&self, db: &Database) -> Result<Meta, OpenError> {
+    pub(crate) fn run(&self, db: &Db) -> Result<Meta, OpenError> {
         match read_meta(&db.begin_read()?)? {
             Some(meta) => Ok(meta),
-            None if self.allow_init => self.initialise(db),
+            None if self.allow_init => match db {
+                Db::Writable(db) => self.initialise(db),
+                Db::ReadOnly(_) => Err(OpenError::Foreign { tables: "none".into() }),
+            },
             None => Err(OpenError::Foreign { tables: "none".into() }),
         }
     }
@@ -43,6 +51,7 @@ impl Initialiser {
             meta.insert(META_MAGIC, MAGIC)?;
             meta.insert(META_FORMAT, STORE_FORMAT.to_be_bytes().as_slice())?;
             meta.insert(META_SECRET, secret.as_slice())?;
+            meta.insert(META_CLOCK, self.created_at.to_be_bytes().as_slice())?;
             // A new store's reconciliation queue is complete from the start.
             meta.insert(META_RECONCILE_INDEXED, [1u8].as_slice())?;
             tx.open_table(RECORDS)?;
@@ -50,7 +59,7 @@ impl Initialiser {
             tx.open_table(AUDIT)?;
         }
         tx.commit()?;
-        Ok(Meta { secret, clock_high_water: 0, fence_floor: 0 })
+        Ok(Meta { secret, clock: ClockState { trusted: self.created_at, pending: Vec::new() }, fence_floor: 0 })
     }
 }
 
@@ -91,7 +100,10 @@ pub(crate) fn read_meta(read: &redb::ReadTransaction) -> Result<Option<Meta>, Op
         .ok_or_else(|| OpenError::CorruptMeta("audit secret missing or malformed".into()))?;
     Ok(Some(Meta {
         secret,
-        clock_high_water: be_u64(get(META_CLOCK)?).unwrap_or(0),
+        clock: ClockState {
+            trusted: be_u64(get(META_CLOCK)?).unwrap_or(0),
+            pending: get(META_CLOCK_PENDING)?.map(|bytes| ClockState::decode_pending(&bytes)).unwrap_or_default(),
+        },
         fence_floor: be_u64(get(META_FENCE_FLOOR)?).unwrap_or(0),
     }))
 }

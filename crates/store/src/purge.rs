@@ -1,7 +1,7 @@
 //! Retention: turn expired results into tombstones and forget expired tombstones, through the
 //! time-ordered expiry index, so the cost follows the number of due records.
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use idemdb_core::{AuditKind, PurgeReport, Retention, ScopedKey, Timestamp};
 
@@ -30,7 +30,7 @@ impl Store {
     /// # Errors
     /// Storage errors; [`Error::Corrupt`].
     pub fn purge_preview(&self) -> Result<PurgeReport, Error> {
-        let now = self.engine.now();
+        let now = self.decision_time().retention;
         let read = self.engine.db.begin_read()?;
         let index = read.open_table(EXPIRY)?;
         let mut report = PurgeReport::default();
@@ -41,7 +41,7 @@ impl Store {
                 report.stale_index_entries += 1;
                 continue;
             };
-            if crate::workflow::is_workflow_entry(scoped) {
+            if crate::tables::is_workflow_entry(scoped) {
                 report.workflow_forgotten += 1;
                 continue;
             }
@@ -75,7 +75,10 @@ impl Store {
 const MAX_CORRUPT_SKIPPED: usize = 1024;
 
 fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
-    let now = txn.now();
+    // Retention time: only measured or confirmed time makes a record less known.
+    let now = txn.retention_time();
+    // Every purge keeps the clock, even one with nothing due.
+    txn.engine().persist_clock_if_due(txn.tables(), true)?;
     let mut report = PurgeReport::default();
     let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
     // Corrupt records are skipped without spending budget, up to a bound, so one damaged
@@ -101,13 +104,19 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
             report.stale_index_entries += 1;
             continue;
         };
-        if crate::workflow::is_workflow_entry(scoped) {
-            if crate::workflow::forget_entry(txn, scoped, due_at)? {
-                report.workflow_forgotten += 1;
-            } else {
-                report.stale_index_entries += 1;
+        if crate::tables::is_workflow_entry(scoped) {
+            // A build without the workflow primitives leaves their retention to one with them.
+            #[cfg(feature = "workflow")]
+            {
+                if crate::workflow::forget_entry(txn, scoped, due_at)? {
+                    report.workflow_forgotten += 1;
+                } else {
+                    report.stale_index_entries += 1;
+                }
+                txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
             }
-            txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
+            #[cfg(not(feature = "workflow"))]
+            let _ = due_at;
             continue;
         }
         let record = match txn.load(scoped) {

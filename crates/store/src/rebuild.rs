@@ -14,10 +14,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use redb::{Database, Key, ReadTransaction, ReadableDatabase, TableDefinition, TableError, Value};
+use redb::{Database, Key, ReadTransaction, TableDefinition, TableError, Value};
 
 use crate::tables::{
-    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, OBJECTS, OUTBOX, OUTBOX_DUE, RECONCILE, RECORDS,
+    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, META_CLOCK_PENDING, OBJECTS, OUTBOX, OUTBOX_DUE,
+    RECONCILE, RECORDS,
 };
 use crate::{Error, OpenError, Store};
 
@@ -114,7 +115,9 @@ impl Store {
         if dest.exists() {
             return Err(RebuildError::DestinationExists(dest.to_path_buf()));
         }
-        self.flush()?;
+        if !self.is_read_only() {
+            self.flush()?;
+        }
         let read = self.engine.db.begin_read().map_err(Error::from)?;
         let mut copy = Database::builder().create(dest).map_err(Error::from)?;
         let mut report = RebuildReport {
@@ -133,13 +136,15 @@ impl Store {
         report.entries += copy_table(&read, &copy, DELIVERIES)?;
         report.entries += copy_table(&read, &copy, OBJECTS)?;
         report.entries += copy_table(&read, &copy, JOBS)?;
-        // The high-water mark as this handle knows it (it may be ahead of the stored one).
+        // The clock as this handle knows it (it may be ahead of the stored one).
+        let clock = self.engine.clock.snapshot();
         let mut tx = copy.begin_write().map_err(Error::from)?;
         tx.set_durability(redb::Durability::Immediate).map_err(Error::from)?;
-        tx.open_table(META)
-            .map_err(Error::from)?
-            .insert(META_CLOCK, self.engine.now().as_millis().to_be_bytes().as_slice())
-            .map_err(Error::from)?;
+        {
+            let mut meta = tx.open_table(META).map_err(Error::from)?;
+            meta.insert(META_CLOCK, clock.trusted.to_be_bytes().as_slice()).map_err(Error::from)?;
+            meta.insert(META_CLOCK_PENDING, clock.encode_pending().as_slice()).map_err(Error::from)?;
+        }
         tx.commit().map_err(Error::from)?;
         while copy.compact().map_err(Error::from)? {}
         drop(copy);
@@ -190,20 +195,32 @@ fn copy_table<K: Key + 'static, V: Value + 'static>(
 /// must not be open elsewhere. A crash before the rename leaves the original untouched (and
 /// a stale `.rebuild` file, which the next rebuild removes); after it, the new file.
 ///
+/// The store's lock is held from before the copy is read until after the copy has replaced
+/// the original, so no commit can reach the original in between; a process that opened the
+/// original meanwhile finds, once it holds the lock, that the file is no longer at `path`,
+/// and opens the new one ([`StoreBuilder::open`](crate::StoreBuilder::open)).
+///
 /// # Errors
 /// [`RebuildError::Open`] when the file is missing, open elsewhere or not a store; I/O and
 /// storage errors.
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub fn rebuild(path: impl AsRef<Path>) -> Result<RebuildReport, RebuildError> {
-    let path = path.as_ref();
+    rebuild_then(path.as_ref(), || {})
+}
+
+/// [`rebuild`], calling `replaced` once the copy has replaced the original and before the
+/// original's lock is released (tests look at the files there).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+fn rebuild_then(path: &Path, replaced: impl FnOnce()) -> Result<RebuildReport, RebuildError> {
     fs::metadata(path).map_err(io("open", path))?;
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".rebuild");
     let temporary = path.with_file_name(name);
+    // The lock first: the copy of a rebuild running elsewhere is never removed.
+    let store = Store::builder().open(path)?;
     if temporary.exists() {
         fs::remove_file(&temporary).map_err(io("remove the stale", &temporary))?;
     }
-    let store = Store::builder().open(path)?;
     let report = match store.rebuild_into(&temporary) {
         Ok(report) => report,
         Err(error) => {
@@ -211,8 +228,63 @@ pub fn rebuild(path: impl AsRef<Path>) -> Result<RebuildReport, RebuildError> {
             return Err(error);
         }
     };
+    // Replace the file while its lock is held; release it only afterwards.
+    if let Err(source) = fs::rename(&temporary, path) {
+        let _ = fs::remove_file(&temporary);
+        return Err(RebuildError::Io { action: "replace", path: path.to_path_buf(), source });
+    }
+    let synced = crate::builder::sync_parent(path).map_err(io("sync the directory of", path));
+    replaced();
     drop(store);
-    fs::rename(&temporary, path).map_err(io("replace", path))?;
-    crate::builder::sync_parent(path).map_err(io("sync the directory of", path))?;
+    synced?;
     Ok(report)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use idemdb_core::{Fingerprint, IdempotencyKey, Scope};
+    use redb::backends::FileBackend;
+
+    use super::*;
+    use crate::Reservation;
+
+    fn locked(file: &fs::File) -> bool {
+        let backend = FileBackend::new(file.try_clone().expect("clone")).expect("backend");
+        matches!(
+            redb::Builder::new().open_read_only_with_backend(backend),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen)
+        )
+    }
+
+    #[test]
+    fn the_old_file_stays_locked_until_the_copy_has_replaced_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("store.idemdb");
+        {
+            let store = Store::open(&path).expect("create");
+            let scope = Scope::new("acme", "pay").expect("scope");
+            let key = IdempotencyKey::new("k-1").expect("key");
+            let Reservation::Acquired(lease) =
+                store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])).expect("reserve")
+            else {
+                panic!("a new key is acquired");
+            };
+            store.complete(&lease, b"done".to_vec()).expect("complete");
+        }
+        let old = fs::File::open(&path).expect("old file");
+        assert!(!locked(&old), "nobody holds the store before the rebuild");
+        let mut seen = None;
+        rebuild_then(&path, || {
+            let now = fs::metadata(&path).expect("the path");
+            let old_meta = old.metadata().expect("old");
+            seen = Some(((now.dev(), now.ino()) != (old_meta.dev(), old_meta.ino()), locked(&old)));
+        })
+        .expect("rebuild");
+        assert_eq!(seen, Some((true, true)), "(replaced, old file still locked) when the copy is in place");
+        assert!(!locked(&old), "released after the replace");
+        let store = Store::open(&path).expect("reopen");
+        assert_eq!(store.stats().expect("stats").records, 1);
+    }
 }

@@ -16,9 +16,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use redb::{Database, ReadOnlyTable, ReadableDatabase};
+use redb::ReadOnlyTable;
 
 use crate::Error;
+use crate::db::Db;
 use crate::tables::RECORDS;
 
 /// An open records table and the write generation it was opened at.
@@ -36,7 +37,7 @@ pub(crate) struct Snapshots {
 
 impl Snapshots {
     /// A snapshot that includes every commit that returned before this call.
-    pub(crate) fn records(&self, db: &Database) -> Result<Arc<Snapshot>, Error> {
+    pub(crate) fn records(&self, db: &Db) -> Result<Arc<Snapshot>, Error> {
         let generation = self.generation.load(Ordering::SeqCst);
         if let Some(snapshot) = self.lock().as_ref().filter(|snapshot| snapshot.generation == generation) {
             return Ok(Arc::clone(snapshot));

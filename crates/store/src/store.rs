@@ -9,8 +9,8 @@ use std::sync::Arc;
 use redb::WriteTransaction;
 
 use idemdb_core::{
-    AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, Record, Reservation,
-    Resolution, Scope, ScopedKey, Timestamp, decide,
+    AuditKind, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, Record,
+    Reservation, Resolution, Scope, ScopedKey, Timestamp, decide,
 };
 
 use crate::Error;
@@ -95,9 +95,26 @@ impl Store {
         self.engine.policy(operation)
     }
 
-    /// The store's notion of now: the clock, but never earlier than any time it has seen.
+    /// The store's notion of now (*store time*): elapsed time measured with the clock's
+    /// monotonic reading since the store was opened, plus any forward gap of the wall clock
+    /// (time the store was closed, or a jump) not yet cancelled by the wall clock going back.
+    /// Leases, fences and the times written into records use it. See `docs/design.md`, "Time".
     pub fn now(&self) -> Timestamp {
         self.engine.now()
+    }
+
+    /// Store time and *retention time* read together. Retention time is store time without
+    /// the wall-clock gaps the store has not confirmed yet (kept for ten minutes of monotonic
+    /// time): it decides expiry and forgetting, so a wall-clock jump alone never makes a known
+    /// key unknown.
+    pub fn decision_time(&self) -> DecisionTime {
+        self.engine.decision_time()
+    }
+
+    /// Whether the store was opened read-only
+    /// ([`StoreBuilder::open_read_only`](crate::StoreBuilder::open_read_only)).
+    pub fn is_read_only(&self) -> bool {
+        self.engine.is_read_only()
     }
 
     /// The keyed hash that logs and the audit trail use for `(scope, key)`.
@@ -153,6 +170,36 @@ impl Store {
         let value = f(&mut txn)?;
         txn.commit()?;
         Ok(value)
+    }
+
+    /// Runs `f` on a fresh read transaction of the store's database: how an application
+    /// reads its own tables (those it writes with [`Store::write`]) without taking the write
+    /// lock. The idemdb tables are read through the store's own methods.
+    ///
+    /// ```
+    /// use idemdb::Store;
+    /// use redb::{ReadableTable, TableDefinition};
+    /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
+    ///
+    /// let store = Store::in_memory()?;
+    /// store.write(|txn| {
+    ///     txn.tables().open_table(ORDERS).map_err(idemdb::Error::from)?.insert("order-842", 1050).map_err(idemdb::Error::from)?;
+    ///     Ok::<(), idemdb::Error>(())
+    /// })?;
+    /// let amount = store.read(|tx| {
+    ///     let orders = tx.open_table(ORDERS).map_err(idemdb::Error::from)?;
+    ///     Ok::<_, idemdb::Error>(orders.get("order-842").map_err(idemdb::Error::from)?.map(|v| v.value()))
+    /// })?;
+    /// assert_eq!(amount, Some(1050));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The closure's error, or [`Error`] converted into it when the transaction could not
+    /// begin.
+    pub fn read<T, E: From<Error>>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T, E>) -> Result<T, E> {
+        let tx = self.engine.db.begin_read().map_err(Error::from)?;
+        f(&tx)
     }
 
     /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
@@ -234,10 +281,11 @@ impl Store {
     ) -> Result<Option<Reservation>, Error> {
         let encoded = ScopedKey::encode_parts(scope, key);
         let Some(record) = self.engine.get_encoded(&encoded)? else { return Ok(None) };
-        let now = self.engine.now();
-        let context = DecisionContext::new(now, self.engine.policy(scope.operation()))
-            .with_fence_floor(self.engine.fence_floor());
-        let decision = decide(Some(record), scope, key, fingerprint, context);
+        let at = self.engine.decision_time();
+        let now = at.now;
+        let context =
+            DecisionContext::at(at, self.engine.policy(scope.operation())).with_fence_floor(self.engine.fence_floor());
+        let decision = decide(Some(record), scope, key, fingerprint, context)?;
         if decision.write.is_some() {
             return Ok(None);
         }

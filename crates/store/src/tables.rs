@@ -9,7 +9,7 @@
 //! | `idemdb_intents` | `ScopedKey::encode` (length-prefixed) | version byte · bincode(intent) |
 //! | `idemdb_outbox`  | `ScopedKey::encode` · len · effect    | version byte · bincode(item)   |
 //! | `idemdb_outbox_due` | due `u64` BE · outbox key          | empty                          |
-//! | `idemdb_reconcile` | kind `u8` · record or outbox key    | since `u64` BE                 |
+//! | `idemdb_reconcile` | kind `u8` · record or outbox key    | since `u64` BE (8 bytes)       |
 //! | `idemdb_deliveries` | len · source · len · delivery id   | version byte · bincode(delivery) |
 //! | `idemdb_objects` | len · source · len · object id        | version byte · bincode(object) |
 //! | `idemdb_jobs`    | `ScopedKey::encode` of the job        | version byte · bincode(job)    |
@@ -26,7 +26,7 @@ use idemdb_core::Timestamp;
 
 use crate::Error;
 
-/// Store-wide metadata: magic, format, audit secret, clock high-water mark.
+/// Store-wide metadata: magic, format, audit secret, clock (retention time, unconfirmed gaps).
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("idemdb_meta");
 /// One record per `(scope, key)`.
 pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_records");
@@ -42,8 +42,9 @@ pub(crate) const OUTBOX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("i
 /// Outbox items a dispatcher should look at, by due time.
 pub(crate) const OUTBOX_DUE: TableDefinition<&[u8], ()> = TableDefinition::new("idemdb_outbox_due");
 /// The reconciliation queue: uncertain records and uncertain outbox items, with the time they
-/// became uncertain.
-pub(crate) const RECONCILE: TableDefinition<&[u8], u64> = TableDefinition::new("idemdb_reconcile");
+/// became uncertain (`u64` BE bytes: the same key and value types as other tables, so redb's
+/// code is not instantiated once more, which the WebAssembly build pays for in size).
+pub(crate) const RECONCILE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_reconcile");
 /// Webhook deliveries, one per `(source, delivery id)`.
 pub(crate) const DELIVERIES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_deliveries");
 /// The objects webhook deliveries describe, one per `(source, object id)`.
@@ -53,11 +54,14 @@ pub(crate) const JOBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("ide
 
 /// Reconciliation queue entry kinds.
 pub(crate) const RECONCILE_RECORD: u8 = 1;
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
 pub(crate) const RECONCILE_EFFECT: u8 = 2;
 
 /// Expiry index markers of what is not a record.
 pub(crate) const EXPIRY_OUTBOX: u8 = 0xF0;
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
 pub(crate) const EXPIRY_DELIVERY: u8 = 0xF1;
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
 pub(crate) const EXPIRY_JOB: u8 = 0xF2;
 
 /// Key of a reconciliation queue entry.
@@ -68,7 +72,14 @@ pub(crate) fn reconcile_key(kind: u8, key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Whether the part of an expiry index key after its due time belongs to a workflow table
+/// (its first byte is a marker, not a tenant length).
+pub(crate) fn is_workflow_entry(rest: &[u8]) -> bool {
+    rest.first().is_some_and(|&marker| marker >= EXPIRY_OUTBOX)
+}
+
 /// Key of an expiry index entry of a workflow table (`marker` is one of the `EXPIRY_*` bytes).
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
 pub(crate) fn marked_expiry_key(due: Timestamp, marker: u8, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(9 + key.len());
     out.extend_from_slice(&due.as_millis().to_be_bytes());
@@ -86,6 +97,7 @@ pub(crate) const META_MAGIC: &str = "magic";
 pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_SECRET: &str = "audit_secret";
 pub(crate) const META_CLOCK: &str = "clock_high_water";
+pub(crate) const META_CLOCK_PENDING: &str = "clock_pending";
 pub(crate) const META_FENCE_FLOOR: &str = "fence_floor";
 /// Set once the reconciliation queue holds every uncertain record (stores made before the
 /// queue existed are indexed on their first write open).

@@ -1,10 +1,11 @@
 //! One write transaction over the store: read, decide, write — then commit once.
 
-use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, Record, Reservation, Resolution, Scope,
-    ScopedKey, State, Timestamp, TransitionError, decide, decode_record, encode_record, validate_correlation,
+    AuditKind, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, MAX_RESULT_BYTES_LIMIT,
+    Record, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, decide, decode_record,
+    encode_record, validate_correlation,
 };
 
 use crate::Error;
@@ -18,6 +19,7 @@ pub struct Txn<'s> {
     store: &'s Engine,
     tx: WriteTransaction,
     now: Timestamp,
+    retention: Timestamp,
     audit: Vec<EncodedEvent>,
     /// The last value written per record key, to read back after a failed commit.
     written: Vec<(Vec<u8>, Option<Vec<u8>>)>,
@@ -37,11 +39,12 @@ impl<'s> Txn<'s> {
     pub(crate) fn begin(store: &'s Engine) -> Result<Self, Error> {
         let tx = store.begin_write()?;
         // Read the clock after the write lock is held, so decisions are made in time order.
-        let now = store.now();
+        let at = store.clock.read();
         Ok(Txn {
             store,
             tx,
-            now,
+            now: at.now,
+            retention: at.retention,
             audit: Vec::new(),
             written: Vec::new(),
             written_at: std::collections::HashMap::new(),
@@ -60,9 +63,15 @@ impl<'s> Txn<'s> {
         Ok(())
     }
 
-    /// The time every decision in this transaction uses.
+    /// The store time every decision in this transaction uses (see [`Store::now`]).
     pub fn now(&self) -> Timestamp {
         self.now
+    }
+
+    /// The retention time every decision in this transaction uses to judge expiry and
+    /// forgetting (see [`Store::decision_time`]).
+    pub fn retention_time(&self) -> Timestamp {
+        self.retention
     }
 
     /// The underlying redb transaction, for the application's own tables.
@@ -103,9 +112,10 @@ impl<'s> Txn<'s> {
         let existing = self.load(&encoded)?;
         // The index entries to move are those of the record as it was.
         let prior = Prior::of(existing.as_ref());
-        let context = DecisionContext::new(self.now, self.store.policy(scope.operation()))
-            .with_fence_floor(self.store.fence_floor());
-        let decision = decide(existing, scope, key, fingerprint, context);
+        let context =
+            DecisionContext::at(DecisionTime::new(self.now, self.retention), self.store.policy(scope.operation()))
+                .with_fence_floor(self.store.fence_floor());
+        let decision = decide(existing, scope, key, fingerprint, context)?;
         if let Some(record) = &decision.write {
             self.put_moving(&encoded, prior, record)?;
         }
@@ -180,12 +190,15 @@ impl<'s> Txn<'s> {
     }
 
     /// Writes a record as given (keeping the expiry index right), replacing any existing one
-    /// when `overwrite` is set. For import tools; it bypasses the state machine. Returns
-    /// whether the record was written.
+    /// when `overwrite` is set. For import tools; it bypasses the state machine, but not the
+    /// rules every record keeps: the record must pass [`Record::validate`] with the
+    /// operation's result limit. Returns whether the record was written.
     ///
     /// # Errors
-    /// Storage errors; [`Error::Corrupt`] when the existing record does not decode.
+    /// [`Error::InvalidRecord`] for a record the engine would never write; storage errors;
+    /// [`Error::Corrupt`] when the existing record does not decode.
     pub fn import(&mut self, scoped: &ScopedKey, record: &Record, overwrite: bool) -> Result<bool, Error> {
+        record.validate(self.store.policy(scoped.scope.operation()).max_result_bytes())?;
         let encoded = scoped.encode();
         let existing = self.load(&encoded)?;
         if existing.is_some() && !overwrite {
@@ -216,12 +229,19 @@ impl<'s> Txn<'s> {
     }
 
     /// Writes `record` over `previous`, moving its expiry index entry if its due time changed.
+    /// Every record written passes [`Record::validate`] (with the largest result limit; the
+    /// operation's own limit is checked where bodies come in), so no write path can store a
+    /// record that the decoder or the state machine would trip over.
     pub(crate) fn put(&mut self, encoded: &[u8], previous: Option<&Record>, record: &Record) -> Result<(), Error> {
         self.put_moving(encoded, Prior::of(previous), record)
     }
 
-    /// Writes `record`, moving its index entries from where `prior` had them.
+    /// Writes `record`, moving its index entries from where `prior` had them. Every record
+    /// written passes [`Record::validate`] (with the largest result limit; the operation's own
+    /// limit is checked where bodies come in), so no write path can store a record that the
+    /// decoder or the state machine would trip over.
     fn put_moving(&mut self, encoded: &[u8], prior: Prior, record: &Record) -> Result<(), Error> {
+        record.validate(MAX_RESULT_BYTES_LIMIT)?;
         let value = encode_record(record);
         self.tx.open_table(RECORDS)?.insert(encoded, value.as_slice())?;
         self.move_index(encoded, prior.due, record.due_at())?;
@@ -230,7 +250,7 @@ impl<'s> Txn<'s> {
             let mut queue = self.tx.open_table(RECONCILE)?;
             let key = reconcile_key(RECONCILE_RECORD, encoded);
             if uncertain {
-                queue.insert(key.as_slice(), record.updated_at.as_millis())?;
+                queue.insert(key.as_slice(), record.updated_at.as_millis().to_be_bytes().as_slice())?;
             } else {
                 queue.remove(key.as_slice())?;
             }
@@ -310,7 +330,7 @@ impl<'s> Txn<'s> {
                 audit.insert(key, encode_segment(segment).as_slice())?;
             }
         }
-        if !self.written.is_empty() {
+        if !self.written.is_empty() || self.store.clock.cancelled() {
             self.store.persist_clock_if_due(&self.tx, false)?;
         }
         let Txn { store, tx, written, audit: own, .. } = self;
@@ -380,9 +400,12 @@ pub(crate) fn flush(engine: &Engine) -> Result<(), Error> {
 }
 
 impl Drop for Engine {
-    /// Best effort, when the last handle goes: keep the clock high-water mark and the buffered
-    /// audit events.
+    /// Best effort, when the last handle goes: keep the clock state (as of now) and the
+    /// buffered audit events. A read-only store writes nothing.
     fn drop(&mut self) {
+        if self.is_read_only() {
+            return;
+        }
         if self.has_unwritten_state() {
             let _ = flush(self);
         }

@@ -4,7 +4,7 @@
 // browser comes back online; store snapshots read natively and the other way round.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -257,27 +257,104 @@ describe('the same store bytes natively', { skip: !process.env.IDEMDB_SNAPSHOT_T
   });
 });
 
-describe('README', () => {
-  test('the browser worker example runs as written (bare `idemdb` mapped to the installed file)', async () => {
-    site.reset();
-    // Without a bundler the bare specifier is rewritten to the installed browser build.
-    const source = readmeBlock(project, '// payments.worker.js').replaceAll("from 'idemdb'", "from '/node_modules/idemdb/dist/esm/browser.js'");
-    writeFileSync(join(project, 'browser', 'readme.worker.js'), source);
-    const page = await openPage(context, site);
-    const answer = await page.evaluate(
-      () =>
+describe('README: the browser worker example as written', () => {
+  /** Starts `url` as a module worker, posts a payment at once (no waiting for a ready message), and answers its reply. */
+  const payAtOnce = (page, url) =>
+    page.evaluate(
+      (workerUrl) =>
         new Promise((resolve, reject) => {
-          const worker = new Worker('/browser/readme.worker.js', { type: 'module' });
+          const worker = new Worker(workerUrl, { type: 'module' });
           worker.onerror = (e) => reject(new Error(e.message));
           worker.onmessage = ({ data }) => {
-            if ('resumed' in data) return worker.postMessage({ amount: '7.00' });
+            if ('resumed' in data) return; // autoResume's start-up pass
             resolve(data);
+            worker.terminate();
           };
+          worker.postMessage({ amount: '7.00' }); // right after new Worker(...)
         }),
+      url,
     );
+  const example = () => readmeBlock(project, '// payments.worker.js');
+  /** Runs shell `commands` in the project, beside the README worker saved as payments.worker.js. */
+  const bundle = (commands) => {
+    site.reset();
+    linkEsbuild();
+    writeFileSync(join(project, 'payments.worker.js'), example());
+    rmSync(join(project, 'public'), { recursive: true, force: true });
+    const build = spawnSync('bash', ['-euc', commands], { cwd: project, encoding: 'utf8' });
+    assert.equal(build.status, 0, build.stdout + build.stderr);
+  };
+
+  test('without a bundler: the documented path instead of the bare specifier; a message posted at once is answered', async () => {
+    site.reset();
+    const documented = "'/node_modules/idemdb/dist/esm/browser.js'";
+    assert.ok(readmeBlock(project, '// payments.worker.js') && readFileSync(join(project, 'node_modules', 'idemdb', 'README.md'), 'utf8').includes(`from ${documented}`));
+    writeFileSync(join(project, 'browser', 'readme.worker.js'), example().replaceAll("from 'idemdb'", `from ${documented}`));
+    const page = await openPage(context, site);
+    const answer = await payAtOnce(page, '/browser/readme.worker.js');
     assert.equal(answer.status, 201, JSON.stringify(answer));
     assert.equal(answer.body.charge, 'ch_1');
     assert.equal(site.state.effects, 1);
     await page.close();
   });
+
+  test('with esbuild: the README commands as written bundle it, and it runs', { skip: !process.env.IDEMDB_ESBUILD && 'IDEMDB_ESBUILD not set' }, async () => {
+    bundle(readmeBlock(project, '# esbuild'));
+    const page = await openPage(context, site);
+    const answer = await payAtOnce(page, '/public/payments.worker.js');
+    assert.equal(answer.status, 201, JSON.stringify(answer));
+    assert.equal(site.state.effects, 1);
+    await page.close();
+  });
+
+  test('with esbuild but no copied .wasm: a NotReadyError that says what to do', { skip: !process.env.IDEMDB_ESBUILD && 'IDEMDB_ESBUILD not set' }, async () => {
+    bundle(readmeBlock(project, '# esbuild').split('\n').find((line) => line.startsWith('npx esbuild')).replace('--outdir=public', '--outdir=public-no-wasm'));
+    const page = await openPage(context, site);
+    const answer = await payAtOnce(page, '/public-no-wasm/payments.worker.js');
+    assert.equal(answer.error, 'IDEMDB_NOT_READY', JSON.stringify(answer));
+    assert.match(answer.message, /idemdb_wasm_bg\.wasm/);
+    assert.match(answer.message, /ready\(/);
+    assert.equal(site.state.effects, 0);
+    await page.close();
+  });
 });
+
+describe('loading the engine', () => {
+  test('fingerprint() before ready() says to await ready(); a failed load is retried; ready(url) loads from elsewhere', async () => {
+    cpSync(join(project, 'node_modules', 'idemdb', 'dist', 'wasm', 'idemdb_wasm_bg.wasm'), join(project, 'browser', 'elsewhere.wasm'));
+    const page = await openPage(context, site);
+    const seen = await page.evaluate(async () => {
+      const idemdb = await import('/node_modules/idemdb/dist/esm/browser.js');
+      const caught = (f) => {
+        try {
+          f();
+          return null;
+        } catch (e) {
+          return { name: e.name, code: e.code, message: e.message, isError: e instanceof idemdb.IdemdbError };
+        }
+      };
+      const early = caught(() => idemdb.fingerprint({ a: 1 }));
+      const missing = await idemdb.ready('/browser/missing.wasm').then(() => null, (e) => ({ name: e.name, code: e.code, message: e.message }));
+      await idemdb.ready('/browser/elsewhere.wasm');
+      return { early, missing, fingerprint: idemdb.fingerprint({ a: 1 }), key: idemdb.newKey() };
+    });
+    assert.deepEqual({ ...seen.early, message: undefined }, { name: 'NotReadyError', code: 'IDEMDB_NOT_READY', message: undefined, isError: true });
+    assert.match(seen.early.message, /await ready\(\)/);
+    assert.equal(seen.missing.name, 'NotReadyError');
+    assert.equal(seen.missing.code, 'IDEMDB_NOT_READY');
+    assert.match(seen.fingerprint, /^[0-9a-f]{64}$/);
+    assert.match(seen.key, /^[0-9a-f-]{36}$/);
+    await page.close();
+  });
+});
+
+/** esbuild in the scratch project, as `npm install esbuild` would put it (linked from the package's dev dependencies). */
+function linkEsbuild() {
+  const modules = join(project, 'node_modules');
+  const from = process.env.IDEMDB_ESBUILD;
+  for (const name of ['esbuild', '@esbuild']) {
+    if (!existsSync(join(modules, name))) symlinkSync(join(from, name), join(modules, name));
+  }
+  mkdirSync(join(modules, '.bin'), { recursive: true });
+  if (!existsSync(join(modules, '.bin', 'esbuild'))) symlinkSync('../esbuild/bin/esbuild', join(modules, '.bin', 'esbuild'));
+}

@@ -28,6 +28,7 @@ import {
   resumePending,
   sendIntent,
 } from 'idemdb';
+import { memoryHost } from './hosts.mjs';
 import { startServer } from '../server.mjs';
 
 const scope = { tenant: 'me', operation: 'pay' };
@@ -193,23 +194,11 @@ describe('file store (Node file handle)', () => {
   });
 
   test('host callbacks back a store (an edge host\'s storage)', async () => {
-    let bytes = new Uint8Array(0);
-    let flushes = 0;
-    const host = {
-      read: (offset, out) => out.set(bytes.subarray(offset, offset + out.length)),
-      write: (offset, data) => bytes.set(data, offset),
-      size: () => bytes.length,
-      truncate: (length) => {
-        const next = new Uint8Array(length);
-        next.set(bytes.subarray(0, Math.min(length, bytes.length)));
-        bytes = next;
-      },
-      flush: () => { flushes += 1; },
-    };
+    const host = memoryHost();
     const store = await openHostStore(host);
-    const before = flushes;
+    const before = host.flushes;
     const intent = store.createIntent(scope, { via: 'host' });
-    assert.equal(flushes - before, 1, 'one durable flush per commit');
+    assert.equal(host.flushes - before, 1, 'one durable flush per commit');
     store.close();
     const reopened = await openHostStore(host);
     assert.equal(reopened.pendingIntents()[0].key, intent.key);

@@ -1,26 +1,41 @@
-// The package's .d.ts files, as a TypeScript user gets them from the installed tarball:
-// ESM and CommonJS (`node` conditions) and the browser subpath, with strict checks and no
-// skipLibCheck.
+// The package's .d.ts files as TypeScript users get them from the installed tarball, each with
+// only the setup the README documents for its platform (strict, no skipLibCheck): Node ESM and
+// CommonJS with @types/node and no DOM library; a browser page with the DOM library and no
+// @types/node; a worker (Cloudflare Workers) with the WebWorker library and bundler resolution.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-test('the typings compile for ESM, CommonJS and browser consumers', { skip: !process.env.IDEMDB_TSC && 'IDEMDB_TSC not set' }, () => {
-  const dir = mkdtempSync(join(process.cwd(), 'types-'));
-  for (const file of ['esm.ts', 'cjs.cts', 'browser.ts']) cpSync(join(process.cwd(), 'test', 'types', file), join(dir, file));
-  writeFileSync(join(dir, 'package.json'), '{ "type": "module" }\n');
-  writeFileSync(
-    join(dir, 'tsconfig.json'),
-    JSON.stringify({
-      compilerOptions: {
-        target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true,
-        lib: ['ES2022', 'DOM'], types: ['node'], typeRoots: [process.env.IDEMDB_TYPE_ROOTS], skipLibCheck: false,
-      },
-      files: ['esm.ts', 'cjs.cts', 'browser.ts'],
-    }),
-  );
-  const run = spawnSync(process.execPath, [process.env.IDEMDB_TSC, '-p', dir], { encoding: 'utf8' });
-  assert.equal(run.status, 0, run.stdout + run.stderr);
-});
+const setups = {
+  'Node (ESM and CommonJS): @types/node, no DOM': {
+    files: ['node.ts', 'node-cjs.cts'],
+    compilerOptions: { module: 'NodeNext', moduleResolution: 'NodeNext', lib: ['ES2022'], types: ['node'] },
+  },
+  'browser: lib DOM, no @types/node': {
+    files: ['browser.ts'],
+    compilerOptions: { module: 'NodeNext', moduleResolution: 'NodeNext', lib: ['ES2022', 'DOM', 'DOM.Iterable'], types: [] },
+  },
+  'worker: lib WebWorker, bundler resolution, no @types/node': {
+    files: ['worker.ts'],
+    compilerOptions: { module: 'ESNext', moduleResolution: 'Bundler', lib: ['ES2022', 'WebWorker'], types: [] },
+  },
+};
+
+for (const [name, setup] of Object.entries(setups)) {
+  test(`the typings compile for ${name}`, { skip: !process.env.IDEMDB_TSC && 'IDEMDB_TSC not set' }, () => {
+    const dir = mkdtempSync(join(process.cwd(), 'types-'));
+    for (const file of setup.files) cpSync(join(process.cwd(), 'test', 'types', file), join(dir, file));
+    writeFileSync(join(dir, 'package.json'), '{ "type": "module" }\n');
+    writeFileSync(
+      join(dir, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: { target: 'ES2022', strict: true, noEmit: true, skipLibCheck: false, typeRoots: [process.env.IDEMDB_TYPE_ROOTS], ...setup.compilerOptions },
+        files: setup.files,
+      }),
+    );
+    const run = spawnSync(process.execPath, [process.env.IDEMDB_TSC, '-p', dir], { encoding: 'utf8' });
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+  });
+}

@@ -1,163 +1,203 @@
-// workerd (npm `workerd`) runs test/workerd/worker.js, which imports `idemdb` from the installed
-// tarball (the `workerd` export condition: the .wasm is imported as a compiled module).
+// workerd (npm `workerd`) runs workers that import `idemdb` from the installed tarball (the
+// `workerd` export condition: the .wasm is imported as a compiled module): a memory store in
+// the isolate, a Durable Object store on local disk across workerd restarts, and the README's
+// examples as written.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, before, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 
 import { readmeBlock } from '../readme.mjs';
+import { packageModules, project, serveWorkerd, workerdConfig, writeConfig } from './harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const project = process.env.IDEMDB_SCRATCH ?? join(here, '..', '..', '.scratch', 'project');
-const pkgRoot = join(project, 'node_modules', 'idemdb');
-const workerdBin = join(here, '..', '..', 'node_modules', '.bin', 'workerd');
+const tool = process.env.IDEMDB_SNAPSHOT_TOOL;
+/** The test workers' shared payment endpoint, a module beside them. */
+const PAYMENTS = '(name = "payments.js", esModule = embed "payments.js")';
+const copyWorker = (file, as = file) => {
+  copyFileSync(join(here, 'payments.js'), join(project, 'payments.js'));
+  copyFileSync(join(here, file), join(project, as));
+};
 
-/** Modules of the package a worker needs (the Node and browser entries are left out). */
-const SKIP = new Set(['node.js', 'node-file.js', 'browser.js', 'opfs.js']);
-
-/**
- * The capnp config, written into the project directory (embeds are relative to it): the worker,
- * every module of the package by its path, and `idemdb` as an alias of the workerd entry.
- */
-export function workerdConfig(workerFile, port) {
-  const modules = [`(name = "worker.js", esModule = embed ${JSON.stringify(workerFile)})`];
-  modules.push(`(name = "idemdb", esModule = "export * from './node_modules/idemdb/dist/esm/workerd.js';")`);
-  for (const sub of ['dist/esm', 'dist/wasm']) {
-    for (const file of readdirSync(join(pkgRoot, sub))) {
-      if (SKIP.has(file)) continue;
-      const name = `node_modules/idemdb/${sub}/${file}`;
-      const path = name;
-      if (file.endsWith('.js')) modules.push(`(name = ${JSON.stringify(name)}, esModule = embed ${JSON.stringify(path)})`);
-      if (file.endsWith('.wasm')) modules.push(`(name = ${JSON.stringify(name)}, wasm = embed ${JSON.stringify(path)})`);
-    }
-  }
-  return `using Workerd = import "/workerd/workerd.capnp";
-const config :Workerd.Config = (
-  services = [(name = "main", worker = .worker)],
-  sockets = [(name = "http", address = "127.0.0.1:${port}", http = (), service = "main")],
-);
-const worker :Workerd.Worker = (
-  modules = [
-    ${modules.join(',\n    ')}
-  ],
-  compatibilityDate = "2025-09-01",
-);
-`;
-}
-
-// A listening socket on a port the kernel picks. workerd inherits it (`--socket-fd`), so no
-// other process can take the port between choosing it and workerd listening on it.
-async function listeningSocket() {
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, port: server.address().port, fd: server._handle.fd };
-}
-
-// Starts workerd on `config` with its socket `http` on an inherited listening socket.
-async function serveWorkerd(config) {
-  const socket = await listeningSocket();
-  const proc = spawn(workerdBin, ['serve', config, '--socket-fd', 'http=3'], {
-    stdio: ['ignore', 'pipe', 'pipe', socket.fd],
+const post = (base, path, key, body, headers = {}) =>
+  fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'idempotency-key': key, 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
   });
-  // The child holds its own copy; the parent must not accept connections on it.
-  await new Promise((resolve) => socket.server.close(resolve));
-  return { proc, port: socket.port };
+
+function readNatively(bytes, name) {
+  const file = join(mkdtempSync(join(tmpdir(), 'idemdb-workerd-snap-')), name);
+  writeFileSync(file, bytes);
+  const read = spawnSync(tool, ['read', file], { encoding: 'utf8' });
+  assert.equal(read.status, 0, read.stderr);
+  return read.stdout;
 }
 
-let child;
-let base;
-let logs = '';
+describe('memory store in the isolate', () => {
+  let server;
+  before(async () => {
+    copyWorker('worker.js');
+    server = await serveWorkerd(writeConfig('workerd-test.capnp', workerdConfig('worker.js', { extraModules: [PAYMENTS] })), { probe: '/stats' });
+  });
+  after(() => server?.stop());
 
-before(async () => {
-  const config = join(project, 'workerd-test.capnp');
-  copyFileSync(join(here, 'worker.js'), join(project, 'worker.js'));
-  // The address in the file is overridden by the inherited socket.
-  writeFileSync(config, workerdConfig('worker.js', 8787));
-  const started = await serveWorkerd(config);
-  child = started.proc;
-  const port = started.port;
-  child.stdout.on('data', (d) => (logs += d));
-  child.stderr.on('data', (d) => (logs += d));
-  base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    try {
-      await fetch(`${base}/stats`);
-      break;
-    } catch {
-      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`workerd did not start:\n${logs}`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-});
-
-after(() => child?.kill('SIGKILL'));
-
-const pay = (key, body) =>
-  fetch(`${base}/pay`, { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-
-test('reserve, effect once, replay byte for byte, 422 on a different request', async () => {
-  const first = await pay('order-842', { amount: '10.50', trace_id: 'a' });
-  assert.equal(first.status, 201, logs);
-  const firstBody = await first.text();
-  const retry = await pay('order-842', { amount: '10.50', trace_id: 'b' });
-  assert.equal(retry.status, 201);
-  assert.equal(retry.headers.get('idempotent-replayed'), 'true');
-  assert.equal(await retry.text(), firstBody);
-  const other = await pay('order-842', { amount: '99.00' });
-  assert.equal(other.status, 422);
-  const second = await pay('order-843', { amount: '1.00' });
-  assert.equal(second.status, 201);
-  assert.deepEqual(await (await fetch(`${base}/stats`)).json(), { effects: 2 });
-  const bad = await fetch(`${base}/pay`, { method: 'POST', headers: { 'idempotency-key': 'bad key' }, body: '{}' });
-  assert.equal(bad.status, 400);
-  assert.equal((await bad.json()).code, 'IDEMDB_INVALID_KEY');
-});
-
-test('a snapshot exported in workerd opens natively', { skip: !process.env.IDEMDB_SNAPSHOT_TOOL }, async () => {
-  const bytes = new Uint8Array(await (await fetch(`${base}/snapshot`)).arrayBuffer());
-  const file = join(mkdtempSync(join(tmpdir(), 'idemdb-workerd-snap-')), 'edge.idemdb');
-  writeFileSync(file, bytes);
-  const read = spawnSync(process.env.IDEMDB_SNAPSHOT_TOOL, ['read', file], { encoding: 'utf8' });
-  assert.equal(read.status, 0, read.stderr);
-  assert.match(read.stdout, /^record edge pay order-842 completed body=\{"charge":"ch_1","amount":"10.50"\}$/m);
-  assert.match(read.stdout, /^record edge pay order-843 completed/m);
-});
-
-test('the README workerd example (worker and config) runs as written', async () => {
-  writeFileSync(join(project, 'worker.js'), readmeBlock(project, '// worker.js'));
-  // The README's config as written; its socket `http` is overridden by an inherited one.
-  writeFileSync(join(project, 'readme-config.capnp'), readmeBlock(project, 'using Workerd'));
-  const { proc: readme, port } = await serveWorkerd(join(project, 'readme-config.capnp'));
-  let out = '';
-  readme.stdout.on('data', (d) => (out += d));
-  readme.stderr.on('data', (d) => (out += d));
-  try {
-    const url = `http://127.0.0.1:${port}/`;
-    const deadline = Date.now() + 30_000;
-    let first;
-    for (;;) {
-      try {
-        first = await fetch(url, { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{"amount":"1.00"}' });
-        break;
-      } catch {
-        if (Date.now() > deadline || readme.exitCode !== null) throw new Error(`workerd did not start:\n${out}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
-    assert.equal(first.status, 201, out);
+  test('reserve, effect once, replay byte for byte, 422 on a different request', async () => {
+    const { base } = server;
+    const first = await post(base, '/pay', 'order-842', { amount: '10.50', trace_id: 'a' });
+    assert.equal(first.status, 201, server.logs());
     const firstBody = await first.text();
-    const again = await fetch(url, { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{"amount":"1.00"}' });
-    assert.equal(again.headers.get('idempotent-replayed'), 'true');
-    assert.equal(await again.text(), firstBody);
-    const other = await fetch(url, { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{"amount":"2.00"}' });
+    const retry = await post(base, '/pay', 'order-842', { amount: '10.50', trace_id: 'b' });
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    assert.equal(await retry.text(), firstBody);
+    const other = await post(base, '/pay', 'order-842', { amount: '99.00' });
     assert.equal(other.status, 422);
-  } finally {
-    readme.kill('SIGKILL');
-    copyFileSync(join(here, 'worker.js'), join(project, 'worker.js'));
-  }
+    const second = await post(base, '/pay', 'order-843', { amount: '1.00' });
+    assert.equal(second.status, 201);
+    assert.deepEqual(await (await fetch(`${base}/stats`)).json(), { effects: 2 });
+    const bad = await post(base, '/pay', 'bad key', {});
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).code, 'IDEMDB_INVALID_KEY');
+  });
+
+  test('a snapshot exported in workerd opens natively', { skip: !tool }, async () => {
+    const bytes = new Uint8Array(await (await fetch(`${server.base}/snapshot`)).arrayBuffer());
+    const out = readNatively(bytes, 'edge.idemdb');
+    assert.match(out, /^record edge pay order-842 completed body=\{"charge":"ch_1","amount":"10.50"\}$/m);
+    assert.match(out, /^record edge pay order-843 completed/m);
+  });
+});
+
+describe('Durable Object store on local disk', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'idemdb-do-'));
+  const config = () =>
+    writeConfig('durable-test.capnp', workerdConfig('durable.js', { durable: { className: 'Payments', binding: 'PAYMENTS', dir }, extraModules: [PAYMENTS] }));
+  const effects = async (base, tenant = 'acme') => (await (await fetch(`${base}/effects`, { headers: { 'x-tenant': tenant } })).json()).effects;
+  let server;
+  before(async () => {
+    copyWorker('durable.js');
+    server = await serveWorkerd(config(), { probe: '/effects' });
+  });
+  after(() => server?.stop());
+
+  test('32 concurrent first requests with one key: one effect; the rest in progress, then replays', async () => {
+    const { base } = server;
+    const answers = await Promise.all(
+      Array.from({ length: 32 }, () => post(base, '/pay?effectMs=200', 'order-1', { amount: '10.50' }).then(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: await r.text() }))),
+    );
+    const executed = answers.filter((a) => a.status === 201 && a.replayed !== 'true');
+    assert.equal(executed.length, 1, JSON.stringify(answers.map((a) => a.status)) + server.logs());
+    for (const answer of answers) {
+      assert.ok(answer.status === 409 || (answer.status === 201 && answer.body === executed[0].body), JSON.stringify(answer));
+    }
+    assert.ok(answers.filter((a) => a.status === 409).length >= 1, 'duplicates arrived while the effect ran');
+    assert.equal(await effects(base), 1);
+    const retry = await post(base, '/pay', 'order-1', { amount: '10.50', trace_id: 'later' });
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    assert.equal(await retry.text(), executed[0].body);
+    assert.equal(await effects(base), 1);
+  });
+
+  test('a different body under the same key is refused with 422 and runs nothing', async () => {
+    const other = await post(server.base, '/pay', 'order-1', { amount: '99.00' });
+    assert.equal(other.status, 422);
+    assert.equal(await effects(server.base), 1);
+  });
+
+  test('records survive a workerd restart (killed with SIGKILL): replays, no second effect', async () => {
+    const before = await (await post(server.base, '/pay', 'order-2', { amount: '2.00' })).text();
+    const otherTenant = await post(server.base, '/pay', 'order-2', { amount: '2.00' }, { 'x-tenant': 'globex' });
+    assert.equal(otherTenant.status, 201, 'another tenant is another object, another store');
+    assert.equal(await effects(server.base), 2);
+    await server.stop();
+    server = await serveWorkerd(config(), { probe: '/effects' });
+    const { base } = server;
+    for (const key of ['order-1', 'order-2']) {
+      const replay = await post(base, '/pay', key, { amount: key === 'order-1' ? '10.50' : '2.00' });
+      assert.equal(replay.status, 201, server.logs());
+      assert.equal(replay.headers.get('idempotent-replayed'), 'true', key);
+    }
+    assert.equal(await (await post(base, '/pay', 'order-2', { amount: '2.00' })).text(), before);
+    assert.equal((await post(base, '/pay', 'order-1', { amount: '99.00' })).status, 422);
+    assert.equal(await effects(base), 2);
+    assert.equal(await effects(base, 'globex'), 1);
+    const fresh = await post(base, '/pay', 'order-3', { amount: '3.00' });
+    assert.equal(fresh.status, 201);
+    assert.equal(await effects(base), 3);
+  });
+
+  test('the object keeps a real store file: its snapshot opens natively', { skip: !tool }, async () => {
+    const bytes = new Uint8Array(await (await fetch(`${server.base}/snapshot`)).arrayBuffer());
+    const out = readNatively(bytes, 'durable.idemdb');
+    assert.match(out, /^verify ok$/m);
+    assert.match(out, /^record edge pay order-1 completed body=\{"charge":"ch_1","amount":"10.50"\}$/m);
+    assert.match(out, /^record edge pay order-3 completed/m);
+  });
+});
+
+describe('README', () => {
+  test('the Durable Object example (worker and config) runs as written and keeps its records across a restart', async () => {
+    writeFileSync(join(project, 'worker.js'), readmeBlock(project, '// worker.js'));
+    const dir = mkdtempSync(join(tmpdir(), 'idemdb-readme-do-'));
+    // The README's config as written, with its disk path (a directory beside the config) moved
+    // to a fresh one; its socket `http` is overridden by an inherited one.
+    const text = readmeBlock(project, '# config.capnp').replace(/path = "[^"]*"/, `path = ${JSON.stringify(dir)}`);
+    const config = writeConfig('readme-config.capnp', text);
+    let server = await serveWorkerd(config);
+    try {
+      const pay = (base, body) => fetch(`${base}/pay`, { method: 'POST', headers: { 'idempotency-key': 'k1', 'x-tenant': 'acme' }, body });
+      const first = await pay(server.base, '{"amount":"1.00"}');
+      assert.equal(first.status, 201, server.logs());
+      const firstBody = await first.text();
+      await server.stop();
+      server = await serveWorkerd(config);
+      const again = await pay(server.base, '{"amount":"1.00"}');
+      assert.equal(again.headers.get('idempotent-replayed'), 'true', server.logs());
+      assert.equal(await again.text(), firstBody);
+      assert.equal((await pay(server.base, '{"amount":"2.00"}')).status, 422);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test('the memory-store example runs as written, and a failed first open is tried again', async () => {
+    writeFileSync(join(project, 'worker.js'), readmeBlock(project, '// memory-worker.js'));
+    // `idemdb` is the package with openMemoryStore failing on its first call only, as an open
+    // can fail (no randomness yet, a trap): the example must not keep that failure.
+    writeFileSync(
+      join(project, 'flaky-idemdb.js'),
+      `import * as idemdb from './node_modules/idemdb/dist/esm/workerd.js';
+export * from './node_modules/idemdb/dist/esm/workerd.js';
+let calls = 0;
+export async function openMemoryStore(options) {
+  calls += 1;
+  if (calls === 1) throw new idemdb.StorageError('IDEMDB_STORAGE', 'first open fails (test)');
+  return idemdb.openMemoryStore(options);
+}
+`,
+    );
+    const modules = packageModules("export * from './flaky-idemdb.js';");
+    const server = await serveWorkerd(
+      writeConfig('readme-memory.capnp', workerdConfig('worker.js', { modules, extraModules: ['(name = "flaky-idemdb.js", esModule = embed "flaky-idemdb.js")'] })),
+    );
+    try {
+      const pay = (body) => fetch(`${server.base}/`, { method: 'POST', headers: { 'idempotency-key': 'k1' }, body });
+      assert.equal(server.probeStatus, 500, 'the first request (the start-up probe) met the failed open');
+      const first = await pay('{"amount":"1.00"}');
+      assert.equal(first.status, 201, server.logs());
+      const firstBody = await first.text();
+      const again = await pay('{"amount":"1.00"}');
+      assert.equal(again.headers.get('idempotent-replayed'), 'true');
+      assert.equal(await again.text(), firstBody);
+      assert.equal((await pay('{"amount":"2.00"}')).status, 422);
+    } finally {
+      await server.stop();
+      copyFileSync(join(here, 'worker.js'), join(project, 'worker.js'));
+    }
+  });
 });

@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::FileArg;
 use crate::cmd::{FilterArgs, RevealArgs, scan};
 use crate::error::{CliError, Exit};
-use crate::open::open_existing;
+use crate::open::open_read_only;
 use crate::output;
 use crate::view::RecordView;
 
@@ -35,7 +35,7 @@ pub(crate) struct ExportArgs {
 
 pub(crate) fn run(args: &ExportArgs, json: bool) -> Result<Exit, CliError> {
     let file = &args.file.file;
-    let store = open_existing(file)?;
+    let store = open_read_only(file)?;
     let reveal = args.reveal.reveal();
     let (mut sink, target): (Box<dyn Write>, Option<&PathBuf>) = match &args.output {
         Some(path) => {

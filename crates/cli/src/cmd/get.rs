@@ -7,7 +7,7 @@ use idemdb::{IdempotencyKey, ListedRecord, Scope, ScopedKey};
 use crate::FileArg;
 use crate::cmd::{FilterArgs, RevealArgs, scan};
 use crate::error::{CliError, Exit};
-use crate::open::open_existing;
+use crate::open::open_read_only;
 use crate::output;
 use crate::view::RecordView;
 
@@ -16,7 +16,9 @@ use crate::view::RecordView;
 #[command(group(ArgGroup::new("which").required(true).args(["key", "hash"])))]
 #[command(
     after_help = "Examples:\n  idemdb get store.idemdb --tenant acme --operation create_payment --key 3f0c...\n  \
-idemdb get store.idemdb --hash 9a1b...   (the hash `list` shows)\n\nExits with 4 when no record matches."
+idemdb get store.idemdb --hash 9a1b...   (the hash `list` shows)\n\nExits with 2 for an invalid tenant, operation, \
+key or hash, and with 4 when no record matches. The store is opened read-only. Shown payloads have control \
+characters escaped (`\\u{1b}`), so a stored payload cannot send escape sequences to the terminal."
 )]
 pub(crate) struct GetArgs {
     #[command(flatten)]
@@ -39,12 +41,10 @@ pub(crate) struct GetArgs {
 
 pub(crate) fn run(args: &GetArgs, json: bool) -> Result<Exit, CliError> {
     let file = &args.file.file;
-    let store = open_existing(file)?;
-    let found: Option<ListedRecord> = match (&args.tenant, &args.operation, &args.key, &args.hash) {
-        (Some(tenant), Some(operation), Some(key), _) => {
-            let invalid = |error: &dyn std::error::Error| CliError::runtime_ctx(file, "invalid argument", error);
-            let scope = Scope::new(tenant.as_str(), operation.as_str()).map_err(|e| invalid(&e))?;
-            let key = IdempotencyKey::new(key.as_str()).map_err(|e| invalid(&e))?;
+    let which = Which::of(args)?;
+    let store = open_read_only(file)?;
+    let found: Option<ListedRecord> = match which {
+        Which::Key(scope, key) => {
             let record =
                 store.get(&scope, &key).map_err(|e| CliError::runtime_ctx(file, "cannot read the record", &e))?;
             record.map(|record| ListedRecord {
@@ -53,8 +53,7 @@ pub(crate) fn run(args: &GetArgs, json: bool) -> Result<Exit, CliError> {
                 record,
             })
         }
-        (_, _, _, Some(hash)) => {
-            let wanted = hash.trim().to_ascii_lowercase();
+        Which::Hash(wanted) => {
             let mut found = None;
             scan(&store, file, &FilterArgs { tenant: None, operation: None, state: None }, |listed| {
                 if listed.key_hash.to_string() == wanted {
@@ -65,7 +64,6 @@ pub(crate) fn run(args: &GetArgs, json: bool) -> Result<Exit, CliError> {
             })?;
             found
         }
-        _ => return Err(CliError::runtime_msg(Some(file), "give --tenant, --operation and --key, or --hash")),
     };
     let Some(listed) = found else {
         return Err(CliError::runtime_msg(Some(file), "no record matches"));
@@ -77,6 +75,44 @@ pub(crate) fn run(args: &GetArgs, json: bool) -> Result<Exit, CliError> {
         output::print(&describe(&view));
     }
     Ok(Exit::Ok)
+}
+
+/// Which record `get` looks for, from checked arguments.
+enum Which {
+    Key(Scope, IdempotencyKey),
+    Hash(String),
+}
+
+impl Which {
+    /// Checks the arguments before the store is opened.
+    ///
+    /// # Errors
+    /// Exit 2 for an invalid tenant, operation, key or hash.
+    fn of(args: &GetArgs) -> Result<Which, CliError> {
+        match (&args.tenant, &args.operation, &args.key, &args.hash) {
+            (Some(tenant), Some(operation), Some(key), _) => {
+                let scope = Scope::new(tenant.as_str(), operation.as_str()).map_err(|error| {
+                    // Name the flag whose value is wrong.
+                    let flag =
+                        if Scope::new(tenant.as_str(), "operation").is_ok() { "--operation" } else { "--tenant" };
+                    CliError::usage(flag, &error)
+                })?;
+                let key = IdempotencyKey::new(key.as_str()).map_err(|error| CliError::usage("--key", &error))?;
+                Ok(Which::Key(scope, key))
+            }
+            (_, _, _, Some(hash)) => {
+                let wanted = hash.trim().to_ascii_lowercase();
+                if wanted.len() != 32 || !wanted.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(CliError::usage_msg(
+                        "--hash",
+                        "a key hash is 32 hexadecimal digits (as `list` shows it)",
+                    ));
+                }
+                Ok(Which::Hash(wanted))
+            }
+            _ => Err(CliError::usage_msg("--key", "give --tenant, --operation and --key, or --hash")),
+        }
+    }
 }
 
 /// The fields of one record for people.
@@ -114,7 +150,7 @@ pub(crate) fn describe(view: &RecordView) -> String {
         pairs.push(("payload size", output::bytes(size)));
     }
     match (&view.payload, &view.payload_hex) {
-        (Some(text), _) => pairs.push(("payload", text.clone())),
+        (Some(text), _) => pairs.push(("payload", output::terminal_safe(text))),
         (None, Some(hex)) => pairs.push(("payload (hex)", hex.clone())),
         (None, None) if view.payload_bytes.is_some() => pairs.push(("payload", "hidden (--show-payloads)".into())),
         (None, None) => {}

@@ -1,4 +1,5 @@
-//! `idemdb import`: JSON Lines written by `export` into a store (created if missing).
+//! `idemdb import`: JSON Lines written by `export` into a store (created if missing), or into
+//! PostgreSQL (`--postgres URL`). Both read and check every line with the same code first.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -7,38 +8,64 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde_json::json;
 
-use idemdb::{Record, ScopedKey};
+use std::collections::HashMap;
+
+use idemdb::{Policy, Record, ScopedKey};
 
 use crate::error::{CliError, Exit};
-use crate::open::open_raw;
+use crate::open::{not_a_file, open_raw};
 use crate::output;
 use crate::view::RecordView;
 
 /// Arguments of `idemdb import`.
 #[derive(Debug, Args)]
 #[command(after_help = "All lines are read and checked first, then written in one transaction: on any error \
-nothing is imported. Lines need the key (export with --show-keys). A completed or failed record whose \
+nothing is imported, and the error names the line. Every record must be one the engine could have written \
+(the same rules as the API: a payload within the 1 MiB result limit, at least one attempt, a fence below 2^63, \
+created_at <= updated_at <= every expiry, expires_at <= forget_at), with no field its state does not have, \
+no unknown field, and each key once. Lines need the key (export with --show-keys). A completed or failed record whose \
 payload was left out of the export is imported as a tombstone: its key stays known and is never run \
-again, but retries get `expired` instead of the stored result.\n\nExample:\n  \
-idemdb export old.idemdb --show-keys --show-payloads -o backup.jsonl\n  idemdb import new.idemdb backup.jsonl")]
+again, but retries get `expired` instead of the stored result.\n\n\
+With --postgres the records go into a PostgreSQL database (its schema is created or migrated on \
+first use), in one transaction.\n\nExamples:\n  \
+idemdb export old.idemdb --show-keys --show-payloads -o backup.jsonl\n  idemdb import new.idemdb backup.jsonl\n  \
+idemdb import --postgres postgresql://app@db.internal/payments backup.jsonl")]
 pub(crate) struct ImportArgs {
-    /// The store file to import into (created if it does not exist).
+    /// The store file to import into (created if it does not exist); with `--postgres`, the
+    /// JSON Lines file to read.
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// The JSON Lines file to read (`-` for standard input).
-    #[arg(value_name = "INPUT")]
-    input: PathBuf,
+    /// The JSON Lines file to read (`-` for standard input). Not with `--postgres`.
+    #[arg(value_name = "INPUT", required_unless_present = "postgres", conflicts_with = "postgres")]
+    input: Option<PathBuf>,
     /// Replace records that already exist (by default they are kept and the line is skipped).
     #[arg(long)]
     overwrite: bool,
+    /// Import into the PostgreSQL database at this URL (`postgresql://user@host:port/db`)
+    /// instead of a store file.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// With `--postgres`: the schema of idemdb's tables (default `public`).
+    #[arg(long, value_name = "NAME", requires = "postgres")]
+    schema: Option<String>,
 }
 
 pub(crate) fn run(args: &ImportArgs, json: bool) -> Result<Exit, CliError> {
-    let file = &args.file;
-    let records = read_input(&args.input)?;
-    if file.is_dir() {
-        return Err(CliError::open_msg(file, "is a directory, not a store file"));
+    let (file, input) = match (&args.postgres, &args.input) {
+        (Some(url), _) => {
+            return crate::cmd::import_postgres::run(url, args.schema.as_deref(), &args.file, args.overwrite, json);
+        }
+        (None, Some(input)) => (&args.file, input),
+        // clap requires INPUT without --postgres.
+        (None, None) => return Err(CliError::runtime_msg(None, "INPUT is required")),
+    };
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_dir() => return Err(CliError::open_msg(file, "is a directory, not a store file")),
+        // Never replaced by a new store: a FIFO, a socket or a device stays what it is.
+        Ok(meta) if !meta.is_file() => return Err(not_a_file(file, &meta)),
+        _ => {}
     }
+    let records = read_input(input)?;
     let store = open_raw(file).map_err(|error| CliError::open(file, &error))?;
     let bar = output::progress(records.len() as u64, json, "importing");
     let (mut imported, mut skipped, mut tombstoned) = (0u64, 0u64, 0u64);
@@ -81,14 +108,19 @@ pub(crate) fn run(args: &ImportArgs, json: bool) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-/// Reads and checks every line before anything is written.
-fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> {
+/// Reads and checks every line before anything is written: each must parse, describe a record
+/// the engine could have written ([`Record::validate`], the rules the store itself applies),
+/// and name a key no earlier line named.
+pub(crate) fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> {
     let reader: Box<dyn Read> = if input == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {
         Box::new(File::open(input).map_err(|error| CliError::runtime_ctx(input, "cannot read the input", &error))?)
     };
     let mut records = Vec::new();
+    let mut first_line: HashMap<Vec<u8>, usize> = HashMap::new();
+    // `import` opens the store with the default policies: the same limit the store enforces.
+    let limit = Policy::default().max_result_bytes();
     for (index, line) in BufReader::new(reader).lines().enumerate() {
         let number = index + 1;
         let line = line.map_err(|error| CliError::runtime_ctx(input, &format!("line {number}"), &error))?;
@@ -97,9 +129,12 @@ fn read_input(input: &Path) -> Result<Vec<(ScopedKey, Record, bool)>, CliError> 
         }
         let view: RecordView = serde_json::from_str(&line)
             .map_err(|error| CliError::runtime_ctx(input, &format!("line {number}"), &error))?;
-        let record = view
-            .to_record()
-            .map_err(|message| CliError::runtime_msg(Some(input), format!("line {number}: {message}")))?;
+        let refuse = |message: String| CliError::runtime_msg(Some(input), format!("line {number}: {message}"));
+        let record = view.to_record().map_err(refuse)?;
+        record.1.validate(limit).map_err(|error| refuse(format!("not a record the engine writes: {error}")))?;
+        if let Some(first) = first_line.insert(record.0.encode(), number) {
+            return Err(refuse(format!("the key appears more than once (first on line {first})")));
+        }
         records.push(record);
     }
     Ok(records)

@@ -1,12 +1,14 @@
 //! `idemdb list`: records in key order (tenant, operation, key), filtered, one page at a time.
 
+use std::io::{BufWriter, Write};
+
 use clap::Args;
 use serde_json::json;
 
 use crate::FileArg;
 use crate::cmd::{FilterArgs, RevealArgs, scan};
 use crate::error::{CliError, Exit};
-use crate::open::open_existing;
+use crate::open::open_read_only;
 use crate::output::{self, Align, Table};
 use crate::view::RecordView;
 
@@ -32,9 +34,12 @@ pub(crate) struct ListArgs {
 
 pub(crate) fn run(args: &ListArgs, json: bool) -> Result<Exit, CliError> {
     let file = &args.file.file;
-    let store = open_existing(file)?;
+    let store = open_read_only(file)?;
     let reveal = args.reveal.reveal();
     let limit = if args.limit == 0 { usize::MAX } else { args.limit };
+    if json {
+        return stream_json(args, &store, limit);
+    }
     let mut seen = 0usize;
     let mut views = Vec::new();
     let mut more = false;
@@ -51,15 +56,6 @@ pub(crate) fn run(args: &ListArgs, json: bool) -> Result<Exit, CliError> {
         Ok(true)
     })?;
     let next_offset = more.then(|| args.offset + views.len());
-    if json {
-        output::print_json(&json!({
-            "records": views,
-            "offset": args.offset,
-            "limit": args.limit,
-            "next_offset": next_offset,
-        }));
-        return Ok(Exit::Ok);
-    }
     if views.is_empty() {
         output::print(if args.offset > 0 { "no records at this offset\n" } else { "no records\n" });
         return Ok(Exit::Ok);
@@ -107,9 +103,63 @@ pub(crate) fn run(args: &ListArgs, json: bool) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-/// One line of at most `max` characters, ending in `…` when cut.
+/// `list --json`: one JSON document, written record by record as the scan goes (memory does
+/// not grow with the number of records): `records` first, then `offset`, `limit` and
+/// `next_offset`, once it is known.
+fn stream_json(args: &ListArgs, store: &idemdb::Store, limit: usize) -> Result<Exit, CliError> {
+    let file = &args.file.file;
+    let reveal = args.reveal.reveal();
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut closed = false;
+    // A reader that went away (`idemdb list --json | head`) ends the listing quietly.
+    let mut write = |text: &[u8]| -> Result<bool, CliError> {
+        if closed {
+            return Ok(false);
+        }
+        match out.write_all(text) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                closed = true;
+                Ok(false)
+            }
+            Err(error) => Err(CliError::runtime_msg(None, format!("cannot write to standard output: {error}"))),
+        }
+    };
+    write(b"{\n  \"records\": [")?;
+    let (mut seen, mut shown, mut more) = (0usize, 0usize, false);
+    scan(store, file, &args.filter, |listed| {
+        seen += 1;
+        if seen <= args.offset {
+            return Ok(true);
+        }
+        if shown == limit {
+            more = true;
+            return Ok(false);
+        }
+        let view = RecordView::new(&listed.scoped, &listed.key_hash, &listed.record, reveal);
+        let line = serde_json::to_string(&view).map_err(|error| CliError::runtime(file, &error))?;
+        let separator: &[u8] = if shown == 0 { b"\n    " } else { b",\n    " };
+        shown += 1;
+        Ok(write(separator)? && write(line.as_bytes())?)
+    })?;
+    let next_offset = more.then(|| args.offset + shown);
+    let tail = json!({ "offset": args.offset, "limit": args.limit, "next_offset": next_offset });
+    let tail = tail
+        .as_object()
+        .map(|fields| fields.iter().map(|(name, value)| format!(",\n  \"{name}\": {value}")).collect::<String>());
+    let end = if shown == 0 { "]" } else { "\n  ]" };
+    write(format!("{end}{}\n}}\n", tail.unwrap_or_default()).as_bytes())?;
+    match out.flush() {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::runtime_msg(None, format!("cannot write to standard output: {error}")))
+        }
+        _ => Ok(Exit::Ok),
+    }
+}
+
+/// One line of at most `max` characters, ending in `…` when cut, safe for a terminal.
 fn shorten(text: &str, max: usize) -> String {
-    let line: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let line = output::terminal_safe(text);
     if line.chars().count() <= max {
         return line;
     }

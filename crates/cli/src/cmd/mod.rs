@@ -4,6 +4,7 @@ pub(crate) mod compact;
 pub(crate) mod export;
 pub(crate) mod get;
 pub(crate) mod import;
+pub(crate) mod import_postgres;
 pub(crate) mod list;
 pub(crate) mod purge;
 pub(crate) mod stats;

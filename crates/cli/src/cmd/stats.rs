@@ -7,13 +7,15 @@ use idemdb::{StateKind, Timestamp};
 
 use crate::FileArg;
 use crate::error::{CliError, Exit};
-use crate::open::open_existing;
+use crate::open::open_read_only;
 use crate::output::{self, Align, Table};
 
 /// Arguments of `idemdb stats`.
 #[derive(Debug, Args)]
 #[command(after_help = "Times are UTC. The expiry horizon is the last instant at which any record is still known \
-(its tombstone is forgotten then); in-progress and uncertain records never expire on their own.")]
+(its tombstone is forgotten then); in-progress and uncertain records never expire on their own.\n\n\
+The store is opened read-only: not a byte of the file changes, and a read-only file works. The sizes are those \
+of the store's tables (free pages of the file are in the file size only).")]
 pub(crate) struct StatsArgs {
     #[command(flatten)]
     file: FileArg,
@@ -21,7 +23,7 @@ pub(crate) struct StatsArgs {
 
 pub(crate) fn run(args: &StatsArgs, json: bool) -> Result<Exit, CliError> {
     let file = &args.file.file;
-    let store = open_existing(file)?;
+    let store = open_read_only(file)?;
     let stats = store.stats().map_err(|error| CliError::runtime_ctx(file, "cannot read statistics", &error))?;
     let now = store.now();
     let ms = |t: Option<Timestamp>| t.map(Timestamp::as_millis);

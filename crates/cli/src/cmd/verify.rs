@@ -10,15 +10,18 @@ use idemdb::{OpenError, VerifyReport};
 
 use crate::FileArg;
 use crate::error::{CliError, Exit, cause_chain, guard, set_current_file};
-use crate::open::open_raw;
+use crate::open::{not_a_file, open_raw};
 use crate::output;
 
 /// Arguments of `idemdb verify`.
 #[derive(Debug, Args)]
 #[command(after_help = "Exits with 0 when the store is sound, 1 when any problem was found (including a file \
 that is damaged or not an idemdb store at all), 3 when the file could not be opened for another reason \
-(missing, already open, newer format).\n\nredb's integrity check repairs what it can in place; the report \
-still counts the damage it found.")]
+(missing, not a regular file, already open for writing, newer format).\n\nThe file is not changed: it is \
+copied (under a read-only lock, so no writer changes it meanwhile) into the temporary directory ($TMPDIR), \
+which needs room for the copy, and the copy is checked. redb's integrity check repairs the copy where it can; \
+the report still counts the damage it found. To repair the store itself, open it for writing once (for \
+example `idemdb purge FILE`): every open for writing runs the same check.")]
 pub(crate) struct VerifyArgs {
     #[command(flatten)]
     file: FileArg,
@@ -72,11 +75,37 @@ fn check(file: &Path) -> Result<Outcome, CliError> {
     if meta.is_dir() {
         return Err(CliError::open_msg(file, "is a directory, not a store file"));
     }
+    if !meta.is_file() {
+        return Err(not_a_file(file, &meta));
+    }
     let fatal = |text: String| Outcome { report: None, fatal: Some(text) };
     if meta.len() == 0 {
         return Ok(fatal("the file is empty: not an idemdb store".into()));
     }
-    let opened = guard(|| open_raw(file));
+    // Check a copy, so the file itself is never written (redb's check repairs and commits).
+    let copy_dir = tempfile::Builder::new()
+        .prefix("idemdb-verify-")
+        .tempdir()
+        .map_err(|error| CliError::runtime_ctx(file, "cannot make a temporary directory for the copy", &error))?;
+    let copy = copy_dir.path().join("store.idemdb");
+    {
+        // A read-only handle holds the store's lock while the bytes are copied, so no writer
+        // changes them meanwhile. A file left by a crash cannot be opened read-only (its
+        // recovery writes): it is copied as it is, and the copy recovered.
+        let held = match guard(|| idemdb::Store::builder().open_read_only(file)) {
+            Ok(Ok(store)) => Some(store),
+            Ok(Err(OpenError::AlreadyOpen)) => return Err(CliError::open(file, &OpenError::AlreadyOpen)),
+            Ok(Err(OpenError::NewerFormat { found, supported })) => {
+                return Err(CliError::open(file, &OpenError::NewerFormat { found, supported }));
+            }
+            Ok(Err(error)) if is_access_failure(&error) => return Err(CliError::open(file, &error)),
+            Ok(Err(_)) | Err(_) => None,
+        };
+        std::fs::copy(file, &copy)
+            .map_err(|error| CliError::runtime_ctx(file, "cannot copy the file to check it", &error))?;
+        drop(held);
+    }
+    let opened = guard(|| open_raw(&copy));
     let mut store = match opened {
         Err(panic) => return Ok(fatal(format!("the storage layer failed while opening the file ({panic})"))),
         Ok(Ok(store)) => store,
@@ -92,6 +121,7 @@ fn check(file: &Path) -> Result<Outcome, CliError> {
             };
         }
     };
+    set_current_file(file);
     match guard(|| store.verify()) {
         Ok(Ok(report)) => Ok(Outcome { report: Some(report), fatal: None }),
         Ok(Err(error)) => Ok(fatal(format!("the check could not finish: {}", cause_chain(&error)))),

@@ -8,12 +8,12 @@ mod provider;
 mod report;
 mod server;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 
-use idemdb::{Canonicalizer, Clock, Durability, ManualClock, Normaliser, SystemClock};
+use idemdb::{Canonicalizer, Clock, Durability, ManualClock, Normaliser, OpenError, Store, SystemClock};
 
 use crate::error::{CliError, Exit};
 use crate::open::default_data_dir;
@@ -75,11 +75,10 @@ pub(crate) fn run(args: &DemoArgs, json: bool) -> Result<Exit, CliError> {
     let path = dir.join("demo.idemdb");
     std::fs::create_dir_all(&dir)
         .map_err(|error| CliError::runtime_ctx(&dir, "cannot create the directory", &error))?;
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => return Err(CliError::runtime_ctx(&path, "cannot remove the previous demo store", &error)),
-    }
+    // Held for the whole run: the server closes and reopens the store on every simulated
+    // crash, so the store's own lock is not held throughout.
+    let _run = lock_run(&path)?;
+    remove_previous(&path)?;
     let seed = args.seed.unwrap_or_else(random_seed);
     let durability = match args.durability {
         DurabilityArg::Immediate => Durability::Immediate,
@@ -128,6 +127,60 @@ pub(crate) fn run(args: &DemoArgs, json: bool) -> Result<Exit, CliError> {
         output::print(&summary.table());
     }
     Ok(if summary.sound() { Exit::Ok } else { Exit::Problems })
+}
+
+/// Takes the demo's run lock, `demo.idemdb.lock` beside the store: one demo per directory.
+///
+/// # Errors
+/// Exit 3 while another demo holds it; exit 4 when the lock file cannot be made.
+fn lock_run(path: &Path) -> Result<std::fs::File, CliError> {
+    let lock_path = path.with_extension("idemdb.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|error| CliError::runtime_ctx(&lock_path, "cannot create the demo's lock file", &error))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::open_msg(
+            path,
+            format!("in use by another `idemdb demo` (it holds {}); wait for it or use --data", lock_path.display()),
+        )),
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(CliError::runtime_ctx(&lock_path, "cannot lock the demo's lock file", &error))
+        }
+    }
+}
+
+/// Removes the previous run's store, holding the store's lock while it does: a store that
+/// another process has open (an `idemdb` command, a program) is refused, never deleted.
+///
+/// # Errors
+/// Exit 3 when the store is open elsewhere or the path is not a regular file; exit 4 when it
+/// cannot be removed.
+fn remove_previous(path: &Path) -> Result<(), CliError> {
+    match std::fs::symlink_metadata(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(CliError::runtime_ctx(path, "cannot inspect the previous demo store", &error)),
+        Ok(meta) if !meta.is_file() => return Err(crate::open::not_a_file(path, &meta)),
+        Ok(_) => {}
+    }
+    let held = match Store::builder().open(path) {
+        Ok(store) => Some(store),
+        Err(OpenError::AlreadyOpen) => {
+            return Err(CliError::open_msg(path, "the previous demo store is in use by another process"));
+        }
+        // Not a store this build opens (damaged, another format): it is the demo's own file.
+        Err(_) => None,
+    };
+    let removed = std::fs::remove_file(path);
+    drop(held);
+    match removed {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(CliError::runtime_ctx(path, "cannot remove the previous demo store", &error)),
+    }
 }
 
 fn durability_name(durability: DurabilityArg) -> &'static str {

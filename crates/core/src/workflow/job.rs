@@ -16,7 +16,7 @@
 //! let (scope, job) = (Scope::new("acme", "fulfil_order")?, IdempotencyKey::new("order-842")?);
 //! let fp = Fingerprint::from_bytes([1; 32]);
 //! let at = DecisionContext::new(Timestamp::from_millis(1_000), &policy);
-//! let first = claim_job(None, &scope, &job, &fp, at);
+//! let first = claim_job(None, &scope, &job, &fp, at)?;
 //! let JobAnswer::Claimed(lease) = &first.answer else { panic!() };
 //! let record = first.write.expect("claimed");
 //! let reserve = EffectName::new("reserve_stock")?;
@@ -24,7 +24,7 @@
 //!
 //! // The worker dies; the message comes back after the lease: the job resumes after its step.
 //! let later = DecisionContext::new(Timestamp::from_millis(1_000 + 61_000), &policy);
-//! let again = claim_job(Some(record), &scope, &job, &fp, later);
+//! let again = claim_job(Some(record), &scope, &job, &fp, later)?;
 //! let JobAnswer::Claimed(lease) = &again.answer else { panic!() };
 //! assert_eq!(lease.attempt, 2);
 //! assert_eq!(lease.done[0].name, reserve);
@@ -256,6 +256,12 @@ pub enum JobRefusal {
     /// No finished step of that name registered a compensation still to run.
     #[error("no pending compensation for step {0}")]
     NoCompensation(EffectName),
+    /// No fence is left for a new lease on this job (fences never repeat).
+    #[error("no fence above {fence} is left for this job")]
+    FenceExhausted {
+        /// The job's fence.
+        fence: u64,
+    },
     /// A result, compensation or reason is over the operation's result limit.
     #[error("{what} is {len} bytes; the limit is {max}")]
     TooLarge {
@@ -278,6 +284,7 @@ impl JobRefusal {
                 ErrorCode::WrongState
             }
             JobRefusal::TooLarge { .. } => ErrorCode::TooLarge,
+            JobRefusal::FenceExhausted { .. } => ErrorCode::FenceExhausted,
         }
     }
 }
@@ -289,14 +296,22 @@ crate::coded!(JobRefusal);
 /// refused (`Running`); an expired lease is taken over with a higher fence (its finished
 /// steps are on record); a finished job answers its result; a job given up hands its
 /// compensations to the caller under a new lease.
+///
+/// # Errors
+/// [`JobRefusal::FenceExhausted`] when a new lease would need a fence above
+/// [`MAX_FENCE`](crate::MAX_FENCE).
 pub fn claim_job(
     existing: Option<JobRecord>,
     scope: &Scope,
     job: &IdempotencyKey,
     fingerprint: &Fingerprint,
     context: DecisionContext<'_>,
-) -> JobDecision {
-    let DecisionContext { now, policy, fence_floor } = context;
+) -> Result<JobDecision, JobRefusal> {
+    let DecisionContext { now, retention, policy, fence_floor } = context;
+    let exhausted = |error: crate::TransitionError| match error {
+        crate::TransitionError::FenceExhausted { fence } => JobRefusal::FenceExhausted { fence },
+        _ => JobRefusal::FenceExhausted { fence: fence_floor },
+    };
     let lease = |record: &JobRecord, expires_at| JobLease {
         scope: scope.clone(),
         job: job.clone(),
@@ -305,25 +320,26 @@ pub fn claim_job(
         attempt: record.attempts,
         done: record.steps.clone(),
     };
-    let Some(record) = existing.filter(|record| !record.is_forgotten(now.max(record.updated_at))) else {
+    let Some(record) = existing.filter(|record| !record.is_forgotten(retention.min(now.max(record.updated_at)))) else {
         let expires_at = now.saturating_add(policy.lease_ttl());
         let record = JobRecord {
             fingerprint: *fingerprint,
             state: JobState::Running { lease_expires_at: expires_at },
-            fence: fence_floor.saturating_add(1).max(now.as_millis()),
+            fence: crate::decide::fresh_fence(fence_floor, now).map_err(exhausted)?,
             attempts: 1,
             steps: Vec::new(),
             created_at: now,
             updated_at: now,
         };
-        return JobDecision { answer: JobAnswer::Claimed(lease(&record, expires_at)), write: Some(record) };
+        return Ok(JobDecision { answer: JobAnswer::Claimed(lease(&record, expires_at)), write: Some(record) });
     };
     let now = now.max(record.updated_at);
     if record.fingerprint != *fingerprint {
-        return JobDecision { answer: JobAnswer::Mismatch, write: None };
+        return Ok(JobDecision { answer: JobAnswer::Mismatch, write: None });
     }
     let expires_at = now.saturating_add(policy.lease_ttl());
-    match &record.state {
+    let next_fence = crate::decide::next_fence(record.fence).map_err(exhausted);
+    Ok(match &record.state {
         JobState::Running { lease_expires_at }
         | JobState::Compensating { lease_expires_at: Some(lease_expires_at), .. }
             if now < *lease_expires_at =>
@@ -336,7 +352,7 @@ pub fn claim_job(
         JobState::Running { .. } => {
             let taken = JobRecord {
                 state: JobState::Running { lease_expires_at: expires_at },
-                fence: record.fence.saturating_add(1),
+                fence: next_fence?,
                 attempts: record.attempts.saturating_add(1),
                 updated_at: now,
                 ..record
@@ -346,7 +362,7 @@ pub fn claim_job(
         JobState::Compensating { reason, .. } => {
             let taken = JobRecord {
                 state: JobState::Compensating { reason: reason.clone(), lease_expires_at: Some(expires_at) },
-                fence: record.fence.saturating_add(1),
+                fence: next_fence?,
                 attempts: record.attempts.saturating_add(1),
                 updated_at: now,
                 ..record.clone()
@@ -363,7 +379,7 @@ pub fn claim_job(
         JobState::Compensated { reason, .. } => {
             JobDecision { answer: JobAnswer::Compensated { reason: reason.clone() }, write: None }
         }
-    }
+    })
 }
 
 impl JobRecord {
@@ -568,6 +584,7 @@ mod tests {
         let policy = policy();
         let (scope, job) = (Scope::new("acme", "fulfil").unwrap(), IdempotencyKey::new("order-842").unwrap());
         claim_job(existing, &scope, &job, &Fingerprint::from_bytes([fp; 32]), DecisionContext::new(now, &policy))
+            .unwrap()
     }
 
     fn claimed(decision: JobDecision) -> (JobLease, JobRecord) {

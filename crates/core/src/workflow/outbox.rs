@@ -855,7 +855,8 @@ mod tests {
         let policy = policy();
         let (scope, key) = (Scope::new("acme", "pay").unwrap(), IdempotencyKey::new("order-842").unwrap());
         let reserved =
-            decide(None, &scope, &key, &Fingerprint::from_bytes([1; 32]), DecisionContext::new(at(0), &policy));
+            decide(None, &scope, &key, &Fingerprint::from_bytes([1; 32]), DecisionContext::new(at(0), &policy))
+                .unwrap();
         let record = reserved.write.unwrap();
         let lease = reserved.answer.lease().unwrap().clone();
         let item = OutboxItem::new(&lease, EffectName::new("authorize").unwrap(), 1, vec![], at(0)).unwrap();

@@ -1,9 +1,15 @@
-//! The child process of the `kill -9` test (see `idemdb_reliability::kill`).
+//! The child process of the `kill -9` test (see `idemdb_reliability::kill`) and, as
+//! `reliability-child writer ...`, the writer of the operators test (see
+//! `idemdb_reliability::operators`).
 #![forbid(unsafe_code)]
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Err(error) = idemdb_reliability::kill::child_main(&args) {
+    let outcome = match args.split_first() {
+        Some((mode, rest)) if mode == "writer" => idemdb_reliability::operators::writer_main(rest),
+        _ => idemdb_reliability::kill::child_main(&args),
+    };
+    if let Err(error) = outcome {
         println!("X {}", error.replace('\n', " "));
         std::process::exit(1);
     }

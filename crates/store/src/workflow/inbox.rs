@@ -2,7 +2,7 @@
 //! describe in `idemdb_objects`, both written in the transaction that accepts a delivery,
 //! together with the application's own effect when the update is applied.
 
-use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
     AuditKind, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope, ScopedKey,

@@ -62,9 +62,12 @@ impl Txn<'_> {
         let encoded = ScopedKey::encode_parts(scope, job);
         let existing = self.load_job(&encoded)?;
         let previous = existing.clone();
-        let context = DecisionContext::new(self.now(), self.engine().policy(scope.operation()))
-            .with_fence_floor(self.engine().fence_floor());
-        let decision = claim_job(existing, scope, job, fingerprint, context);
+        let context = DecisionContext::at(
+            idemdb_core::DecisionTime::new(self.now(), self.retention_time()),
+            self.engine().policy(scope.operation()),
+        )
+        .with_fence_floor(self.engine().fence_floor());
+        let decision = claim_job(existing, scope, job, fingerprint, context)?;
         if let Some(record) = &decision.write {
             self.put_job(&encoded, previous.as_ref(), record)?;
             self.event(AuditKind::JobClaimed, scope, &encoded, record.fence, Some(fingerprint), None);

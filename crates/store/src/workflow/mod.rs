@@ -9,7 +9,7 @@ mod outbox;
 mod reconcile;
 mod retention;
 
-pub(crate) use retention::{forget_entry, is_workflow_entry, verify_tables};
+pub(crate) use retention::{forget_entry, verify_tables};
 
 pub use inbox::delivery_policy_name;
 pub use outbox::EffectFilter;

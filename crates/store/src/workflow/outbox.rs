@@ -2,7 +2,7 @@
 //! reconciliation queue for uncertain ones; every change is one write transaction that also
 //! moves the intent's record along ([`OutboxItem::record_after`]).
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use idemdb_core::{
     AuditKind, Claim, EffectName, EffectReport, IdempotencyKey, Lease, OutboxItem, OutboxRefusal, OutboxStateKind,
@@ -96,7 +96,7 @@ impl Txn<'_> {
             let mut queue = self.tables().open_table(RECONCILE)?;
             let entry = reconcile_key(RECONCILE_EFFECT, &key);
             if is {
-                queue.insert(entry.as_slice(), item.updated_at.as_millis())?;
+                queue.insert(entry.as_slice(), item.updated_at.as_millis().to_be_bytes().as_slice())?;
             } else {
                 queue.remove(entry.as_slice())?;
             }

@@ -2,7 +2,7 @@
 //! outcome is uncertain, and outbox effects whose outcome is unknown — oldest first; and the
 //! link an application records when it starts a new intent in place of a refused one.
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use idemdb_core::{Attention, AuditKind, IdempotencyKey, OutboxItem, Scope, ScopedKey, Timestamp};
 
@@ -33,7 +33,8 @@ impl Store {
         let mut entries = Vec::new();
         for entry in queue.iter()? {
             let (key, since) = entry?;
-            entries.push((key.value().to_vec(), Timestamp::from_millis(since.value())));
+            let since = since.value().try_into().map(u64::from_be_bytes).unwrap_or(0);
+            entries.push((key.value().to_vec(), Timestamp::from_millis(since)));
         }
         entries.sort_by_key(|(key, since)| (*since, key.clone()));
         // A record that is uncertain because its outbox effect is: resolving the effect

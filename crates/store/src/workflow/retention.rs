@@ -10,11 +10,6 @@ use crate::Error;
 use crate::tables::{DELIVERIES, EXPIRY_DELIVERY, EXPIRY_JOB, EXPIRY_OUTBOX, JOBS, OBJECTS, OUTBOX};
 use crate::txn::Txn;
 
-/// Whether the part of an expiry index key after its due time belongs to a workflow table.
-pub(crate) fn is_workflow_entry(rest: &[u8]) -> bool {
-    rest.first().is_some_and(|&marker| marker >= EXPIRY_OUTBOX)
-}
-
 /// Removes what a due workflow entry (`rest` = marker · key) names, if it is still due at
 /// `due`. Returns whether anything was removed; the caller removes the index entry.
 pub(crate) fn forget_entry(txn: &mut Txn<'_>, rest: &[u8], due: Timestamp) -> Result<bool, Error> {

@@ -9,3 +9,13 @@ try { } catch (e) { if (e instanceof StoreBusyError) { const c: string = e.code;
 const err: IdemdbError['code'] = 'IDEMDB_CONFLICT'; void err; void res;
 // @ts-expect-error unknown outcome
 store.recordAttempt({ tenant: 'a', operation: 'b' }, 'k', { outcome: 'nope' });
+import { ready, openHostStore, type HostStorage, type ErrorCode, type FileStoreOptions } from 'idemdb';
+await ready();
+const host: HostStorage = { read: (_o, out) => out.fill(0), write: () => {}, size: () => 0, truncate: () => {}, flush: () => {} };
+const hosted = await openHostStore(host, { durability: 'eventual' });
+const waitOption: FileStoreOptions = { wait: 500 };
+const code: ErrorCode = 'IDEMDB_NOT_READY';
+void hosted; void waitOption; void code;
+// @ts-expect-error a read that returns bytes is not a HostStorage
+const wrong: HostStorage = { read: (_o: number, n: number) => new Uint8Array(n), write: () => {}, size: () => 0, truncate: () => {}, flush: () => {} };
+void wrong;

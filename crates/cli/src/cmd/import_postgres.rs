@@ -1,0 +1,101 @@
+//! `idemdb import --postgres URL INPUT`: the lines of an `idemdb export` into PostgreSQL, read
+//! and checked by the same code as an import into a store file, written in one transaction.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use idemdb::{Record, ScopedKey};
+use idemdb_postgres::{ErrorCode, PgStore};
+
+use crate::cmd::import::read_input;
+use crate::error::{CliError, Exit};
+use crate::output;
+
+/// The URL with any password replaced by `***`, for messages.
+fn redact(url: &str) -> String {
+    // URL form: scheme://user:password@host...
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        if let Some(at) = rest.find('@') {
+            let credentials = &rest[..at];
+            if let Some(colon) = credentials.find(':') {
+                return format!("{}{}:***{}", &url[..scheme_end + 3], &credentials[..colon], &rest[at..]);
+            }
+        }
+        return url.to_string();
+    }
+    // key=value form.
+    url.split_whitespace()
+        .map(|pair| if pair.starts_with("password=") { "password=***".to_string() } else { pair.to_string() })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(crate) fn run(
+    url: &str,
+    schema: Option<&str>,
+    input: &Path,
+    overwrite: bool,
+    json: bool,
+) -> Result<Exit, CliError> {
+    let target = redact(url);
+    let lines = read_input(input)?;
+    let tombstoned = lines.iter().filter(|(_, _, as_tombstone)| *as_tombstone).count() as u64;
+    let records: Vec<(ScopedKey, Record)> = lines.into_iter().map(|(scoped, record, _)| (scoped, record)).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| CliError::runtime_msg(None, format!("cannot start the async runtime: {error}")))?;
+    let report = runtime.block_on(async {
+        let mut builder = PgStore::builder(url);
+        if let Some(schema) = schema {
+            builder = builder.schema(schema);
+        }
+        let store = builder.connect().await.map_err(|error| CliError::open_target(&target, &error))?;
+        store.import(&records, overwrite).await.map_err(|error| {
+            let context = if error.code() == ErrorCode::CommitUnknown {
+                "the import's commit outcome is unknown; run it again (records already there are skipped)"
+            } else {
+                "import failed, nothing was written"
+            };
+            CliError::runtime_target(&target, context, &error)
+        })
+    })?;
+    if json {
+        output::print_json(&json!({
+            "database": target,
+            "schema": schema.unwrap_or("public"),
+            "lines": records.len(),
+            "imported": report.imported,
+            "skipped_existing": report.skipped,
+            "tombstoned_without_payload": tombstoned,
+        }));
+    } else {
+        let mut text = output::fields(&[
+            ("database", target),
+            ("schema", schema.unwrap_or("public").to_string()),
+            ("records read", output::count(records.len() as u64)),
+            ("imported", output::count(report.imported)),
+            ("skipped (already there)", output::count(report.skipped)),
+            ("read as tombstones", output::count(tombstoned)),
+        ]);
+        if report.skipped > 0 && !overwrite {
+            text.push_str("use --overwrite to replace records that already exist\n");
+        }
+        output::print(&text);
+    }
+    Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(redact("postgresql://app:s3cret@db:5432/pay"), "postgresql://app:***@db:5432/pay");
+        assert_eq!(redact("postgresql://app@db/pay"), "postgresql://app@db/pay");
+        assert_eq!(redact("host=db user=app password=s3cret"), "host=db user=app password=***");
+    }
+}

@@ -1,0 +1,520 @@
+//! The idempotency middleware: [`IdempotencyLayer`] and its [`IdempotencyService`].
+//!
+//! One request goes through these steps (the status of each refusal is in the crate docs):
+//!
+//! 1. **Operation.** The method and matched route select an [`Operation`]; requests the
+//!    layer does not cover pass through untouched.
+//! 2. **Key.** `Idempotency-Key` is parsed as a structured-field string and checked with the
+//!    core's key rules. Missing: 400 when the operation requires a key, else pass-through.
+//! 3. **Tenant** from the application's [`TenantSource`]; none: 401.
+//! 4. **Body**, read up to the operation's limit (413 beyond), and **fingerprint** (400 for
+//!    a JSON body without a canonical form).
+//! 5. **Reservation**, atomic in the store, before the handler runs. Only an acquired
+//!    reservation reaches the handler, with a [`LeaseHandle`] in its request extensions.
+//! 6. **Settlement** of the handler's response by the operation's [`ResponsePolicy`], unless
+//!    the handler settled the lease itself.
+//!
+//! Steps 1–4 refuse before anything is stored; a retry after fixing the request is free to
+//! run.
+
+mod config;
+mod error;
+mod future;
+mod handle;
+mod layer;
+mod tenant;
+
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Request, Response, StatusCode, header};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use idemdb_core::{
+    CanonicalError, Coded, ErrorCode, Failure, Fingerprint, IdempotencyKey, IdentityPart, KeyError, Lease, Reservation,
+    Scope, validate_correlation,
+};
+use idemdb_interface::IdempotencyStore;
+use tower_service::Service;
+use tracing::Instrument;
+
+pub use config::{DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, OnResponse, Operation, ResponsePolicy};
+pub use error::HandleError;
+pub use future::ResponseFuture;
+pub use handle::LeaseHandle;
+pub use layer::IdempotencyLayer;
+pub use tenant::{SingleTenant, TenantSource};
+
+use crate::key::{IDEMPOTENCY_KEY, parse_key_header};
+use crate::problem::Problem;
+use crate::response::StoredResponse;
+use future::CatchUnwind;
+use handle::Settled;
+use layer::{Config, Resolved};
+
+/// The errors bodies may fail with.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request or response body the layer can read and rebuild: any [`Body`] whose data is
+/// `Send`, whose error boxes, and that can be made from [`Bytes`] — axum's `Body` and
+/// `http_body_util::Full<Bytes>` among them. Implemented for every such type.
+pub trait LayerBody: Body<Data: Send, Error: Into<BoxError>> + From<Bytes> + Send + 'static {}
+
+impl<B> LayerBody for B where B: Body<Data: Send, Error: Into<BoxError>> + From<Bytes> + Send + 'static {}
+
+/// The service [`IdempotencyLayer`] wraps around a handler (see the [module docs](self)).
+pub struct IdempotencyService<Svc, S, T> {
+    inner: Svc,
+    store: S,
+    tenant: Arc<T>,
+    config: Arc<Config>,
+}
+
+impl<Svc: Clone, S: Clone, T> Clone for IdempotencyService<Svc, S, T> {
+    fn clone(&self) -> Self {
+        IdempotencyService {
+            inner: self.inner.clone(),
+            store: self.store.clone(),
+            tenant: Arc::clone(&self.tenant),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<Svc, S, T> std::fmt::Debug for IdempotencyService<Svc, S, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyService").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl<Svc, S, T> IdempotencyService<Svc, S, T> {
+    pub(crate) fn new(inner: Svc, store: S, tenant: Arc<T>, config: Arc<Config>) -> Self {
+        IdempotencyService { inner, store, tenant, config }
+    }
+}
+
+impl<Svc, S, T, ReqB, ResB> Service<Request<ReqB>> for IdempotencyService<Svc, S, T>
+where
+    Svc: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Error: Send + 'static,
+    S: IdempotencyStore + Clone + 'static,
+    T: TenantSource,
+    ReqB: LayerBody,
+    ResB: LayerBody,
+{
+    type Response = Response<ResB>;
+    type Error = Svc::Error;
+    type Future = ResponseFuture<ResB, Svc::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        // The clone that was driven to readiness serves this request; the fresh clone stays.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let ctx = Ctx { store: self.store.clone(), tenant: Arc::clone(&self.tenant), config: Arc::clone(&self.config) };
+        let flow = Flow { inner, ctx, bodies: PhantomData };
+        ResponseFuture::new(Box::pin(flow.run(request)))
+    }
+}
+
+/// One request's way through the layer.
+struct Flow<Svc, S, T, ReqB, ResB> {
+    inner: Svc,
+    ctx: Ctx<S, T>,
+    bodies: PhantomData<fn(ReqB) -> ResB>,
+}
+
+/// What a request's flow needs besides the handler (shared by reference across awaits, so it
+/// must be `Sync`; the handler's service need not be).
+struct Ctx<S, T> {
+    store: S,
+    tenant: Arc<T>,
+    config: Arc<Config>,
+}
+
+/// What checking a request's head decided.
+enum Head {
+    /// Not covered: hand the request to the handler untouched.
+    PassThrough,
+    /// Refused before anything was stored.
+    Refuse(Problem),
+    /// Covered, with a key and a scope.
+    Keyed { key: IdempotencyKey, scope: Scope, operation: Arc<Resolved> },
+}
+
+impl<Svc, S, T, ReqB, ResB> Flow<Svc, S, T, ReqB, ResB>
+where
+    Svc: Service<Request<ReqB>, Response = Response<ResB>> + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Error: Send + 'static,
+    S: IdempotencyStore + Clone + 'static,
+    T: TenantSource,
+    ReqB: LayerBody,
+    ResB: LayerBody,
+{
+    async fn run(mut self, request: Request<ReqB>) -> Result<Response<ResB>, Svc::Error> {
+        let (parts, body) = request.into_parts();
+        let (key, scope, operation) = match self.head(&parts) {
+            Head::PassThrough => return self.inner.call(Request::from_parts(parts, body)).await,
+            Head::Refuse(problem) => return Ok(self.ctx.refuse(problem)),
+            Head::Keyed { key, scope, operation } => (key, scope, operation),
+        };
+        let key_hash = self.ctx.store.key_hash(&scope, &key);
+        let span = tracing::info_span!(
+            target: "idemdb_http",
+            "idempotency",
+            key_hash = %key_hash,
+            tenant = scope.tenant(),
+            operation = scope.operation(),
+            answer = tracing::field::Empty,
+        );
+        let recorder = span.clone();
+        async move {
+            let (bytes, fingerprint) = match read_and_fingerprint(&parts, body, &operation.operation).await {
+                Ok(read) => read,
+                Err(problem) => return Ok(self.ctx.refuse(problem)),
+            };
+            let correlation = self.correlation(&parts);
+            let reservation = match reserve(
+                &self.ctx.store,
+                &scope,
+                &key,
+                &fingerprint,
+                correlation.as_deref(),
+                &operation.operation,
+            )
+            .await
+            {
+                Ok(reservation) => reservation,
+                Err(error) => {
+                    tracing::warn!(target: "idemdb_http", code = error.code().as_str(), %error, "reservation failed");
+                    return Ok(self.ctx.refuse(Problem::store_failed(error.code())));
+                }
+            };
+            recorder.record("answer", reservation.name());
+            match reservation {
+                Reservation::Acquired(lease) => {
+                    let handle =
+                        LeaseHandle::new(self.ctx.store.clone(), lease, key_hash, operation.replay_headers.clone());
+                    let mut request = Request::from_parts(parts, ReqB::from(bytes));
+                    request.extensions_mut().insert(handle.clone());
+                    self.execute(request, handle, &operation).await
+                }
+                Reservation::Replay { body, .. } => Ok(self.ctx.replay(&body)),
+                other => Ok(self.ctx.refuse(refusal(&other, &operation.operation))),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Steps 1–3: operation, key, tenant.
+    fn head(&self, parts: &Parts) -> Head {
+        let route = route_of(parts);
+        let Some(operation) = self.ctx.config.operation(&parts.method, &route) else { return Head::PassThrough };
+        let op = &operation.operation;
+        let mut values = parts.headers.get_all(IDEMPOTENCY_KEY).iter();
+        let key = match (values.next(), values.next()) {
+            (None, _) if op.key_required => {
+                return Head::Refuse(Problem::new(
+                    ErrorCode::KeyMissing,
+                    StatusCode::BAD_REQUEST,
+                    "this operation requires an Idempotency-Key header",
+                ));
+            }
+            (None, _) => return Head::PassThrough,
+            (Some(_), Some(_)) => {
+                return Head::Refuse(Problem::new(
+                    ErrorCode::InvalidKey,
+                    StatusCode::BAD_REQUEST,
+                    "Idempotency-Key was sent more than once",
+                ));
+            }
+            (Some(value), None) => match parse_key_header(value, op.accept_bare_keys) {
+                Ok(key) => key,
+                Err(error) => {
+                    return Head::Refuse(Problem::new(
+                        ErrorCode::InvalidKey,
+                        StatusCode::BAD_REQUEST,
+                        error.to_string(),
+                    ));
+                }
+            },
+        };
+        let Some(tenant) = self.ctx.tenant.tenant(parts) else {
+            return Head::Refuse(Problem::new(
+                ErrorCode::Unauthenticated,
+                StatusCode::UNAUTHORIZED,
+                "the request has no principal to scope its Idempotency-Key by",
+            ));
+        };
+        let name = op.name.clone().unwrap_or_else(|| format!("{} {route}", parts.method));
+        match Scope::new(tenant, name) {
+            Ok(scope) => Head::Keyed { key, scope, operation: Arc::clone(operation) },
+            Err(error) => Head::Refuse(scope_problem(&error)),
+        }
+    }
+
+    fn correlation(&self, parts: &Parts) -> Option<String> {
+        let name = self.ctx.config.correlation_header.as_ref()?;
+        let value = parts.headers.get(name)?.to_str().ok()?;
+        validate_correlation(value).ok().map(|()| value.to_string())
+    }
+
+    /// Step 5 onwards for the request that holds the lease: run the handler, then settle.
+    async fn execute(
+        mut self,
+        request: Request<ReqB>,
+        handle: LeaseHandle<S>,
+        operation: &Resolved,
+    ) -> Result<Response<ResB>, Svc::Error> {
+        let called = std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(request)));
+        let outcome = match called {
+            Ok(future) => CatchUnwind::new(future).await,
+            Err(panic) => Err(panic),
+        };
+        match outcome {
+            Ok(Ok(response)) => Ok(self.ctx.settle(response, &handle, operation).await),
+            Ok(Err(error)) => {
+                // The handler ran and failed without a response: what it did is unknown.
+                self.ctx.settle_uncertain(&handle, "the handler returned an error").await;
+                Err(error)
+            }
+            Err(_panic) => {
+                self.ctx.settle_uncertain(&handle, "the handler panicked").await;
+                Ok(self.ctx.refuse(Problem::new(
+                    ErrorCode::Internal,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the handler failed while processing this request; its outcome is unknown and retries are \
+                     refused until it is reconciled",
+                )))
+            }
+        }
+    }
+}
+
+impl<S: IdempotencyStore, T> Ctx<S, T> {
+    /// Marks the lease uncertain unless the handler settled it.
+    async fn settle_uncertain(&self, handle: &LeaseHandle<S>, why: &'static str) {
+        if handle.claim(Settled::ByLayer).is_err() {
+            return;
+        }
+        tracing::error!(target: "idemdb_http", why, "the outcome is unknown; the key is marked uncertain");
+        if let Err(error) = self.store.fail(&handle.lease(), Failure::Uncertain).await {
+            tracing::error!(target: "idemdb_http", code = error.code().as_str(), %error, "could not mark the key uncertain; it becomes uncertain when its lease expires");
+        }
+    }
+
+    /// Step 6: settle the lease by the operation's response policy.
+    async fn settle<B>(&self, response: Response<B>, handle: &LeaseHandle<S>, operation: &Resolved) -> Response<B>
+    where
+        B: Body + From<Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        if handle.claim(Settled::ByLayer).is_err() {
+            return response;
+        }
+        let lease = handle.lease();
+        match operation.operation.responses.on(response.status()) {
+            OnResponse::Release => {
+                self.report(self.store.fail(&lease, Failure::Retryable).await, "release");
+                response
+            }
+            OnResponse::Uncertain => {
+                self.report(self.store.fail(&lease, Failure::Uncertain).await, "mark uncertain");
+                response
+            }
+            OnResponse::Store => self.store_response(response, &lease, &operation.replay_headers).await,
+        }
+    }
+
+    async fn store_response<B>(&self, response: Response<B>, lease: &Lease, replay: &[String]) -> Response<B>
+    where
+        B: Body + From<Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let (parts, body) = response.into_parts();
+        let limit = self.store.policy(lease.scope().operation()).max_result_bytes();
+        let head = StoredResponse::new(parts.status, &parts.headers, replay, Bytes::new()).encode().len();
+        let room = limit.saturating_sub(head);
+        let fits = body.size_hint().upper().is_some_and(|upper| upper <= room as u64);
+        if !fits {
+            // Streamed (no known length) or larger than the store keeps: the first client gets
+            // it as it is, and the key can never run again — it becomes uncertain.
+            tracing::warn!(target: "idemdb_http", limit, "response too large or streamed; not stored, the key is marked uncertain");
+            self.report(self.store.fail(lease, Failure::Uncertain).await, "mark uncertain");
+            return Response::from_parts(parts, body);
+        }
+        let bytes = match Limited::new(body, room).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => {
+                // The body failed (or outgrew its size hint) after the handler ran.
+                self.report(self.store.fail(lease, Failure::Uncertain).await, "mark uncertain");
+                return self.refuse(Problem::new(
+                    ErrorCode::Internal,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the response could not be produced; the outcome of this request is unknown and retries are \
+                     refused until it is reconciled",
+                ));
+            }
+        };
+        let stored = StoredResponse::new(parts.status, &parts.headers, replay, bytes.clone()).encode();
+        if parts.status.as_u16() < 400 {
+            self.report(self.store.complete(lease, stored).await, "complete");
+        } else {
+            self.report(self.store.fail(lease, Failure::Definitive(stored)).await, "store the failure");
+        }
+        Response::from_parts(parts, B::from(bytes))
+    }
+
+    fn report(&self, result: Result<(), S::Error>, action: &'static str) {
+        if let Err(error) = result {
+            // The response still goes to the client; the record stays in progress and becomes
+            // uncertain when its lease expires, so the handler is not run again.
+            tracing::error!(target: "idemdb_http", action, code = error.code().as_str(), %error, "could not settle the key");
+        }
+    }
+
+    fn replay<B: From<Bytes>>(&self, stored: &[u8]) -> Response<B> {
+        match StoredResponse::decode(stored) {
+            Ok(response) => response.into_response(true),
+            Err(error) => {
+                tracing::error!(target: "idemdb_http", %error, "stored response unreadable");
+                self.refuse(Problem::new(error.code(), StatusCode::INTERNAL_SERVER_ERROR, error.to_string()))
+            }
+        }
+    }
+
+    fn refuse<B: From<Bytes>>(&self, problem: Problem) -> Response<B> {
+        tracing::debug!(target: "idemdb_http", code = problem.code.as_str(), status = problem.status.as_u16(), "refused");
+        problem.into_response(&self.config.problems)
+    }
+}
+
+/// The route that names an operation: axum's matched route template when there is one,
+/// else the request path.
+fn route_of(parts: &Parts) -> String {
+    #[cfg(feature = "axum")]
+    if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
+        return matched.as_str().to_string();
+    }
+    parts.uri.path().to_string()
+}
+
+/// Step 4: the body (within the limit) and the fingerprint.
+async fn read_and_fingerprint<B>(parts: &Parts, body: B, operation: &Operation) -> Result<(Bytes, Fingerprint), Problem>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let limit = operation.max_body_bytes;
+    let too_large = |len: Option<u64>| {
+        let detail = match len {
+            Some(len) => format!("the request body is {len} bytes; this operation accepts at most {limit}"),
+            None => format!("the request body is over the limit of {limit} bytes"),
+        };
+        Problem::new(ErrorCode::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, detail)
+    };
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(too_large(declared));
+    }
+    let bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<LengthLimitError>() => return Err(too_large(None)),
+        Err(_) => {
+            return Err(Problem::new(
+                ErrorCode::InvalidRequest,
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            ));
+        }
+    };
+    let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    match operation.fingerprint(&parts.method, path, &parts.headers, &bytes) {
+        Ok(fingerprint) => Ok((bytes, fingerprint)),
+        Err(error @ CanonicalError::BodyTooLarge { .. }) => {
+            Err(Problem::new(ErrorCode::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, error.to_string()))
+        }
+        Err(error) => Err(Problem::new(ErrorCode::InvalidRequest, StatusCode::BAD_REQUEST, error.to_string())),
+    }
+}
+
+/// The reservation; with a bounded wait, an in-progress answer is asked again until it
+/// changes or the wait is over.
+async fn reserve<S: IdempotencyStore>(
+    store: &S,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    correlation: Option<&str>,
+    operation: &Operation,
+) -> Result<Reservation, S::Error> {
+    let deadline = operation.wait.map(|wait| Instant::now() + wait);
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let reservation = store.reserve(scope, key, fingerprint, correlation).await?;
+        let (Reservation::InProgress { .. }, Some(deadline)) = (&reservation, deadline) else { return Ok(reservation) };
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(reservation);
+        }
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// The refusal of an answer that is neither an acquisition nor a replay.
+fn refusal(reservation: &Reservation, operation: &Operation) -> Problem {
+    match reservation {
+        Reservation::InProgress { retry_after } => Problem::new(
+            ErrorCode::InProgress,
+            StatusCode::CONFLICT,
+            "a request with this Idempotency-Key is being processed; retry after the time given",
+        )
+        .retry_after((*retry_after).min(operation.retry_after)),
+        Reservation::Mismatch { .. } => Problem::new(
+            ErrorCode::KeyMismatch,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "this Idempotency-Key was used for a different request; a new request needs a new key",
+        ),
+        Reservation::NeedsReconciliation { cause } => Problem::new(
+            ErrorCode::NeedsReconciliation,
+            StatusCode::CONFLICT,
+            format!(
+                "the outcome of the request with this Idempotency-Key is unknown ({cause}); it is not run again \
+                 until it has been reconciled"
+            ),
+        ),
+        Reservation::Expired { outcome } => Problem::new(
+            ErrorCode::Expired,
+            StatusCode::GONE,
+            format!(
+                "the request with this Idempotency-Key was processed ({outcome}) and its response has expired; it is \
+                 never run again"
+            ),
+        ),
+        _ => Problem::new(ErrorCode::Internal, StatusCode::INTERNAL_SERVER_ERROR, "unexpected reservation answer"),
+    }
+}
+
+/// A scope the tenant or operation name could not make.
+fn scope_problem(error: &KeyError) -> Problem {
+    match error {
+        KeyError::Empty { part: IdentityPart::Tenant }
+        | KeyError::TooLong { part: IdentityPart::Tenant, .. }
+        | KeyError::InvalidByte { part: IdentityPart::Tenant, .. } => {
+            Problem::new(ErrorCode::Unauthenticated, StatusCode::UNAUTHORIZED, format!("the request's {error}"))
+        }
+        _ => Problem::new(ErrorCode::InvalidRequest, StatusCode::BAD_REQUEST, format!("the request's {error}")),
+    }
+}

@@ -1,0 +1,129 @@
+//! Where payments live, and how a payment row and the idempotency completion share one commit.
+//!
+//! The service is generic over [`Ledger`]: its idempotency [`store`](Ledger::store) is any
+//! [`IdempotencyStore`], and [`Ledger::record_payment`] writes the payment row **and**
+//! completes the lease in one transaction of that backend. [`RedbLedger`] does it with a redb
+//! write transaction beside the idemdb tables; a PostgreSQL ledger does the same with one SQL
+//! transaction (`INSERT INTO payments ...` and the adapter's completion), and slots in here
+//! without touching the handlers.
+
+use std::future::Future;
+
+use idemdb::redb::TableDefinition;
+use idemdb::{Lease, Store};
+use idemdb_interface::IdempotencyStore;
+use serde_json::Value;
+
+/// `(tenant, payment id)` → the payment as JSON.
+const PAYMENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("app_payments");
+
+/// The ledger failed.
+#[derive(Debug, thiserror::Error)]
+#[error("ledger failed: {0}")]
+pub struct LedgerError(String);
+
+impl LedgerError {
+    fn of(error: impl std::fmt::Display) -> Self {
+        LedgerError(error.to_string())
+    }
+}
+
+/// A payments backend: an idempotency store, plus payment rows written in the same
+/// transaction as the completion.
+pub trait Ledger: Clone + Send + Sync + 'static {
+    /// The idempotency store the layer reserves keys in.
+    type Store: IdempotencyStore + Clone + 'static;
+
+    /// The idempotency store.
+    fn store(&self) -> &Self::Store;
+
+    /// Writes `payment` (a JSON object with `id`) for `tenant` and completes `lease` with
+    /// `response`, in **one** commit: both or neither.
+    fn record_payment(
+        &self,
+        tenant: &str,
+        payment: &Value,
+        lease: &Lease,
+        response: Vec<u8>,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
+
+    /// Every payment of `tenant`.
+    fn payments(&self, tenant: &str) -> impl Future<Output = Result<Vec<Value>, LedgerError>> + Send;
+}
+
+/// The ledger on the embedded redb store: payment rows in table `app_payments` of the store's
+/// own database.
+#[derive(Debug, Clone)]
+pub struct RedbLedger {
+    store: Store,
+}
+
+impl RedbLedger {
+    /// A ledger in `store`'s database.
+    pub fn new(store: Store) -> Self {
+        RedbLedger { store }
+    }
+}
+
+impl Ledger for RedbLedger {
+    type Store = Store;
+
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn record_payment(
+        &self,
+        tenant: &str,
+        payment: &Value,
+        lease: &Lease,
+        response: Vec<u8>,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send {
+        let (tenant, lease) = (tenant.to_string(), lease.clone());
+        let id = payment["id"].as_str().unwrap_or_default().to_string();
+        let row = serde_json::to_vec(payment).unwrap_or_default();
+        let store = self.store.clone();
+        async move {
+            store
+                .write_async(move |txn| {
+                    let mut payments = txn.tables().open_table(PAYMENTS).map_err(idemdb::Error::from)?;
+                    payments.insert((tenant.as_str(), id.as_str()), row.as_slice()).map_err(idemdb::Error::from)?;
+                    drop(payments);
+                    txn.complete(&lease, response)
+                })
+                .await
+                .map_err(LedgerError::of)
+        }
+    }
+
+    fn payments(&self, tenant: &str) -> impl Future<Output = Result<Vec<Value>, LedgerError>> + Send {
+        let (store, tenant) = (self.store.clone(), tenant.to_string());
+        async move {
+            blocking::unblock(move || {
+                store.read(|tx| {
+                    let table = match tx.open_table(PAYMENTS) {
+                        Ok(table) => table,
+                        Err(idemdb::redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                        Err(error) => return Err(LedgerError::of(error)),
+                    };
+                    let mut payments = Vec::new();
+                    for entry in table.range((tenant.as_str(), "")..).map_err(LedgerError::of)? {
+                        let (key, value) = entry.map_err(LedgerError::of)?;
+                        if key.value().0 != tenant {
+                            break;
+                        }
+                        payments.push(serde_json::from_slice(value.value()).map_err(LedgerError::of)?);
+                    }
+                    Ok(payments)
+                })
+            })
+            .await
+        }
+    }
+}
+
+impl From<idemdb::Error> for LedgerError {
+    fn from(error: idemdb::Error) -> Self {
+        LedgerError::of(error)
+    }
+}

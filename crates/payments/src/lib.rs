@@ -1,0 +1,103 @@
+//! A payments service on the idemdb HTTP layer: the seed's `POST /payments` story, to run.
+//!
+//! * `POST /v1/payments` with `Idempotency-Key` and a JSON body
+//!   `{"amount": "10.50", "currency": "BRL", "destination": "acct_x"}`; the tenant is the
+//!   bearer token of `Authorization: Bearer <tenant>` (a stand-in for real authentication).
+//!   The handler charges a simulated provider with the provider key `<key>:charge-v1`, then
+//!   writes the payment row **and** completes the idempotency record in one transaction, and
+//!   answers 201 with the payment.
+//! * `GET /v1/ledger` (same bearer): every effect of the tenant's requests — `payments` and
+//!   `provider_charges` (each with its `calls`) — so a client can count effects per key.
+//! * `GET /v1/idempotency-policy`: the published expiry policy (the draft asks servers to
+//!   publish it).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod ledger;
+mod payment;
+mod policy;
+mod provider;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::request::Parts;
+use idemdb_core::{Canonicalizer, Normaliser};
+use idemdb_http::{IdempotencyLayer, Operation};
+
+pub use ledger::{Ledger, LedgerError, RedbLedger};
+pub use payment::{PaymentRequest, payment_operation_name};
+pub use policy::{POLICY_PATH, published_policy};
+pub use provider::{ChargeRequest, Provider, ProviderError};
+
+/// What the handlers share.
+#[derive(Debug)]
+pub struct App<L> {
+    /// Payments and the idempotency store.
+    pub ledger: L,
+    /// The simulated provider.
+    pub provider: Provider,
+}
+
+/// The tenant of a request: the token of `Authorization: Bearer <tenant>`.
+pub fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
+}
+
+/// The canonical form of a payment request: currency case and amount spelling do not make
+/// another request, and a client's `trace_id` is a transport field. (The pointers are
+/// constants and valid, so the fallback to no rules is never taken.)
+pub fn payment_canonicalizer() -> Canonicalizer {
+    let canon = Canonicalizer::new()
+        .exclude("/trace_id")
+        .and_then(|c| c.normalise("/currency", Normaliser::Uppercase))
+        .and_then(|c| c.normalise("/amount", Normaliser::DecimalAmount));
+    canon.unwrap_or_default()
+}
+
+/// The service's router over `ledger` and `provider`.
+pub fn router<L: Ledger>(ledger: L, provider: Provider) -> Router {
+    let tenant = |parts: &Parts| bearer(&parts.headers);
+    let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
+        .route(
+            Method::POST,
+            "/v1/payments",
+            Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024),
+        )
+        .only_listed_routes();
+    let app = Arc::new(App { ledger, provider });
+    Router::new()
+        .route("/v1/payments", post(payment::create::<L>))
+        .route("/v1/ledger", get(ledger_of::<L>))
+        .route(POLICY_PATH, get(policy_of::<L>))
+        .layer(idempotency)
+        .with_state(app)
+}
+
+async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap) -> Response {
+    let Some(tenant) = bearer(&headers) else {
+        return (StatusCode::UNAUTHORIZED, "Authorization: Bearer <tenant> required").into_response();
+    };
+    let payments = match app.ledger.payments(&tenant).await {
+        Ok(payments) => payments,
+        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    };
+    let charges = match app.provider.charges(&tenant) {
+        Ok(charges) => charges,
+        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    };
+    let body = serde_json::json!({ "payments": payments, "provider_charges": charges });
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+async fn policy_of<L: Ledger>(State(app): State<Arc<App<L>>>) -> Response {
+    let policy = idemdb_interface::IdempotencyStore::policy(app.ledger.store(), payment_operation_name());
+    ([(header::CONTENT_TYPE, "application/json")], published_policy(policy).to_string()).into_response()
+}

@@ -1,0 +1,156 @@
+//! `POST /v1/payments`: validate, charge the provider with a derived key, then write the
+//! payment row and complete the idempotency record in one commit.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use idemdb_http::LeaseHandle;
+use serde_json::{Value, json};
+
+use crate::App;
+use crate::ledger::Ledger;
+use crate::provider::ChargeRequest;
+
+/// The operation name of `POST /v1/payments` (its scope's operation and policy name).
+pub fn payment_operation_name() -> &'static str {
+    "create_payment"
+}
+
+/// A validated payment request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentRequest {
+    /// Decimal amount, as sent (`"10.50"`).
+    pub amount: String,
+    /// ISO 4217 code, upper case.
+    pub currency: String,
+    /// Destination account.
+    pub destination: String,
+}
+
+impl PaymentRequest {
+    /// Parses and validates a JSON body: `amount` a positive decimal string with at most two
+    /// decimals, `currency` three letters, `destination` a non-empty string.
+    ///
+    /// # Errors
+    /// A message saying what is wrong.
+    pub fn parse(body: &[u8]) -> Result<PaymentRequest, String> {
+        let value: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let field = |name: &str| value.get(name).and_then(Value::as_str).map(str::trim);
+        let amount = field("amount").ok_or("`amount` must be a decimal string such as \"10.50\"")?;
+        let (units, cents) = amount.split_once('.').unwrap_or((amount, ""));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(units) || (!cents.is_empty() && !digits(cents)) || cents.len() > 2 || units.len() > 12 {
+            return Err(format!("`amount` {amount:?} is not a decimal with at most two decimals"));
+        }
+        if amount.bytes().all(|b| b == b'0' || b == b'.') {
+            return Err("`amount` must be positive".into());
+        }
+        let currency = field("currency").ok_or("`currency` is required")?.to_ascii_uppercase();
+        if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(format!("`currency` {currency:?} is not an ISO 4217 code"));
+        }
+        let destination = field("destination").filter(|d| !d.is_empty()).ok_or("`destination` is required")?;
+        if destination.len() > 64 {
+            return Err("`destination` is longer than 64 bytes".into());
+        }
+        Ok(PaymentRequest { amount: amount.to_string(), currency, destination: destination.to_string() })
+    }
+}
+
+/// An application problem (RFC 9457), for what the handler itself refuses.
+fn problem(status: StatusCode, slug: &str, detail: &str) -> Response {
+    let body = json!({
+        "type": format!("urn:payments-example:problem:{slug}"),
+        "title": slug.replace('-', " "),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+}
+
+/// The handler. The layer has reserved the key before it runs, so it runs at most once per
+/// key; it completes the record itself, with the payment row, in one commit.
+pub(crate) async fn create<L: Ledger>(
+    State(app): State<Arc<App<L>>>,
+    Extension(handle): Extension<LeaseHandle<L::Store>>,
+    body: Bytes,
+) -> Response {
+    let request = match PaymentRequest::parse(&body) {
+        Ok(request) => request,
+        Err(detail) => {
+            // Nothing happened: release the key so the corrected request may use it.
+            let _ = handle.release().await;
+            return problem(StatusCode::BAD_REQUEST, "invalid-payment", &detail);
+        }
+    };
+    let scope = handle.scope();
+    let key = handle.key();
+    let provider_key = format!("{}:charge-v1", key.as_str());
+    let charge = ChargeRequest {
+        tenant: scope.tenant().to_string(),
+        provider_key: provider_key.clone(),
+        amount: request.amount.clone(),
+        currency: request.currency.clone(),
+        destination: request.destination.clone(),
+    };
+    let charge = match app.provider.charge(charge).await {
+        Ok(charge) => charge,
+        Err(_) => {
+            // The provider may or may not have charged: never guess, never charge again.
+            let _ = handle.mark_uncertain().await;
+            return problem(StatusCode::BAD_GATEWAY, "provider-uncertain", "the provider did not confirm the charge");
+        }
+    };
+    let id = format!("pay_{}", handle.key_hash());
+    let payment = json!({
+        "id": id,
+        "idempotency_key": key.as_str(),
+        "amount": request.amount,
+        "currency": request.currency,
+        "destination": request.destination,
+        "provider_key": provider_key,
+        "provider_charge": charge["id"],
+        "status": "succeeded",
+    });
+    let body = Bytes::from(payment.to_string());
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/payments/{id}")) {
+        headers.insert(header::LOCATION, location);
+    }
+    let stored = handle.stored_response(StatusCode::CREATED, &headers, body.clone());
+    // The payment row and the completion: both or neither.
+    if app.ledger.record_payment(scope.tenant(), &payment, &handle.lease(), stored).await.is_err() {
+        let _ = handle.mark_uncertain().await;
+        return problem(StatusCode::INTERNAL_SERVER_ERROR, "ledger-failed", "the payment could not be recorded");
+    }
+    let _ = handle.completed_by_handler();
+    (StatusCode::CREATED, headers, body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payment_requests_are_validated() {
+        let ok = PaymentRequest::parse(br#"{"amount":"10.50","currency":"brl","destination":"acct_x"}"#).unwrap();
+        assert_eq!(ok, PaymentRequest { amount: "10.50".into(), currency: "BRL".into(), destination: "acct_x".into() });
+        for bad in [
+            r#"{"amount":10.5,"currency":"BRL","destination":"a"}"#,
+            r#"{"amount":"10.505","currency":"BRL","destination":"a"}"#,
+            r#"{"amount":"0.00","currency":"BRL","destination":"a"}"#,
+            r#"{"amount":"-1","currency":"BRL","destination":"a"}"#,
+            r#"{"amount":"1","currency":"REAL","destination":"a"}"#,
+            r#"{"amount":"1","currency":"BRL","destination":""}"#,
+            r#"{"amount":"1","currency":"BRL"}"#,
+            "not json",
+        ] {
+            assert!(PaymentRequest::parse(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The audit trail in PostgreSQL: one row per event, written by the transaction of the decision
+//! it records. Answers that change nothing (replay, in progress, mismatch, expired, uncertain)
+//! are decided without a write transaction; their events wait in memory and go out with the
+//! next write transaction, or in one multi-row insert once 256 have gathered or the oldest is a
+//! second old — as the embedded store does. A crash can lose the events of about the last second
+//! of such answers, never a decision or the event of a decision.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use deadpool_postgres::Client;
+use deadpool_postgres::tokio_postgres::Row;
+use deadpool_postgres::tokio_postgres::types::ToSql;
+
+use idemdb_core::{AuditEvent, AuditKind, Fingerprint, KeyHash, Named, Scope, Timestamp};
+
+use crate::error::{DbError, Error};
+
+/// Buffered events that make an answer write the buffer by itself.
+const AUDIT_BATCH: usize = 256;
+/// Age (in decision time) after which an answer writes the buffer by itself.
+const AUDIT_DELAY_MS: u64 = 1_000;
+
+/// One event, as its row.
+#[derive(Debug, Clone)]
+pub(crate) struct AuditRow {
+    at: Timestamp,
+    kind: AuditKind,
+    tenant: String,
+    operation: String,
+    key_hash: KeyHash,
+    fence: u64,
+    fingerprint_prefix: Option<[u8; 8]>,
+    correlation: Option<String>,
+}
+
+impl AuditRow {
+    pub(crate) fn new(
+        at: Timestamp,
+        kind: AuditKind,
+        scope: &Scope,
+        key_hash: KeyHash,
+        fence: u64,
+        fingerprint: Option<&Fingerprint>,
+        correlation: Option<&str>,
+    ) -> Self {
+        tracing::debug!(
+            target: "idemdb",
+            event = kind.as_str(),
+            key_hash = %key_hash,
+            tenant = scope.tenant(),
+            operation = scope.operation(),
+            fence,
+            correlation = correlation.unwrap_or(""),
+        );
+        AuditRow {
+            at,
+            kind,
+            tenant: scope.tenant().to_string(),
+            operation: scope.operation().to_string(),
+            key_hash,
+            fence,
+            fingerprint_prefix: fingerprint.map(Fingerprint::prefix),
+            correlation: correlation.map(str::to_string),
+        }
+    }
+}
+
+/// Milliseconds as a `bigint` (values past `i64::MAX`, "never", saturate; order is kept).
+pub(crate) fn to_sql_ms(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Inserts rows in one statement (arrays unnested by the server).
+pub(crate) async fn insert(client: &Client, sql: &str, rows: &[AuditRow]) -> Result<(), Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let at: Vec<i64> = rows.iter().map(|r| to_sql_ms(r.at.as_millis())).collect();
+    let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
+    let tenant: Vec<&str> = rows.iter().map(|r| r.tenant.as_str()).collect();
+    let operation: Vec<&str> = rows.iter().map(|r| r.operation.as_str()).collect();
+    let key_hash: Vec<&[u8]> = rows.iter().map(|r| r.key_hash.as_bytes().as_slice()).collect();
+    let fence: Vec<i64> = rows.iter().map(|r| to_sql_ms(r.fence)).collect();
+    let prefix: Vec<Option<&[u8]>> = rows.iter().map(|r| r.fingerprint_prefix.as_ref().map(|p| p.as_slice())).collect();
+    let correlation: Vec<Option<&str>> = rows.iter().map(|r| r.correlation.as_deref()).collect();
+    let params: [&(dyn ToSql + Sync); 8] = [&at, &kind, &tenant, &operation, &key_hash, &fence, &prefix, &correlation];
+    let statement = client.prepare_cached(sql).await.map_err(Error::from_driver)?;
+    client.execute(&statement, &params).await.map_err(Error::from_driver)?;
+    Ok(())
+}
+
+/// Decodes a row of `Sql::audit_read`.
+pub(crate) fn decode(row: &Row) -> Result<AuditEvent, Error> {
+    let corrupt =
+        |reason: String| Error::Corrupt { what: "audit event", source: idemdb_core::DecodeError::Malformed { reason } };
+    let get_err = |e: deadpool_postgres::tokio_postgres::Error| Error::Database(DbError::from(e));
+    let at: i64 = row.try_get(0).map_err(get_err)?;
+    let kind: String = row.try_get(1).map_err(get_err)?;
+    let key_hash: Vec<u8> = row.try_get(4).map_err(get_err)?;
+    let fence: i64 = row.try_get(5).map_err(get_err)?;
+    let prefix: Option<Vec<u8>> = row.try_get(6).map_err(get_err)?;
+    let mut hash = [0u8; 16];
+    if key_hash.len() != 16 {
+        return Err(corrupt(format!("key hash of {} bytes", key_hash.len())));
+    }
+    hash.copy_from_slice(&key_hash);
+    let fingerprint_prefix = match prefix {
+        None => None,
+        Some(bytes) => Some(<[u8; 8]>::try_from(bytes.as_slice()).map_err(|_| corrupt("fingerprint prefix".into()))?),
+    };
+    Ok(AuditEvent {
+        at: Timestamp::from_millis(u64::try_from(at).unwrap_or(0)),
+        kind: AuditKind::parse_name(&kind).map_err(|e| corrupt(e.to_string()))?,
+        tenant: row.try_get(2).map_err(get_err)?,
+        operation: row.try_get(3).map_err(get_err)?,
+        key_hash: KeyHash::from_bytes(hash),
+        fence: u64::try_from(fence).unwrap_or(0),
+        fingerprint_prefix,
+        correlation: row.try_get(7).map_err(get_err)?,
+    })
+}
+
+/// Events of answers that wrote nothing, waiting for a write.
+#[derive(Debug, Default)]
+pub(crate) struct Buffer(Mutex<Vec<AuditRow>>);
+
+impl Buffer {
+    fn lock(&self) -> MutexGuard<'_, Vec<AuditRow>> {
+        // Only pushes, appends and takes happen under this lock: a panic cannot leave it
+        // inconsistent.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps an event; returns whether the buffer should be written now.
+    pub(crate) fn push(&self, row: AuditRow) -> bool {
+        let mut buffer = self.lock();
+        let now = row.at;
+        buffer.push(row);
+        buffer.len() >= AUDIT_BATCH
+            || buffer
+                .first()
+                .is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
+    }
+
+    /// Takes every buffered event (a write transaction carries them).
+    pub(crate) fn take(&self) -> Vec<AuditRow> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    /// Puts back events whose write failed.
+    pub(crate) fn restore(&self, mut rows: Vec<AuditRow>) {
+        if !rows.is_empty() {
+            let mut buffer = self.lock();
+            rows.append(&mut buffer);
+            *buffer = rows;
+        }
+    }
+
+    /// Copies of the buffered events.
+    pub(crate) fn snapshot(&self) -> Vec<AuditRow> {
+        self.lock().clone()
+    }
+}
+
+impl From<&AuditRow> for AuditEvent {
+    fn from(row: &AuditRow) -> Self {
+        AuditEvent {
+            at: row.at,
+            kind: row.kind,
+            tenant: row.tenant.clone(),
+            operation: row.operation.clone(),
+            key_hash: row.key_hash,
+            fence: row.fence,
+            fingerprint_prefix: row.fingerprint_prefix,
+            correlation: row.correlation.clone(),
+        }
+    }
+}

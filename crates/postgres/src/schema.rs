@@ -1,0 +1,242 @@
+//! The database schema: versioned migrations, the version check at connect, and the SQL text
+//! of every statement the adapter runs (built once per store, for its schema).
+//!
+//! Tables (in the configured schema, `public` by default):
+//!
+//! | table | what |
+//! |---|---|
+//! | `idemdb_schema` | one row per applied migration (`version`, `applied_at`) |
+//! | `idemdb_meta` | one row: the audit secret (32 bytes, made by migration 1) and the fence floor |
+//! | `idemdb_records` | `(tenant, operation, key)` primary key, `state`, `due_at` (indexed), `record` (the core's encoded record) |
+//! | `idemdb_audit` | the audit trail: time, kind, scope, keyed hash of the key, fence, fingerprint prefix, correlation |
+
+use deadpool_postgres::tokio_postgres::{Client, GenericClient};
+
+use crate::error::{ConnectError, DbError, SchemaMismatch};
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Migrations in order: `(version, SQL)`. A migration is never edited once released; a change
+/// is a new migration.
+const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("migrations/0001_records.sql"))];
+
+/// Key of the advisory lock that serialises migrations of one database (with the schema's hash
+/// as the second half), so instances starting together migrate once.
+const MIGRATION_LOCK: i32 = 0x1de3_db01;
+
+/// The database time in milliseconds since the Unix epoch, read when the expression runs.
+const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// The transaction id, the backend's pid and the server's start time in µs: what identifies a
+/// transaction when its commit's answer is lost.
+pub(crate) const IDENTITY: &str =
+    "txid_current(), pg_backend_pid(), (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+
+/// Checks a schema name: 1..=63 bytes of `[a-z0-9_]`, not starting with a digit (so it never
+/// needs escaping beyond quotes, and cannot smuggle SQL).
+pub(crate) fn valid_schema_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit()
+}
+
+/// The SQL text of every statement, with the schema filled in.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) schema: String,
+    /// `$1..$3` = tenant, operation, key → record (nullable), now, fence floor. No lock.
+    pub(crate) lookup: String,
+    /// `$1..$3` → record, locked until commit.
+    pub(crate) lock: String,
+    /// → now, fence floor, transaction id, backend pid, server start (µs).
+    pub(crate) context: String,
+    /// `$1..$6` = tenant, operation, key, state, due_at, record; does nothing on conflict.
+    pub(crate) insert: String,
+    /// Same parameters; replaces an existing row.
+    pub(crate) upsert: String,
+    /// Same parameters; updates the existing row.
+    pub(crate) update: String,
+    /// `$1..$3`.
+    pub(crate) delete: String,
+    /// `$1..$3` → record.
+    pub(crate) get: String,
+    /// `$1` = fence.
+    pub(crate) raise_floor: String,
+    /// Arrays of the audit columns.
+    pub(crate) audit_insert: String,
+    /// `$1` = limit → audit columns, oldest first.
+    pub(crate) audit_read: String,
+    /// `$1` = cutoff, `$2` = limit → the number of events removed.
+    pub(crate) audit_purge_counted: String,
+    /// `$1` = cutoff → whether any audit entry is older.
+    pub(crate) audit_due: String,
+    /// `$1` = now, `$2` = limit → tenant, operation, key, record of due records, locked.
+    pub(crate) purge_due: String,
+    /// → now.
+    pub(crate) now: String,
+}
+
+impl Sql {
+    pub(crate) fn new(schema: &str) -> Sql {
+        let s = format!("\"{schema}\"");
+        let records = format!("{s}.idemdb_records");
+        let meta = format!("{s}.idemdb_meta");
+        let audit = format!("{s}.idemdb_audit");
+        let pk = "tenant = $1 AND operation = $2 AND key = $3";
+        let columns = "tenant, operation, key, state, due_at, record";
+        let audit_columns = "at, kind, tenant, operation, key_hash, fence, fingerprint_prefix, correlation";
+        Sql {
+            schema: schema.to_string(),
+            lookup: format!(
+                "SELECT r.record, {NOW_MS}, m.fence_floor FROM {meta} m \
+                 LEFT JOIN {records} r ON r.tenant = $1 AND r.operation = $2 AND r.key = $3"
+            ),
+            lock: format!("SELECT record FROM {records} WHERE {pk} FOR UPDATE"),
+            context: format!("SELECT {NOW_MS}, fence_floor, {IDENTITY} FROM {meta}"),
+            insert: format!("INSERT INTO {records} ({columns}) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"),
+            upsert: format!(
+                "INSERT INTO {records} ({columns}) VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (tenant, operation, key) DO UPDATE \
+                 SET state = excluded.state, due_at = excluded.due_at, record = excluded.record"
+            ),
+            update: format!("UPDATE {records} SET state = $4, due_at = $5, record = $6 WHERE {pk}"),
+            delete: format!("DELETE FROM {records} WHERE {pk}"),
+            get: format!("SELECT record FROM {records} WHERE {pk}"),
+            raise_floor: format!("UPDATE {meta} SET fence_floor = greatest(fence_floor, $1)"),
+            audit_insert: format!(
+                "INSERT INTO {audit} ({audit_columns}) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], \
+                 $4::text[], $5::bytea[], $6::bigint[], $7::bytea[], $8::text[])"
+            ),
+            audit_read: format!("SELECT {audit_columns} FROM {audit} ORDER BY id LIMIT $1"),
+            audit_purge_counted: format!(
+                "WITH removed AS (DELETE FROM {audit} WHERE id IN \
+                 (SELECT id FROM {audit} WHERE at < $1 ORDER BY at LIMIT $2) RETURNING 1) \
+                 SELECT count(*) FROM removed"
+            ),
+            audit_due: format!("SELECT EXISTS (SELECT 1 FROM {audit} WHERE at < $1)"),
+            purge_due: format!(
+                "SELECT tenant, operation, key, record FROM {records} WHERE due_at <= $1 \
+                 ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+            ),
+            now: format!("SELECT {NOW_MS}"),
+        }
+    }
+}
+
+/// Statements that do not depend on the schema.
+pub(crate) const TXID_STATUS: &str =
+    "SELECT txid_status($1), (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+/// Terminates the backend `$1` if it still runs transaction `$2` (a 64-bit transaction id; the
+/// activity view shows its low 32 bits).
+pub(crate) const TERMINATE: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+     WHERE pid = $1 AND backend_xid::text = ($2::bigint % 4294967296)::text";
+
+/// The schema version recorded in the database (0 when idemdb was never migrated there).
+async fn current_version(client: &impl GenericClient, schema: &str) -> Result<u32, ConnectError> {
+    let driver = |e| ConnectError::Database(DbError::from(e));
+    // Looked up first, so that a new schema does not log an error on the server.
+    let exists: bool = client
+        .query_one("SELECT to_regclass(format('%I.idemdb_schema', $1::text)) IS NOT NULL", &[&schema])
+        .await
+        .map_err(ConnectError::from_driver)?
+        .try_get(0)
+        .map_err(driver)?;
+    if !exists {
+        return Ok(0);
+    }
+    let query = format!("SELECT coalesce(max(version), 0) FROM \"{schema}\".idemdb_schema");
+    let row = client.query_one(query.as_str(), &[]).await.map_err(ConnectError::from_driver)?;
+    let version: i32 = row.try_get(0).map_err(driver)?;
+    Ok(u32::try_from(version).unwrap_or(0))
+}
+
+/// Checks the schema version at connect; migrates first when `migrate` is set and the schema
+/// is older than this build.
+///
+/// # Errors
+/// [`ConnectError::SchemaMismatch`] for a newer schema (never touched), or an older one when
+/// `migrate` is off; database errors.
+pub(crate) async fn check(client: &mut Client, schema: &str, migrate: bool) -> Result<u32, ConnectError> {
+    let found = current_version(client, schema).await?;
+    if found == SCHEMA_VERSION {
+        return Ok(found);
+    }
+    if found > SCHEMA_VERSION || !migrate {
+        return Err(ConnectError::SchemaMismatch(SchemaMismatch::new(schema, found)));
+    }
+    run_migrations(client, schema).await
+}
+
+/// Applies every migration the schema lacks, in one transaction under an advisory lock.
+///
+/// # Errors
+/// [`ConnectError::SchemaMismatch`] when the schema is newer than this build; database errors
+/// (the transaction is rolled back: nothing is half-applied).
+pub(crate) async fn run_migrations(client: &mut Client, schema: &str) -> Result<u32, ConnectError> {
+    let tx = client.transaction().await.map_err(ConnectError::from_driver)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", &[&MIGRATION_LOCK, &schema])
+        .await
+        .map_err(ConnectError::from_driver)?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+         CREATE TABLE IF NOT EXISTS \"{schema}\".idemdb_schema (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+         );"
+    ))
+    .await
+    .map_err(ConnectError::from_driver)?;
+    let found = current_version(&tx, schema).await?;
+    if found > SCHEMA_VERSION {
+        return Err(ConnectError::SchemaMismatch(SchemaMismatch::new(schema, found)));
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > found) {
+        tx.batch_execute(&sql.replace("{schema}", &format!("\"{schema}\"")))
+            .await
+            .map_err(ConnectError::from_driver)?;
+        let version = i32::try_from(*version).unwrap_or(i32::MAX);
+        tx.execute(&format!("INSERT INTO \"{schema}\".idemdb_schema (version) VALUES ($1)"), &[&version])
+            .await
+            .map_err(ConnectError::from_driver)?;
+        tracing::info!(target: "idemdb", schema, version, "applied migration");
+    }
+    tx.commit().await.map_err(ConnectError::from_driver)?;
+    Ok(SCHEMA_VERSION)
+}
+
+/// Reads the audit secret.
+pub(crate) async fn read_secret(client: &Client, schema: &str) -> Result<[u8; 32], ConnectError> {
+    let row = client
+        .query_one(&format!("SELECT secret FROM \"{schema}\".idemdb_meta"), &[])
+        .await
+        .map_err(ConnectError::from_driver)?;
+    let secret: Vec<u8> = row.try_get(0).map_err(|e| ConnectError::Database(DbError::from(e)))?;
+    <[u8; 32]>::try_from(secret.as_slice())
+        .map_err(|_| ConnectError::CorruptMeta(format!("audit secret is {} bytes, not 32", secret.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        assert!(valid_schema_name("public"));
+        assert!(valid_schema_name("idemdb_test_7"));
+        assert!(!valid_schema_name(""));
+        assert!(!valid_schema_name("7up"));
+        assert!(!valid_schema_name("Upper"));
+        assert!(!valid_schema_name("a\"; DROP TABLE x; --"));
+        assert!(!valid_schema_name(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn migrations_are_numbered_in_order_up_to_the_build_version() {
+        for (index, (version, sql)) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(*version as usize, index + 1);
+            assert!(sql.contains("{schema}"));
+        }
+        assert_eq!(MIGRATIONS.last().map(|(v, _)| *v), Some(SCHEMA_VERSION));
+    }
+}

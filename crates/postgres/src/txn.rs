@@ -1,0 +1,522 @@
+//! One PostgreSQL transaction: lock the record's row, decide with the core, write — then
+//! commit once, learning the commit's outcome from the database when the connection drops.
+
+use std::sync::Arc;
+
+use deadpool_postgres::Object;
+use deadpool_postgres::tokio_postgres::types::ToSql;
+use deadpool_postgres::tokio_postgres::{Client, Row};
+use futures_util::future::{try_join, try_join3};
+
+use idemdb_core::{
+    AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, Record, Reservation, Resolution, Scope,
+    State, Timestamp, TransitionError, decide, decode_record, encode_record, validate_correlation,
+};
+
+use crate::audit::{self, AuditRow, to_sql_ms};
+use crate::error::{DbError, Error};
+use crate::outcome::{Before, Identity, Written};
+use crate::schema::IDENTITY;
+use crate::store::Inner;
+
+/// Decisions that found the row inserted by a concurrent transaction and read again.
+const MAX_DECISION_ROUNDS: usize = 8;
+const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// What the decision statement returns besides the record.
+struct Context {
+    now: Timestamp,
+    fence_floor: u64,
+}
+
+/// A locked record: decoded, and the bytes it was read from.
+struct Locked {
+    record: Option<Record>,
+    bytes: Option<Vec<u8>>,
+    context: Context,
+}
+
+/// An open PostgreSQL transaction: the application's own statements (through
+/// [`PgTxn::client`]) and idempotency decisions, committed together by [`PgTxn::commit`].
+///
+/// Obtained from [`PgStore::begin`](crate::PgStore::begin). Every decision locks its record's
+/// row until the transaction ends, and reads the time once, with the lock held.
+pub struct PgTxn {
+    inner: Arc<Inner>,
+    /// Present until the transaction ends.
+    connection: Option<Object>,
+    begun: bool,
+    now: Option<Timestamp>,
+    /// Who this transaction is, for learning a lost commit's outcome.
+    identity: Option<Identity>,
+    /// The record rows this transaction wrote, before and after.
+    written: Vec<Written>,
+    audit: Vec<AuditRow>,
+}
+
+impl std::fmt::Debug for PgTxn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTxn").field("now", &self.now).finish_non_exhaustive()
+    }
+}
+
+/// The columns a record row carries besides its key.
+fn row_values(record: &Record) -> (&'static str, Option<i64>, Vec<u8>) {
+    (record.state.kind().as_str(), record.due_at().map(|at| to_sql_ms(at.as_millis())), encode_record(record))
+}
+
+impl PgTxn {
+    pub(crate) fn new(inner: Arc<Inner>, connection: Object, begun: bool) -> PgTxn {
+        PgTxn {
+            inner,
+            connection: Some(connection),
+            begun,
+            now: None,
+            identity: None,
+            written: Vec::new(),
+            audit: Vec::new(),
+        }
+    }
+
+    fn conn(&self) -> Result<&Object, Error> {
+        self.connection.as_ref().ok_or(Error::Unavailable(DbError::unreachable("the transaction has ended")))
+    }
+
+    /// Sends `BEGIN` now (the application's statements must run inside the transaction).
+    pub(crate) async fn begin_now(&mut self) -> Result<(), Error> {
+        if !self.begun {
+            self.begun = true;
+            let connection = self.conn()?;
+            self.inner.io(async { connection.batch_execute(BEGIN).await.map_err(Error::from_driver) }).await?;
+        }
+        Ok(())
+    }
+
+    /// The connection, inside the open transaction: the application's own statements run here
+    /// and commit (or roll back) with the idempotency record.
+    ///
+    /// Do not run `COMMIT`, `ROLLBACK` or `BEGIN` on it; use [`PgTxn::commit`]. Do not write
+    /// the `idemdb_` tables: they belong to the store.
+    pub fn client(&self) -> &Client {
+        match &self.connection {
+            Some(connection) => connection,
+            // `commit` and `rollback` take the transaction by value, so no caller can hold it
+            // after the connection went.
+            None => unreachable!("a PgTxn holds its connection until it is consumed"),
+        }
+    }
+
+    /// The time of this transaction's decisions, once one was made.
+    pub fn now(&self) -> Option<Timestamp> {
+        self.now
+    }
+
+    /// Locks `(scope, key)`'s row (when given) and reads the time and fence floor after the
+    /// lock. The statements are pipelined: one round trip, `BEGIN` included on the first.
+    async fn lock(&mut self, target: Option<(&Scope, &IdempotencyKey)>) -> Result<Locked, Error> {
+        let inner = Arc::clone(&self.inner);
+        let send_begin = !self.begun;
+        // From here on BEGIN may have reached the server: an error makes the connection roll
+        // back or close, never go back to the pool inside a transaction.
+        self.begun = true;
+        let connection = self.conn()?;
+        let (row, context) = inner
+            .io(async {
+                let context = connection.prepare_cached(&inner.sql.context).await.map_err(Error::from_driver)?;
+                let begin = async { if send_begin { connection.batch_execute(BEGIN).await } else { Ok(()) } };
+                let locked = async {
+                    match target {
+                        None => Ok(None),
+                        Some((scope, key)) => {
+                            let lock = connection.prepare_cached(&inner.sql.lock).await?;
+                            let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
+                            connection.query_opt(&lock, &params).await
+                        }
+                    }
+                };
+                try_join3(begin, locked, connection.query_one(&context, &[]))
+                    .await
+                    .map(|((), row, context)| (row, context))
+                    .map_err(Error::from_driver)
+            })
+            .await?;
+        let database_ms: i64 = context.try_get(0).map_err(Error::from_driver)?;
+        let floor: i64 = context.try_get(1).map_err(Error::from_driver)?;
+        self.identity = Some(Identity::from_row(&context, 2)?);
+        let now = inner.now(database_ms).max(self.now.unwrap_or(Timestamp::ZERO));
+        self.now = Some(now);
+        let bytes: Option<Vec<u8>> = row.as_ref().map(|row| row.try_get(0)).transpose().map_err(Error::from_driver)?;
+        let record = bytes
+            .as_deref()
+            .map(decode_record)
+            .transpose()
+            .map_err(|source| Error::Corrupt { what: "record", source })?;
+        Ok(Locked { record, bytes, context: Context { now, fence_floor: u64::try_from(floor).unwrap_or(0) } })
+    }
+
+    /// Writes a record row (`sql` takes `$1..$6` = key and row values) and remembers it, with
+    /// the bytes it replaced, to read back if the commit's answer is lost.
+    pub(crate) async fn write(
+        &mut self,
+        sql: &str,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        record: &Record,
+        before: Option<&[u8]>,
+    ) -> Result<u64, Error> {
+        let (written, after) = self.write_row(sql, scope, key, record).await?;
+        if written > 0 {
+            self.remember(scope, key, Before::Known(before.map(<[u8]>::to_vec)), Some(after));
+        }
+        Ok(written)
+    }
+
+    /// Removes a record row, remembering the bytes it held.
+    pub(crate) async fn delete(&mut self, scope: &Scope, key: &IdempotencyKey, before: &[u8]) -> Result<(), Error> {
+        let inner = Arc::clone(&self.inner);
+        self.execute_keyed(&inner.sql.delete, scope, key).await?;
+        self.remember(scope, key, Before::Known(Some(before.to_vec())), None);
+        Ok(())
+    }
+
+    pub(crate) fn remember(&mut self, scope: &Scope, key: &IdempotencyKey, before: Before, after: Option<Vec<u8>>) {
+        match self.written.iter_mut().find(|w| w.scope == *scope && w.key == *key) {
+            // A second write of the same row in this transaction: the row held `before` when
+            // the transaction began.
+            Some(earlier) => earlier.after = after,
+            None => self.written.push(Written { scope: scope.clone(), key: key.clone(), before, after }),
+        }
+    }
+
+    /// Runs one statement of the record writes (`$1..$6` = key and row values); returns the
+    /// rows it changed and the record's bytes.
+    pub(crate) async fn write_row(
+        &self,
+        sql: &str,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        record: &Record,
+    ) -> Result<(u64, Vec<u8>), Error> {
+        let connection = self.conn()?;
+        let (state, due_at, bytes) = row_values(record);
+        let written = self
+            .inner
+            .io(async {
+                let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
+                let params: [&(dyn ToSql + Sync); 6] =
+                    [&scope.tenant(), &scope.operation(), &key.as_str(), &state, &due_at, &bytes];
+                connection.execute(&statement, &params).await.map_err(Error::from_driver)
+            })
+            .await?;
+        Ok((written, bytes))
+    }
+
+    /// Runs one statement on `(scope, key)` (`$1..$3`).
+    pub(crate) async fn execute_keyed(&self, sql: &str, scope: &Scope, key: &IdempotencyKey) -> Result<u64, Error> {
+        let connection = self.conn()?;
+        self.inner
+            .io(async {
+                let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
+                let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
+                connection.execute(&statement, &params).await.map_err(Error::from_driver)
+            })
+            .await
+    }
+
+    /// Runs one statement with the given parameters, returning its rows.
+    pub(crate) async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Error> {
+        let connection = self.conn()?;
+        self.inner
+            .io(async {
+                let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
+                connection.query(&statement, params).await.map_err(Error::from_driver)
+            })
+            .await
+    }
+
+    /// Reads the time (for work that locks no single record first: purge).
+    pub(crate) async fn time(&mut self) -> Result<Timestamp, Error> {
+        Ok(self.lock(None).await?.context.now)
+    }
+
+    pub(crate) fn push_event(&mut self, row: Option<AuditRow>) {
+        self.audit.extend(row);
+    }
+
+    pub(crate) fn inner_arc(&self) -> Arc<Inner> {
+        Arc::clone(&self.inner)
+    }
+
+    /// [`PgStore::reserve`](crate::PgStore::reserve) inside this transaction, without a
+    /// correlation id.
+    ///
+    /// # Errors
+    /// As [`PgStore::reserve`](crate::PgStore::reserve).
+    pub async fn reserve(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Reservation, Error> {
+        self.reserve_traced(scope, key, fingerprint, None).await
+    }
+
+    /// [`PgStore::reserve`](crate::PgStore::reserve) inside this transaction.
+    ///
+    /// # Errors
+    /// As [`PgStore::reserve`](crate::PgStore::reserve).
+    pub async fn reserve_traced(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+    ) -> Result<Reservation, Error> {
+        if let Some(correlation) = correlation {
+            validate_correlation(correlation)?;
+        }
+        for _ in 0..MAX_DECISION_ROUNDS {
+            let Locked { record: existing, bytes, context } = self.lock(Some((scope, key))).await?;
+            let inner = Arc::clone(&self.inner);
+            let policy = inner.policy(scope.operation());
+            let decision = decide(
+                existing,
+                scope,
+                key,
+                fingerprint,
+                DecisionContext::new(context.now, policy).with_fence_floor(context.fence_floor),
+            )?;
+            if let Some(record) = &decision.write {
+                let sql = if bytes.is_some() { &inner.sql.update } else { &inner.sql.insert };
+                let written = self.write(sql, scope, key, record, bytes.as_deref()).await?;
+                if written == 0 {
+                    // Another transaction inserted the row after our read (and committed):
+                    // decide again on what it wrote.
+                    continue;
+                }
+            }
+            let answer = decision.answer;
+            let kind = AuditKind::from(answer.kind());
+            let row = self.inner.event(context.now, kind, scope, key, answer.fence(), Some(fingerprint), correlation);
+            self.push_event(row);
+            return Ok(answer);
+        }
+        Err(Error::Contention)
+    }
+
+    /// Applies a lease holder's transition to the locked record.
+    async fn transition(
+        &mut self,
+        lease: &Lease,
+        kind: AuditKind,
+        apply: impl FnOnce(&Record, Timestamp) -> Result<Record, TransitionError>,
+    ) -> Result<Record, Error> {
+        let (scope, key) = (lease.scope(), lease.key());
+        let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
+        let record = record.ok_or(Error::NotFound)?;
+        let next = apply(&record, context.now)?;
+        let inner = Arc::clone(&self.inner);
+        self.write(&inner.sql.update, scope, key, &next, bytes.as_deref()).await?;
+        let row = self.inner.event(context.now, kind, scope, key, lease.fence(), Some(&next.fingerprint), None);
+        self.push_event(row);
+        Ok(next)
+    }
+
+    /// [`PgStore::complete`](crate::PgStore::complete) inside this transaction.
+    ///
+    /// # Errors
+    /// As [`PgStore::complete`](crate::PgStore::complete).
+    pub async fn complete(&mut self, lease: &Lease, result: Vec<u8>) -> Result<(), Error> {
+        let policy = self.inner.policy(lease.scope().operation()).clone();
+        self.transition(lease, AuditKind::Completed, |record, now| {
+            idemdb_core::complete(record, lease.fence(), result, now, &policy)
+        })
+        .await
+        .map(drop)
+    }
+
+    /// [`PgStore::fail`](crate::PgStore::fail) inside this transaction.
+    ///
+    /// # Errors
+    /// As [`PgStore::fail`](crate::PgStore::fail).
+    pub async fn fail(&mut self, lease: &Lease, failure: Failure) -> Result<(), Error> {
+        let policy = self.inner.policy(lease.scope().operation()).clone();
+        self.transition(lease, AuditKind::Failed, |record, now| {
+            idemdb_core::fail(record, lease.fence(), failure, now, &policy)
+        })
+        .await
+        .map(drop)
+    }
+
+    /// [`PgStore::renew`](crate::PgStore::renew) inside this transaction.
+    ///
+    /// # Errors
+    /// As [`PgStore::renew`](crate::PgStore::renew).
+    pub async fn renew(&mut self, lease: &Lease) -> Result<Lease, Error> {
+        let policy = self.inner.policy(lease.scope().operation()).clone();
+        let record = self
+            .transition(lease, AuditKind::Renewed, |record, now| {
+                idemdb_core::renew(record, lease.fence(), now, &policy).map(|(record, _)| record)
+            })
+            .await?;
+        let expires_at = match record.state {
+            State::InProgress { lease_expires_at } => lease_expires_at,
+            _ => lease.expires_at(),
+        };
+        Ok(lease.renewed(expires_at))
+    }
+
+    /// [`PgStore::reconcile`](crate::PgStore::reconcile) inside this transaction.
+    ///
+    /// # Errors
+    /// As [`PgStore::reconcile`](crate::PgStore::reconcile).
+    pub async fn reconcile(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+    ) -> Result<(), Error> {
+        let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
+        let record = record.ok_or(Error::NotFound)?;
+        let inner = Arc::clone(&self.inner);
+        let next = idemdb_core::reconcile(&record, resolution, context.now, inner.policy(scope.operation()))?;
+        self.write(&inner.sql.update, scope, key, &next, bytes.as_deref()).await?;
+        let row = self.inner.event(context.now, AuditKind::Reconciled, scope, key, next.fence, None, None);
+        self.push_event(row);
+        Ok(())
+    }
+
+    /// Reads the record of `(scope, key)` inside this transaction (and locks its row).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and database errors; [`Error::Corrupt`].
+    pub async fn get(&mut self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, Error> {
+        Ok(self.lock(Some((scope, key))).await?.record)
+    }
+
+    /// Rolls the transaction back: nothing of it is stored.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when the connection failed (the server rolls the transaction
+    /// back when the connection ends; nothing was stored either way).
+    pub async fn rollback(mut self) -> Result<(), Error> {
+        let result = self.rollback_inner().await;
+        if result.is_err() {
+            // The connection is in doubt: close it rather than hand it back.
+            self.discard();
+        }
+        result
+    }
+
+    async fn rollback_inner(&mut self) -> Result<(), Error> {
+        if self.begun {
+            let connection = self.conn()?;
+            self.inner.io(async { connection.batch_execute("ROLLBACK").await.map_err(Error::from_driver) }).await?;
+            self.begun = false;
+        }
+        Ok(())
+    }
+
+    /// Rolls back after an error, closing the connection if even that fails.
+    pub(crate) async fn rollback_quietly(self) {
+        let _ = self.rollback().await;
+    }
+
+    fn discard(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            drop(Object::take(connection));
+        }
+    }
+
+    /// Commits the application's statements and the decisions together.
+    ///
+    /// If the connection is lost while committing, the adapter asks the database (on another
+    /// connection) whether the transaction committed — by its transaction id — and answers
+    /// accordingly; only when the database cannot be asked within a few seconds is the outcome
+    /// [`Error::CommitUnknown`].
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] (rolled back: nothing stored), [`Error::CommitUnknown`], database
+    /// errors (rolled back).
+    pub async fn commit(mut self) -> Result<(), Error> {
+        if !self.begun {
+            return Ok(());
+        }
+        let inner = Arc::clone(&self.inner);
+        // The events of this transaction's decisions, and those of earlier answers.
+        let mut rows = inner.audit.take();
+        let carried = rows.len();
+        rows.append(&mut self.audit);
+        let result = self.commit_with(&rows).await;
+        if result.is_err() {
+            rows.truncate(carried);
+            inner.audit.restore(rows);
+        }
+        result
+    }
+
+    async fn commit_with(&mut self, rows: &[AuditRow]) -> Result<(), Error> {
+        let inner = Arc::clone(&self.inner);
+        if self.identity.is_none() {
+            // A transaction of the application's statements alone: learn its id now, so that a
+            // lost commit can be looked up. (This statement also fails if the transaction is
+            // already aborted.)
+            let connection = self.conn()?;
+            let row = inner
+                .io(async {
+                    connection.query_one(&format!("SELECT {IDENTITY}"), &[]).await.map_err(Error::from_driver)
+                })
+                .await;
+            let row = match row {
+                Ok(row) => row,
+                Err(error) => {
+                    self.discard();
+                    return Err(error);
+                }
+            };
+            self.identity = Some(Identity::from_row(&row, 0)?);
+        }
+        let connection = self.conn()?;
+        // The audit rows (or a no-op) go out in the same round trip as COMMIT; if they fail, the
+        // transaction is aborted and COMMIT rolls it back.
+        let committed = inner
+            .io(async {
+                let guard = async {
+                    if inner.settings.audit && !rows.is_empty() {
+                        audit::insert(connection, &inner.sql.audit_insert, rows).await
+                    } else {
+                        connection.batch_execute("SELECT 1").await.map_err(Error::from_driver)
+                    }
+                };
+                let commit = async { connection.batch_execute("COMMIT").await.map_err(Error::from_driver) };
+                try_join(guard, commit).await.map(drop)
+            })
+            .await;
+        match committed {
+            Ok(()) => {
+                self.begun = false;
+                if let Some(connection) = self.connection.take() {
+                    drop(connection); // back to the pool
+                }
+                Ok(())
+            }
+            Err(error) => {
+                self.discard();
+                match &self.identity {
+                    Some(identity) => crate::outcome::learn(&inner, identity, &self.written, error).await,
+                    None => Err(crate::outcome::unknown(error)),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PgTxn {
+    /// A transaction dropped while open is rolled back by closing its connection (the server
+    /// aborts it); a connection whose transaction never began goes back to the pool.
+    fn drop(&mut self) {
+        if self.begun {
+            self.discard();
+        }
+    }
+}

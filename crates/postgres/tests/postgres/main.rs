@@ -1,0 +1,82 @@
+//! The PostgreSQL adapter against a real server: one test binary with its own harness.
+//!
+//! The tests need a server: `IDEMDB_PG_URL` names it (and `IDEMDB_PG_RESTART`, a command that
+//! restarts it in immediate mode, for the fault test). `bash scripts/with-postgres.sh cargo test
+//! -p idemdb-postgres --test postgres` starts a throwaway server and sets both; so does the
+//! project's test command. Without `IDEMDB_PG_URL` every test is reported **ignored**, with the
+//! reason printed, never passed; with `IDEMDB_PG_REQUIRED=1` the binary fails instead.
+//!
+//! Tests run one at a time: the fault test restarts the server under everyone's feet.
+
+mod basics;
+mod clocks;
+mod decision_table;
+mod faults;
+mod proxy;
+mod race;
+mod support;
+
+use std::process::ExitCode;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+
+use support::Env;
+
+type Test = fn(&Env) -> Result<(), Failed>;
+
+const TESTS: &[(&str, Test)] = &[
+    ("decision_table_matches_the_embedded_store", decision_table::run),
+    ("four_processes_racing_make_one_effect_per_key", race::run),
+    ("killed_connections_and_a_restart_lose_nothing_and_double_nothing", faults::run),
+    ("a_transaction_killed_before_commit_is_rolled_back_and_repeats_safely", faults::killed_mid_transaction),
+    ("unreachable_database_and_lost_commits_are_typed", proxy::run),
+    ("instances_with_clocks_an_hour_apart_agree", clocks::run),
+    ("migrations_are_versioned_and_checked_at_connect", basics::migrations),
+    ("application_rows_and_completion_commit_together", basics::transaction_api),
+    ("audit_trail_keeps_keyed_hashes_only", basics::audit_trail),
+    ("retention_and_the_fence_floor", basics::retention),
+    ("records_imported_from_the_embedded_store_answer_alike", basics::import),
+    ("cli_export_then_import_into_postgres", basics::cli_import),
+    ("crate_docs_example", basics::crate_docs_example),
+];
+
+fn main() -> ExitCode {
+    if let Some(code) = race::worker_main() {
+        return code;
+    }
+    let mut args = Arguments::from_args();
+    if args.test_threads.is_none() {
+        args.test_threads = Some(1);
+    }
+    let env = Env::from_env();
+    let required = std::env::var("IDEMDB_PG_REQUIRED").is_ok_and(|v| v == "1");
+    if env.is_ok() && !args.list {
+        println!("idemdb-postgres: running the {} PostgreSQL tests against a server", TESTS.len());
+    }
+    if let Err(reason) = &env {
+        if required {
+            eprintln!("error: IDEMDB_PG_REQUIRED=1 but {reason}");
+            return ExitCode::FAILURE;
+        }
+        if !args.list {
+            println!(
+                "idemdb-postgres: {reason}: the {} PostgreSQL tests are IGNORED, not run. Run them with a \
+                 throwaway server: bash scripts/with-postgres.sh cargo test -p idemdb-postgres --test postgres",
+                TESTS.len()
+            );
+        }
+    }
+    let trials = TESTS
+        .iter()
+        .map(|&(name, test)| {
+            let ignored = env.is_err();
+            let env = env.clone();
+            Trial::test(name, move || match &env {
+                Ok(env) => test(env),
+                Err(reason) => Err(Failed::from(format!("{reason}: cannot run without a PostgreSQL server"))),
+            })
+            .with_ignored_flag(ignored)
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
+}
