@@ -54,7 +54,6 @@ mod group_tests;
 mod inspect;
 mod intents;
 mod interface;
-#[allow(dead_code)] // wired into the commit path next
 mod journal;
 mod meta;
 mod purge;
@@ -66,7 +65,9 @@ mod txn;
 #[cfg(feature = "workflow")]
 mod workflow;
 
-pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
+pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, Durability, StoreBuilder};
+pub use journal::DEFAULT_JOURNAL_BYTES;
+pub use journal::wal::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS, JournalStats};
 pub use error::{Error, OpenError, StorageError};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use idemdb_interface::SystemClock;

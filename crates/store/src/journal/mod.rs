@@ -9,14 +9,15 @@
 //! does under the store.
 
 pub(crate) mod format;
+pub(crate) mod wal;
 
 use redb::StorageBackend;
 
 pub(crate) use format::Mutation;
 use format::{BLOCK, Header, RECORD_HEADER, Stop};
 
-/// Default journal size: 64 MiB, preallocated (a checkpoint happens before it fills).
-pub const DEFAULT_JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
+/// Default journal size: 8 MiB, preallocated (a checkpoint happens when half of it is used).
+pub const DEFAULT_JOURNAL_BYTES: u64 = 8 * 1024 * 1024;
 
 /// A journal failed.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,8 @@ pub(crate) struct Journal<B: StorageBackend> {
     write_at: u64,
     /// Its sequence number.
     next_seq: u64,
+    /// The last sequence number the store's checkpoint covers.
+    checkpointed: u64,
 }
 
 impl<B: StorageBackend> Journal<B> {
@@ -72,7 +75,7 @@ impl<B: StorageBackend> Journal<B> {
         checkpointed: u64,
         capacity: u64,
     ) -> Result<(Self, Vec<Vec<Mutation>>), JournalError> {
-        let capacity = capacity.max(2 * BLOCK as u64) / BLOCK as u64 * BLOCK as u64;
+        let capacity = Self::rounded(capacity);
         let len = backend.len()?;
         let mut head = vec![0u8; BLOCK];
         if len >= BLOCK as u64 {
@@ -85,14 +88,60 @@ impl<B: StorageBackend> Journal<B> {
             Header::Foreign if len >= BLOCK as u64 => return Err(JournalError::Refused("is not an idemdb journal")),
             Header::Foreign | Header::Blank => {
                 Self::initialise(&backend, store_id, capacity)?;
-                let journal = Journal { backend, capacity, write_at: BLOCK as u64, next_seq: checkpointed + 1 };
+                let journal = Journal { backend, capacity, write_at: BLOCK as u64, next_seq: checkpointed + 1, checkpointed };
                 return Ok((journal, Vec::new()));
             }
         }
         let capacity = len.max(BLOCK as u64 * 2);
-        let mut journal = Journal { backend, capacity, write_at: BLOCK as u64, next_seq: checkpointed + 1 };
+        let mut journal = Journal { backend, capacity, write_at: BLOCK as u64, next_seq: checkpointed + 1, checkpointed };
         let batches = journal.scan()?;
         Ok((journal, batches))
+    }
+
+    /// Starts a new journal on `backend` whatever it holds (the store never journaled
+    /// anything, so nothing there can be its own): preallocated, header written, synced.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub(crate) fn create(backend: B, store_id: &[u8; 16], checkpointed: u64, capacity: u64) -> Result<Self, JournalError> {
+        let capacity = Self::rounded(capacity);
+        Self::initialise(&backend, store_id, capacity)?;
+        Ok(Journal { backend, capacity, write_at: BLOCK as u64, next_seq: checkpointed + 1, checkpointed })
+    }
+
+    /// Whether `backend` holds a record the store with `store_id`, checkpointed at
+    /// `checkpointed`, has not applied: reads only (for read-only opens).
+    ///
+    /// # Errors
+    /// [`JournalError::Refused`] for another store's journal; I/O errors.
+    pub(crate) fn has_pending(backend: &B, store_id: &[u8; 16], checkpointed: u64) -> Result<bool, JournalError> {
+        let len = backend.len()?;
+        if len < 2 * BLOCK as u64 {
+            return Ok(false);
+        }
+        let mut head = vec![0u8; BLOCK];
+        backend.read(0, &mut head)?;
+        match format::read_header(&head) {
+            Header::Journal(id) if id == *store_id => {}
+            Header::Blank => return Ok(false),
+            Header::Journal(_) => return Err(JournalError::Refused("belongs to another store")),
+            Header::OtherFormat(_) => return Err(JournalError::Refused("has a format this build does not read")),
+            Header::Foreign => return Err(JournalError::Refused("is not an idemdb journal")),
+        }
+        let mut first = vec![0u8; RECORD_HEADER];
+        backend.read(BLOCK as u64, &mut first)?;
+        let max_len = usize::try_from(len - BLOCK as u64).unwrap_or(usize::MAX).saturating_sub(RECORD_HEADER);
+        let Some((payload, seq)) = format::peek(&first, max_len) else { return Ok(false) };
+        if seq != checkpointed + 1 {
+            return Ok(false);
+        }
+        let mut record = vec![0u8; format::blocks_for(payload) * BLOCK];
+        backend.read(BLOCK as u64, &mut record)?;
+        Ok(format::decode_record(&record, seq).is_ok())
+    }
+
+    fn rounded(capacity: u64) -> u64 {
+        capacity.max(2 * BLOCK as u64) / BLOCK as u64 * BLOCK as u64
     }
 
     fn initialise(backend: &B, store_id: &[u8; 16], capacity: u64) -> Result<(), JournalError> {
@@ -165,6 +214,24 @@ impl<B: StorageBackend> Journal<B> {
     pub(crate) fn restart(&mut self, checkpointed: u64) {
         self.write_at = BLOCK as u64;
         self.next_seq = checkpointed + 1;
+        self.checkpointed = checkpointed;
+    }
+
+    /// The last sequence number the store's checkpoint covers.
+    pub(crate) fn checkpointed(&self) -> u64 {
+        self.checkpointed
+    }
+
+    /// Makes the journal empty on disk: the first record block is zeroed and synced, so no
+    /// record is found there whatever the store's checkpoint says (a clean close).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub(crate) fn clear(&mut self, checkpointed: u64) -> Result<(), JournalError> {
+        self.backend.write(BLOCK as u64, &[0u8; BLOCK])?;
+        self.backend.sync_data()?;
+        self.restart(checkpointed);
+        Ok(())
     }
 
     /// Bytes used since the last checkpoint.
