@@ -60,7 +60,7 @@ pub(crate) fn run(dir: &Path, stored: u64, expired: u64, budget: usize) -> Res<P
     // Two hours later, with the default settings (immediate durability, audit on).
     clock.set(T0_MS + 2 * 3_600_000);
     let (backend, counters) = CountingBackend::open(&path)?;
-    let store = Counted { inner: Store::builder().clock(clock).open_backend(backend)?, counters };
+    let store = Counted { inner: Store::builder().clock(clock).journal(false).open_backend(backend)?, counters, journal: None };
     let before = store.counters.snapshot();
     let start = Instant::now();
     let mut tombstoned = 0;

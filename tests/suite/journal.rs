@@ -240,12 +240,43 @@ fn a_torn_last_record_is_dropped_and_another_stores_journal_is_refused() {
     assert!(matches!(builder(&clock).open(&other), Err(OpenError::Journal { .. })));
 }
 
-/// An in-memory file whose writes can be made to fail.
+/// An in-memory file whose writes can be made to fail, and whose storage operations (writes
+/// and syncs) can be made to stop for good after a countdown (a machine that dies there: what
+/// was written before stays, as if every unsynced write had reached the disk).
 #[derive(Debug, Clone, Default)]
 struct Flaky {
     image: Arc<InMemoryBackend>,
     fail_writes: Arc<Mutex<bool>>,
     writes: Arc<AtomicU64>,
+    /// Operations left before every later one fails.
+    countdown: Arc<Mutex<Option<u64>>>,
+}
+
+impl Flaky {
+    fn from_image(bytes: &[u8]) -> Flaky {
+        let flaky = Flaky::default();
+        flaky.image.set_len(bytes.len() as u64).expect("len");
+        flaky.image.write(0, bytes).expect("write");
+        flaky
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let mut out = vec![0; usize::try_from(self.image.len().expect("len")).expect("small")];
+        self.image.read(0, &mut out).expect("read");
+        out
+    }
+
+    fn tick(&self) -> Result<(), std::io::Error> {
+        let mut countdown = self.countdown.lock().expect("lock");
+        match countdown.as_mut() {
+            Some(0) => Err(std::io::Error::other("the machine is down")),
+            Some(left) => {
+                *left -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 impl StorageBackend for Flaky {
@@ -256,18 +287,114 @@ impl StorageBackend for Flaky {
         self.image.read(offset, out)
     }
     fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.tick()?;
         self.image.set_len(len)
     }
     fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.tick()?;
         self.image.sync_data()
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
         if *self.fail_writes.lock().expect("lock") {
             return Err(std::io::Error::other("injected"));
         }
+        self.tick()?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.image.write(offset, data)
     }
+}
+
+fn open_on(clock: &ManualClock, file: &Flaky, journal: &Flaky) -> Result<Store, OpenError> {
+    Store::builder()
+        .clock(clock.clone())
+        .secret_seed([5; 32])
+        .journal_bytes(1 << 20)
+        .open_backend_with_journal(file.clone(), journal.clone())
+}
+
+#[test]
+fn a_crash_at_every_operation_of_recovery_leaves_a_store_that_recovers_the_same() {
+    let clock = ManualClock::new(T0);
+    let scope = scope("acme", "pay");
+    let (file, journal) = (Flaky::default(), Flaky::default());
+    let store = open_on(&clock, &file, &journal).expect("open");
+    complete_keys(&store, &scope, 0, 5);
+    let stats = store.journal_stats().expect("journaled");
+    assert_eq!((stats.appends, stats.checkpoints), (10, 0), "every commit only in the journal");
+    // The crash: both files as they are, the store never closed.
+    let (file_image, journal_image) = (file.snapshot(), journal.snapshot());
+    drop(store);
+
+    let mut crashed_inside = 0;
+    for budget in 0.. {
+        let (file, journal) = (Flaky::from_image(&file_image), Flaky::from_image(&journal_image));
+        *file.countdown.lock().expect("lock") = Some(budget);
+        *journal.countdown.lock().expect("lock") = Some(budget);
+        let first = open_on(&clock, &file, &journal);
+        let finished = first.is_ok();
+        drop(first);
+        // The machine died at that operation of recovery (or later, on close): restart it.
+        *file.countdown.lock().expect("lock") = None;
+        *journal.countdown.lock().expect("lock") = None;
+        let (file, journal) = (Flaky::from_image(&file.snapshot()), Flaky::from_image(&journal.snapshot()));
+        let recovered = open_on(&clock, &file, &journal).expect("a store whose recovery crashed opens");
+        assert_eq!(completed(&recovered, &scope, 5), 5, "budget {budget}: 0 lost acknowledged commits");
+        assert_eq!(recovered.stats().expect("stats").records, 5, "budget {budget}: nothing applied twice or lost");
+        drop(recovered);
+        if finished {
+            break;
+        }
+        crashed_inside += 1;
+    }
+    assert!(crashed_inside >= 3, "recovery took several operations, each one crashed once: {crashed_inside}");
+}
+
+#[test]
+fn a_record_with_a_bad_checksum_stops_replay_even_with_good_records_after_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::new(T0);
+    let path = dir.path().join("live.idemdb");
+    let scope = scope("acme", "pay");
+    let store = builder(&clock).open(&path).expect("open");
+    complete_keys(&store, &scope, 0, 4);
+    let crashed = dir.path().join("crashed.idemdb");
+    crash_copy(&path, &crashed, true);
+    drop(store);
+    // Records 1..8 sit at blocks 1..8: flip one payload byte of record 3 (k-1's reservation).
+    let journal = journal_of(&crashed);
+    let mut bytes = fs::read(&journal).expect("journal");
+    bytes[3 * 4096 + 40] ^= 0x01;
+    fs::write(&journal, &bytes).expect("damage");
+    let recovered = builder(&clock).open(&crashed).expect("recovery stops at the bad record");
+    assert_eq!(completed(&recovered, &scope, 1), 1, "records 1 and 2 applied");
+    for i in 1..4 {
+        assert!(
+            recovered.get(&scope, &key(&format!("k-{i}"))).expect("get").is_none(),
+            "k-{i}: nothing after the bad record is applied"
+        );
+    }
+    assert_eq!(recovered.stats().expect("stats").records, 1);
+}
+
+#[test]
+fn with_the_journal_off_commits_flush_redb_and_no_journal_file_is_made() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::new(T0);
+    let path = dir.path().join("live.idemdb");
+    let scope = scope("acme", "pay");
+    let store = builder(&clock).journal(false).open(&path).expect("open");
+    assert!(store.journal_stats().is_none());
+    complete_keys(&store, &scope, 0, 6);
+    assert!(!journal_of(&path).exists(), "no journal file beside the store");
+    // Every commit is in the file itself while the store is open.
+    let alone = dir.path().join("alone.idemdb");
+    crash_copy(&path, &alone, false);
+    assert_eq!(completed(&builder(&clock).journal(false).open(&alone).expect("open"), &scope, 6), 6);
+    // Eventual durability never journals either.
+    let eventual = dir.path().join("eventual.idemdb");
+    let store = builder(&clock).durability(idemdb::Durability::Eventual).open(&eventual).expect("open");
+    assert!(store.journal_stats().is_none());
+    assert!(!journal_of(&eventual).exists());
 }
 
 #[test]
