@@ -200,7 +200,7 @@ fn rebuild_verify_and_a_journal_off_open_see_journaled_commits() {
     assert_eq!(completed(&store, &scope, 30), 30, "nothing stale was replayed over the direct commits");
     drop(store);
 
-    let mut verified = builder(&clock).open(&dir.path().join("verified.idemdb")).expect("open");
+    let mut verified = builder(&clock).open(dir.path().join("verified.idemdb")).expect("open");
     let report = verified.verify().expect("verify");
     assert!(report.is_ok(), "{report:?}");
     assert_eq!(report.records, 25);

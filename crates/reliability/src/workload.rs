@@ -128,13 +128,11 @@ pub struct Scenario {
     pub durability: Durability,
     /// The client.
     pub adapter: Adapter,
-    /// Whether the store journals its commits (a journal on the disk's second file; only
-    /// [`Durability::Immediate`] stores journal). Small (64 KiB), so checkpoints happen inside
-    /// the scripts (one every 8 records) and crashes land in them too.
+    /// Whether the store journals its commits (on the disk's second file; Immediate only).
     pub journal: bool,
 }
 
-/// The journal size of journaled scenarios.
+/// The journal size of journaled scenarios: small, so checkpoints happen inside the scripts.
 pub const JOURNAL_BYTES: u64 = 64 * 1024;
 
 impl Scenario {
@@ -299,8 +297,7 @@ fn key(i: usize) -> IdempotencyKey {
 
 #[cold]
 fn unreachable_key() -> IdempotencyKey {
-    // "intent-N" is always a valid key; keep a fallback rather than a panic path.
-    IdempotencyKey::from_random_bytes([0; 16])
+    IdempotencyKey::from_random_bytes([0; 16]) // "intent-N" is always valid: a fallback, no panic
 }
 
 fn fingerprint(i: usize) -> Fingerprint {

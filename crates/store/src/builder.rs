@@ -12,6 +12,7 @@ use idemdb_core::Policy;
 
 use crate::db::Db;
 use crate::engine::{Config, Engine};
+use crate::journal::files::{journal_path, refuse_pending_journal};
 use crate::journal::wal::{JournalFile, JournalSetup};
 use crate::meta::{Initialiser, read_meta};
 use crate::store::Store;
@@ -479,54 +480,6 @@ impl StoreBuilder {
         }
         sync_parent(path).map_err(io("sync directory of", path))?;
         Ok(())
-    }
-}
-
-/// The journal file of the store at `path`: `<path>-journal`.
-pub(crate) fn journal_path(path: &Path) -> std::path::PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push("-journal");
-    std::path::PathBuf::from(name)
-}
-
-/// A read-only open cannot replay a journal: it refuses a store whose journal holds records
-/// the file does not.
-fn refuse_pending_journal(db: &redb::ReadOnlyDatabase, path: &Path) -> Result<(), OpenError> {
-    let journal_path = journal_path(path);
-    let file = match fs::File::open(&journal_path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => return Err(OpenError::Io { action: "open", path: journal_path, source }),
-    };
-    let read = db.begin_read()?;
-    if crate::journal::wal::has_pending(&read, &ReadOnlyFile(std::sync::Mutex::new(file)), &journal_path)? {
-        return Err(OpenError::JournalPending { path: journal_path });
-    }
-    Ok(())
-}
-
-/// A file read through a redb backend without writing (or locking) it.
-#[derive(Debug)]
-struct ReadOnlyFile(std::sync::Mutex<fs::File>);
-
-impl StorageBackend for ReadOnlyFile {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        Ok(self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.metadata()?.len())
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut file = self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?;
-        file.seek(SeekFrom::Start(offset))?;
-        file.read_exact(out)
-    }
-    fn set_len(&self, _len: u64) -> Result<(), std::io::Error> {
-        Err(std::io::Error::other("read-only"))
-    }
-    fn sync_data(&self) -> Result<(), std::io::Error> {
-        Ok(())
-    }
-    fn write(&self, _offset: u64, _data: &[u8]) -> Result<(), std::io::Error> {
-        Err(std::io::Error::other("read-only"))
     }
 }
 

@@ -8,6 +8,7 @@
 //! [`StorageBackend`], so the reliability harness can put a fault-injecting disk under it as it
 //! does under the store.
 
+pub(crate) mod files;
 pub(crate) mod format;
 pub(crate) mod wal;
 
