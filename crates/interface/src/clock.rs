@@ -60,7 +60,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idemdb::{Clock, ManualClock};
+/// use idemdb_interface::{Clock, ManualClock};
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_secs(1));
 /// assert_eq!(clock.now().as_millis(), 2_000);
