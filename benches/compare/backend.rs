@@ -68,6 +68,8 @@ impl IoCounters {
 pub(crate) struct CountingBackend {
     inner: FileBackend,
     counters: Arc<IoCounters>,
+    /// A second set the same calls are counted into (a journal's own counts).
+    also: Option<Arc<IoCounters>>,
 }
 
 impl CountingBackend {
@@ -76,7 +78,20 @@ impl CountingBackend {
     pub(crate) fn open(path: &Path) -> Res<(CountingBackend, Arc<IoCounters>)> {
         let file: File = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
         let counters = Arc::new(IoCounters::default());
-        Ok((CountingBackend { inner: FileBackend::new(file)?, counters: Arc::clone(&counters) }, counters))
+        Ok((CountingBackend { inner: FileBackend::new(file)?, counters: Arc::clone(&counters), also: None }, counters))
+    }
+
+    /// Opens `path` counting into `counters` (shared with another file) and into `also`.
+    pub(crate) fn open_shared(path: &Path, counters: Arc<IoCounters>, also: Arc<IoCounters>) -> Res<CountingBackend> {
+        let file: File = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        Ok(CountingBackend { inner: FileBackend::new(file)?, counters, also: Some(also) })
+    }
+
+    fn count(&self, what: impl Fn(&IoCounters)) {
+        what(&self.counters);
+        if let Some(also) = &self.also {
+            what(also);
+        }
     }
 }
 
@@ -91,19 +106,25 @@ impl StorageBackend for CountingBackend {
 
     fn set_len(&self, len: u64) -> Result<(), BackendIoError> {
         if len > self.inner.len()? {
-            self.counters.grows.fetch_add(1, Ordering::Relaxed);
+            self.count(|c| {
+                c.grows.fetch_add(1, Ordering::Relaxed);
+            });
         }
         self.inner.set_len(len)
     }
 
     fn sync_data(&self) -> Result<(), BackendIoError> {
-        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        self.count(|c| {
+            c.syncs.fetch_add(1, Ordering::Relaxed);
+        });
         self.inner.sync_data()
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), BackendIoError> {
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.count(|c| {
+            c.writes.fetch_add(1, Ordering::Relaxed);
+            c.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        });
         self.inner.write(offset, data)
     }
 

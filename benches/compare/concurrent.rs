@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::IoCounters;
 use crate::data::{self, Res};
-use crate::durable::open_store;
+use crate::durable::{Counted, JournalIo, open_store, open_store_journaled};
 use crate::env::ProcIo;
 use crate::measure::{Run, Series, Summary};
 use crate::sqlite;
@@ -33,7 +33,10 @@ fn merge(threads: Vec<ThreadRun>) -> Run {
 
 /// Concurrent rows, by number of callers.
 pub(crate) struct Concurrent {
+    /// The journal off.
     pub(crate) idemdb: Vec<(usize, Summary)>,
+    /// The journal on (the default of a file store), with its flushes.
+    pub(crate) journaled: Vec<(usize, Summary, JournalIo)>,
     pub(crate) sqlite_full: Vec<(usize, Summary)>,
 }
 
@@ -45,8 +48,13 @@ pub(crate) fn run(
     duration: Duration,
 ) -> Res<Concurrent> {
     let store = open_store(&dir.join("concurrent.redb"), true)?;
+    let journal_store = open_store_journaled(&dir.join("concurrent-journal.redb"), true)?;
     let mut idemdb: Vec<(usize, Series)> =
         callers.iter().map(|&n| (n, Series::new(format!("idemdb reserve, {n} caller{}", plural(n))))).collect();
+    let mut journaled: Vec<(usize, Series, JournalIo)> = callers
+        .iter()
+        .map(|&n| (n, Series::new(format!("journal on: reserve, {n} caller{}", plural(n))), JournalIo::default()))
+        .collect();
     let mut sqlite_full: Vec<(usize, Series)> = sqlite_callers
         .iter()
         .map(|&n| (n, Series::new(format!("SQLite FULL reserve, {n} connection{}", plural(n)))))
@@ -57,6 +65,10 @@ pub(crate) fn run(
         // Interleave the caller counts so that disk drift hits each alike.
         for (threads, series) in &mut idemdb {
             series.push(idemdb_run(&store.inner, &store.counters, *threads, duration, next_base)?);
+            next_base += 1 << 44;
+        }
+        for (threads, series, io) in &mut journaled {
+            series.push(journaled_run(&journal_store, *threads, duration, next_base, io)?);
             next_base += 1 << 44;
         }
         for (threads, series) in &mut sqlite_full {
@@ -75,6 +87,7 @@ pub(crate) fn run(
     }
     Ok(Concurrent {
         idemdb: idemdb.into_iter().map(|(n, s)| (n, s.summary())).collect(),
+        journaled: journaled.into_iter().map(|(n, s, io)| (n, s.summary(), io)).collect(),
         sqlite_full: if sqlite_present {
             sqlite_full.into_iter().map(|(n, s)| (n, s.summary())).collect()
         } else {
@@ -85,6 +98,20 @@ pub(crate) fn run(
 
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
+}
+
+/// [`idemdb_run`] on a journaled store, adding its journal flushes to `io`.
+fn journaled_run(
+    store: &Counted<idemdb::Store>,
+    threads: usize,
+    duration: Duration,
+    base: u64,
+    io: &mut JournalIo,
+) -> Res<Run> {
+    let before = JournalIo::now(store);
+    let run = idemdb_run(&store.inner, &store.counters, threads, duration, base)?;
+    io.add(JournalIo::now(store).since(before, run.ops));
+    Ok(run)
 }
 
 fn idemdb_run(store: &idemdb::Store, counters: &IoCounters, threads: usize, duration: Duration, base: u64) -> Res<Run> {

@@ -23,22 +23,87 @@ const PAYMENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("app_paymen
 /// An idemdb store on the counting backend.
 pub(crate) struct Counted<T> {
     pub(crate) inner: T,
+    /// Every call that reached the store's files (its journal included).
     pub(crate) counters: Arc<IoCounters>,
+    /// The journal's calls alone, when the store journals.
+    pub(crate) journal: Option<Arc<IoCounters>>,
 }
 
-/// Opens an idemdb file store with the default settings (immediate durability), through the
+/// Opens an idemdb file store with immediate durability and the journal off, through the
 /// counting backend.
 pub(crate) fn open_store(path: &Path, audit: bool) -> Res<Counted<Store>> {
     let (backend, counters) = CountingBackend::open(path)?;
-    let inner = Store::builder().audit(audit).open_backend(backend)?;
-    Ok(Counted { inner, counters })
+    let inner = Store::builder().audit(audit).journal(false).open_backend(backend)?;
+    Ok(Counted { inner, counters, journal: None })
+}
+
+/// Opens an idemdb file store with the default settings (immediate durability, the journal on,
+/// `<path>-journal`), both files through counting backends.
+pub(crate) fn open_store_journaled(path: &Path, audit: bool) -> Res<Counted<Store>> {
+    let (backend, counters) = CountingBackend::open(path)?;
+    let journal = Arc::new(IoCounters::default());
+    let mut journal_path = path.as_os_str().to_os_string();
+    journal_path.push("-journal");
+    let journal_file =
+        CountingBackend::open_shared(Path::new(&journal_path), Arc::clone(&counters), Arc::clone(&journal))?;
+    let inner = Store::builder().audit(audit).journal(true).open_backend_with_journal(backend, journal_file)?;
+    Ok(Counted { inner, counters, journal: Some(journal) })
+}
+
+/// Journal flushes against journal records and checkpoints over some calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct JournalIo {
+    /// `fdatasync` calls on the journal file.
+    pub(crate) journal_syncs: u64,
+    /// Journal records appended (one per group-commit batch).
+    pub(crate) appends: u64,
+    /// Checkpoints (durable redb commits).
+    pub(crate) checkpoints: u64,
+    /// `fdatasync` calls on the store file (the checkpoints').
+    pub(crate) store_syncs: u64,
+    /// Calls made.
+    pub(crate) ops: u64,
+}
+
+impl JournalIo {
+    /// The counts of `store` now (`ops` 0).
+    pub(crate) fn now(store: &Counted<Store>) -> JournalIo {
+        let stats = store.inner.journal_stats().unwrap_or_default();
+        let journal = store.journal.as_ref().map_or(0, |j| j.snapshot().syncs);
+        JournalIo {
+            journal_syncs: journal,
+            appends: stats.appends,
+            checkpoints: stats.checkpoints,
+            store_syncs: store.counters.snapshot().syncs - journal,
+            ops: 0,
+        }
+    }
+
+    /// What happened between `earlier` and `self`, over `ops` calls.
+    pub(crate) fn since(self, earlier: JournalIo, ops: u64) -> JournalIo {
+        JournalIo {
+            journal_syncs: self.journal_syncs - earlier.journal_syncs,
+            appends: self.appends - earlier.appends,
+            checkpoints: self.checkpoints - earlier.checkpoints,
+            store_syncs: self.store_syncs - earlier.store_syncs,
+            ops,
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: JournalIo) {
+        self.journal_syncs += other.journal_syncs;
+        self.appends += other.appends;
+        self.checkpoints += other.checkpoints;
+        self.store_syncs += other.store_syncs;
+        self.ops += other.ops;
+    }
 }
 
 /// Opens a raw redb database through the counting backend.
 pub(crate) fn open_raw(path: &Path) -> Res<Counted<redb::Database>> {
     let (backend, counters) = CountingBackend::open(path)?;
     let inner = redb::Builder::new().create_with_backend(backend)?;
-    Ok(Counted { inner, counters })
+    Ok(Counted { inner, counters, journal: None })
 }
 
 /// Blocks of the in-place floor's file.
@@ -55,6 +120,12 @@ pub(crate) struct Durable {
     pub(crate) reserve_complete: Summary,
     pub(crate) two_commit: Summary,
     pub(crate) execute: Summary,
+    pub(crate) journal_reserve: Summary,
+    pub(crate) journal_complete: Summary,
+    pub(crate) journal_two_commit: Summary,
+    pub(crate) journal_execute: Summary,
+    /// Journal flushes of the journaled reserve and complete runs.
+    pub(crate) journal_io: JournalIo,
     pub(crate) sqlite_full_reserve: Option<Summary>,
     pub(crate) sqlite_full_complete: Option<Summary>,
     pub(crate) sqlite_full_one_txn: Option<Summary>,
@@ -91,6 +162,7 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
     let raw = open_raw(&dir.join("raw.redb"))?;
     let store = open_store(&dir.join("idemdb.redb"), true)?;
     let store_no_audit = open_store(&dir.join("idemdb-no-audit.redb"), false)?;
+    let journaled = open_store_journaled(&dir.join("idemdb-journal.redb"), true)?;
     let mut sqlite_full = sqlite::Durable::open(&dir.join("full.sqlite"), sqlite::Sync::Full)?;
     let mut sqlite_normal = sqlite::Durable::open(&dir.join("normal.sqlite"), sqlite::Sync::Normal)?;
 
@@ -103,6 +175,11 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
     let mut reserve_complete = Series::new("idemdb reserve + complete (2 commits)");
     let mut two_commit = Series::new("idemdb reserve; write(app row + complete)");
     let mut execute = Series::new("idemdb execute (app row, 1 commit)");
+    let mut journal_reserve = Series::new("journal on: idemdb reserve");
+    let mut journal_complete = Series::new("journal on: idemdb complete");
+    let mut journal_two_commit = Series::new("journal on: reserve; write(app row + complete)");
+    let mut journal_execute = Series::new("journal on: execute (app row, 1 commit)");
+    let mut journal_io = JournalIo::default();
     let mut s_full_reserve = Series::new("SQLite FULL reserve");
     let mut s_full_complete = Series::new("SQLite FULL complete");
     let mut s_full_one = Series::new("SQLite FULL reserve+app row+complete, 1 txn");
@@ -201,6 +278,47 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
             }
         })?);
 
+        // The same calls on a journaled store (the default of a file store).
+        let requests = data::requests(&scope, base(10, round), n)?;
+        let mut leases = Vec::with_capacity(n);
+        let before = JournalIo::now(&journaled);
+        journal_reserve.push(timed(n, Some(&journaled.counters), |i| {
+            let r = &requests[i];
+            leases.push(acquired(journaled.inner.reserve(&scope, &r.key, &r.fingerprint)?)?);
+            Ok(())
+        })?);
+        journal_complete.push(timed(n, Some(&journaled.counters), |i| {
+            journaled.inner.complete(&leases[i], bodies[i].clone())?;
+            Ok(())
+        })?);
+        journal_io.add(JournalIo::now(&journaled).since(before, 2 * n as u64));
+        let requests = data::requests(&scope, base(11, round), n)?;
+        journal_two_commit.push(timed(n, Some(&journaled.counters), |i| {
+            let r = &requests[i];
+            let lease = acquired(journaled.inner.reserve(&scope, &r.key, &r.fingerprint)?)?;
+            journaled.inner.write(|txn| -> Result<(), idemdb::Error> {
+                txn.tables()
+                    .open_table(PAYMENTS)
+                    .map_err(idemdb::Error::from)?
+                    .insert(r.encoded.as_slice(), &bodies[i][..64])
+                    .map_err(idemdb::Error::from)?;
+                txn.complete(&lease, bodies[i].clone())
+            })?;
+            Ok(())
+        })?);
+        let requests = data::requests(&scope, base(12, round), n)?;
+        journal_execute.push(timed(n, Some(&journaled.counters), |i| {
+            let r = &requests[i];
+            let executed = journaled.inner.execute(&scope, &r.key, &r.fingerprint, |tables| {
+                app_insert(tables, r.encoded.as_slice(), &bodies[i])?;
+                Ok::<_, redb::Error>(bodies[i].clone())
+            })?;
+            match executed {
+                Executed::Ran { .. } => Ok(()),
+                other => Err(format!("execute did not run: {other:?}").into()),
+            }
+        })?);
+
         // SQLite, same requests and fields.
         if let Some(db) = sqlite_full.as_mut() {
             let requests = data::requests(&scope, base(7, round), n)?;
@@ -220,6 +338,10 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
     if store.inner.get(&scope, &check.key)?.is_none() {
         return Err("idemdb lost a reserved record".into());
     }
+    let check = data::request(&scope, base(10, 0))?;
+    if journaled.inner.get(&scope, &check.key)?.is_none() {
+        return Err("idemdb with the journal lost a reserved record".into());
+    }
     let raw_count = raw.inner.begin_read()?.open_table(RAW)?.len()?;
     if raw_count != (rounds * n) as u64 {
         return Err(format!("raw redb holds {raw_count} rows, expected {}", rounds * n).into());
@@ -236,6 +358,11 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         reserve_complete: reserve_complete.summary().with_note("per request"),
         two_commit: two_commit.summary().with_note("per request"),
         execute: execute.summary().with_note("per request"),
+        journal_reserve: journal_reserve.summary(),
+        journal_complete: journal_complete.summary(),
+        journal_two_commit: journal_two_commit.summary().with_note("per request"),
+        journal_execute: journal_execute.summary().with_note("per request"),
+        journal_io,
         sqlite_full_reserve: sqlite_summary(&s_full_reserve, sqlite_full.is_some()),
         sqlite_full_complete: sqlite_summary(&s_full_complete, sqlite_full.is_some()),
         sqlite_full_one_txn: sqlite_summary(&s_full_one, sqlite_full.is_some()).map(|s| s.with_note("per request")),

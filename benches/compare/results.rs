@@ -31,6 +31,10 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
                 &d.reserve_complete,
                 &d.two_commit,
                 &d.execute,
+                &d.journal_reserve,
+                &d.journal_complete,
+                &d.journal_two_commit,
+                &d.journal_execute,
             ]
             .into_iter()
             .cloned(),
@@ -50,6 +54,7 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
     }
     if let Some(c) = &results.concurrent {
         rows.extend(c.idemdb.iter().map(|(_, s)| s.clone().with_note("µs/op = 1 / total rate")));
+        rows.extend(c.journaled.iter().map(|(_, s, _)| s.clone().with_note("µs/op = 1 / total rate")));
         rows.extend(c.sqlite_full.iter().map(|(_, s)| s.clone().with_note("µs/op = 1 / total rate")));
     }
     if let Some(l) = &results.lookup {

@@ -5,6 +5,7 @@ mod bad_input;
 mod clock;
 mod decision_table;
 mod golden;
+mod journal;
 mod model;
 mod rebuild;
 mod seed;

@@ -48,8 +48,9 @@ pub(crate) fn open_existing_with(file: &Path, builder: StoreBuilder) -> Result<S
 
 /// Opens an existing store file read-only (`stats`, `get`, `list`, `export`,
 /// `purge --dry-run`): not a byte of the file changes, and a read-only file works. A file that
-/// was not closed cleanly (a crash) needs redb's recovery, which writes: it is opened for
-/// writing instead, once, which recovers it.
+/// was not closed cleanly (a crash) needs redb's recovery, or holds commits only in its journal
+/// (`<file>-journal`); both write: it is opened for writing instead, once, which recovers it
+/// and replays the journal.
 ///
 /// # Errors
 /// As [`open_existing`]; for a file that needs recovery and cannot be written, exit 3.
@@ -61,7 +62,8 @@ pub(crate) fn open_read_only(file: &Path) -> Result<Store, CliError> {
 pub(crate) fn open_read_only_with(file: &Path, builder: impl Fn() -> StoreBuilder) -> Result<Store, CliError> {
     check_existing(file)?;
     match guard(|| builder().open_read_only(file)) {
-        Ok(Err(OpenError::NeedsRecovery)) => match guard(|| builder().open(file)) {
+        // A crash left redb's recovery or journal records to apply: both write.
+        Ok(Err(OpenError::NeedsRecovery | OpenError::JournalPending { .. })) => match guard(|| builder().open(file)) {
             Ok(Err(error)) => Err(CliError::open_msg(
                 file,
                 format!(

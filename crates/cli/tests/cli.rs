@@ -377,8 +377,8 @@ fn verify_reports_damage_instead_of_crashing() {
     let len = std::fs::metadata(&sound).expect("metadata").len() as usize;
 
     // A page the store uses, damaged: redb's own code trips over it. Which pages are in use
-    // depends on how the commits fell in time (the clock and the audit batches are persisted
-    // once a second), so take the first page after the header whose damage verify sees (a
+    // depends on how the commits fell (journal checkpoints; the clock and the audit batches
+    // persisted once a second), so take the first page after the header whose damage verify sees (a
     // free page's damage harms nothing); damage of every page must give a verdict, not a crash.
     let damaged = dir.path().join("damaged.idemdb");
     let run = (4096..len - 4096)

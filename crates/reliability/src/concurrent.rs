@@ -19,7 +19,7 @@ use idemdb::{
 
 use crate::fault::{Disk, FaultKind, FaultPlan};
 use crate::rng::{Rng, mix};
-use crate::workload::{Counts, T0};
+use crate::workload::{Counts, JOURNAL_BYTES, T0};
 use idemdb_effects::EffectLedger as Provider;
 
 const THREADS: u32 = 4;
@@ -29,13 +29,17 @@ const PER_THREAD: u32 = 4;
 const INTENTS: u32 = 8;
 const LEASE: Duration = Duration::from_secs(10);
 
-fn open(disk: &Disk, clock: &ManualClock) -> Result<Store, OpenError> {
-    Store::builder()
+fn open(disk: &Disk, clock: &ManualClock, journal: bool) -> Result<Store, OpenError> {
+    let builder = Store::builder()
         .secret_seed([4; 32])
         .clock(clock.clone())
         .cache_bytes(1 << 20)
-        .default_policy(Policy::default().with_lease_ttl(LEASE))
-        .open_backend(disk.backend())
+        .default_policy(Policy::default().with_lease_ttl(LEASE));
+    if journal {
+        builder.journal_bytes(JOURNAL_BYTES).open_backend_with_journal(disk.backend(), disk.journal_backend())
+    } else {
+        builder.journal(false).open_backend(disk.backend())
+    }
 }
 
 fn name(i: u32) -> String {
@@ -88,13 +92,13 @@ fn client(
     }
 }
 
-/// One concurrent crash point.
-fn point(seed: u64) -> Counts {
+/// One concurrent crash point, on a journaled store or not.
+fn point(seed: u64, journal: bool) -> Counts {
     let mut counts = Counts { runs: 1, ..Counts::default() };
     let mut rng = Rng::new(seed);
     let (disk, clock) = (Disk::new(), ManualClock::new(T0));
     let Ok(scope) = Scope::new("acme", "concurrent") else { return counts };
-    let store = match open(&disk, &clock) {
+    let store = match open(&disk, &clock, journal) {
         Ok(store) => store,
         Err(error) => {
             counts.unexpected += 1;
@@ -124,7 +128,7 @@ fn point(seed: u64) -> Counts {
     disk.crash(rng.next_u64());
     counts.power_cuts += 1;
     counts.reopens += 1;
-    let mut store = match open(&disk, &clock) {
+    let mut store = match open(&disk, &clock, journal) {
         Ok(store) => store,
         Err(error) => {
             counts.reopen_failures += 1;
@@ -192,11 +196,12 @@ fn point(seed: u64) -> Counts {
     counts
 }
 
-/// Runs `points` concurrent crash points (each one store, four client threads).
+/// Runs `points` concurrent crash points (each one store, four client threads); every other
+/// point journals its commits, so faults land in shared journal records and checkpoints too.
 pub fn run_concurrent(points: u64, seed: u64) -> Counts {
     let mut total = Counts::default();
     for n in 0..points {
-        total.add(&point(mix(&[seed, 0xc0c0, n])));
+        total.add(&point(mix(&[seed, 0xc0c0, n]), n % 2 == 0));
     }
     total
 }

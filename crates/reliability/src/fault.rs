@@ -53,13 +53,23 @@ enum Pending {
     SetLen(u64),
 }
 
+/// One file of the disk.
 #[derive(Debug, Default)]
-struct State {
+struct Image {
     live: Vec<u8>,
     durable: Vec<u8>,
-    /// Writes and length changes since the last completed sync, in order.
+    /// Writes and length changes since the last completed sync of this file, in order.
     pending: Vec<Pending>,
-    /// Operations since the plan was armed.
+}
+
+/// The files of a disk: the store file and its journal.
+const STORE: usize = 0;
+const JOURNAL: usize = 1;
+
+#[derive(Debug, Default)]
+struct State {
+    files: [Image; 2],
+    /// Operations since the plan was armed (over both files).
     ops: u64,
     plans: Vec<FaultPlan>,
     failing: bool,
@@ -70,7 +80,10 @@ struct State {
 }
 
 /// The simulated disk: shared by every [`FaultBackend`] handle made from it, and kept by the
-/// harness across store instances (the store is dropped and reopened on the same disk).
+/// harness across store instances (the store is dropped and reopened on the same disk). It
+/// holds two files, the store file ([`Disk::backend`]) and its journal
+/// ([`Disk::journal_backend`]): one operation counter and one power switch for both, and each
+/// file's `sync_data` makes only that file's writes durable.
 #[derive(Debug, Clone, Default)]
 pub struct Disk(Arc<Mutex<State>>);
 
@@ -89,8 +102,8 @@ impl Disk {
         let disk = Disk::new();
         {
             let mut state = disk.lock();
-            state.live = image.clone();
-            state.durable = image;
+            state.files[STORE].live = image.clone();
+            state.files[STORE].durable = image;
         }
         disk
     }
@@ -99,9 +112,15 @@ impl Disk {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A backend handle for `StoreBuilder::open_backend`.
+    /// A backend handle on the store file, for `StoreBuilder::open_backend`.
     pub fn backend(&self) -> FaultBackend {
-        FaultBackend { disk: self.clone() }
+        FaultBackend { disk: self.clone(), file: STORE }
+    }
+
+    /// A backend handle on the journal file, for `StoreBuilder::open_backend_with_journal`.
+    /// Its unsynced writes may also be torn inside a sector at a power cut.
+    pub fn journal_backend(&self) -> FaultBackend {
+        FaultBackend { disk: self.clone(), file: JOURNAL }
     }
 
     /// Resets the operation counter and plans these faults (indices count from 1 from now).
@@ -146,14 +165,19 @@ impl Disk {
         self.lock().faults_fired
     }
 
-    /// Bytes of the live image.
+    /// Bytes of the store file's live image.
     pub fn live_len(&self) -> usize {
-        self.lock().live.len()
+        self.lock().files[STORE].live.len()
     }
 
-    /// A copy of the durable image.
+    /// A copy of the store file's durable image.
     pub fn durable_image(&self) -> Vec<u8> {
-        self.lock().durable.clone()
+        self.lock().files[STORE].durable.clone()
+    }
+
+    /// A copy of the journal file's durable image.
+    pub fn journal_durable_image(&self) -> Vec<u8> {
+        self.lock().files[JOURNAL].durable.clone()
     }
 
     /// Power cut: the disk keeps its durable image plus a random (by `seed`) subset of the
@@ -166,53 +190,20 @@ impl Disk {
     pub fn crash(&self, seed: u64) -> usize {
         let mut state = self.lock();
         let mut rng = Rng::new(seed);
-        let mut image = state.durable.clone();
-        let pending = std::mem::take(&mut state.pending);
         let all = match seed % 20 {
             0 => Some(false),
             1 => Some(true),
             _ => None,
         };
-        for operation in &pending {
-            match operation {
-                Pending::SetLen(len) => {
-                    if all.unwrap_or_else(|| rng.chance(50)) {
-                        image.resize(usize::try_from(*len).unwrap_or(usize::MAX), 0);
-                    }
-                }
-                Pending::Write { offset, data } => {
-                    let roll = rng.below(100);
-                    match all {
-                        Some(false) => {}
-                        Some(true) => apply_write(&mut image, *offset, data),
-                        None if roll < 40 => apply_write(&mut image, *offset, data),
-                        None if roll < 65 => {}
-                        None => {
-                            // Torn: each sector the write touches survives on its own.
-                            let end = offset + data.len() as u64;
-                            let mut start = *offset;
-                            while start < end {
-                                let sector_end = ((start / SECTOR) + 1) * SECTOR;
-                                let stop = sector_end.min(end);
-                                if rng.chance(50) {
-                                    let from = usize::try_from(start - offset).unwrap_or(0);
-                                    let to = usize::try_from(stop - offset).unwrap_or(0);
-                                    apply_write(&mut image, start, &data[from..to]);
-                                }
-                                start = stop;
-                            }
-                        }
-                    }
-                }
-            }
+        let mut unsynced = 0;
+        for (index, file) in state.files.iter_mut().enumerate() {
+            unsynced += crash_file(file, &mut rng, all, index == JOURNAL);
         }
-        state.live = image.clone();
-        state.durable = image;
         state.crashed = false;
         state.failing = false;
         state.plans.clear();
         state.ops = 0;
-        pending.len()
+        unsynced
     }
 
     /// Checks the fault plan for the next operation. `Err` means the operation must fail;
@@ -239,6 +230,54 @@ impl Disk {
     }
 }
 
+/// Builds one file's post-crash image: its durable image plus a random subset of its unsynced
+/// operations, some torn at sector boundaries and (with `partial_sectors`) some sectors cut
+/// inside. Returns how many unsynced operations there were.
+fn crash_file(file: &mut Image, rng: &mut Rng, all: Option<bool>, partial_sectors: bool) -> usize {
+    let mut image = file.durable.clone();
+    let pending = std::mem::take(&mut file.pending);
+    for operation in &pending {
+        match operation {
+            Pending::SetLen(len) => {
+                if all.unwrap_or_else(|| rng.chance(50)) {
+                    image.resize(usize::try_from(*len).unwrap_or(usize::MAX), 0);
+                }
+            }
+            Pending::Write { offset, data } => {
+                let roll = rng.below(100);
+                match all {
+                    Some(false) => {}
+                    Some(true) => apply_write(&mut image, *offset, data),
+                    None if roll < 40 => apply_write(&mut image, *offset, data),
+                    None if roll < 65 => {}
+                    None => {
+                        // Torn: each sector the write touches survives on its own; on a
+                        // journal, a sector may also be cut short (a partial sector).
+                        let end = offset + data.len() as u64;
+                        let mut start = *offset;
+                        while start < end {
+                            let sector_end = ((start / SECTOR) + 1) * SECTOR;
+                            let stop = sector_end.min(end);
+                            let from = usize::try_from(start - offset).unwrap_or(0);
+                            let to = usize::try_from(stop - offset).unwrap_or(0);
+                            if rng.chance(50) {
+                                apply_write(&mut image, start, &data[from..to]);
+                            } else if partial_sectors && rng.chance(30) {
+                                let cut = usize::try_from(rng.below((to - from) as u64)).unwrap_or(0);
+                                apply_write(&mut image, start, &data[from..from + cut]);
+                            }
+                            start = stop;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    file.live = image.clone();
+    file.durable = image;
+    pending.len()
+}
+
 fn apply_write(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
     let offset = usize::try_from(offset).unwrap_or(usize::MAX);
     let end = offset.saturating_add(data.len());
@@ -252,6 +291,7 @@ fn apply_write(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
 #[derive(Debug, Clone)]
 pub struct FaultBackend {
     disk: Disk,
+    file: usize,
 }
 
 impl StorageBackend for FaultBackend {
@@ -260,7 +300,7 @@ impl StorageBackend for FaultBackend {
         if state.crashed {
             return Err(injected("machine is down"));
         }
-        Ok(state.live.len() as u64)
+        Ok(state.files[self.file].live.len() as u64)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
@@ -269,21 +309,23 @@ impl StorageBackend for FaultBackend {
             return Err(injected("machine is down"));
         }
         let start = usize::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::UnexpectedEof))?;
-        let end = start.checked_add(out.len()).filter(|end| *end <= state.live.len());
+        let live = &state.files[self.file].live;
+        let end = start.checked_add(out.len()).filter(|end| *end <= live.len());
         let Some(end) = end else { return Err(io::Error::from(io::ErrorKind::UnexpectedEof)) };
-        out.copy_from_slice(&state.live[start..end]);
+        out.copy_from_slice(&live[start..end]);
         Ok(())
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
         let mut state = self.disk.lock();
         if Disk::next_op(&mut state, "set_len")? {
-            state.pending.push(Pending::SetLen(len));
+            state.files[self.file].pending.push(Pending::SetLen(len));
             state.crashed = true;
             return Err(injected("crash during set_len"));
         }
-        state.live.resize(usize::try_from(len).map_err(io::Error::other)?, 0);
-        state.pending.push(Pending::SetLen(len));
+        let file = &mut state.files[self.file];
+        file.live.resize(usize::try_from(len).map_err(io::Error::other)?, 0);
+        file.pending.push(Pending::SetLen(len));
         Ok(())
     }
 
@@ -294,15 +336,16 @@ impl StorageBackend for FaultBackend {
             return Err(injected("crash during sync_data"));
         }
         if !state.lying_sync {
-            let pending = std::mem::take(&mut state.pending);
-            let mut durable = std::mem::take(&mut state.durable);
+            let file = &mut state.files[self.file];
+            let pending = std::mem::take(&mut file.pending);
+            let mut durable = std::mem::take(&mut file.durable);
             for operation in pending {
                 match operation {
                     Pending::SetLen(len) => durable.resize(usize::try_from(len).unwrap_or(usize::MAX), 0),
                     Pending::Write { offset, data } => apply_write(&mut durable, offset, &data),
                 }
             }
-            state.durable = durable;
+            file.durable = durable;
         }
         Ok(())
     }
@@ -310,12 +353,13 @@ impl StorageBackend for FaultBackend {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
         let mut state = self.disk.lock();
         if Disk::next_op(&mut state, "write")? {
-            state.pending.push(Pending::Write { offset, data: data.to_vec() });
+            state.files[self.file].pending.push(Pending::Write { offset, data: data.to_vec() });
             state.crashed = true;
             return Err(injected("crash during write"));
         }
-        apply_write(&mut state.live, offset, data);
-        state.pending.push(Pending::Write { offset, data: data.to_vec() });
+        let file = &mut state.files[self.file];
+        apply_write(&mut file.live, offset, data);
+        file.pending.push(Pending::Write { offset, data: data.to_vec() });
         Ok(())
     }
 }
@@ -340,6 +384,31 @@ mod tests {
         let all = make();
         all.crash(21);
         assert_eq!(all.durable_image(), vec![2; 1024], "seed 1 mod 20 keeps every unsynced write");
+    }
+
+    #[test]
+    fn each_file_syncs_alone_and_both_share_the_operation_count() {
+        let disk = Disk::new();
+        let (store, journal) = (disk.backend(), disk.journal_backend());
+        store.write(0, &[1; 512]).unwrap();
+        journal.write(0, &[2; 512]).unwrap();
+        journal.sync_data().unwrap();
+        assert_eq!(disk.ops(), 3, "one counter for both files");
+        disk.crash(20);
+        assert_eq!(disk.journal_durable_image(), vec![2; 512], "the journal's sync made its write durable");
+        assert!(disk.durable_image().is_empty(), "and not the store file's");
+        // Partial sectors happen on the journal only.
+        let mut cut_inside = 0;
+        for seed in 2..400 {
+            let disk = Disk::new();
+            disk.journal_backend().write(0, &[7; 4096]).unwrap();
+            disk.backend().write(0, &[7; 4096]).unwrap();
+            disk.crash(seed);
+            let inside = |image: &[u8]| image.chunks(512).any(|s| s.contains(&7) && s.contains(&0));
+            assert!(!inside(&disk.durable_image()), "seed {seed}: the store file keeps whole sectors");
+            cut_inside += u32::from(inside(&disk.journal_durable_image()));
+        }
+        assert!(cut_inside > 0, "some journal sector was cut short");
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub struct SweepConfig {
 }
 
 impl SweepConfig {
-    /// Every workload, in both durability modes, with the correct client.
+    /// Every workload, in both durability modes and journaled, with the correct client.
     pub fn all_scenarios() -> Vec<Scenario> {
         let mut out = Vec::new();
         for durability in [Durability::Immediate, Durability::Eventual] {
@@ -34,6 +34,7 @@ impl SweepConfig {
                 out.push(Scenario::new(workload, durability));
             }
         }
+        out.extend(Workload::ALL.map(Scenario::journaled));
         out
     }
 }

@@ -128,12 +128,31 @@ pub struct Scenario {
     pub durability: Durability,
     /// The client.
     pub adapter: Adapter,
+    /// Whether the store journals its commits (on the disk's second file; Immediate only).
+    pub journal: bool,
 }
 
+/// The journal size of journaled scenarios: small, so checkpoints happen inside the scripts.
+pub const JOURNAL_BYTES: u64 = 64 * 1024;
+
 impl Scenario {
-    /// The correct client on `workload` with `durability`.
+    /// The correct client on `workload` with `durability`, without a journal.
     pub fn new(workload: Workload, durability: Durability) -> Self {
-        Scenario { workload, durability, adapter: Adapter::Correct }
+        Scenario { workload, durability, adapter: Adapter::Correct, journal: false }
+    }
+
+    /// [`Scenario::new`] with [`Durability::Immediate`] and the journal on.
+    pub fn journaled(workload: Workload) -> Self {
+        Scenario { journal: true, ..Scenario::new(workload, Durability::Immediate) }
+    }
+
+    /// "Immediate", "Eventual" or "Journal" (immediate, journaled), for reports.
+    pub fn mode(self) -> &'static str {
+        match (self.journal, self.durability) {
+            (true, _) => "Journal",
+            (false, Durability::Immediate) => "Immediate",
+            (false, _) => "Eventual",
+        }
     }
 
     fn store_durability(self) -> Durability {
@@ -278,8 +297,7 @@ fn key(i: usize) -> IdempotencyKey {
 
 #[cold]
 fn unreachable_key() -> IdempotencyKey {
-    // "intent-N" is always a valid key; keep a fallback rather than a panic path.
-    IdempotencyKey::from_random_bytes([0; 16])
+    IdempotencyKey::from_random_bytes([0; 16]) // "intent-N" is always valid: a fallback, no panic
 }
 
 fn fingerprint(i: usize) -> Fingerprint {
@@ -339,8 +357,14 @@ impl Sim {
             .clock(self.clock.clone())
             .durability(self.scenario.store_durability())
             .secret_seed([7; 32])
-            .cache_bytes(1 << 20)
-            .open_backend(self.disk.backend());
+            .cache_bytes(1 << 20);
+        let opened = if self.scenario.journal {
+            opened
+                .journal_bytes(JOURNAL_BYTES)
+                .open_backend_with_journal(self.disk.backend(), self.disk.journal_backend())
+        } else {
+            opened.journal(false).open_backend(self.disk.backend())
+        };
         let store = check(&self.disk, opened)?;
         self.store = Some(store);
         Ok(())

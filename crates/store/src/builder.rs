@@ -12,6 +12,8 @@ use idemdb_core::Policy;
 
 use crate::db::Db;
 use crate::engine::{Config, Engine};
+use crate::journal::files::{journal_path, refuse_pending_journal};
+use crate::journal::wal::{JournalFile, JournalSetup};
 use crate::meta::{Initialiser, read_meta};
 use crate::store::Store;
 use crate::{Clock, OpenError};
@@ -31,6 +33,9 @@ pub enum Durability {
 }
 
 idemdb_core::names!(Durability, "durability", { Immediate => "immediate", Eventual => "eventual" });
+
+/// Whether file stores journal their commits unless [`StoreBuilder::journal`] says otherwise.
+pub const DEFAULT_JOURNAL: bool = true;
 
 /// Default audit retention: 90 days.
 pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
@@ -59,6 +64,8 @@ pub struct StoreBuilder {
     cache_bytes: Option<usize>,
     check_on_open: bool,
     trust_clock_at_open: bool,
+    journal: bool,
+    journal_bytes: u64,
 }
 
 impl Default for StoreBuilder {
@@ -74,6 +81,8 @@ impl Default for StoreBuilder {
             cache_bytes: None,
             check_on_open: true,
             trust_clock_at_open: false,
+            journal: DEFAULT_JOURNAL,
+            journal_bytes: crate::journal::DEFAULT_JOURNAL_BYTES,
         }
     }
 }
@@ -186,6 +195,26 @@ impl StoreBuilder {
         self
     }
 
+    /// Turns the write-ahead journal of file stores on or off ([`DEFAULT_JOURNAL`] by default).
+    /// With it, a durable commit is one write and one `fdatasync` of a preallocated journal
+    /// file beside the store (`<path>-journal`), and redb writes its pages only at checkpoints;
+    /// without it, every durable commit is a redb commit that flushes its pages. Either way a
+    /// returned commit survives a crash. A store whose journal holds records is replayed when
+    /// it is opened for writing, whatever this setting (`docs/design.md`, "Journal"). Only
+    /// [`Durability::Immediate`] stores journal; stores on a backend journal only through
+    /// [`StoreBuilder::open_backend_with_journal`].
+    pub fn journal(mut self, enabled: bool) -> Self {
+        self.journal = enabled;
+        self
+    }
+
+    /// Sets the journal file's size (preallocated when the journal is created; 8 MiB by
+    /// default, at least 8 KiB). A checkpoint happens when half of it is used.
+    pub fn journal_bytes(mut self, bytes: u64) -> Self {
+        self.journal_bytes = bytes;
+        self
+    }
+
     /// Sets redb's page cache size in bytes (redb's default is 1 GiB).
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = Some(bytes);
@@ -232,8 +261,34 @@ impl StoreBuilder {
             },
             |path| self.create_file(path),
         )?;
-        Engine::from_parts(Db::Writable(db), Some(path.to_path_buf()), config, clock, self.check(false)?)
+        let journal = self.journal_file(path)?;
+        Engine::from_parts(Db::Writable(db), Some(path.to_path_buf()), config, clock, self.check(false)?, journal)
             .map(Store::from_engine)
+    }
+
+    /// The journal beside the store at `path`: opened (created when the journal is on), or
+    /// `None` when it is off and no journal file exists.
+    fn journal_file(&self, path: &Path) -> Result<Option<JournalSetup>, OpenError> {
+        let journal_path = journal_path(path);
+        let active = self.journal && self.durability == Durability::Immediate;
+        if !active && !journal_path.exists() {
+            return Ok(None);
+        }
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&journal_path)
+            .map_err(io_error("open", &journal_path))?;
+        regular_file(&journal_path, &file.metadata().map_err(io_error("inspect", &journal_path))?)?;
+        let backend = redb::backends::FileBackend::new(file)?;
+        Ok(Some(JournalSetup {
+            file: JournalFile(Box::new(backend)),
+            capacity: self.journal_bytes,
+            path: Some(journal_path),
+            active,
+        }))
     }
 
     /// Opens an existing store file read-only: lookups, listings, statistics and purge
@@ -275,7 +330,8 @@ impl StoreBuilder {
                     })
                 },
             )?;
-            Engine::from_parts(Db::ReadOnly(db), Some(path.to_path_buf()), config, clock, self.check(false)?)
+            refuse_pending_journal(&db, path)?;
+            Engine::from_parts(Db::ReadOnly(db), Some(path.to_path_buf()), config, clock, self.check(false)?, None)
                 .map(Store::from_engine)
         }));
         opened.unwrap_or_else(|_| {
@@ -304,7 +360,35 @@ impl StoreBuilder {
         discard_unfinished_creation(&backend)?;
         let db = self.redb_builder().create_with_backend(backend)?;
         let init = self.check(true)?;
-        Engine::from_parts(Db::Writable(db), None, config, clock, init).map(Store::from_engine)
+        Engine::from_parts(Db::Writable(db), None, config, clock, init, None).map(Store::from_engine)
+    }
+
+    /// [`StoreBuilder::open_backend`] with the write-ahead journal on a second backend (the
+    /// journal file of [`StoreBuilder::journal`]): for native custom storage and for
+    /// fault-injection tests, which put a failing disk under both. The journal is used when it
+    /// is turned on and the durability is [`Durability::Immediate`]; otherwise its records
+    /// are replayed and it is emptied.
+    ///
+    /// # Errors
+    /// As [`StoreBuilder::open`], and [`OpenError::Journal`] for a backend that holds another
+    /// store's journal.
+    pub fn open_backend_with_journal(
+        self,
+        backend: impl StorageBackend,
+        journal: impl StorageBackend,
+    ) -> Result<Store, OpenError> {
+        let config = self.config()?;
+        let clock = self.resolve_clock()?;
+        discard_unfinished_creation(&backend)?;
+        let db = self.redb_builder().create_with_backend(backend)?;
+        let init = self.check(true)?;
+        let setup = JournalSetup {
+            file: JournalFile(Box::new(journal)),
+            capacity: self.journal_bytes,
+            path: None,
+            active: self.journal && self.durability == Durability::Immediate,
+        };
+        Engine::from_parts(Db::Writable(db), None, config, clock, init, Some(setup)).map(Store::from_engine)
     }
 
     /// Refuses a foreign or newer-format file before opening it for writing, so a refused open

@@ -18,11 +18,12 @@ use idemdb_core::{
 use crate::audit::EncodedEvent;
 use crate::clock::ClockGuard;
 use crate::db::Db;
+use crate::journal::wal::{self, CommitFailure, JournalSetup, Wal};
 use crate::meta::{Initialiser, Meta};
 use crate::snapshot::Snapshots;
 use crate::tables::{
-    AUDIT, META, META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, META_RECONCILE_INDEXED, RECONCILE, RECONCILE_RECORD,
-    RECORDS, reconcile_key,
+    AUDIT, META, META_CLOCK, META_CLOCK_PENDING, META_RECONCILE_INDEXED, RECONCILE, RECONCILE_RECORD, RECORDS,
+    reconcile_key,
 };
 use crate::{Clock, Durability, Error, KeyHash, OpenError};
 
@@ -58,6 +59,8 @@ pub(crate) struct Engine {
     fence_floor: AtomicU64,
     /// Audit events not yet written: they go out in batches with a later commit.
     buffered_audit: Mutex<Vec<EncodedEvent>>,
+    /// The write-ahead journal, when commits use one (see `journal/wal.rs`).
+    pub(crate) wal: Option<Wal>,
 }
 
 impl Engine {
@@ -67,8 +70,17 @@ impl Engine {
         config: Config,
         clock: Arc<dyn Clock>,
         init: Initialiser,
+        journal: Option<JournalSetup>,
     ) -> Result<Engine, OpenError> {
-        let Meta { secret, clock: clock_state, fence_floor } = init.run(&db)?;
+        let mut meta = init.run(&db)?;
+        let mut wal = None;
+        if let (Db::Writable(database), Some(setup)) = (&db, journal) {
+            // Replayed before anything is read from the tables: the journal may hold newer
+            // clock, fence floor and audit entries.
+            wal = wal::recover(database, setup, clock.now().as_millis())?;
+            meta = init.run(&db)?;
+        }
+        let Meta { secret, clock: clock_state, fence_floor } = meta;
         if let Db::Writable(db) = &db {
             index_uncertain_records(db)?;
         }
@@ -94,6 +106,7 @@ impl Engine {
             audit_sequence: AtomicU64::new(next_sequence),
             fence_floor: AtomicU64::new(fence_floor),
             buffered_audit: Mutex::new(Vec::new()),
+            wal,
         })
     }
 
@@ -130,10 +143,12 @@ impl Engine {
         };
         tx.set_durability(redb::Durability::Immediate)?;
         self.persist_clock_if_due(&tx, true)?;
-        let committed = tx.commit();
+        let committed = match &self.wal {
+            Some(wal) => wal.checkpoint(tx, self.clock.read().now.as_millis()).map_err(CommitFailure::into_error),
+            None => tx.commit().map_err(Error::from),
+        };
         self.snapshots.invalidate();
-        committed?;
-        Ok(())
+        committed
     }
 
     /// Whether the store was opened read-only.
@@ -149,11 +164,10 @@ impl Engine {
         self.fence_floor.load(Ordering::SeqCst)
     }
 
-    /// Raises the fence floor before a removal commits (raising it early is harmless).
-    pub(crate) fn raise_fence_floor(&self, tx: &WriteTransaction, fence: u64) -> Result<(), Error> {
-        let floor = self.fence_floor.fetch_max(fence, Ordering::SeqCst).max(fence);
-        tx.open_table(META)?.insert(META_FENCE_FLOOR, floor.to_be_bytes().as_slice())?;
-        Ok(())
+    /// Raises the fence floor before a removal commits (raising it early is harmless);
+    /// returns the floor to write as meta `fence_floor`.
+    pub(crate) fn raise_fence_floor(&self, fence: u64) -> u64 {
+        self.fence_floor.fetch_max(fence, Ordering::SeqCst).max(fence)
     }
 
     pub(crate) fn next_audit_sequence(&self) -> u64 {
@@ -161,8 +175,13 @@ impl Engine {
     }
 
     pub(crate) fn begin_write(&self) -> Result<WriteTransaction, Error> {
+        if self.wal.as_ref().is_some_and(Wal::failed) {
+            return Err(Error::JournalFailed);
+        }
         let mut tx = self.db.writable()?.begin_write()?;
         tx.set_durability(match self.config.durability {
+            // The journal makes a commit durable; redb flushes only at checkpoints.
+            Durability::Immediate if self.wal.is_some() => redb::Durability::None,
             Durability::Immediate => redb::Durability::Immediate,
             Durability::Eventual => redb::Durability::None,
         })?;

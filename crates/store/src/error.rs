@@ -122,6 +122,11 @@ pub enum Error {
     /// The store was opened read-only ([`StoreBuilder::open_read_only`](crate::StoreBuilder::open_read_only)).
     #[error("the store was opened read-only")]
     ReadOnly,
+    /// A journal write or the commit after it failed on this handle earlier: whether that
+    /// commit is durable is unknown, so the handle refuses every later write. Drop every
+    /// handle and open the store again (the open replays what the journal holds).
+    #[error("an earlier journal write failed on this handle; reopen the store")]
+    JournalFailed,
 }
 
 impl Error {
@@ -145,6 +150,7 @@ impl Error {
             Error::Internal(_) => ErrorCode::Internal,
             Error::InvalidRecord(_) => ErrorCode::InvalidArgument,
             Error::ReadOnly => ErrorCode::ReadOnly,
+            Error::JournalFailed => ErrorCode::Storage,
         }
     }
 
@@ -152,7 +158,7 @@ impl Error {
     pub fn reopen_required(&self) -> bool {
         match self {
             Error::Storage(storage) => storage.reopen_required(),
-            Error::CommitUnknown(_) => true,
+            Error::CommitUnknown(_) | Error::JournalFailed => true,
             _ => false,
         }
     }
@@ -198,6 +204,23 @@ pub enum OpenError {
     /// recovery, which writes. Open it for writing once ([`StoreBuilder::open`](crate::StoreBuilder::open)).
     #[error("the store was not closed cleanly and needs recovery, which a read-only open cannot run")]
     NeedsRecovery,
+    /// A read-only open found commits in the store's journal that the store file does not hold
+    /// yet (the store was not closed cleanly). Open it for writing once: the open replays the
+    /// journal into the file.
+    #[error("the journal {path} holds commits not yet in the store; open it for writing once to apply them")]
+    JournalPending {
+        /// The journal file.
+        path: PathBuf,
+    },
+    /// The journal file beside the store is not this store's journal, or one of its complete
+    /// records does not parse; nothing was applied.
+    #[error("journal {path}: {reason}")]
+    Journal {
+        /// The journal file (empty for a journal on a backend).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The file is not a redb file, or is damaged beyond what redb's recovery repairs.
     #[error("not an idemdb store (or damaged): {reason}")]
     NotAStore {
@@ -262,7 +285,8 @@ impl OpenError {
             OpenError::MissingPlatform(_) => ErrorCode::Unsupported,
             OpenError::Storage(storage) => storage.code(),
             OpenError::NotAFile { .. } => ErrorCode::InvalidArgument,
-            OpenError::NeedsRecovery => ErrorCode::NotAStore,
+            OpenError::NeedsRecovery | OpenError::JournalPending { .. } => ErrorCode::NotAStore,
+            OpenError::Journal { .. } => ErrorCode::Corrupt,
             OpenError::Replaced { .. } => ErrorCode::StoreBusy,
         }
     }

@@ -54,6 +54,7 @@ mod group_tests;
 mod inspect;
 mod intents;
 mod interface;
+mod journal;
 mod meta;
 mod purge;
 mod rebuild;
@@ -64,13 +65,15 @@ mod txn;
 #[cfg(feature = "workflow")]
 mod workflow;
 
-pub use builder::{DEFAULT_AUDIT_RETENTION, Durability, StoreBuilder};
+pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, Durability, StoreBuilder};
 pub use error::{Error, OpenError, StorageError};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use idemdb_interface::SystemClock;
 pub use idemdb_interface::{Clock, ManualClock};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use intents::{IntentError, IntentPurge};
+pub use journal::DEFAULT_JOURNAL_BYTES;
+pub use journal::wal::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS, JournalStats};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
 pub use rebuild::{RebuildError, RebuildReport};

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use redb::{Database, Key, ReadTransaction, TableDefinition, TableError, Value};
 
 use crate::tables::{
-    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, META_CLOCK_PENDING, OBJECTS, OUTBOX, OUTBOX_DUE,
-    RECONCILE, RECORDS,
+    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, META_CLOCK_PENDING, META_JOURNAL_CHECKPOINT, OBJECTS,
+    OUTBOX, OUTBOX_DUE, RECONCILE, RECORDS,
 };
 use crate::{Error, OpenError, Store};
 
@@ -144,6 +144,9 @@ impl Store {
             let mut meta = tx.open_table(META).map_err(Error::from)?;
             meta.insert(META_CLOCK, clock.trusted.to_be_bytes().as_slice()).map_err(Error::from)?;
             meta.insert(META_CLOCK_PENDING, clock.encode_pending().as_slice()).map_err(Error::from)?;
+            // The copy holds everything the source's journal did: it starts with a new journal
+            // (a journal file beside it is reinitialised, never replayed).
+            meta.remove(META_JOURNAL_CHECKPOINT).map_err(Error::from)?;
         }
         tx.commit().map_err(Error::from)?;
         while copy.compact().map_err(Error::from)? {}

@@ -102,6 +102,9 @@ pub(crate) const META_FENCE_FLOOR: &str = "fence_floor";
 /// Set once the reconciliation queue holds every uncertain record (stores made before the
 /// queue existed are indexed on their first write open).
 pub(crate) const META_RECONCILE_INDEXED: &str = "reconcile_indexed";
+/// The last journal sequence number applied to the file (`u64` BE; written by every durable
+/// commit while a journal is open). Absent: the store never had a journal.
+pub(crate) const META_JOURNAL_CHECKPOINT: &str = "journal_checkpoint";
 
 /// Key of an expiry index entry.
 pub(crate) fn expiry_key(due: Timestamp, scoped: &[u8]) -> Vec<u8> {

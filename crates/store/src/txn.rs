@@ -11,7 +11,11 @@ use idemdb_core::{
 use crate::Error;
 use crate::audit::{EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
 use crate::engine::Engine;
-use crate::tables::{AUDIT, EXPIRY, RECONCILE, RECONCILE_RECORD, RECORDS, audit_key, expiry_key, reconcile_key};
+use crate::journal::Mutation;
+use crate::journal::wal::{self, CommitFailure, T_AUDIT, T_EXPIRY, T_META, T_RECONCILE, T_RECORDS};
+use crate::tables::{
+    META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, RECONCILE_RECORD, RECORDS, audit_key, expiry_key, reconcile_key,
+};
 
 /// An open write transaction. Obtained through [`Store::write`](crate::Store::write)(crate::Store::write);
 /// committed when the closure returns `Ok`, rolled back otherwise.
@@ -27,6 +31,13 @@ pub struct Txn<'s> {
     written_at: std::collections::HashMap<Vec<u8>, usize>,
     /// Whether this commit writes every buffered audit event (a flush).
     flush_audit: bool,
+    /// The mutations of the store's tables, when the store journals its commits.
+    log: Option<Vec<Mutation>>,
+    /// Set once [`Txn::tables`] handed out the redb transaction: what was written through it
+    /// is not in `log`, so the commit is a durable checkpoint instead of a journal record.
+    raw: std::sync::atomic::AtomicBool,
+    /// Whether the commit must be durable in the file (a flush).
+    durable: bool,
 }
 
 impl std::fmt::Debug for Txn<'_> {
@@ -49,6 +60,9 @@ impl<'s> Txn<'s> {
             written: Vec::new(),
             written_at: std::collections::HashMap::new(),
             flush_audit: false,
+            log: store.wal.as_ref().map(|_| Vec::new()),
+            raw: std::sync::atomic::AtomicBool::new(false),
+            durable: false,
         })
     }
 
@@ -60,6 +74,7 @@ impl<'s> Txn<'s> {
     pub(crate) fn make_durable(&mut self) -> Result<(), Error> {
         self.tx.set_durability(redb::Durability::Immediate)?;
         self.flush_audit = true;
+        self.durable = true;
         Ok(())
     }
 
@@ -77,8 +92,40 @@ impl<'s> Txn<'s> {
     /// The underlying redb transaction, for the application's own tables.
     ///
     /// Do not open tables whose names start with `idemdb_`: those belong to the store.
+    ///
+    /// With the store's journal on, a transaction that used this commits durably (one redb
+    /// flush, which is also a checkpoint) instead of appending to the journal: the journal
+    /// records only the store's own tables.
     pub fn tables(&self) -> &WriteTransaction {
+        self.raw.store(true, std::sync::atomic::Ordering::Relaxed);
         &self.tx
+    }
+
+    /// Writes `key` → `value` into one of the store's tables and logs it for the journal.
+    fn put_logged(&mut self, table: u8, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        wal::apply_put(&self.tx, table, key, value)?;
+        if let Some(log) = &mut self.log {
+            log.push(Mutation::Put { table, key: key.to_vec(), value: value.to_vec() });
+        }
+        Ok(())
+    }
+
+    /// Removes `key` from one of the store's tables and logs it for the journal.
+    fn remove_logged(&mut self, table: u8, key: &[u8]) -> Result<(), Error> {
+        wal::apply_remove(&self.tx, table, key)?;
+        if let Some(log) = &mut self.log {
+            log.push(Mutation::Remove { table, key: key.to_vec() });
+        }
+        Ok(())
+    }
+
+    /// Writes the clock state when it is due (see [`Engine::persist_clock_if_due`]).
+    fn persist_clock_logged(&mut self, force: bool) -> Result<(), Error> {
+        if let Some(state) = self.store.clock.take_due(force) {
+            self.put_logged(T_META, META_CLOCK.as_bytes(), &state.trusted.to_be_bytes())?;
+            self.put_logged(T_META, META_CLOCK_PENDING.as_bytes(), &state.encode_pending())?;
+        }
+        Ok(())
     }
 
     /// [`Store::reserve`](crate::Store::reserve) inside this transaction.
@@ -243,16 +290,15 @@ impl<'s> Txn<'s> {
     fn put_moving(&mut self, encoded: &[u8], prior: Prior, record: &Record) -> Result<(), Error> {
         record.validate(MAX_RESULT_BYTES_LIMIT)?;
         let value = encode_record(record);
-        self.tx.open_table(RECORDS)?.insert(encoded, value.as_slice())?;
+        self.put_logged(T_RECORDS, encoded, &value)?;
         self.move_index(encoded, prior.due, record.due_at())?;
         let uncertain = matches!(record.state, State::Uncertain { .. });
         if uncertain != prior.uncertain {
-            let mut queue = self.tx.open_table(RECONCILE)?;
             let key = reconcile_key(RECONCILE_RECORD, encoded);
             if uncertain {
-                queue.insert(key.as_slice(), record.updated_at.as_millis().to_be_bytes().as_slice())?;
+                self.put_logged(T_RECONCILE, &key, &record.updated_at.as_millis().to_be_bytes())?;
             } else {
-                queue.remove(key.as_slice())?;
+                self.remove_logged(T_RECONCILE, &key)?;
             }
         }
         self.remember(encoded, Some(value));
@@ -261,26 +307,26 @@ impl<'s> Txn<'s> {
 
     /// Removes a record and its index entry, keeping its fence as the floor for later bindings.
     pub(crate) fn remove(&mut self, encoded: &[u8], previous: &Record) -> Result<(), Error> {
-        self.store.raise_fence_floor(&self.tx, previous.fence)?;
-        self.tx.open_table(RECORDS)?.remove(encoded)?;
+        let floor = self.store.raise_fence_floor(previous.fence);
+        self.put_logged(T_META, META_FENCE_FLOOR.as_bytes(), &floor.to_be_bytes())?;
+        self.remove_logged(T_RECORDS, encoded)?;
         self.move_index(encoded, previous.due_at(), None)?;
         if matches!(previous.state, State::Uncertain { .. }) {
-            self.tx.open_table(RECONCILE)?.remove(reconcile_key(RECONCILE_RECORD, encoded).as_slice())?;
+            self.remove_logged(T_RECONCILE, &reconcile_key(RECONCILE_RECORD, encoded))?;
         }
         self.remember(encoded, None);
         Ok(())
     }
 
-    fn move_index(&self, encoded: &[u8], old: Option<Timestamp>, new: Option<Timestamp>) -> Result<(), Error> {
+    fn move_index(&mut self, encoded: &[u8], old: Option<Timestamp>, new: Option<Timestamp>) -> Result<(), Error> {
         if old == new {
             return Ok(());
         }
-        let mut index = self.tx.open_table(EXPIRY)?;
         if let Some(old) = old {
-            index.remove(expiry_key(old, encoded).as_slice())?;
+            self.remove_logged(T_EXPIRY, &expiry_key(old, encoded))?;
         }
         if let Some(new) = new {
-            index.insert(expiry_key(new, encoded).as_slice(), ())?;
+            self.put_logged(T_EXPIRY, &expiry_key(new, encoded), &[])?;
         }
         Ok(())
     }
@@ -323,23 +369,39 @@ impl<'s> Txn<'s> {
             // One entry per segment of events, keyed by its newest event's time: one B-tree
             // insert per batch instead of one per event.
             carried.sort_by_key(|event| event.at);
-            let mut audit = self.tx.open_table(AUDIT)?;
             for segment in carried.chunks(MAX_SEGMENT_EVENTS) {
                 let Some(newest) = segment.last() else { continue };
                 let key = audit_key(newest.at, self.store.next_audit_sequence());
-                audit.insert(key, encode_segment(segment).as_slice())?;
+                if let Err(error) = self.put_logged(T_AUDIT, &key, &encode_segment(segment)) {
+                    self.store.buffer_audit_events(carried);
+                    return Err(error);
+                }
             }
         }
         if !self.written.is_empty() || self.store.clock.cancelled() {
-            self.store.persist_clock_if_due(&self.tx, false)?;
+            self.persist_clock_logged(false)?;
         }
-        let Txn { store, tx, written, audit: own, .. } = self;
-        let committed = tx.commit();
+        let raw = self.raw.load(std::sync::atomic::Ordering::Relaxed);
+        let Txn { store, tx, written, audit: own, log, durable, now, .. } = self;
+        let committed = match &store.wal {
+            None => tx.commit().map_err(crate::error::StorageError::from),
+            Some(wal) => {
+                let log = if raw || durable { None } else { log };
+                match wal.commit(tx, log.as_deref(), now.as_millis()) {
+                    Ok(()) => Ok(()),
+                    Err(CommitFailure::Commit(Error::Storage(error))) => Err(error),
+                    Err(other) => {
+                        store.snapshots.invalidate();
+                        store.buffer_audit_events(carried);
+                        return Err(other.into_error());
+                    }
+                }
+            }
+        };
         store.snapshots.invalidate();
         let result = match committed {
             Ok(()) => Ok(()),
             Err(error) => {
-                let error = crate::error::StorageError::from(error);
                 if written.is_empty() {
                     Err(Error::Storage(error))
                 } else {
@@ -395,19 +457,22 @@ fn read_back(store: &Engine, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<b
 pub(crate) fn flush(engine: &Engine) -> Result<(), Error> {
     let mut txn = Txn::begin(engine)?;
     txn.make_durable()?;
-    engine.persist_clock_if_due(txn.tables(), true)?;
+    txn.persist_clock_logged(true)?;
     txn.commit()
 }
 
 impl Drop for Engine {
     /// Best effort, when the last handle goes: keep the clock state (as of now) and the
-    /// buffered audit events. A read-only store writes nothing.
+    /// buffered audit events; with a journal, checkpoint and empty it, so a closed store is
+    /// one complete file. A read-only store writes nothing.
     fn drop(&mut self) {
         if self.is_read_only() {
             return;
         }
-        if self.has_unwritten_state() {
-            let _ = flush(self);
+        let journaled = self.wal.as_ref().is_some_and(|wal| !wal.failed() && wal.has_records());
+        let flushed = if self.has_unwritten_state() || journaled { flush(self).is_ok() } else { true };
+        if flushed && let Some(wal) = &self.wal {
+            let _ = wal.clear();
         }
     }
 }

@@ -196,7 +196,7 @@ fn reliability(args: &[String]) -> Result<bool, String> {
             println!(
                 "    {:<10} {:<9} {:>4} ops  {:>8} runs  verified {:>9}  rolled back {:>7}  lost {} double {} reopen-fail {} integrity {} protocol {}",
                 scenario.workload.name(),
-                format!("{:?}", scenario.durability),
+                scenario.mode(),
                 ops,
                 group(counts.runs),
                 group(counts.completions_verified),
@@ -692,7 +692,8 @@ fn self_check(seed: u64) -> Vec<(&'static str, Counts)> {
     cases
         .iter()
         .map(|(name, workload, adapter)| {
-            let scenario = Scenario { workload: *workload, durability: Durability::Immediate, adapter: *adapter };
+            let scenario =
+                Scenario { workload: *workload, durability: Durability::Immediate, adapter: *adapter, journal: false };
             let report = sweep(&SweepConfig {
                 scenarios: vec![scenario],
                 seeds_per_point: 2,

@@ -20,6 +20,7 @@ fn a_completion_with_immediate_durability_is_on_disk_when_complete_returns() {
         // What a crash right after `complete` returned would leave: a copy of the file now.
         let image = dir.path().join(format!("crash-{n}.idemdb"));
         fs::copy(&path, &image).expect("copy");
+        copy_journal(&path, &image);
         let crashed = builder(&clock).open(&image).expect("open crash image");
         for (key, result) in &results {
             assert_eq!(

@@ -84,11 +84,24 @@ impl Fixture {
     fn open_crash_image(&self, name: &str) -> Store {
         let copy = self.dir.path().join(name);
         fs::copy(&self.path, &copy).expect("copy the live file");
+        copy_journal(&self.path, &copy);
         builder(&self.clock).open(&copy).expect("open the crash image")
     }
 
     fn advance(&self, ms: u64) {
         self.clock.advance(Duration::from_millis(ms));
+    }
+}
+
+/// A crash leaves the journal beside the store file too: the copy gets it.
+pub(super) fn copy_journal(from: &std::path::Path, to: &std::path::Path) {
+    let journal = |path: &std::path::Path| {
+        let mut name = path.as_os_str().to_os_string();
+        name.push("-journal");
+        std::path::PathBuf::from(name)
+    };
+    if journal(from).exists() {
+        fs::copy(journal(from), journal(to)).expect("copy the live journal");
     }
 }
 

@@ -103,6 +103,13 @@ fn check(file: &Path) -> Result<Outcome, CliError> {
         };
         std::fs::copy(file, &copy)
             .map_err(|error| CliError::runtime_ctx(file, "cannot copy the file to check it", &error))?;
+        // Commits not yet checkpointed into the file live in its journal: the copy gets it
+        // too, and its open replays them.
+        let journal = journal_of(file);
+        if journal.exists() {
+            std::fs::copy(&journal, journal_of(&copy))
+                .map_err(|error| CliError::runtime_ctx(&journal, "cannot copy the journal to check it", &error))?;
+        }
         drop(held);
     }
     let opened = guard(|| open_raw(&copy));
@@ -167,4 +174,11 @@ fn describe(file: &Path, outcome: &Outcome) -> String {
     }
     text.push_str(if outcome.ok() { "verify: OK\n" } else { "verify: PROBLEMS FOUND\n" });
     text
+}
+
+/// The journal file beside a store file (`<file>-journal`).
+fn journal_of(file: &std::path::Path) -> std::path::PathBuf {
+    let mut name = file.as_os_str().to_os_string();
+    name.push("-journal");
+    std::path::PathBuf::from(name)
 }
