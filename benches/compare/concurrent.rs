@@ -114,7 +114,13 @@ fn journaled_run(
     Ok(run)
 }
 
-fn idemdb_run(store: &idemdb::Store, counters: &IoCounters, threads: usize, duration: Duration, base: u64) -> Res<Run> {
+pub(crate) fn idemdb_run(
+    store: &idemdb::Store,
+    counters: &IoCounters,
+    threads: usize,
+    duration: Duration,
+    base: u64,
+) -> Res<Run> {
     let scope = data::scope()?;
     let barrier = Barrier::new(threads + 1);
     let (runs, io, proc_io) = std::thread::scope(|s| -> Res<_> {

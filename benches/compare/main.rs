@@ -17,6 +17,7 @@ mod durable;
 mod env;
 mod lookup;
 mod measure;
+mod memory;
 mod purge;
 mod report;
 mod results;
@@ -46,6 +47,8 @@ struct Plan {
     canon_sizes: Vec<usize>,
     canon_rounds: usize,
     canon_time: Duration,
+    memory_callers: usize,
+    memory_time: Duration,
 }
 
 impl Plan {
@@ -66,6 +69,8 @@ impl Plan {
             canon_sizes: vec![1024, 64 * 1024],
             canon_rounds: 5,
             canon_time: Duration::from_millis(300),
+            memory_callers: 64,
+            memory_time: Duration::from_secs(60),
         }
     }
 
@@ -86,6 +91,8 @@ impl Plan {
             canon_sizes: vec![1024, 64 * 1024],
             canon_rounds: 3,
             canon_time: Duration::from_millis(100),
+            memory_callers: 64,
+            memory_time: Duration::from_secs(2),
         }
     }
 }
@@ -132,7 +139,7 @@ fn main() -> ExitCode {
 }
 
 /// The sections a run can be limited to with `--only a,b`.
-const SECTIONS: [&str; 6] = ["durable", "concurrent", "lookup", "purge", "space", "canon"];
+const SECTIONS: [&str; 7] = ["durable", "concurrent", "lookup", "purge", "space", "canon", "memory"];
 
 fn run() -> Res<()> {
     let mut quick = false;
@@ -234,6 +241,17 @@ fn run() -> Res<()> {
     if wanted("canon") {
         progress(started, "canonicalise + fingerprint");
         results.canon = canon::run(&plan.canon_sizes, plan.canon_rounds, plan.canon_time)?;
+    }
+    if wanted("memory") {
+        progress(
+            started,
+            &format!(
+                "memory: {} callers for {:.0} s, journal off then on",
+                plan.memory_callers,
+                plan.memory_time.as_secs_f64()
+            ),
+        );
+        results.memory = memory::run(dir, plan.memory_callers, plan.memory_time)?;
     }
     progress(started, "done");
     if let Some(load) = env::load_average() {

@@ -2,7 +2,7 @@
 
 use crate::measure::Summary;
 use crate::report::{micros, table};
-use crate::{canon, concurrent, durable, lookup, purge, report, space, sqlite};
+use crate::{canon, concurrent, durable, lookup, memory, purge, report, space, sqlite};
 
 /// What the sections measured (absent when `--only` left a section out).
 #[derive(Default)]
@@ -13,6 +13,7 @@ pub(crate) struct Results {
     pub(crate) purges: Vec<purge::PurgeRun>,
     pub(crate) space: Option<space::Space>,
     pub(crate) canon: Vec<canon::CanonRow>,
+    pub(crate) memory: Vec<memory::MemoryRun>,
 }
 
 /// Prints the tables behind the targets: raw numbers, purge, space, canonicalisation.
@@ -175,6 +176,45 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
         print!(
             "{}",
             table(&["payment JSON", "fingerprint MB/s", "serde_json parse MB/s", "fingerprint / parse"], &canon_rows)
+        );
+        println!();
+    }
+
+    if !results.memory.is_empty() {
+        println!("## Memory under sustained load (resident set, sampled every 100 ms)\n");
+        let rows: Vec<Vec<String>> = results
+            .memory
+            .iter()
+            .map(|m| {
+                vec![
+                    m.label.to_string(),
+                    m.callers.to_string(),
+                    format!("{:.1}", m.seconds),
+                    report::rate(m.ops as f64 / m.seconds.max(1e-9)),
+                    format!("{:.1}", m.start_kib as f64 / 1024.0),
+                    format!("{:.1}", m.peak_kib as f64 / 1024.0),
+                    format!("{:.1}", m.end_kib as f64 / 1024.0),
+                    format!("{:.1}", m.growth_kib() as f64 / 1024.0),
+                    m.checkpoints.map_or("-".into(), |c| c.to_string()),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            table(
+                &[
+                    "store",
+                    "callers",
+                    "s",
+                    "ops/s",
+                    "RSS start MiB",
+                    "RSS peak MiB",
+                    "RSS end MiB",
+                    "peak − start MiB",
+                    "checkpoints"
+                ],
+                &rows
+            )
         );
         println!();
     }

@@ -90,6 +90,23 @@ pub(crate) fn targets(results: &Results) -> Vec<Target> {
         });
     }
     journal_targets(results, &mut out);
+    if let [off, on] = results.memory.as_slice() {
+        out.push(Target {
+            name: format!(
+                "journal on: peak RSS at {} callers for {:.0} s (rise over the start)",
+                on.callers, on.seconds
+            ),
+            measured: format!("{:.1} MiB (+{:.1})", on.peak_kib as f64 / 1024.0, on.growth_kib() as f64 / 1024.0),
+            baseline: format!(
+                "journal off {:.1} MiB (+{:.1})",
+                off.peak_kib as f64 / 1024.0,
+                off.growth_kib() as f64 / 1024.0
+            ),
+            ratio: format!("{:.2}×", on.peak_kib as f64 / off.peak_kib.max(1) as f64),
+            goal: "report".into(),
+            verdict: Verdict::Report,
+        });
+    }
     if let Some(space) = &results.space {
         space_targets(space, &mut out);
     }
