@@ -63,7 +63,8 @@ pub(crate) fn run(dir: &Path, stored: u64, expired: u64, budget: usize) -> Res<P
     // to be right, which is what `trust_clock_at_open` says.
     clock.set(T0_MS + 2 * 3_600_000);
     let (backend, counters) = CountingBackend::open(&path)?;
-    let store = Counted { inner: Store::builder().clock(clock).trust_clock_at_open(true).open_backend(backend)?, counters };
+    let store =
+        Counted { inner: Store::builder().clock(clock).trust_clock_at_open(true).open_backend(backend)?, counters };
     let before = store.counters.snapshot();
     let start = Instant::now();
     let mut tombstoned = 0;
