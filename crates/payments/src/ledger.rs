@@ -5,9 +5,9 @@
 //! [`WorkflowStore`] (idempotency records and the outbox), and [`Ledger::record_payment`]
 //! writes the payment row **and** reports the charge's outbox item confirmed (which completes
 //! the idempotency record) in one transaction of that backend. [`RedbLedger`] does it with a
-//! redb write transaction beside the idemdb tables; a PostgreSQL ledger does the same with one
-//! SQL transaction (`INSERT INTO payments ...` and `PgTxn::report_effect`), and slots in here
-//! without touching the handlers.
+//! redb write transaction beside the idemdb tables; [`PgLedger`](crate::PgLedger) does the same with
+//! one SQL transaction (`INSERT INTO app_payments ...` and `PgTxn::report_effect`), and slots in
+//! here without touching the handlers.
 
 use std::future::Future;
 
@@ -25,7 +25,7 @@ const PAYMENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("app
 pub struct LedgerError(String);
 
 impl LedgerError {
-    fn of(error: impl std::fmt::Display) -> Self {
+    pub(crate) fn of(error: impl std::fmt::Display) -> Self {
         LedgerError(error.to_string())
     }
 }

@@ -1,4 +1,6 @@
-//! A payments service on the idemdb HTTP layer: the seed's `POST /payments` story, to run.
+//! A payments service on the idemdb HTTP layer: the seed's `POST /payments` story, to run on
+//! the embedded redb store ([`RedbLedger`]) or on PostgreSQL ([`PgLedger`], many instances on
+//! one database).
 //!
 //! * `POST /v1/payments` with `Idempotency-Key` and a JSON body
 //!   `{"amount": "10.50", "currency": "BRL", "destination": "acct_x"}`; the tenant is the
@@ -21,6 +23,7 @@
 mod dispatch;
 mod ledger;
 mod payment;
+mod pg_ledger;
 mod policy;
 mod provider;
 mod reconcile;
@@ -42,8 +45,9 @@ use crate::dispatch::Charges;
 pub use dispatch::{CHARGE_EFFECT, CHARGE_VERSION, Dispatcher};
 pub use ledger::{Ledger, LedgerError, RedbLedger};
 pub use payment::{PaymentRequest, payment_operation_name};
+pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
-pub use provider::{ChargeRequest, Provider, ProviderError};
+pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
 pub use reconcile::RECONCILIATION_PATH;
 pub use webhook::{MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 
@@ -112,7 +116,7 @@ async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap
         Ok(payments) => payments,
         Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
     };
-    let charges = match app.provider.charges(&tenant) {
+    let charges = match app.provider.charges(&tenant).await {
         Ok(charges) => charges,
         Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
     };

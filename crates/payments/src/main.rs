@@ -2,7 +2,11 @@
 //!
 //! ```sh
 //! cargo run --release -p payments-example -- --addr 127.0.0.1:8080 --data ./payments-data
+//! cargo run --release -p payments-example -- --addr 127.0.0.1:8080 --postgres postgresql://app@127.0.0.1/payments
 //! ```
+//!
+//! Exactly one of `--data DIR` (the embedded redb store) and `--postgres URL`. On PostgreSQL,
+//! any number of instances can serve the same database (and `--schema`).
 //!
 //! Prints `listening on http://ADDR` once it accepts connections (with `--addr 127.0.0.1:0`
 //! the port the system chose), and stops on Ctrl-C or SIGTERM.
@@ -12,14 +16,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::error::ErrorKind;
+use clap::{ArgGroup, CommandFactory, Parser};
 use idemdb::{Policy, Store};
-use payments_example::{Ledger, Provider, RedbLedger, payment_operation_name, router};
+use idemdb_postgres::PgStore;
+use payments_example::{Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router};
 
 /// A payments service with Idempotency-Key semantics (POST /v1/payments, POST
 /// /v1/webhooks/provider, GET /v1/reconciliation, GET /v1/ledger, GET /v1/idempotency-policy).
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, group(ArgGroup::new("backend").required(true).args(["data", "postgres"])))]
 struct Args {
     /// Address to listen on (port 0: any free port, printed at start).
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -27,7 +33,16 @@ struct Args {
     /// Directory of the embedded stores (created if missing): `idemdb.redb` holds the
     /// idempotency records and the payments, `provider.redb` the simulated provider.
     #[arg(long, value_name = "DIR")]
-    data: PathBuf,
+    data: Option<PathBuf>,
+    /// A PostgreSQL database instead of `--data` (`postgresql://user:password@host:port/db`):
+    /// the idemdb tables (migrated at start), the payments in table `app_payments` and the
+    /// simulated provider in table `sim_provider_charges`, all in the schema of `--schema`.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// The PostgreSQL schema for all of the service's tables (default `public`; created if
+    /// missing): 1..=63 bytes of `[a-z0-9_]`, not starting with a digit.
+    #[arg(long, value_name = "NAME")]
+    schema: Option<String>,
     /// How long each call to the simulated provider takes, in milliseconds.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     provider_latency_ms: u64,
@@ -41,23 +56,38 @@ struct Args {
     provider_lose_responses_to: Option<String>,
 }
 
-/// Which store backs the service. The PostgreSQL adapter adds a variant (`--postgres URL`)
-/// with its own [`Ledger`]; the router and handlers stay as they are.
+/// Which store backs the service, each with its own [`Ledger`]; the router and handlers are
+/// the same.
 enum Backend {
     /// The embedded redb store in a directory.
     Redb { dir: PathBuf },
+    /// A PostgreSQL database (and the schema of the service's tables).
+    Postgres { url: String, schema: Option<String> },
 }
 
 impl Args {
-    fn backend(&self) -> Backend {
-        Backend::Redb { dir: self.data.clone() }
+    /// The backend the arguments name. Clap's `backend` group already refuses none or both;
+    /// this says so again rather than assume it, and refuses `--schema` without `--postgres`.
+    fn backend(&self) -> Result<Backend, clap::Error> {
+        match (&self.data, &self.postgres) {
+            (Some(_), None) if self.schema.is_some() => {
+                Err(Args::command().error(ErrorKind::ArgumentConflict, "--schema is for --postgres, not --data"))
+            }
+            (Some(dir), None) => Ok(Backend::Redb { dir: dir.clone() }),
+            (None, Some(url)) => Ok(Backend::Postgres { url: url.clone(), schema: self.schema.clone() }),
+            _ => {
+                Err(Args::command()
+                    .error(ErrorKind::ArgumentConflict, "give exactly one of --data DIR and --postgres URL"))
+            }
+        }
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    match run(args).await {
+    let backend = args.backend().unwrap_or_else(|error| error.exit());
+    match run(args, backend).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("payments-example: {error}");
@@ -66,19 +96,29 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    std::fs::create_dir_all(&args.data)?;
-    let mut provider =
-        Provider::open(&args.data.join("provider.redb"), Duration::from_millis(args.provider_latency_ms))?;
-    if let Some(destination) = &args.provider_lose_responses_to {
-        provider = provider.lose_responses_to(destination.clone());
-    }
-    let lease_ttl = Duration::from_secs(args.lease_ttl_secs.max(1));
-    match args.backend() {
+async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Error>> {
+    let latency = Duration::from_millis(args.provider_latency_ms);
+    let policy = Policy::default().with_lease_ttl(Duration::from_secs(args.lease_ttl_secs.max(1)));
+    let faults = |provider: Provider| match &args.provider_lose_responses_to {
+        Some(destination) => provider.lose_responses_to(destination.clone()),
+        None => provider,
+    };
+    match backend {
         Backend::Redb { dir } => {
-            let policy = Policy::default().with_lease_ttl(lease_ttl);
+            std::fs::create_dir_all(&dir)?;
+            let provider = faults(Provider::open(&dir.join("provider.redb"), latency)?);
             let store = Store::builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
             serve(RedbLedger::new(store), provider, &args.addr).await
+        }
+        Backend::Postgres { url, schema } => {
+            let mut builder =
+                PgStore::builder(url).policy(payment_operation_name(), policy).application_name("payments-example");
+            if let Some(schema) = schema {
+                builder = builder.schema(schema);
+            }
+            let store = builder.connect().await.map_err(|error| format!("cannot connect to PostgreSQL: {error}"))?;
+            let provider = faults(Provider::postgres(store.clone(), latency).await?);
+            serve(PgLedger::new(store).await?, provider, &args.addr).await
         }
     }
 }

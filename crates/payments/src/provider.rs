@@ -1,16 +1,25 @@
-//! A simulated external payment provider: its own database file (a remote system, so its
-//! writes are never in the service's transaction), idempotent by the provider key it is
-//! given, and counting every call.
+//! A simulated external payment provider: its own storage (a remote system, so its writes are
+//! never in the service's transaction), idempotent by the provider key it is given, and
+//! counting every call.
+//!
+//! On redb the provider is a database file of its own (`provider.redb`). On PostgreSQL it is
+//! table `sim_provider_charges` in the service's schema, written in transactions of its own:
+//! every instance of the service then talks to the same provider, as instances of a real
+//! service do.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemdb_postgres::PgStore;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
 
 /// `(tenant, provider key)` → the charge as JSON, with its call count.
 const CHARGES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("provider_charges");
+
+/// The provider's table on PostgreSQL, in the store's schema.
+pub const PG_PROVIDER_TABLE: &str = "sim_provider_charges";
 
 /// The provider failed (its storage, in this simulation).
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +51,7 @@ pub struct ChargeRequest {
 /// The simulated provider.
 #[derive(Clone)]
 pub struct Provider {
-    db: Arc<Database>,
+    storage: Storage,
     latency: Duration,
     lose_responses_to: Option<String>,
 }
@@ -56,6 +65,20 @@ impl std::fmt::Debug for Provider {
     }
 }
 
+/// Where the provider keeps its charges.
+#[derive(Clone)]
+enum Storage {
+    Redb(Arc<Database>),
+    Postgres(Arc<PgCharges>),
+}
+
+/// The provider's statements on PostgreSQL.
+struct PgCharges {
+    store: PgStore,
+    charge: String,
+    list: String,
+}
+
 impl Provider {
     /// Opens (or creates) the provider's database at `path`; each call takes `latency`.
     ///
@@ -63,7 +86,35 @@ impl Provider {
     /// The database could not be opened.
     pub fn open(path: &Path, latency: Duration) -> Result<Provider, ProviderError> {
         let db = Database::create(path).map_err(ProviderError::of)?;
-        Ok(Provider { db: Arc::new(db), latency, lose_responses_to: None })
+        Ok(Provider { storage: Storage::Redb(Arc::new(db)), latency, lose_responses_to: None })
+    }
+
+    /// The provider in table [`PG_PROVIDER_TABLE`] of `store`'s schema (created if missing),
+    /// written in transactions of its own; each call takes `latency`.
+    ///
+    /// # Errors
+    /// The table could not be created.
+    pub async fn postgres(store: PgStore, latency: Duration) -> Result<Provider, ProviderError> {
+        let table = format!("\"{}\".{PG_PROVIDER_TABLE}", store.schema());
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {table} (
+                tenant text COLLATE \"C\" NOT NULL,
+                provider_key text COLLATE \"C\" NOT NULL,
+                charge jsonb NOT NULL,
+                calls bigint NOT NULL,
+                PRIMARY KEY (tenant, provider_key)
+            )"
+        );
+        crate::pg_ledger::create_table(&store, &table, &create).await.map_err(ProviderError::of)?;
+        // A repeated key counts the call and returns the first charge.
+        let charge = format!(
+            "INSERT INTO {table} AS c (tenant, provider_key, charge, calls) VALUES ($1, $2, $3::text::jsonb, 1)
+             ON CONFLICT (tenant, provider_key) DO UPDATE SET calls = c.calls + 1
+             RETURNING c.charge::text, c.calls"
+        );
+        let list = format!("SELECT charge::text, calls FROM {table} WHERE tenant = $1 ORDER BY provider_key");
+        let storage = Storage::Postgres(Arc::new(PgCharges { store, charge, list }));
+        Ok(Provider { storage, latency, lose_responses_to: None })
     }
 
     /// A fault to show reconciliation: charges to `destination` are made (and counted), then
@@ -84,9 +135,14 @@ impl Provider {
     /// then unknown.
     pub async fn charge(&self, request: ChargeRequest) -> Result<Value, ProviderError> {
         tokio::time::sleep(self.latency).await;
-        let db = Arc::clone(&self.db);
         let lost = self.lose_responses_to.as_deref() == Some(request.destination.as_str());
-        let charge = blocking::unblock(move || charge(&db, &request)).await?;
+        let charge = match &self.storage {
+            Storage::Redb(db) => {
+                let db = Arc::clone(db);
+                blocking::unblock(move || charge(&db, &request)).await?
+            }
+            Storage::Postgres(pg) => pg.charge(&request).await?,
+        };
         if lost {
             return Err(ProviderError("the connection closed before the provider's answer arrived".into()));
         }
@@ -97,23 +153,75 @@ impl Provider {
     ///
     /// # Errors
     /// The provider's storage failed.
-    pub fn charges(&self, tenant: &str) -> Result<Vec<Value>, ProviderError> {
-        let read = self.db.begin_read().map_err(ProviderError::of)?;
-        let table = match read.open_table(CHARGES) {
-            Ok(table) => table,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(error) => return Err(ProviderError::of(error)),
-        };
-        let mut charges = Vec::new();
-        for entry in table.range((tenant, "")..).map_err(ProviderError::of)? {
-            let (key, value) = entry.map_err(ProviderError::of)?;
-            if key.value().0 != tenant {
-                break;
+    pub async fn charges(&self, tenant: &str) -> Result<Vec<Value>, ProviderError> {
+        match &self.storage {
+            Storage::Redb(db) => {
+                let (db, tenant) = (Arc::clone(db), tenant.to_string());
+                blocking::unblock(move || charges(&db, &tenant)).await
             }
-            charges.push(serde_json::from_slice(value.value()).map_err(ProviderError::of)?);
+            Storage::Postgres(pg) => pg.charges(tenant).await,
         }
-        Ok(charges)
     }
+}
+
+impl PgCharges {
+    async fn charge(&self, request: &ChargeRequest) -> Result<Value, ProviderError> {
+        let new = json!({
+            "id": charge_id(&request.tenant, &request.provider_key),
+            "provider_key": request.provider_key,
+            "amount": request.amount,
+            "currency": request.currency,
+            "destination": request.destination,
+        })
+        .to_string();
+        let txn = self.store.begin().await.map_err(ProviderError::of)?;
+        let row = txn.client().query_one(&self.charge, &[&request.tenant, &request.provider_key, &new]).await;
+        let row = match row {
+            Ok(row) => row,
+            Err(error) => {
+                let _ = txn.rollback().await;
+                return Err(ProviderError::of(error));
+            }
+        };
+        txn.commit().await.map_err(ProviderError::of)?;
+        with_calls(&row)
+    }
+
+    async fn charges(&self, tenant: &str) -> Result<Vec<Value>, ProviderError> {
+        let txn = self.store.begin().await.map_err(ProviderError::of)?;
+        let rows = txn.client().query(&self.list, &[&tenant]).await;
+        // A read: nothing to commit.
+        let _ = txn.rollback().await;
+        rows.map_err(ProviderError::of)?.iter().map(with_calls).collect()
+    }
+}
+
+/// A charge row (`charge::text`, `calls`) as the JSON the redb provider stores.
+fn with_calls(row: &idemdb_postgres::tokio_postgres::Row) -> Result<Value, ProviderError> {
+    let charge: String = row.try_get(0).map_err(ProviderError::of)?;
+    let calls: i64 = row.try_get(1).map_err(ProviderError::of)?;
+    let mut charge: Value = serde_json::from_str(&charge).map_err(ProviderError::of)?;
+    let object = charge.as_object_mut().ok_or(ProviderError("a stored charge is not a JSON object".into()))?;
+    object.insert("calls".into(), calls.into());
+    Ok(charge)
+}
+
+fn charges(db: &Database, tenant: &str) -> Result<Vec<Value>, ProviderError> {
+    let read = db.begin_read().map_err(ProviderError::of)?;
+    let table = match read.open_table(CHARGES) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(error) => return Err(ProviderError::of(error)),
+    };
+    let mut charges = Vec::new();
+    for entry in table.range((tenant, "")..).map_err(ProviderError::of)? {
+        let (key, value) = entry.map_err(ProviderError::of)?;
+        if key.value().0 != tenant {
+            break;
+        }
+        charges.push(serde_json::from_slice(value.value()).map_err(ProviderError::of)?);
+    }
+    Ok(charges)
 }
 
 fn charge(db: &Database, request: &ChargeRequest) -> Result<Value, ProviderError> {

@@ -11,8 +11,11 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_retries_replay_the_first_answer_and_make_one_effect() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &[]);
+    sequential_retries(&Db::redb()).await;
+}
+
+pub async fn sequential_retries(db: &Db) {
+    let server = db.start(&[]);
     let http = http();
     let first = pay(&http, &server.url, "acme", "seq-1", &payment("10.50")).await.unwrap();
     assert_eq!((first.status, first.replayed), (201, false));
@@ -34,15 +37,18 @@ async fn sequential_retries_replay_the_first_answer_and_make_one_effect() {
     assert_eq!(effects_of(&http, &server.url, "acme", "seq-1").await, (1, 1));
 }
 
-async fn effects_of(http: &reqwest::Client, url: &str, tenant: &str, key: &str) -> (usize, u64) {
+pub async fn effects_of(http: &reqwest::Client, url: &str, tenant: &str, key: &str) -> (usize, u64) {
     let effects = effects(http, url, tenant).await;
     (effects.payments_of(key), effects.calls_of(key))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_concurrent_requests_with_one_key_make_one_201_and_one_effect() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--provider-latency-ms", "300"]);
+    thirty_two_concurrent_requests(&Db::redb()).await;
+}
+
+pub async fn thirty_two_concurrent_requests(db: &Db) {
+    let server = db.start(&["--provider-latency-ms", "300"]);
     let http = http();
     let requests: Vec<_> = (0..32)
         .map(|_| {
@@ -66,8 +72,11 @@ async fn thirty_two_concurrent_requests_with_one_key_make_one_201_and_one_effect
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_key_with_another_amount_is_422_and_no_effect() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &[]);
+    another_amount(&Db::redb()).await;
+}
+
+pub async fn another_amount(db: &Db) {
+    let server = db.start(&[]);
     let http = http();
     assert_eq!(pay(&http, &server.url, "acme", "amt-1", &payment("10.50")).await.unwrap().status, 201);
     let other = pay(&http, &server.url, "acme", "amt-1", &payment("99.00")).await.unwrap();
@@ -153,8 +162,11 @@ async fn sigkill_mid_requests_then_restart_leaves_each_key_one_effect_or_an_unce
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_provider_answer_waits_in_the_reconciliation_queue_and_is_never_charged_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--provider-lose-responses-to", "acct_lost"]);
+    lost_provider_answer(&Db::redb()).await;
+}
+
+pub async fn lost_provider_answer(db: &Db) {
+    let server = db.start(&["--provider-lose-responses-to", "acct_lost"]);
     let http = http();
     let lost = r#"{"amount":"20.00","currency":"BRL","destination":"acct_lost"}"#;
     let first = pay(&http, &server.url, "acme", "lost-1", lost).await.unwrap();
@@ -196,7 +208,7 @@ async fn a_lost_provider_answer_waits_in_the_reconciliation_queue_and_is_never_c
 
     // After a restart the item is still uncertain and still not sent again.
     drop(server);
-    let server = Server::start(dir.path(), &["--provider-lose-responses-to", "acct_lost"]);
+    let server = db.start(&["--provider-lose-responses-to", "acct_lost"]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(reconciliation(&http, &server.url, "acme").await.len(), 1);
     assert_eq!(effects_of(&http, &server.url, "acme", "lost-1").await, (0, 1));
@@ -204,8 +216,11 @@ async fn a_lost_provider_answer_waits_in_the_reconciliation_queue_and_is_never_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_dedupe_delivery_ids_and_apply_only_newer_versions_of_an_object() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &[]);
+    webhooks(&Db::redb()).await;
+}
+
+pub async fn webhooks(db: &Db) {
+    let server = db.start(&[]);
     let http = http();
     let event = |id: &str, version: u64, state: &str| {
         format!(r#"{{"delivery_id":"{id}","object_id":"ch_1","version":{version},"state":"{state}"}}"#)
@@ -272,7 +287,7 @@ async fn webhooks_dedupe_delivery_ids_and_apply_only_newer_versions_of_an_object
 
     // Deliveries and objects are durable: after a restart, a redelivery is still a duplicate.
     drop(server);
-    let server = Server::start(dir.path(), &[]);
+    let server = db.start(&[]);
     let (_, after) = webhook(&http, &server.url, &event("evt_3", 3, "refunded")).await;
     assert_eq!((after["outcome"].as_str(), after["earlier"]["outcome"].as_str()), (Some("duplicate"), Some("applied")));
     assert_eq!(object(&after), (3, "refunded".into(), "evt_3".into()));
@@ -359,8 +374,11 @@ async fn a_422_reaches_the_client_as_a_conflict_and_is_not_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_expiry_policy_is_published() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--lease-ttl-secs", "7"]);
+    published_policy(&Db::redb()).await;
+}
+
+pub async fn published_policy(db: &Db) {
+    let server = db.start(&["--lease-ttl-secs", "7"]);
     let response = http().get(format!("{}/v1/idempotency-policy", server.url)).send().await.unwrap();
     let policy: serde_json::Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
     let operation = &policy["operations"][0];

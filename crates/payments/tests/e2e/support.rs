@@ -1,8 +1,9 @@
-//! The running example (a child process on port 0), HTTP calls, the ledger's effect counts,
-//! and a proxy that loses responses.
+//! The running example (a child process on port 0) on redb or PostgreSQL, HTTP calls, the
+//! ledger's effect counts, and a proxy that loses responses.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -22,9 +23,15 @@ impl Server {
     /// Starts `payments-example --addr 127.0.0.1:0 --data DATA EXTRA...` and waits for its
     /// `listening on` line.
     pub fn start(data: &Path, extra: &[&str]) -> Server {
+        Server::start_with([OsString::from("--data"), data.into()], extra)
+    }
+
+    /// Starts `payments-example --addr 127.0.0.1:0 BACKEND... EXTRA...` and waits for its
+    /// `listening on` line.
+    pub fn start_with(backend: impl IntoIterator<Item = OsString>, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_payments-example"))
-            .args(["--addr", "127.0.0.1:0", "--data"])
-            .arg(data)
+            .args(["--addr", "127.0.0.1:0"])
+            .args(backend)
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -52,6 +59,58 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Where a test's servers keep their state: a temporary directory, or a schema of its own in
+/// the PostgreSQL database of `IDEMDB_PG_URL`.
+pub enum Db {
+    Redb(tempfile::TempDir),
+    Postgres { url: String, schema: String },
+}
+
+impl Db {
+    pub fn redb() -> Db {
+        Db::Redb(tempfile::tempdir().unwrap())
+    }
+
+    /// A fresh schema `pay_e2e_<name>` (dropped first if a previous run left it), or `None`
+    /// when `IDEMDB_PG_URL` is not set: the test is then skipped with a notice on the terminal
+    /// (written past the test harness's capture), or fails when `IDEMDB_PG_REQUIRED=1`.
+    pub async fn postgres(name: &str) -> Option<Db> {
+        let url = match std::env::var("IDEMDB_PG_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                let required = std::env::var("IDEMDB_PG_REQUIRED").is_ok_and(|v| v == "1");
+                assert!(!required, "IDEMDB_PG_REQUIRED=1 but IDEMDB_PG_URL is not set");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "payments-example e2e: IDEMDB_PG_URL is not set: the PostgreSQL test on schema pay_e2e_{name} is SKIPPED \
+                     (it passes without running). Run it with a throwaway server: \
+                     bash scripts/with-postgres.sh cargo test -p payments-example"
+                );
+                return None;
+            }
+        };
+        let schema = format!("pay_e2e_{name}");
+        assert!(schema.len() <= 63, "{schema}: a schema name is at most 63 bytes");
+        let (client, connection) =
+            idemdb_postgres::tokio_postgres::connect(&url, idemdb_postgres::tokio_postgres::NoTls).await.unwrap();
+        let connection = tokio::spawn(connection);
+        client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")).await.unwrap();
+        drop(client);
+        let _ = connection.await;
+        Some(Db::Postgres { url, schema })
+    }
+
+    /// Starts a server on this state (another one on the same state is another instance).
+    pub fn start(&self, extra: &[&str]) -> Server {
+        match self {
+            Db::Redb(dir) => Server::start(dir.path(), extra),
+            Db::Postgres { url, schema } => {
+                Server::start_with(["--postgres", url, "--schema", schema].map(OsString::from), extra)
+            }
+        }
     }
 }
 

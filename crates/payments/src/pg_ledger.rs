@@ -1,0 +1,126 @@
+//! The ledger on PostgreSQL: payment rows in table `app_payments` of the store's schema, written
+//! in the same SQL transaction as the report that confirms their charge.
+
+use std::future::Future;
+
+use idemdb_postgres::{EffectReport, OutboxItem, PgStore, PgTxn};
+use serde_json::Value;
+
+use crate::ledger::{Ledger, LedgerError};
+
+/// The payments table on PostgreSQL, in the store's schema.
+pub const PG_PAYMENTS_TABLE: &str = "app_payments";
+
+/// The ledger on PostgreSQL ([`PgStore`]): payment rows in table [`PG_PAYMENTS_TABLE`] of the
+/// store's schema, keyed `(tenant, id)`, the payment as `jsonb`. Instances of the service on
+/// the same database and schema share the idempotency records, the outbox (each charge is
+/// claimed by one dispatcher at a time) and the payments.
+#[derive(Debug, Clone)]
+pub struct PgLedger {
+    store: PgStore,
+    insert: String,
+    list: String,
+}
+
+impl PgLedger {
+    /// A ledger in `store`'s schema: creates table [`PG_PAYMENTS_TABLE`] there if it is missing.
+    ///
+    /// # Errors
+    /// The table could not be created (the database is unavailable, or the role may not create
+    /// tables in the schema).
+    pub async fn new(store: PgStore) -> Result<PgLedger, LedgerError> {
+        let table = format!("\"{}\".{PG_PAYMENTS_TABLE}", store.schema());
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {table} (
+                tenant text COLLATE \"C\" NOT NULL,
+                id text COLLATE \"C\" NOT NULL,
+                payment jsonb NOT NULL,
+                PRIMARY KEY (tenant, id)
+            )"
+        );
+        create_table(&store, &table, &create).await.map_err(LedgerError::of)?;
+        // No `ON CONFLICT`: a second row for one payment is a bug, and aborts the transaction
+        // (and with it the report).
+        let insert = format!("INSERT INTO {table} (tenant, id, payment) VALUES ($1, $2, $3::text::jsonb)");
+        let list = format!("SELECT payment::text FROM {table} WHERE tenant = $1 ORDER BY id");
+        Ok(PgLedger { store, insert, list })
+    }
+}
+
+impl Ledger for PgLedger {
+    type Store = PgStore;
+
+    fn store(&self) -> &PgStore {
+        &self.store
+    }
+
+    fn record_payment(
+        &self,
+        tenant: &str,
+        payment: &Value,
+        claim: &OutboxItem,
+        report: EffectReport,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send {
+        let (tenant, claim) = (tenant.to_string(), claim.clone());
+        let id = payment["id"].as_str().map(str::to_string);
+        let row = payment.to_string();
+        let ledger = self.clone();
+        async move {
+            let Some(id) = id else {
+                return Err(LedgerError::of("a payment is a JSON object with a string `id`"));
+            };
+            let mut txn = ledger.store.begin().await.map_err(LedgerError::of)?;
+            let written = match txn.client().execute(&ledger.insert, &[&tenant, &id, &row]).await {
+                Ok(_) => txn.report_effect(&claim, report).await.map(drop).map_err(LedgerError::of),
+                Err(error) => Err(LedgerError::of(error)),
+            };
+            match written {
+                Ok(()) => txn.commit().await.map_err(LedgerError::of),
+                Err(error) => {
+                    rollback(txn).await;
+                    Err(error)
+                }
+            }
+        }
+    }
+
+    fn payments(&self, tenant: &str) -> impl Future<Output = Result<Vec<Value>, LedgerError>> + Send {
+        let (ledger, tenant) = (self.clone(), tenant.to_string());
+        async move {
+            let txn = ledger.store.begin().await.map_err(LedgerError::of)?;
+            let rows = txn.client().query(&ledger.list, &[&tenant]).await;
+            rollback(txn).await;
+            let mut payments = Vec::new();
+            for row in rows.map_err(LedgerError::of)? {
+                let payment: String = row.try_get(0).map_err(LedgerError::of)?;
+                payments.push(serde_json::from_str(&payment).map_err(LedgerError::of)?);
+            }
+            Ok(payments)
+        }
+    }
+}
+
+/// Ends a transaction that must not commit (a read, or one that failed). A failed rollback
+/// closes the connection, which ends the transaction on the server too.
+async fn rollback(txn: PgTxn) {
+    let _ = txn.rollback().await;
+}
+
+/// Creates `table` with `create` (a `CREATE TABLE IF NOT EXISTS`) under a transaction-scoped
+/// advisory lock on its name: instances starting together take turns instead of racing on the
+/// catalog.
+pub(crate) async fn create_table(store: &PgStore, table: &str, create: &str) -> Result<(), idemdb_postgres::Error> {
+    let txn = store.begin().await?;
+    let created = async {
+        txn.client().execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&table]).await?;
+        txn.client().batch_execute(create).await
+    }
+    .await;
+    match created {
+        Ok(()) => txn.commit().await,
+        Err(error) => {
+            rollback(txn).await;
+            Err(idemdb_postgres::Error::from(error))
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The same service on PostgreSQL (`--postgres $IDEMDB_PG_URL`, a fresh schema per test): the
+//! checks the redb tests make, and two instances on one database racing on the same keys.
+//!
+//! Without `IDEMDB_PG_URL` each test here prints that it is skipped and passes without running;
+//! with `IDEMDB_PG_REQUIRED=1` it fails instead. `bash scripts/with-postgres.sh cargo test -p
+//! payments-example` starts a throwaway server and sets both.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::payments;
+use crate::support::*;
+
+/// Runs a shared check on a fresh schema, or skips it.
+macro_rules! on_postgres {
+    ($($name:ident => $check:path,)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let Some(db) = Db::postgres(stringify!($check).rsplit(':').next().unwrap().trim()).await else { return };
+            $check(&db).await;
+        }
+    )*};
+}
+
+on_postgres! {
+    postgres_sequential_retries_replay_the_first_answer_and_make_one_effect => payments::sequential_retries,
+    postgres_thirty_two_concurrent_requests_with_one_key_make_one_201_and_one_effect => payments::thirty_two_concurrent_requests,
+    postgres_the_same_key_with_another_amount_is_422_and_no_effect => payments::another_amount,
+    postgres_a_lost_provider_answer_waits_in_the_reconciliation_queue => payments::lost_provider_answer,
+    postgres_webhooks_dedupe_delivery_ids_and_apply_only_newer_versions => payments::webhooks,
+    postgres_the_expiry_policy_is_published => payments::published_policy,
+}
+
+/// Two processes on one database and schema, each sent every key twice at once, both
+/// dispatching: one fresh 201 and one effect per key, and both instances see the same ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_instances_racing_on_the_same_keys_make_one_effect_per_key() {
+    let Some(db) = Db::postgres("two_instances").await else { return };
+    let args = ["--provider-latency-ms", "100"];
+    let servers = [db.start(&args), db.start(&args)];
+    let http = http();
+    let keys: Vec<String> = (0..12).map(|i| format!("race-{i}")).collect();
+    let mut requests = Vec::new();
+    for key in &keys {
+        for server in servers.iter().chain(&servers) {
+            let (http, url, key) = (http.clone(), server.url.clone(), key.clone());
+            requests.push(tokio::spawn(async move {
+                let reply = pay(&http, &url, "acme", &key, &payment("10.50")).await;
+                (key, reply)
+            }));
+        }
+    }
+    let mut fresh = std::collections::HashMap::<String, usize>::new();
+    for request in requests {
+        let (key, reply) = request.await.unwrap();
+        let reply = reply.unwrap();
+        let in_progress = reply.status == 409 && reply.problem.as_deref() == Some("urn:idemdb:problem:in-progress");
+        assert!(reply.status == 201 || in_progress, "{key}: {reply:?}");
+        if reply.status == 201 && !reply.replayed {
+            *fresh.entry(key).or_default() += 1;
+        }
+    }
+    // Every key settles to a replay of its one payment, asked of either instance.
+    let mut bodies = Vec::new();
+    for key in &keys {
+        let mut answers = Vec::new();
+        for server in &servers {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let reply = loop {
+                let reply = pay(&http, &server.url, "acme", key, &payment("10.50")).await.unwrap();
+                let in_progress = reply.problem.as_deref() == Some("urn:idemdb:problem:in-progress");
+                if !in_progress || Instant::now() > deadline {
+                    break reply;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            assert_eq!((reply.status, reply.replayed), (201, true), "{key}: {reply:?}");
+            answers.push(reply.body);
+        }
+        assert_eq!(answers[0], answers[1], "{key}: both instances replay the same bytes");
+        bodies.extend(answers);
+    }
+    let ledgers = [effects(&http, &servers[0].url, "acme").await, effects(&http, &servers[1].url, "acme").await];
+    for key in &keys {
+        assert_eq!(fresh.get(key).copied(), Some(1), "{key}: exactly one fresh 201 over both instances");
+        for effects in &ledgers {
+            assert_eq!(effects.payments_of(key), 1, "{key}: one payment");
+            assert_eq!(effects.charges_of(key).len(), 1, "{key}: one charge");
+            assert_eq!(effects.calls_of(key), 1, "{key}: the provider was asked once");
+            assert_eq!(effects.payment_charges_of(key), effects.charges_of(key), "{key}: the payment names the charge");
+        }
+    }
+    for effects in &ledgers {
+        assert_eq!(effects.payments.len(), keys.len(), "no payment beyond the keys sent");
+    }
+    assert_eq!(bodies.len(), 2 * keys.len());
+}
+
+/// An unreachable database is a message and a non-zero exit, not a panic (no server needed).
+#[test]
+fn an_unreachable_database_is_a_clear_error_and_a_failed_exit() {
+    let output = Command::new(env!("CARGO_BIN_EXE_payments-example"))
+        .args(["--addr", "127.0.0.1:0", "--postgres", "postgresql://postgres@127.0.0.1:1/postgres"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("payments-example: cannot connect to PostgreSQL: database unavailable"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.stdout.is_empty(), "it never listened");
+
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_payments-example")).args(["--postgres", "not a url"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot connect to PostgreSQL: invalid configuration: connection URL"), "{stderr}");
+}
+
+/// Exactly one of `--data` and `--postgres`, and `--schema` only with `--postgres`: clap's
+/// usage errors (exit 2), before anything is opened.
+#[test]
+fn exactly_one_backend_is_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("never-created");
+    let data = data.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&[], "the following required arguments were not provided"),
+        (&["--data", data, "--postgres", "postgresql://127.0.0.1:1/x"], "cannot be used with"),
+        (&["--data", data, "--schema", "s"], "--schema is for --postgres"),
+        (&["--schema", "s"], "the following required arguments were not provided"),
+    ];
+    for (args, expected) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_payments-example"))
+            .args(["--addr", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}: it never listened");
+    }
+    assert!(!dir.path().join("never-created").exists(), "nothing was opened");
+}
