@@ -18,7 +18,7 @@ use idemdb_core::{
 use crate::audit::EncodedEvent;
 use crate::clock::ClockGuard;
 use crate::db::Db;
-use crate::journal::wal::{self, CommitFailure, JournalSetup, Wal};
+use crate::journal::wal::{CommitFailure, JournalSetup, Wal};
 use crate::meta::{Initialiser, Meta};
 use crate::snapshot::Snapshots;
 use crate::tables::{
@@ -59,8 +59,10 @@ pub(crate) struct Engine {
     fence_floor: AtomicU64,
     /// Audit events not yet written: they go out in batches with a later commit.
     buffered_audit: Mutex<Vec<EncodedEvent>>,
-    /// The write-ahead journal, when commits use one (see `journal/wal.rs`).
-    pub(crate) wal: Option<Wal>,
+    /// The write-ahead journal, when commits use one (see `journal/wal.rs`); read through
+    /// [`Engine::wal`].
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    wal: Option<Wal>,
 }
 
 impl Engine {
@@ -77,7 +79,7 @@ impl Engine {
         if let (Db::Writable(database), Some(setup)) = (&db, journal) {
             // Replayed before anything is read from the tables: the journal may hold newer
             // clock, fence floor and audit entries.
-            wal = wal::recover(database, setup, clock.now().as_millis())?;
+            wal = recover_journal(database, setup, clock.now().as_millis())?;
             meta = init.run(&db)?;
         }
         let Meta { secret, clock: clock_state, fence_floor } = meta;
@@ -143,12 +145,23 @@ impl Engine {
         };
         tx.set_durability(redb::Durability::Immediate)?;
         self.persist_clock_if_due(&tx, true)?;
-        let committed = match &self.wal {
+        let committed = match self.wal() {
             Some(wal) => wal.checkpoint(tx, self.clock.read().now.as_millis()).map_err(CommitFailure::into_error),
             None => tx.commit().map_err(Error::from),
         };
         self.snapshots.invalidate();
         committed
+    }
+
+    /// The write-ahead journal, when commits use one. Always `None` in the WebAssembly build,
+    /// whose backends commit durably (`docs/design.md`, "The journal"): the constant lets the
+    /// compiler leave the journal's code out of the `.wasm`.
+    #[inline]
+    pub(crate) fn wal(&self) -> Option<&Wal> {
+        #[cfg(target_arch = "wasm32")]
+        return None;
+        #[cfg(not(target_arch = "wasm32"))]
+        self.wal.as_ref()
     }
 
     /// Whether the store was opened read-only.
@@ -175,13 +188,13 @@ impl Engine {
     }
 
     pub(crate) fn begin_write(&self) -> Result<WriteTransaction, Error> {
-        if self.wal.as_ref().is_some_and(Wal::failed) {
+        if self.wal().is_some_and(Wal::failed) {
             return Err(Error::JournalFailed);
         }
         let mut tx = self.db.writable()?.begin_write()?;
         tx.set_durability(match self.config.durability {
             // The journal makes a commit durable; redb flushes only at checkpoints.
-            Durability::Immediate if self.wal.is_some() => redb::Durability::None,
+            Durability::Immediate if self.wal().is_some() => redb::Durability::None,
             Durability::Immediate => redb::Durability::Immediate,
             Durability::Eventual => redb::Durability::None,
         })?;
@@ -335,4 +348,19 @@ fn index_uncertain_records(db: &Database) -> Result<(), OpenError> {
     }
     tx.commit()?;
     Ok(())
+}
+
+/// Replays and opens the journal of `setup` (see `journal/wal.rs`).
+#[cfg(not(target_arch = "wasm32"))]
+fn recover_journal(db: &Database, setup: JournalSetup, now: u64) -> Result<Option<Wal>, OpenError> {
+    crate::journal::wal::recover(db, setup, now)
+}
+
+/// The WebAssembly build keeps no journal: its backends commit durably.
+#[cfg(target_arch = "wasm32")]
+fn recover_journal(_db: &Database, setup: JournalSetup, _now: u64) -> Result<Option<Wal>, OpenError> {
+    Err(OpenError::Journal {
+        path: setup.path.unwrap_or_default(),
+        reason: "the WebAssembly build of idemdb keeps no journal (its backends commit durably)".into(),
+    })
 }

@@ -364,7 +364,7 @@ impl Store {
     pub fn compact(&mut self) -> Result<bool, Error> {
         // redb compacts only without live read transactions: drop the cached snapshot.
         let engine = self.exclusive("compact")?;
-        if engine.wal.is_some() {
+        if engine.wal().is_some() {
             // Checkpoint first: compaction works on the durable file.
             crate::txn::flush(engine)?;
         }

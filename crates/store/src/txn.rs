@@ -60,7 +60,7 @@ impl<'s> Txn<'s> {
             written: Vec::new(),
             written_at: std::collections::HashMap::new(),
             flush_audit: false,
-            log: store.wal.as_ref().map(|_| Vec::new()),
+            log: store.wal().map(|_| Vec::new()),
             raw: std::sync::atomic::AtomicBool::new(false),
             durable: false,
         })
@@ -383,7 +383,7 @@ impl<'s> Txn<'s> {
         }
         let raw = self.raw.load(std::sync::atomic::Ordering::Relaxed);
         let Txn { store, tx, written, audit: own, log, durable, now, .. } = self;
-        let committed = match &store.wal {
+        let committed = match store.wal() {
             None => tx.commit().map_err(crate::error::StorageError::from),
             Some(wal) => {
                 let log = if raw || durable { None } else { log };
@@ -469,9 +469,9 @@ impl Drop for Engine {
         if self.is_read_only() {
             return;
         }
-        let journaled = self.wal.as_ref().is_some_and(|wal| !wal.failed() && wal.has_records());
+        let journaled = self.wal().is_some_and(|wal| !wal.failed() && wal.has_records());
         let flushed = if self.has_unwritten_state() || journaled { flush(self).is_ok() } else { true };
-        if flushed && let Some(wal) = &self.wal {
+        if flushed && let Some(wal) = self.wal() {
             let _ = wal.clear();
         }
     }

@@ -7,6 +7,10 @@
 //! checkpoint. The byte layout is in [`format`]. The file is reached through a redb
 //! [`StorageBackend`], so the reliability harness can put a fault-injecting disk under it as it
 //! does under the store.
+//!
+//! The WebAssembly build keeps no journal ([`Engine::wal`](crate::engine::Engine::wal) is
+//! `None` there), so the compiler leaves this code out of the `.wasm`; it still compiles there.
+#![cfg_attr(target_arch = "wasm32", allow(dead_code))]
 
 pub(crate) mod files;
 pub(crate) mod format;
