@@ -643,34 +643,12 @@ pub(crate) fn sync_parent(_path: &Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use redb::StorageBackend;
-    use redb::backends::InMemoryBackend;
 
     use crate::{OpenError, Store};
 
-    /// A handle on an in-memory image that the test keeps after giving one to the store.
-    #[derive(Debug, Clone, Default)]
-    struct Shared(Arc<InMemoryBackend>);
-
-    impl StorageBackend for Shared {
-        fn len(&self) -> Result<u64, std::io::Error> {
-            self.0.len()
-        }
-        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-            self.0.read(offset, out)
-        }
-        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-            self.0.set_len(len)
-        }
-        fn sync_data(&self) -> Result<(), std::io::Error> {
-            self.0.sync_data()
-        }
-        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-            self.0.write(offset, data)
-        }
-    }
+    use crate::test_support::Shared;
 
     /// Regression (found by the crash sweep of `crates/reliability`): a crash or a failed write
     /// while redb created the database on a backend left the storage sized, with redb's header

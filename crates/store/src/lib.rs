@@ -61,6 +61,8 @@ mod rebuild;
 mod snapshot;
 mod store;
 mod tables;
+#[cfg(test)]
+mod test_support;
 mod txn;
 #[cfg(feature = "workflow")]
 mod workflow;

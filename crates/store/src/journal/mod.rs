@@ -264,33 +264,10 @@ impl<B: StorageBackend> Journal<B> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use redb::backends::InMemoryBackend;
 
     use super::*;
 
-    /// A handle on an in-memory file the test keeps after giving one to the journal.
-    #[derive(Debug, Clone, Default)]
-    struct Shared(Arc<InMemoryBackend>);
-
-    impl StorageBackend for Shared {
-        fn len(&self) -> Result<u64, std::io::Error> {
-            self.0.len()
-        }
-        fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-            self.0.read(offset, out)
-        }
-        fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-            self.0.set_len(len)
-        }
-        fn sync_data(&self) -> Result<(), std::io::Error> {
-            self.0.sync_data()
-        }
-        fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-            self.0.write(offset, data)
-        }
-    }
+    use crate::test_support::Shared;
 
     const ID: [u8; 16] = [3; 16];
     const CAP: u64 = 64 * 1024;
