@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use idemdb::redb::{self, ReadableDatabase, ReadableTableMetadata, TableDefinition, WriteTransaction};
-use idemdb::{Executed, Reservation, Store};
+use idemdb::{Executed, Reservation, Scope, Store};
 use idemdb_core::encode_record;
 
 use crate::backend::{CountingBackend, Io, IoCounters};
@@ -145,6 +145,33 @@ fn acquired(reservation: Reservation) -> Res<idemdb::Lease> {
     }
 }
 
+/// The two-commit path of a same-database effect: reserve (one commit), then the application
+/// row and the completion in a second.
+fn reserve_then_write(store: &Store, scope: &Scope, r: &data::Request, body: &[u8]) -> Res<()> {
+    let lease = acquired(store.reserve(scope, &r.key, &r.fingerprint)?)?;
+    store.write(|txn| -> Result<(), idemdb::Error> {
+        txn.tables()
+            .open_table(PAYMENTS)
+            .map_err(idemdb::Error::from)?
+            .insert(r.encoded.as_slice(), &body[..64])
+            .map_err(idemdb::Error::from)?;
+        txn.complete(&lease, body.to_vec())
+    })?;
+    Ok(())
+}
+
+/// The one-commit path: `execute` with the application row.
+fn execute_once(store: &Store, scope: &Scope, r: &data::Request, body: &[u8]) -> Res<()> {
+    let executed = store.execute(scope, &r.key, &r.fingerprint, |tables| {
+        app_insert(tables, r.encoded.as_slice(), body)?;
+        Ok::<_, redb::Error>(body.to_vec())
+    })?;
+    match executed {
+        Executed::Ran { .. } => Ok(()),
+        other => Err(format!("execute did not run: {other:?}").into()),
+    }
+}
+
 fn app_insert(tables: &WriteTransaction, key: &[u8], body: &[u8]) -> Result<(), redb::Error> {
     tables.open_table(PAYMENTS)?.insert(key, &body[..64])?;
     Ok(())
@@ -253,30 +280,11 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         // Same-database effect: the two-commit path against execute's single commit.
         let requests = data::requests(&scope, base(5, round), n)?;
         two_commit.push(timed(n, Some(&store.counters), |i| {
-            let r = &requests[i];
-            let lease = acquired(store.inner.reserve(&scope, &r.key, &r.fingerprint)?)?;
-            store.inner.write(|txn| -> Result<(), idemdb::Error> {
-                txn.tables()
-                    .open_table(PAYMENTS)
-                    .map_err(idemdb::Error::from)?
-                    .insert(r.encoded.as_slice(), &bodies[i][..64])
-                    .map_err(idemdb::Error::from)?;
-                txn.complete(&lease, bodies[i].clone())
-            })?;
-            Ok(())
+            reserve_then_write(&store.inner, &scope, &requests[i], &bodies[i])
         })?);
         let requests = data::requests(&scope, base(6, round), n)?;
-        execute.push(timed(n, Some(&store.counters), |i| {
-            let r = &requests[i];
-            let executed = store.inner.execute(&scope, &r.key, &r.fingerprint, |tables| {
-                app_insert(tables, r.encoded.as_slice(), &bodies[i])?;
-                Ok::<_, redb::Error>(bodies[i].clone())
-            })?;
-            match executed {
-                Executed::Ran { .. } => Ok(()),
-                other => Err(format!("execute did not run: {other:?}").into()),
-            }
-        })?);
+        execute
+            .push(timed(n, Some(&store.counters), |i| execute_once(&store.inner, &scope, &requests[i], &bodies[i]))?);
 
         // The same calls on a journaled store (the default of a file store).
         let requests = data::requests(&scope, base(10, round), n)?;
@@ -294,29 +302,11 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         journal_io.add(JournalIo::now(&journaled).since(before, 2 * n as u64));
         let requests = data::requests(&scope, base(11, round), n)?;
         journal_two_commit.push(timed(n, Some(&journaled.counters), |i| {
-            let r = &requests[i];
-            let lease = acquired(journaled.inner.reserve(&scope, &r.key, &r.fingerprint)?)?;
-            journaled.inner.write(|txn| -> Result<(), idemdb::Error> {
-                txn.tables()
-                    .open_table(PAYMENTS)
-                    .map_err(idemdb::Error::from)?
-                    .insert(r.encoded.as_slice(), &bodies[i][..64])
-                    .map_err(idemdb::Error::from)?;
-                txn.complete(&lease, bodies[i].clone())
-            })?;
-            Ok(())
+            reserve_then_write(&journaled.inner, &scope, &requests[i], &bodies[i])
         })?);
         let requests = data::requests(&scope, base(12, round), n)?;
         journal_execute.push(timed(n, Some(&journaled.counters), |i| {
-            let r = &requests[i];
-            let executed = journaled.inner.execute(&scope, &r.key, &r.fingerprint, |tables| {
-                app_insert(tables, r.encoded.as_slice(), &bodies[i])?;
-                Ok::<_, redb::Error>(bodies[i].clone())
-            })?;
-            match executed {
-                Executed::Ran { .. } => Ok(()),
-                other => Err(format!("execute did not run: {other:?}").into()),
-            }
+            execute_once(&journaled.inner, &scope, &requests[i], &bodies[i])
         })?);
 
         // SQLite, same requests and fields.
