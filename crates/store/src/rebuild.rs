@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use redb::{Database, Key, ReadTransaction, TableDefinition, TableError, Value};
 
 use crate::tables::{
-    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, META_CLOCK_PENDING, META_JOURNAL_CHECKPOINT, OBJECTS,
+    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, META_CLOCK_PENDING, OBJECTS,
     OUTBOX, OUTBOX_DUE, RECONCILE, RECORDS,
 };
 use crate::{Error, OpenError, Store};
@@ -115,6 +115,18 @@ impl Store {
         if dest.exists() {
             return Err(RebuildError::DestinationExists(dest.to_path_buf()));
         }
+        let (copy, mut report) = self.write_copy(dest)?;
+        drop(copy);
+        report.bytes_after = fs::metadata(dest).map_err(io("read the size of", dest))?.len();
+        Ok(report)
+    }
+
+    /// Writes the compact copy of [`Store::rebuild_into`] to `dest` (which must not exist) and
+    /// returns it still open: the caller holds the copy's lock until it lets go of the
+    /// database, so nobody opens the copy before it is in place (`rebuild`). The copy is
+    /// durable and closed as far as the journal goes: it carries no journal state, so the
+    /// first open of it starts a new journal.
+    pub(crate) fn write_copy(&self, dest: &Path) -> Result<(Database, RebuildReport), RebuildError> {
         if !self.is_read_only() {
             self.flush()?;
         }
@@ -145,14 +157,12 @@ impl Store {
             meta.insert(META_CLOCK, clock.trusted.to_be_bytes().as_slice()).map_err(Error::from)?;
             meta.insert(META_CLOCK_PENDING, clock.encode_pending().as_slice()).map_err(Error::from)?;
             // The copy holds everything the source's journal did: it starts with a new journal
-            // (a journal file beside it is reinitialised, never replayed).
-            meta.remove(META_JOURNAL_CHECKPOINT).map_err(Error::from)?;
+            // (a journal file beside it is never replayed).
+            crate::journal::meta::forget(&mut meta).map_err(Error::from)?;
         }
         tx.commit().map_err(Error::from)?;
         while copy.compact().map_err(Error::from)? {}
-        drop(copy);
-        report.bytes_after = fs::metadata(dest).map_err(io("read the size of", dest))?.len();
-        Ok(report)
+        Ok((copy, report))
     }
 }
 
@@ -224,21 +234,29 @@ fn rebuild_then(path: &Path, replaced: impl FnOnce()) -> Result<RebuildReport, R
     if temporary.exists() {
         fs::remove_file(&temporary).map_err(io("remove the stale", &temporary))?;
     }
-    let report = match store.rebuild_into(&temporary) {
-        Ok(report) => report,
+    let (copy, mut report) = match store.write_copy(&temporary) {
+        Ok(written) => written,
         Err(error) => {
             let _ = fs::remove_file(&temporary);
             return Err(error);
         }
     };
-    // Replace the file while its lock is held; release it only afterwards.
+    report.bytes_after = fs::metadata(&temporary).map_err(io("read the size of", &temporary))?.len();
+    // Replace the file while both locks are held: the original's (no commit reaches it after
+    // the copy was read) and the copy's (nobody opens the new file while the old handle is
+    // still alive and may still write its journal).
     if let Err(source) = fs::rename(&temporary, path) {
+        drop(copy);
         let _ = fs::remove_file(&temporary);
         return Err(RebuildError::Io { action: "replace", path: path.to_path_buf(), source });
     }
     let synced = crate::builder::sync_parent(path).map_err(io("sync the directory of", path));
     replaced();
+    // The old handle goes first (its close checkpoints the old file and lets go of the
+    // journal), and only then the copy's lock: a writer that opens the new file finds the
+    // journal free and starts it anew.
     drop(store);
+    drop(copy);
     synced?;
     Ok(report)
 }

@@ -76,6 +76,32 @@ pub(crate) enum Stop {
     Malformed,
 }
 
+/// A journal generation: an epoch that grows by one at every reset of the journal (a
+/// checkpoint, a re-initialisation) and a random salt drawn with it. Every record's checksum
+/// covers it, so a record of an earlier generation is never taken for a current one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Generation {
+    pub(crate) epoch: u64,
+    pub(crate) salt: u64,
+}
+
+impl Generation {
+    pub(crate) fn from_bytes(bytes: [u8; 16]) -> Generation {
+        let (epoch, salt) = bytes.split_at(8);
+        Generation {
+            epoch: u64::from_be_bytes(epoch.try_into().unwrap_or_default()),
+            salt: u64::from_be_bytes(salt.try_into().unwrap_or_default()),
+        }
+    }
+
+    pub(crate) fn to_bytes(self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.epoch.to_be_bytes());
+        out[8..].copy_from_slice(&self.salt.to_be_bytes());
+        out
+    }
+}
+
 /// The header block of a journal of the store with `store_id`.
 pub(crate) fn header(store_id: &[u8; 16]) -> Vec<u8> {
     let mut block = vec![0u8; BLOCK];

@@ -14,6 +14,7 @@
 
 pub(crate) mod files;
 pub(crate) mod format;
+pub(crate) mod meta;
 pub(crate) mod wal;
 
 use redb::StorageBackend;
