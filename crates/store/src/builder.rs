@@ -12,8 +12,9 @@ use idemdb_core::Policy;
 
 use crate::db::Db;
 use crate::engine::{Config, Engine};
-use crate::journal::files::{journal_path, refuse_pending_journal};
-use crate::journal::wal::{JournalFile, JournalSetup};
+use crate::journal::files::{journal_path, refuse_odd_journal, resolve};
+use crate::journal::recovery::{JournalSetup, JournalSource, check_read_only};
+use crate::journal::wal::JournalFile;
 use crate::meta::{Initialiser, read_meta};
 use crate::store::Store;
 use crate::{Clock, OpenError};
@@ -66,6 +67,7 @@ pub struct StoreBuilder {
     trust_clock_at_open: bool,
     journal: bool,
     journal_bytes: u64,
+    discard_lost_journal: bool,
 }
 
 impl Default for StoreBuilder {
@@ -83,6 +85,7 @@ impl Default for StoreBuilder {
             trust_clock_at_open: false,
             journal: DEFAULT_JOURNAL,
             journal_bytes: crate::journal::DEFAULT_JOURNAL_BYTES,
+            discard_lost_journal: false,
         }
     }
 }
@@ -215,6 +218,17 @@ impl StoreBuilder {
         self
     }
 
+    /// Opens a store whose journal should hold acknowledged commits but is missing, damaged or
+    /// not the store's own ([`OpenError::JournalMissing`], [`OpenError::JournalDamaged`],
+    /// [`OpenError::JournalForeign`]) anyway, **giving up the commits that journal held**: the
+    /// store opens at its last checkpoint and starts a new journal. Off by default; an
+    /// operator's decision after the journal could not be put back (`idemdb recover
+    /// --discard-journal`). The refusal it overrides is logged at `error` level.
+    pub fn discard_lost_journal(mut self, discard: bool) -> Self {
+        self.discard_lost_journal = discard;
+        self
+    }
+
     /// Sets redb's page cache size in bytes (redb's default is 1 GiB).
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = Some(bytes);
@@ -246,6 +260,11 @@ impl StoreBuilder {
         let path = path.as_ref();
         let config = self.config()?;
         let clock = self.resolve_clock()?;
+        // A journal path that is a directory, a FIFO or a device is refused before redb opens
+        // the store for writing (and may repair it), so the refusal changes nothing.
+        if let Ok(resolved) = resolve(path) {
+            refuse_odd_journal(&journal_path(&resolved))?;
+        }
         let db = open_identified(
             path,
             true,
@@ -266,28 +285,16 @@ impl StoreBuilder {
             .map(Store::from_engine)
     }
 
-    /// The journal beside the store at `path`: opened (created when the journal is on), or
-    /// `None` when it is off and no journal file exists.
+    /// The journal of the store file at `path` (which exists now): found beside the file's
+    /// resolved path, so every name of the file (a symlink, a relative path) finds the same
+    /// journal. Recovery (`journal/recovery.rs`) opens it, or the one the store's metadata
+    /// recorded, as the store's journal state requires.
     fn journal_file(&self, path: &Path) -> Result<Option<JournalSetup>, OpenError> {
-        let journal_path = journal_path(path);
-        let active = self.journal && self.durability == Durability::Immediate;
-        if !active && !journal_path.exists() {
-            return Ok(None);
-        }
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&journal_path)
-            .map_err(io_error("open", &journal_path))?;
-        regular_file(&journal_path, &file.metadata().map_err(io_error("inspect", &journal_path))?)?;
-        let backend = redb::backends::FileBackend::new(file)?;
         Ok(Some(JournalSetup {
-            file: JournalFile(Box::new(backend)),
+            source: JournalSource::File { store: resolve(path)? },
             capacity: self.journal_bytes,
-            path: Some(journal_path),
-            active,
+            active: self.journal && self.durability == Durability::Immediate,
+            discard_lost: self.discard_lost_journal,
         }))
     }
 
@@ -330,7 +337,7 @@ impl StoreBuilder {
                     })
                 },
             )?;
-            refuse_pending_journal(&db, path)?;
+            check_read_only(&db, path)?;
             Engine::from_parts(Db::ReadOnly(db), Some(path.to_path_buf()), config, clock, self.check(false)?, None)
                 .map(Store::from_engine)
         }));
@@ -383,10 +390,10 @@ impl StoreBuilder {
         let db = self.redb_builder().create_with_backend(backend)?;
         let init = self.check(true)?;
         let setup = JournalSetup {
-            file: JournalFile(Box::new(journal)),
+            source: JournalSource::Backend(JournalFile(Box::new(journal))),
             capacity: self.journal_bytes,
-            path: None,
             active: self.journal && self.durability == Durability::Immediate,
+            discard_lost: self.discard_lost_journal,
         };
         Engine::from_parts(Db::Writable(db), None, config, clock, init, Some(setup)).map(Store::from_engine)
     }

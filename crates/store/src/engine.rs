@@ -18,7 +18,8 @@ use idemdb_core::{
 use crate::audit::EncodedEvent;
 use crate::clock::ClockGuard;
 use crate::db::Db;
-use crate::journal::wal::{CommitFailure, JournalSetup, Wal};
+use crate::journal::recovery::JournalSetup;
+use crate::journal::wal::{CommitFailure, Wal};
 use crate::meta::{Initialiser, Meta};
 use crate::snapshot::Snapshots;
 use crate::tables::{
@@ -353,14 +354,15 @@ fn index_uncertain_records(db: &Database) -> Result<(), OpenError> {
 /// Replays and opens the journal of `setup` (see `journal/wal.rs`).
 #[cfg(not(target_arch = "wasm32"))]
 fn recover_journal(db: &Database, setup: JournalSetup, now: u64) -> Result<Option<Wal>, OpenError> {
-    crate::journal::wal::recover(db, setup, now)
+    crate::journal::recovery::recover(db, setup, now)
 }
 
 /// The WebAssembly build keeps no journal: its backends commit durably.
 #[cfg(target_arch = "wasm32")]
 fn recover_journal(_db: &Database, setup: JournalSetup, _now: u64) -> Result<Option<Wal>, OpenError> {
+    drop(setup);
     Err(OpenError::Journal {
-        path: setup.path.unwrap_or_default(),
+        path: std::path::PathBuf::new(),
         reason: "the WebAssembly build of idemdb keeps no journal (its backends commit durably)".into(),
     })
 }

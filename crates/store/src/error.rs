@@ -221,6 +221,58 @@ pub enum OpenError {
         /// What is wrong.
         reason: String,
     },
+    /// The store's metadata says its journal may hold acknowledged commits that the file
+    /// does not, and there is no journal where it should be (deleted, moved, a dangling
+    /// symlink). Nothing was changed. Put the store's journal back at `journal` (or at
+    /// `recorded`, where it was last opened); if it is truly lost, open with
+    /// [`StoreBuilder::discard_lost_journal`](crate::StoreBuilder::discard_lost_journal)
+    /// (`idemdb recover --discard-journal`) to accept the loss of those commits.
+    #[error(
+        "the journal of {store} may hold acknowledged commits the store file does not, but {journal} {reason}{}; \
+         put the journal back, or open with discard_lost_journal (idemdb recover --discard-journal) to accept their loss",
+        recorded.as_ref().map(|path| format!(" (it was last opened at {})", path.display())).unwrap_or_default()
+    )]
+    JournalMissing {
+        /// The store file (resolved).
+        store: PathBuf,
+        /// Where the journal was looked for.
+        journal: PathBuf,
+        /// Where the store last opened its journal, when that is elsewhere.
+        recorded: Option<PathBuf>,
+        /// What was found (`does not exist`, ...).
+        reason: String,
+    },
+    /// The journal of a store whose records may be pending is damaged where it must be read:
+    /// a blank, short or unreadable header, a complete record that does not parse. Nothing was
+    /// applied or changed. Restore the journal from a copy, or open with
+    /// [`StoreBuilder::discard_lost_journal`](crate::StoreBuilder::discard_lost_journal) to
+    /// accept the loss of the commits it held.
+    #[error(
+        "the journal {journal} of {store} is damaged: {reason}; nothing was applied. Restore it, or open with \
+         discard_lost_journal (idemdb recover --discard-journal) to accept the loss of the commits it held"
+    )]
+    JournalDamaged {
+        /// The store file (empty for a store on a backend).
+        store: PathBuf,
+        /// The journal file (empty for a journal on a backend).
+        journal: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The journal found for the store is not its journal: another store's (a copy of this
+    /// file that was opened since, or a store sharing its secret), or a later state of this
+    /// store than the file holds (the store file was replaced by an older copy of itself).
+    /// Nothing was applied or changed: a journal is applied only to the store file it belongs
+    /// to.
+    #[error("{journal} is not the journal of {store}: {reason}; nothing was applied")]
+    JournalForeign {
+        /// The store file (empty for a store on a backend).
+        store: PathBuf,
+        /// The journal file (empty for a journal on a backend).
+        journal: PathBuf,
+        /// Why not.
+        reason: String,
+    },
     /// The file is not a redb file, or is damaged beyond what redb's recovery repairs.
     #[error("not an idemdb store (or damaged): {reason}")]
     NotAStore {
@@ -286,7 +338,10 @@ impl OpenError {
             OpenError::Storage(storage) => storage.code(),
             OpenError::NotAFile { .. } => ErrorCode::InvalidArgument,
             OpenError::NeedsRecovery | OpenError::JournalPending { .. } => ErrorCode::NotAStore,
-            OpenError::Journal { .. } => ErrorCode::Corrupt,
+            OpenError::Journal { .. }
+            | OpenError::JournalMissing { .. }
+            | OpenError::JournalDamaged { .. }
+            | OpenError::JournalForeign { .. } => ErrorCode::Corrupt,
             OpenError::Replaced { .. } => ErrorCode::StoreBusy,
         }
     }

@@ -12,7 +12,8 @@ use crate::Error;
 use crate::audit::{EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
 use crate::engine::Engine;
 use crate::journal::Mutation;
-use crate::journal::wal::{self, CommitFailure, T_AUDIT, T_EXPIRY, T_META, T_RECONCILE, T_RECORDS};
+use crate::journal::apply::{self, T_AUDIT, T_EXPIRY, T_META, T_RECONCILE, T_RECORDS};
+use crate::journal::wal::CommitFailure;
 use crate::tables::{
     META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, RECONCILE_RECORD, RECORDS, audit_key, expiry_key, reconcile_key,
 };
@@ -103,7 +104,7 @@ impl<'s> Txn<'s> {
 
     /// Writes `key` → `value` into one of the store's tables and logs it for the journal.
     fn put_logged(&mut self, table: u8, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        wal::apply_put(&self.tx, table, key, value)?;
+        apply::apply_put(&self.tx, table, key, value)?;
         if let Some(log) = &mut self.log {
             log.push(Mutation::Put { table, key: key.to_vec(), value: value.to_vec() });
         }
@@ -112,7 +113,7 @@ impl<'s> Txn<'s> {
 
     /// Removes `key` from one of the store's tables and logs it for the journal.
     fn remove_logged(&mut self, table: u8, key: &[u8]) -> Result<(), Error> {
-        wal::apply_remove(&self.tx, table, key)?;
+        apply::apply_remove(&self.tx, table, key)?;
         if let Some(log) = &mut self.log {
             log.push(Mutation::Remove { table, key: key.to_vec() });
         }
@@ -463,16 +464,26 @@ pub(crate) fn flush(engine: &Engine) -> Result<(), Error> {
 
 impl Drop for Engine {
     /// Best effort, when the last handle goes: keep the clock state (as of now) and the
-    /// buffered audit events; with a journal, checkpoint and empty it, so a closed store is
-    /// one complete file. A read-only store writes nothing.
+    /// buffered audit events; with a journal, checkpoint and mark it closed, so a closed store
+    /// is one complete file. A read-only store writes nothing.
     fn drop(&mut self) {
         if self.is_read_only() {
             return;
         }
-        let journaled = self.wal().is_some_and(|wal| !wal.failed() && wal.has_records());
-        let flushed = if self.has_unwritten_state() || journaled { flush(self).is_ok() } else { true };
-        if flushed && let Some(wal) = self.wal() {
-            let _ = wal.clear();
+        match self.wal() {
+            // The close's checkpoint applies everything journaled and clears the "records may
+            // be pending" marker: the file alone is then the whole store.
+            Some(wal) if !wal.failed() => {
+                wal.begin_close();
+                let _ = flush(self);
+            }
+            // A failed journal is replayed at the next open.
+            Some(_) => {}
+            None => {
+                if self.has_unwritten_state() {
+                    let _ = flush(self);
+                }
+            }
         }
     }
 }

@@ -1,22 +1,33 @@
-//! The journal's bytes: a header block, then records of table mutations, each aligned to a
-//! block and checksummed, so recovery can tell a complete record from a torn one.
+//! The journal's bytes: a header block with two slots, then records of table mutations, each
+//! aligned to a block and checksummed, so recovery can tell a complete record of the current
+//! generation from a torn one, a damaged one, or one left by an earlier generation.
 //!
 //! ```text
-//! header (block 0, 4096 bytes):
-//!   magic "idemdb-journal\0\0" (16) · format: u32 BE (= 1) · store id: [u8; 16] · zero padding
+//! header (block 0, 4096 bytes): two slots of 512 bytes at offsets 0 and 512, the rest zeros
+//!   slot: magic "idemdb-journal\0\0" (16) · format: u32 BE (= 2) · journal id: [u8; 16]
+//!         · epoch: u64 BE · salt: u64 BE · capacity: u64 BE · check: [u8; 8]
+//!   check = the first 8 bytes of BLAKE3(the 60 bytes before it)
+//!   a generation (epoch, salt) is written into slot `epoch % 2`, so the slot of the previous
+//!   generation stays intact while the next one is written
 //! record (at a multiple of 4096, padded with zeros to the next one):
 //!   len: u32 BE (payload bytes) · seq: u64 BE · check: [u8; 8] · payload
-//!   check = the first 8 bytes of BLAKE3(len ‖ seq ‖ payload)
+//!   check = the first 8 bytes of BLAKE3("idemdb journal record 2" ‖ journal id ‖ epoch ‖ salt
+//!           ‖ len ‖ seq ‖ payload)
 //! payload:
 //!   count: u32 BE, then per mutation:
 //!   op: u8 (1 put, 2 remove) · table: u8 · key_len: u32 BE · key · [value_len: u32 BE · value]
 //! ```
 //!
-//! Sequence numbers are consecutive. A checkpoint records the last applied one in the store,
-//! and the next record is written at block 1 again: what follows it on disk has older
-//! sequence numbers, so recovery stops there, as it stops at the first record whose length,
-//! checksum or sequence number is off (a write torn by a crash). The file is preallocated with
-//! written zeros and never changes size on the commit path.
+//! The store's metadata names the journal id and the current generation (`meta.rs`); recovery
+//! takes only records sealed with both, in sequence from the checkpoint on, and stops at the
+//! first that is not (zeros, a torn or damaged write, a record of an earlier generation). Every
+//! checkpoint and every open starts a new generation, so records left behind an early stop
+//! can never line up with later ones. The file is preallocated with written zeros and never
+//! changes size on the commit path.
+//!
+//! Format 1 (read once, when a store written by an older version is opened): the header is
+//! magic · format (= 1) · a store id derived from the store's secret, and a record's check is
+//! BLAKE3(len ‖ seq ‖ payload).
 
 use std::fmt;
 
@@ -25,7 +36,13 @@ pub(crate) const BLOCK: usize = 4096;
 /// The header's magic.
 pub(crate) const MAGIC: &[u8; 16] = b"idemdb-journal\0\0";
 /// The journal format this build writes.
-pub(crate) const JOURNAL_FORMAT: u32 = 1;
+pub(crate) const JOURNAL_FORMAT: u32 = 2;
+/// The format of journals written before generations and journal ids (read once).
+pub(crate) const LEGACY_FORMAT: u32 = 1;
+/// Bytes of a header slot (the slot's content is shorter; the rest is zeros).
+pub(crate) const SLOT: usize = 512;
+/// Bytes of a slot's content before its check.
+const SLOT_BODY: usize = 16 + 4 + 16 + 8 + 8 + 8;
 /// Bytes of a record's header (length, sequence, check).
 pub(crate) const RECORD_HEADER: usize = 4 + 8 + 8;
 
@@ -102,50 +119,108 @@ impl Generation {
     }
 }
 
-/// The header block of a journal of the store with `store_id`.
-pub(crate) fn header(store_id: &[u8; 16]) -> Vec<u8> {
+/// What a header slot holds: which journal this is, its current generation and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotInfo {
+    pub(crate) id: [u8; 16],
+    pub(crate) generation: Generation,
+    pub(crate) capacity: u64,
+}
+
+/// The bytes of a header slot (written at offset `slot_offset(generation)`).
+pub(crate) fn slot(info: &SlotInfo) -> [u8; SLOT] {
+    let mut out = [0u8; SLOT];
+    out[..16].copy_from_slice(MAGIC);
+    out[16..20].copy_from_slice(&JOURNAL_FORMAT.to_be_bytes());
+    out[20..36].copy_from_slice(&info.id);
+    out[36..44].copy_from_slice(&info.generation.epoch.to_be_bytes());
+    out[44..52].copy_from_slice(&info.generation.salt.to_be_bytes());
+    out[52..60].copy_from_slice(&info.capacity.to_be_bytes());
+    let check = blake3::hash(&out[..SLOT_BODY]);
+    out[SLOT_BODY..SLOT_BODY + 8].copy_from_slice(&check.as_bytes()[..8]);
+    out
+}
+
+/// The offset of the slot a generation is written to.
+pub(crate) fn slot_offset(generation: Generation) -> u64 {
+    (generation.epoch % 2) * SLOT as u64
+}
+
+/// What one header slot says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// A valid slot of this format.
+    Current(SlotInfo),
+    /// A format-1 header (only ever in the first slot): the store id derived from the secret.
+    Legacy([u8; 16]),
+    /// A header of a format this build does not read.
+    OtherFormat(u32),
+    /// All zeros: never written.
+    Blank,
+    /// Anything else: torn, damaged, or not a journal.
+    Invalid,
+}
+
+/// Reads one header slot.
+pub(crate) fn read_slot(bytes: &[u8]) -> Slot {
+    if bytes.len() < SLOT_BODY + 8 {
+        return Slot::Invalid;
+    }
+    if bytes[..SLOT_BODY + 8].iter().all(|byte| *byte == 0) {
+        return Slot::Blank;
+    }
+    if &bytes[..16] != MAGIC {
+        return Slot::Invalid;
+    }
+    let format = u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&bytes[20..36]);
+    if format == LEGACY_FORMAT {
+        return Slot::Legacy(id);
+    }
+    if format != JOURNAL_FORMAT {
+        return Slot::OtherFormat(format);
+    }
+    let check = blake3::hash(&bytes[..SLOT_BODY]);
+    if bytes[SLOT_BODY..SLOT_BODY + 8] != check.as_bytes()[..8] {
+        return Slot::Invalid;
+    }
+    let be = |at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+    Slot::Current(SlotInfo { id, generation: Generation { epoch: be(36), salt: be(44) }, capacity: be(52) })
+}
+
+/// Both slots of a header block (`block` may be short: missing bytes read as invalid).
+pub(crate) fn read_slots(block: &[u8]) -> [Slot; 2] {
+    let at = |offset: usize| block.get(offset..offset + SLOT).map_or(Slot::Invalid, read_slot);
+    [at(0), at(SLOT)]
+}
+
+/// The header block of a format-1 journal of the store with `store_id` (tests and the
+/// legacy reader's fixtures).
+#[cfg(test)]
+pub(crate) fn legacy_header(store_id: &[u8; 16]) -> Vec<u8> {
     let mut block = vec![0u8; BLOCK];
     block[..16].copy_from_slice(MAGIC);
-    block[16..20].copy_from_slice(&JOURNAL_FORMAT.to_be_bytes());
+    block[16..20].copy_from_slice(&LEGACY_FORMAT.to_be_bytes());
     block[20..36].copy_from_slice(store_id);
     block
 }
 
-/// What a header block says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Header {
-    /// A journal of this format for the store with this id.
-    Journal([u8; 16]),
-    /// All zeros: a journal whose creation did not finish (nothing was ever journaled in it).
-    Blank,
-    /// A journal of another format version.
-    OtherFormat(u32),
-    /// Not a journal at all.
-    Foreign,
+/// What a record's checksum is sealed with: the journal and generation it belongs to
+/// (format 2), or nothing (format 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seal {
+    Legacy,
+    Current { id: [u8; 16], generation: Generation },
 }
 
-/// Reads a header block.
-pub(crate) fn read_header(block: &[u8]) -> Header {
-    if block.len() < 36 {
-        return Header::Foreign;
-    }
-    if block.iter().all(|byte| *byte == 0) {
-        return Header::Blank;
-    }
-    if &block[..16] != MAGIC {
-        return Header::Foreign;
-    }
-    let format = u32::from_be_bytes([block[16], block[17], block[18], block[19]]);
-    if format != JOURNAL_FORMAT {
-        return Header::OtherFormat(format);
-    }
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&block[20..36]);
-    Header::Journal(id)
-}
-
-fn check(len: u32, seq: u64, payload: &[u8]) -> [u8; 8] {
+fn check(seal: Seal, len: u32, seq: u64, payload: &[u8]) -> [u8; 8] {
     let mut hasher = blake3::Hasher::new();
+    if let Seal::Current { id, generation } = seal {
+        hasher.update(b"idemdb journal record 2");
+        hasher.update(&id);
+        hasher.update(&generation.to_bytes());
+    }
     hasher.update(&len.to_be_bytes());
     hasher.update(&seq.to_be_bytes());
     hasher.update(payload);
@@ -155,7 +230,7 @@ fn check(len: u32, seq: u64, payload: &[u8]) -> [u8; 8] {
 }
 
 /// The record of `mutations` with sequence number `seq`, padded to whole blocks.
-pub(crate) fn encode_record(seq: u64, mutations: &[Mutation]) -> Vec<u8> {
+pub(crate) fn encode_record(seal: Seal, seq: u64, mutations: &[Mutation]) -> Vec<u8> {
     let mut payload = Vec::with_capacity(
         4 + mutations
             .iter()
@@ -185,7 +260,7 @@ pub(crate) fn encode_record(seq: u64, mutations: &[Mutation]) -> Vec<u8> {
     let mut record = Vec::with_capacity(blocks_for(payload.len()) * BLOCK);
     record.extend_from_slice(&len.to_be_bytes());
     record.extend_from_slice(&seq.to_be_bytes());
-    record.extend_from_slice(&check(len, seq, &payload));
+    record.extend_from_slice(&check(seal, len, seq, &payload));
     record.extend_from_slice(&payload);
     record.resize(blocks_for(payload.len()) * BLOCK, 0);
     record
@@ -217,12 +292,12 @@ pub(crate) fn peek(first: &[u8], max_len: usize) -> Option<(usize, u64)> {
 
 /// Decodes a whole record (`bytes` holds at least its header and payload) expected to carry
 /// sequence number `expected`.
-pub(crate) fn decode_record(bytes: &[u8], expected: u64) -> Result<Vec<Mutation>, Stop> {
+pub(crate) fn decode_record(bytes: &[u8], seal: Seal, expected: u64) -> Result<Vec<Mutation>, Stop> {
     let (len, seq) = peek(bytes, bytes.len().saturating_sub(RECORD_HEADER)).ok_or(Stop::NotARecord)?;
     let payload = &bytes[RECORD_HEADER..RECORD_HEADER + len];
     let mut stored = [0u8; 8];
     stored.copy_from_slice(&bytes[12..20]);
-    if stored != check(u32::try_from(len).unwrap_or(u32::MAX), seq, payload) {
+    if stored != check(seal, u32::try_from(len).unwrap_or(u32::MAX), seq, payload) {
         return Err(Stop::NotARecord);
     }
     if seq != expected {
@@ -266,6 +341,8 @@ fn take_bytes(rest: &mut &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    const SEAL: Seal = Seal::Current { id: [5; 16], generation: Generation { epoch: 3, salt: 0xdead_beef } };
+
     fn sample() -> Vec<Mutation> {
         vec![
             Mutation::Put { table: 1, key: b"k1".to_vec(), value: vec![7; 5000] },
@@ -276,45 +353,75 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_fill_whole_blocks() {
-        let record = encode_record(42, &sample());
+        let record = encode_record(SEAL, 42, &sample());
         assert_eq!(record.len() % BLOCK, 0);
         assert_eq!(record.len(), 2 * BLOCK, "5 KB of payload takes two blocks");
-        assert_eq!(decode_record(&record, 42), Ok(sample()));
-        assert_eq!(decode_record(&record, 43), Err(Stop::OtherSequence(42)));
-        let empty = encode_record(1, &[]);
+        assert_eq!(decode_record(&record, SEAL, 42), Ok(sample()));
+        assert_eq!(decode_record(&record, SEAL, 43), Err(Stop::OtherSequence(42)));
+        let empty = encode_record(SEAL, 1, &[]);
         assert_eq!(empty.len(), BLOCK);
-        assert_eq!(decode_record(&empty, 1), Ok(Vec::new()));
+        assert_eq!(decode_record(&empty, SEAL, 1), Ok(Vec::new()));
+        let legacy = encode_record(Seal::Legacy, 9, &sample());
+        assert_eq!(decode_record(&legacy, Seal::Legacy, 9), Ok(sample()), "format 1 records still read");
+    }
+
+    #[test]
+    fn a_record_of_another_generation_or_journal_is_not_a_record() {
+        let record = encode_record(SEAL, 7, &sample());
+        let Seal::Current { id, generation } = SEAL else { unreachable!() };
+        let next = Seal::Current { id, generation: Generation { epoch: generation.epoch + 1, ..generation } };
+        let resalted = Seal::Current { id, generation: Generation { salt: generation.salt ^ 1, ..generation } };
+        let other = Seal::Current { id: [6; 16], generation };
+        for seal in [next, resalted, other, Seal::Legacy] {
+            assert_eq!(decode_record(&record, seal, 7), Err(Stop::NotARecord), "{seal:?}");
+        }
     }
 
     #[test]
     fn a_torn_or_zeroed_record_is_not_a_record() {
-        let record = encode_record(7, &sample());
+        let record = encode_record(SEAL, 7, &sample());
         // Torn at every sector boundary: the second half never reached the disk.
         for cut in (512..record.len()).step_by(512) {
             let mut torn = record.clone();
             torn[cut..].fill(0);
             if torn != record {
-                assert_eq!(decode_record(&torn, 7), Err(Stop::NotARecord), "cut at {cut}");
+                assert_eq!(decode_record(&torn, SEAL, 7), Err(Stop::NotARecord), "cut at {cut}");
             }
         }
         let mut flipped = record.clone();
         flipped[100] ^= 1;
-        assert_eq!(decode_record(&flipped, 7), Err(Stop::NotARecord));
-        assert_eq!(decode_record(&vec![0; BLOCK], 7), Err(Stop::NotARecord));
+        assert_eq!(decode_record(&flipped, SEAL, 7), Err(Stop::NotARecord));
+        assert_eq!(decode_record(&vec![0; BLOCK], SEAL, 7), Err(Stop::NotARecord));
         assert!(peek(&[0xff; RECORD_HEADER], 100).is_none(), "an impossible length");
     }
 
     #[test]
-    fn headers_say_whose_journal_it_is() {
-        let id = [9u8; 16];
-        let block = header(&id);
-        assert_eq!(block.len(), BLOCK);
-        assert_eq!(read_header(&block), Header::Journal(id));
-        assert_eq!(read_header(&vec![0; BLOCK]), Header::Blank);
-        assert_eq!(read_header(b"SQLite format 3\0 and more bytes here to 36"), Header::Foreign);
-        let mut newer = block.clone();
-        newer[16..20].copy_from_slice(&2u32.to_be_bytes());
-        assert_eq!(read_header(&newer), Header::OtherFormat(2));
+    fn header_slots_say_whose_journal_it_is_and_which_generation() {
+        let info = SlotInfo { id: [9; 16], generation: Generation { epoch: 4, salt: 11 }, capacity: 1 << 20 };
+        let mut block = vec![0u8; BLOCK];
+        let at = slot_offset(info.generation) as usize;
+        block[at..at + SLOT].copy_from_slice(&slot(&info));
+        assert_eq!(read_slots(&block), [Slot::Current(info), Slot::Blank]);
+        let next = SlotInfo { generation: Generation { epoch: 5, salt: 12 }, ..info };
+        let at = slot_offset(next.generation) as usize;
+        block[at..at + SLOT].copy_from_slice(&slot(&next));
+        assert_eq!(read_slots(&block), [Slot::Current(info), Slot::Current(next)], "the previous slot stays");
+        // A flipped byte anywhere in a slot's content makes it invalid, never another slot.
+        for byte in 0..SLOT_BODY + 8 {
+            let mut damaged = block.clone();
+            damaged[byte] ^= 0x40;
+            let [first, _] = read_slots(&damaged);
+            assert!(
+                matches!(first, Slot::Invalid | Slot::OtherFormat(_) | Slot::Legacy(_)),
+                "byte {byte}: {first:?}"
+            );
+        }
+        assert_eq!(read_slots(&vec![0; BLOCK]), [Slot::Blank, Slot::Blank]);
+        assert_eq!(read_slots(&legacy_header(&[2; 16]))[0], Slot::Legacy([2; 16]));
+        assert_eq!(read_slots(b"SQLite format 3\0 and more bytes")[0], Slot::Invalid, "short and foreign");
+        let mut newer = slot(&info);
+        newer[16..20].copy_from_slice(&3u32.to_be_bytes());
+        assert_eq!(read_slot(&newer), Slot::OtherFormat(3));
         assert!(format!("{:?}", sample()).contains("5000 B"), "debug output shows lengths, not data");
     }
 }

@@ -1,0 +1,542 @@
+//! Opening a store's journal: finding the journal that belongs to the store file, replaying
+//! the records a crash left, and starting a new journal generation with a new journal id.
+//!
+//! The store's metadata is the authority (`meta.rs`). At every open for writing:
+//!
+//! 1. The metadata says whether the journal may hold records (the clean-close marker) and
+//!    which journal id and generation they carry. A store closed cleanly, never journaled, or
+//!    copied (a rebuild, a backup) needs nothing from any journal file: one beside it is
+//!    re-created quietly. A store whose records may be pending needs *its* journal: the one
+//!    beside the store's resolved path, or the one at the path its metadata recorded (a store
+//!    renamed or reached through another hard link after a crash), whichever carries its id. A
+//!    missing, blank, short, damaged or foreign journal is a typed refusal; nothing is changed.
+//! 2. The records of the metadata's generation, in sequence from the checkpoint on, are read
+//!    (never past the journal's recorded capacity or the file's end).
+//! 3. A new journal id and the next generation are written into a header slot of the journal
+//!    file (not the slot the current generation's records depend on) and synced.
+//! 4. One durable redb commit applies the records and records the checkpoint, the new id and
+//!    generation, the marker and the journal's path. Only then may records be appended.
+//!
+//! A crash anywhere in 3–4 leaves the metadata naming the old id and generation, whose slot and
+//! records are untouched, so the next open does the same again. After 4, every record in the
+//! file is of an earlier generation or journal id, so none is ever applied again; a copy of the
+//! store that is opened with its own journal gets its own id at once.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, StorageBackend};
+
+use super::apply::{Applied, apply_put, apply_remove};
+use super::files::{Access, ReadOnlyFile, journal_path, open_journal, resolve};
+use super::format::{BLOCK, Generation, Seal, Slot};
+use super::meta::{History, JournalMeta, MetaFault};
+use super::wal::{JournalFile, Wal};
+use super::{Header, Journal, JournalError, ScanEnd, scan};
+use crate::tables::{META, META_SECRET};
+use crate::{Error, OpenError};
+
+/// Where the journal of a store being opened is.
+pub(crate) enum JournalSource {
+    /// A backend the caller gave (custom storage, fault-injection tests): no path.
+    Backend(JournalFile),
+    /// The journal file beside a store file, found from the store file's resolved path.
+    File {
+        /// The store file's path with symlinks resolved.
+        store: PathBuf,
+    },
+}
+
+/// What the open hands the engine.
+pub(crate) struct JournalSetup {
+    pub(crate) source: JournalSource,
+    /// The size of a journal created now.
+    pub(crate) capacity: u64,
+    /// Whether commits are journaled after recovery (off: the journal is replayed and left
+    /// alone, and the store is marked closed).
+    pub(crate) active: bool,
+    /// Open a store whose journal is missing, damaged or foreign anyway, accepting the loss of
+    /// the commits that journal held.
+    pub(crate) discard_lost: bool,
+}
+
+/// A journal file found for reading, with where it is (`None`: a backend the caller gave).
+struct Located<F = JournalFile> {
+    file: F,
+    path: Option<PathBuf>,
+}
+
+/// What the journal held for the store.
+struct Read {
+    batches: Vec<Vec<Mutation>>,
+    /// The newest header slot of the store's journal, when one was found (the new generation
+    /// is written into the other slot).
+    slot_epoch: Option<u64>,
+}
+
+use super::Mutation;
+
+fn meta_error(fault: MetaFault) -> OpenError {
+    match fault {
+        MetaFault::Storage(storage) => OpenError::from(storage),
+        MetaFault::Malformed(what) => OpenError::CorruptMeta(format!("{what} malformed")),
+    }
+}
+
+fn io_error(path: Option<&Path>) -> impl Fn(JournalError) -> OpenError + '_ {
+    move |error| match error {
+        JournalError::Io(source) => match path {
+            Some(path) => OpenError::Io { action: "read the journal", path: path.to_path_buf(), source },
+            None => OpenError::Storage(redb::StorageError::Io(source).into()),
+        },
+        JournalError::Malformed { seq } => OpenError::JournalDamaged {
+            store: PathBuf::new(),
+            journal: path.map(Path::to_path_buf).unwrap_or_default(),
+            reason: format!("record {seq} is complete and checksummed but does not parse"),
+        },
+        other => OpenError::Journal { path: path.map(Path::to_path_buf).unwrap_or_default(), reason: other.to_string() },
+    }
+}
+
+/// Reads the store's journal entries and its secret.
+fn read_meta(read: &redb::ReadTransaction) -> Result<(JournalMeta, Vec<u8>), OpenError> {
+    let table = read.open_table(META)?;
+    let meta = JournalMeta::read(&table).map_err(meta_error)?;
+    let secret = table
+        .get(META_SECRET)?
+        .map(|guard| guard.value().to_vec())
+        .ok_or_else(|| OpenError::CorruptMeta("audit secret missing".into()))?;
+    Ok((meta, secret))
+}
+
+/// The id format-1 journals carry: derived from the store's secret.
+fn legacy_id(secret: &[u8]) -> [u8; 16] {
+    let key = blake3::derive_key("idemdb 2026-12-01 journal store id", secret);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&key[..16]);
+    id
+}
+
+/// Recovery at open (see the module docs). Returns the journal commits use from now on
+/// (`None` when the journal is off).
+pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Option<Wal>, OpenError> {
+    let JournalSetup { source, capacity, active, discard_lost } = setup;
+    let (meta, secret) = read_meta(&db.begin_read()?)?;
+    let mut history = meta.history();
+    if !active && history == History::None {
+        // Nothing to read, nothing to journal: the file alone is the store.
+        return Ok(None);
+    }
+    let checkpoint = meta.checkpoint.unwrap_or(0);
+    let (store_path, beside) = match &source {
+        JournalSource::File { store } => (store.clone(), Some(journal_path(store))),
+        JournalSource::Backend(_) => (PathBuf::new(), None),
+    };
+
+    // 1–2: the journal that belongs to the store, and its records.
+    let mut given = match source {
+        JournalSource::Backend(file) => Some(file),
+        JournalSource::File { .. } => None,
+    };
+    let mut read = Read { batches: Vec::new(), slot_epoch: None };
+    let mut stale = None;
+    let mut from_beside = false;
+    let found = match history {
+        History::None => Ok(None),
+        History::Legacy => read_legacy(given.take(), beside.as_deref(), &legacy_id(&secret), checkpoint),
+        History::Pending => read_pending(given.take(), beside.as_deref(), &store_path, &meta, checkpoint),
+    };
+    match found {
+        Ok(None) => {}
+        Ok(Some((located, records))) => {
+            from_beside = located.path.is_none() || located.path == beside;
+            if from_beside {
+                given = Some(located.file);
+            } else {
+                stale = located.path;
+            }
+            read = records;
+        }
+        Err(refused) if discard_lost && is_lost_journal(&refused) => {
+            tracing::error!(
+                target: "idemdb::journal",
+                store = %store_path.display(),
+                error = %refused,
+                "opening without the journal: the commits it held are given up (discard_lost_journal)"
+            );
+            history = History::None;
+        }
+        Err(refused) => {
+            tracing::warn!(target: "idemdb::journal", store = %store_path.display(), error = %refused, "open refused");
+            return Err(refused);
+        }
+    }
+    let applied = checkpoint
+        .checked_add(read.batches.len() as u64)
+        .ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
+
+    // 3: the new journal id and generation, in the slot the current records do not depend on.
+    let id = fresh_id();
+    let mut epoch = meta.generation.epoch.checked_add(1);
+    if let (Some(next), Some(slot)) = (epoch, read.slot_epoch)
+        && next % 2 == slot % 2
+    {
+        epoch = next.checked_add(1);
+    }
+    if history == History::Legacy {
+        // The format-1 header sits where slot 0 is: the first generation goes to slot 1.
+        epoch = epoch.map(|e| if e % 2 == 0 { e + 1 } else { e });
+    }
+    let epoch = epoch.ok_or_else(|| OpenError::CorruptMeta("journal generation out of range".into()))?;
+    let generation = Generation { epoch, salt: fresh_salt(meta.generation, applied) };
+    let journal = if active {
+        let file = match (given, &beside) {
+            (Some(file), _) => file,
+            (None, Some(beside)) => open_beside(beside)?,
+            (None, None) => return Err(OpenError::Journal { path: PathBuf::new(), reason: "no journal backend".into() }),
+        };
+        let len = file.len().map_err(|error| io_error(beside.as_deref())(error.into()))?;
+        // A file is preallocated afresh only when it holds nothing the store still needs.
+        let fresh = !from_beside || history == History::None || len < 2 * BLOCK as u64;
+        let fresh = fresh && (len != capacity.max(2 * BLOCK as u64) / BLOCK as u64 * BLOCK as u64);
+        Some(
+            Journal::start(file, id, generation, applied, capacity, fresh)
+                .map_err(io_error(beside.as_deref()))?,
+        )
+    } else {
+        None
+    };
+
+    // 4: apply, checkpoint, and name the new journal in one durable commit.
+    let mut tx = db.begin_write()?;
+    tx.set_durability(redb::Durability::Immediate)?;
+    for (at, batch) in read.batches.iter().enumerate() {
+        for mutation in batch {
+            let result = match mutation {
+                Mutation::Put { table, key, value } => apply_put(&tx, *table, key, value),
+                Mutation::Remove { table, key } => apply_remove(&tx, *table, key),
+            };
+            match result {
+                Ok(()) => {}
+                Err(Applied::Storage(error)) => return Err(storage(error)),
+                Err(Applied::Malformed) => {
+                    return Err(OpenError::JournalDamaged {
+                        store: store_path,
+                        journal: beside.unwrap_or_default(),
+                        reason: format!("record {} names no table of the store", checkpoint + at as u64 + 1),
+                    });
+                }
+            }
+        }
+    }
+    {
+        let mut table = tx.open_table(META)?;
+        let entries = JournalMeta { checkpoint: Some(applied), id: Some(id), generation, open: active, path: beside };
+        entries.write(&mut table)?;
+    }
+    tx.commit()?;
+    if let Some(stale) = stale {
+        // The store's records are applied and its journal is the one beside it now: the old
+        // file (found through the recorded path) is of no further use.
+        tracing::info!(target: "idemdb::journal", journal = %stale.display(), "removed the store's earlier journal");
+        let _ = fs::remove_file(&stale);
+    }
+    Ok(journal.map(|journal| Wal::new(journal, now)))
+}
+
+/// Whether an open refusal says the journal's commits are out of reach (what
+/// `discard_lost_journal` accepts), as opposed to an I/O error or a busy file.
+fn is_lost_journal(error: &OpenError) -> bool {
+    matches!(
+        error,
+        OpenError::JournalMissing { .. } | OpenError::JournalDamaged { .. } | OpenError::JournalForeign { .. }
+    )
+}
+
+/// Opens (creating it) the journal beside the store, for a journal that holds nothing needed.
+fn open_beside(path: &Path) -> Result<JournalFile, OpenError> {
+    let file = open_journal(path, Access::Write { create: true })?.ok_or_else(|| OpenError::JournalMissing {
+        store: PathBuf::new(),
+        journal: path.to_path_buf(),
+        recorded: None,
+        reason: "is a dangling symlink".into(),
+    })?;
+    backend(file, path)
+}
+
+fn backend(file: fs::File, path: &Path) -> Result<JournalFile, OpenError> {
+    let backend = redb::backends::FileBackend::new(file).map_err(|error| OpenError::Journal {
+        path: path.to_path_buf(),
+        reason: format!("cannot use the file: {error}"),
+    })?;
+    Ok(JournalFile(Box::new(backend)))
+}
+
+/// Reads a format-1 journal once (the store was last written by an older version): records
+/// sealed without a generation, numbered from `checkpoint + 1`.
+fn read_legacy(
+    given: Option<JournalFile>,
+    beside: Option<&Path>,
+    id: &[u8; 16],
+    checkpoint: u64,
+) -> Result<Option<(Located, Read)>, OpenError> {
+    let located = match (given, beside) {
+        (Some(file), _) => Located { file, path: None },
+        (None, Some(path)) => match open_journal(path, Access::Write { create: false })? {
+            Some(file) => Located { file: backend(file, path)?, path: Some(path.to_path_buf()) },
+            None => return Ok(None),
+        },
+        (None, None) => return Ok(None),
+    };
+    let path = located.path.clone();
+    let header = Header::read(&located.file).map_err(io_error(path.as_deref()))?;
+    match header.slots[0] {
+        Slot::Legacy(found) if found == *id => {}
+        // A format-1 journal never initialised (its creation did not finish): nothing in it.
+        Slot::Blank => return Ok(Some((located, Read { batches: Vec::new(), slot_epoch: None }))),
+        Slot::Legacy(_) => {
+            return Err(OpenError::JournalForeign {
+                store: PathBuf::new(),
+                journal: path.unwrap_or_default(),
+                reason: "it is a format-1 journal of another store".into(),
+            });
+        }
+        _ => {
+            return Err(OpenError::Journal {
+                path: path.unwrap_or_default(),
+                reason: "the store was last written by a version that kept a format-1 journal, and this file is not one"
+                    .into(),
+            });
+        }
+    }
+    let from = checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
+    let found = scan(&located.file, Seal::Legacy, from, header.len, false).map_err(io_error(path.as_deref()))?;
+    log_recovery(path.as_deref(), 1, from, &found.batches, found.stopped_at, found.end);
+    Ok(Some((located, Read { batches: found.batches, slot_epoch: Some(0) })))
+}
+
+/// Finds the journal of a store whose records may be pending and reads its records.
+fn read_pending(
+    given: Option<JournalFile>,
+    beside: Option<&Path>,
+    store: &Path,
+    meta: &JournalMeta,
+    checkpoint: u64,
+) -> Result<Option<(Located, Read)>, OpenError> {
+    let Some(id) = meta.id else { return Ok(None) };
+    let located = locate(given, beside, store, meta, &id, Access::Write { create: false }, |file, path| {
+        backend(file, path)
+    })?;
+    let path = located.path.clone();
+    let header = Header::read(&located.file).map_err(io_error(path.as_deref()))?;
+    let slot = check_header(&header, &id, meta, store, path.as_deref())?;
+    let from = checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
+    let limit = header.len.min(slot.capacity);
+    let seal = Seal::Current { id, generation: meta.generation };
+    let found = scan(&located.file, seal, from, limit, false).map_err(|error| with_store(io_error(path.as_deref())(error), store))?;
+    log_recovery(path.as_deref(), 2, from, &found.batches, found.stopped_at, found.end);
+    Ok(Some((located, Read { batches: found.batches, slot_epoch: Some(slot.generation.epoch) })))
+}
+
+/// The journal of the store `id`: the given backend, the file beside the store, or the file at
+/// the path the metadata recorded, whichever carries the id. A journal beside the store that is
+/// not its own is refused rather than replaced.
+fn locate<F>(
+    given: Option<F>,
+    beside: Option<&Path>,
+    store: &Path,
+    meta: &JournalMeta,
+    id: &[u8; 16],
+    access: Access,
+    wrap: impl Fn(fs::File, &Path) -> Result<F, OpenError>,
+) -> Result<Located<F>, OpenError>
+where
+    F: StorageBackend,
+{
+    if let Some(file) = given {
+        return Ok(Located { file, path: None });
+    }
+    let Some(beside) = beside else {
+        return Err(OpenError::Journal { path: PathBuf::new(), reason: "no journal backend".into() });
+    };
+    let recorded = meta.path.as_deref().filter(|recorded| *recorded != beside);
+    if let Some(file) = open_journal(beside, access)? {
+        return Ok(Located { file: wrap(file, beside)?, path: Some(beside.to_path_buf()) });
+    }
+    if let Some(recorded) = recorded
+        && let Some(file) = open_journal(recorded, access)?
+    {
+        let file = wrap(file, recorded)?;
+        let header = Header::read(&file).map_err(io_error(Some(recorded)))?;
+        if header.newest_of(id).is_some() {
+            tracing::info!(
+                target: "idemdb::journal",
+                store = %store.display(),
+                journal = %recorded.display(),
+                "the store's journal is where it was last opened, not beside the store (renamed, or another hard link)"
+            );
+            return Ok(Located { file, path: Some(recorded.to_path_buf()) });
+        }
+    }
+    let reason = if fs::symlink_metadata(beside).is_ok() { "is a dangling symlink" } else { "does not exist" };
+    Err(OpenError::JournalMissing {
+        store: store.to_path_buf(),
+        journal: beside.to_path_buf(),
+        recorded: recorded.map(Path::to_path_buf),
+        reason: reason.into(),
+    })
+}
+
+/// Checks that a journal's header names the store's journal id, at a generation no later
+/// than the store's; returns the newest such slot.
+fn check_header(
+    header: &Header,
+    id: &[u8; 16],
+    meta: &JournalMeta,
+    store: &Path,
+    path: Option<&Path>,
+) -> Result<super::format::SlotInfo, OpenError> {
+    let journal = path.map(Path::to_path_buf).unwrap_or_default();
+    if let Some(slot) = header.newest_of(id) {
+        if slot.generation.epoch > meta.generation.epoch {
+            return Err(OpenError::JournalForeign {
+                store: store.to_path_buf(),
+                journal,
+                reason: format!(
+                    "the journal is at generation {}, later than the store file's {}: the store file was replaced by an \
+                     older copy of itself",
+                    slot.generation.epoch, meta.generation.epoch
+                ),
+            });
+        }
+        return Ok(slot);
+    }
+    let others = header.slots.iter().any(|slot| matches!(slot, Slot::Current(_) | Slot::Legacy(_)));
+    if others {
+        return Err(OpenError::JournalForeign {
+            store: store.to_path_buf(),
+            journal,
+            reason: "its header names another journal id (another store's journal, or a copy of this store that was \
+                     opened since)"
+                .into(),
+        });
+    }
+    let reason = if header.len < BLOCK as u64 * 2 {
+        format!("it is {} bytes long, shorter than a journal", header.len)
+    } else if header.is_blank() {
+        "its header is blank".into()
+    } else if let Some(Slot::OtherFormat(format)) = header.slots.iter().find(|slot| matches!(slot, Slot::OtherFormat(_))) {
+        format!("its header is of format {format}, which this build does not read")
+    } else {
+        "its header is damaged".into()
+    };
+    Err(OpenError::JournalDamaged { store: store.to_path_buf(), journal, reason })
+}
+
+fn with_store(error: OpenError, store: &Path) -> OpenError {
+    match error {
+        OpenError::JournalDamaged { journal, reason, .. } => {
+            OpenError::JournalDamaged { store: store.to_path_buf(), journal, reason }
+        }
+        other => other,
+    }
+}
+
+fn log_recovery(path: Option<&Path>, format: u32, from: u64, batches: &[Vec<Mutation>], stopped_at: u64, end: ScanEnd) {
+    let journal = path.map(|path| path.display().to_string()).unwrap_or_else(|| "(backend)".into());
+    let last = from + batches.len() as u64;
+    if batches.is_empty() {
+        tracing::debug!(target: "idemdb::journal", %journal, format, "journal holds no records after the checkpoint");
+    } else {
+        tracing::info!(
+            target: "idemdb::journal",
+            %journal,
+            format,
+            records = batches.len(),
+            first = from,
+            last = last - 1,
+            stopped_at,
+            stopped_by = %end.describe(),
+            "journal recovered: records after the checkpoint applied"
+        );
+    }
+}
+
+fn storage(error: Error) -> OpenError {
+    match error {
+        Error::Storage(storage) | Error::CommitUnknown(storage) => OpenError::Storage(storage),
+        other => OpenError::CorruptMeta(other.to_string()),
+    }
+}
+
+/// A read-only open cannot replay a journal: it refuses a store whose journal holds records
+/// the file does not, and a store whose journal should hold them but cannot be read. A store
+/// closed cleanly (or that never journaled) never has its journal file opened.
+pub(crate) fn check_read_only(db: &redb::ReadOnlyDatabase, path: &Path) -> Result<(), OpenError> {
+    let (meta, secret) = read_meta(&db.begin_read()?)?;
+    let history = meta.history();
+    if history == History::None {
+        return Ok(());
+    }
+    let store = resolve(path)?;
+    let beside = journal_path(&store);
+    let checkpoint = meta.checkpoint.unwrap_or(0);
+    let from = checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
+    let wrap = |file: fs::File, _: &Path| Ok(ReadOnlyFile(std::sync::Mutex::new(file)));
+    let (file, journal, seal, limit) = match history {
+        History::None => return Ok(()),
+        History::Legacy => {
+            let Some(file) = open_journal(&beside, Access::Read)? else { return Ok(()) };
+            let file = ReadOnlyFile(std::sync::Mutex::new(file));
+            let header = Header::read(&file).map_err(io_error(Some(&beside)))?;
+            match header.slots[0] {
+                Slot::Legacy(found) if found == legacy_id(&secret) => {}
+                Slot::Blank => return Ok(()),
+                _ => {
+                    return Err(OpenError::Journal {
+                        path: beside,
+                        reason: "not this store's format-1 journal".into(),
+                    });
+                }
+            }
+            let len = header.len;
+            (file, beside, Seal::Legacy, len)
+        }
+        History::Pending => {
+            let Some(id) = meta.id else { return Ok(()) };
+            let located = locate(None, Some(&beside), &store, &meta, &id, Access::Read, wrap)?;
+            let journal = located.path.unwrap_or_default();
+            let header = Header::read(&located.file).map_err(io_error(Some(&journal)))?;
+            let slot = check_header(&header, &id, &meta, &store, Some(&journal))?;
+            (located.file, journal, Seal::Current { id, generation: meta.generation }, header.len.min(slot.capacity))
+        }
+    };
+    let found = scan(&file, seal, from, limit, true).map_err(|error| with_store(io_error(Some(&journal))(error), &store))?;
+    if found.batches.is_empty() { Ok(()) } else { Err(OpenError::JournalPending { path: journal }) }
+}
+
+/// A new random journal id.
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+fn fresh_id() -> [u8; 16] {
+    *uuid::Uuid::new_v4().as_bytes()
+}
+
+/// A new random salt for the generation after `current` (the arguments only matter where no
+/// random source exists, which keeps no journal).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub(crate) fn fresh_salt(_current: Generation, _checkpoint: u64) -> u64 {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    u64::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[10], bytes[11]])
+}
+
+// The WebAssembly build keeps no journal (its open refuses one before this is reached); these
+// only keep the module compiling there.
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+fn fresh_id() -> [u8; 16] {
+    [0; 16]
+}
+
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+pub(crate) fn fresh_salt(current: Generation, checkpoint: u64) -> u64 {
+    current.salt.wrapping_add(checkpoint).wrapping_add(1)
+}
