@@ -82,9 +82,16 @@ fn acknowledged_journaled_commits_survive_a_crash_and_only_the_journal_holds_the
         assert_eq!(completed(&recovered, &scope, 40), 40, "0 lost acknowledged commits");
     }
     {
-        // Without its journal the file is at its last checkpoint: the commits never flushed
-        // redb's pages.
-        let alone = builder(&clock).open(&file_only).expect("the file alone opens");
+        // Without its journal the file is at its last checkpoint (the commits never flushed
+        // redb's pages), and its metadata says records may be pending: the open refuses rather
+        // than silently losing them, and names where the journal should be.
+        let refused = builder(&clock).open(&file_only);
+        assert!(
+            matches!(&refused, Err(OpenError::JournalMissing { journal, .. }) if *journal == journal_of(&fs::canonicalize(&file_only).expect("path"))),
+            "{refused:?}"
+        );
+        // An operator who accepts the loss opens it at its last checkpoint.
+        let alone = builder(&clock).discard_lost_journal(true).open(&file_only).expect("the file alone opens");
         assert_eq!(alone.stats().expect("stats").records, 0);
     }
     // A recovered copy is checkpointed and closed cleanly: its file alone holds everything.
@@ -143,7 +150,8 @@ fn application_tables_commit_durably_and_periodic_checkpoints_bound_the_journal(
     let alone = dir.path().join("alone.idemdb");
     crash_copy(&path, &alone, false);
     {
-        let copy = builder(&clock).open(&alone).expect("open");
+        // The file alone (its journal given up) already holds the checkpointed transaction.
+        let copy = builder(&clock).discard_lost_journal(true).open(&alone).expect("open");
         let order = copy
             .read(|tx| -> Result<Option<u64>, Error> {
                 Ok(tx.open_table(ORDERS).map_err(Error::from)?.get("order-1").map_err(Error::from)?.map(|v| v.value()))
@@ -161,7 +169,7 @@ fn application_tables_commit_durably_and_periodic_checkpoints_bound_the_journal(
     assert!(stats.checkpoints >= 2, "{stats:?}");
     let alone = dir.path().join("alone-2.idemdb");
     crash_copy(&path, &alone, false);
-    let copy = builder(&clock).open(&alone).expect("open");
+    let copy = builder(&clock).discard_lost_journal(true).open(&alone).expect("open");
     let in_file = completed(&copy, &scope, n);
     assert!(in_file >= usize::try_from(CHECKPOINT_RECORDS).expect("small") / 2 - 1, "{in_file} in the file");
     drop(copy);
@@ -233,11 +241,20 @@ fn a_torn_last_record_is_dropped_and_another_stores_journal_is_refused() {
     );
     drop(recovered);
 
-    // Another store's journal beside this one is never applied.
+    // Another store's journal beside this one is never applied: beside a store closed
+    // cleanly it is not even read (and is re-created), beside a crashed one it is refused.
     let other = dir.path().join("other.idemdb");
     drop(builder(&clock).open(&other).expect("other"));
-    fs::copy(journal_of(&path), journal_of(&other)).expect("swap journals");
-    assert!(matches!(builder(&clock).open(&other), Err(OpenError::Journal { .. })));
+    fs::copy(journal_of(&crashed), journal_of(&other)).expect("swap journals");
+    let reopened = builder(&clock).open(&other).expect("a closed store needs no journal");
+    assert_eq!(reopened.stats().expect("stats").records, 0, "nothing of the other journal applied");
+    complete_keys(&reopened, &scope, 100, 2);
+    let other_crashed = dir.path().join("other-crashed.idemdb");
+    crash_copy(&other, &other_crashed, false);
+    drop(reopened);
+    fs::copy(journal_of(&crashed), journal_of(&other_crashed)).expect("swap journals");
+    let refused = builder(&clock).open(&other_crashed);
+    assert!(matches!(refused, Err(OpenError::JournalForeign { .. })), "{refused:?}");
 }
 
 /// An in-memory file whose writes can be made to fail, and whose storage operations (writes

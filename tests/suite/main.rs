@@ -6,6 +6,7 @@ mod clock;
 mod decision_table;
 mod golden;
 mod journal;
+mod journal_files;
 mod model;
 mod rebuild;
 mod seed;

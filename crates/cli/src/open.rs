@@ -63,7 +63,19 @@ pub(crate) fn open_read_only_with(file: &Path, builder: impl Fn() -> StoreBuilde
     check_existing(file)?;
     match guard(|| builder().open_read_only(file)) {
         // A crash left redb's recovery or journal records to apply: both write.
-        Ok(Err(OpenError::NeedsRecovery | OpenError::JournalPending { .. })) => match guard(|| builder().open(file)) {
+        Ok(Err(why @ (OpenError::NeedsRecovery | OpenError::JournalPending { .. }))) => {
+            // The documented fallback writes: say so, and why, before doing it.
+            let reason = match why {
+                OpenError::JournalPending { path } => {
+                    format!("its journal {} holds commits the file does not yet have", path.display())
+                }
+                _ => "it was not closed cleanly and needs redb's crash recovery".to_string(),
+            };
+            eprintln!(
+                "idemdb: {}: {reason}; opening it for writing once to recover it (this writes to the store file)",
+                file.display()
+            );
+            match guard(|| builder().open(file)) {
             Ok(Err(error)) => Err(CliError::open_msg(
                 file,
                 format!(
@@ -71,8 +83,9 @@ pub(crate) fn open_read_only_with(file: &Path, builder: impl Fn() -> StoreBuilde
                     crate::error::cause_chain(&error)
                 ),
             )),
-            other => opened(file, other),
-        },
+                other => opened(file, other),
+            }
+        }
         other => opened(file, other),
     }
 }

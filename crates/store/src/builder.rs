@@ -290,8 +290,10 @@ impl StoreBuilder {
     /// journal. Recovery (`journal/recovery.rs`) opens it, or the one the store's metadata
     /// recorded, as the store's journal state requires.
     fn journal_file(&self, path: &Path) -> Result<Option<JournalSetup>, OpenError> {
+        let store = resolve(path)?;
+        let identity = crate::journal::files::identity(&store);
         Ok(Some(JournalSetup {
-            source: JournalSource::File { store: resolve(path)? },
+            source: JournalSource::File { store, identity },
             capacity: self.journal_bytes,
             active: self.journal && self.durability == Durability::Immediate,
             discard_lost: self.discard_lost_journal,

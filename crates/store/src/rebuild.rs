@@ -241,7 +241,6 @@ fn rebuild_then(path: &Path, replaced: impl FnOnce()) -> Result<RebuildReport, R
             return Err(error);
         }
     };
-    report.bytes_after = fs::metadata(&temporary).map_err(io("read the size of", &temporary))?.len();
     // Replace the file while both locks are held: the original's (no commit reaches it after
     // the copy was read) and the copy's (nobody opens the new file while the old handle is
     // still alive and may still write its journal).
@@ -258,6 +257,7 @@ fn rebuild_then(path: &Path, replaced: impl FnOnce()) -> Result<RebuildReport, R
     drop(store);
     drop(copy);
     synced?;
+    report.bytes_after = fs::metadata(path).map_err(io("read the size of", path))?.len();
     Ok(report)
 }
 
@@ -301,6 +301,12 @@ mod tests {
             let now = fs::metadata(&path).expect("the path");
             let old_meta = old.metadata().expect("old");
             seen = Some(((now.dev(), now.ino()) != (old_meta.dev(), old_meta.ino()), locked(&old)));
+            // Regression: a writer could open the new file here and journal into the journal
+            // the old handle still held, which that handle's close then zeroed (every
+            // acknowledged completion of the writer lost at its crash). The copy stays locked
+            // until the old handle is gone.
+            let writer = Store::builder().open(&path);
+            assert!(matches!(writer, Err(OpenError::AlreadyOpen)), "the new file is held: {writer:?}");
         })
         .expect("rebuild");
         assert_eq!(seen, Some((true, true)), "(replaced, old file still locked) when the copy is in place");

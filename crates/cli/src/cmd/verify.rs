@@ -105,8 +105,11 @@ fn check(file: &Path) -> Result<Outcome, CliError> {
             .map_err(|error| CliError::runtime_ctx(file, "cannot copy the file to check it", &error))?;
         // Commits not yet checkpointed into the file live in its journal: the copy gets it
         // too, and its open replays them.
-        let journal = journal_of(file);
-        if journal.exists() {
+        // The journal sits beside the store file's resolved path (a symlink's target). Only
+        // a regular file is copied: copying a FIFO would wait for a writer for ever; the
+        // copy's open then reports what is wrong with it.
+        let journal = journal_of(&std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf()));
+        if std::fs::metadata(&journal).is_ok_and(|meta| meta.is_file()) {
             std::fs::copy(&journal, journal_of(&copy))
                 .map_err(|error| CliError::runtime_ctx(&journal, "cannot copy the journal to check it", &error))?;
         }

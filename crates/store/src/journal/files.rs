@@ -24,6 +24,25 @@ pub(crate) fn resolve(path: &Path) -> Result<PathBuf, OpenError> {
     fs::canonicalize(path).map_err(|source| OpenError::Io { action: "resolve", path: path.to_path_buf(), source })
 }
 
+/// Which file `path` is: device and inode, big-endian (`None` where the platform has no such
+/// thing, or the file cannot be inspected).
+pub(crate) fn identity(path: &Path) -> Option<[u8; 16]> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = fs::metadata(path).ok()?;
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&meta.dev().to_be_bytes());
+        out[8..].copy_from_slice(&meta.ino().to_be_bytes());
+        Some(out)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 /// Refuses a journal path that exists and is not a regular file (a directory, a FIFO, a
 /// device), before anything opens the store for writing, so a refused open changes nothing.
 pub(crate) fn refuse_odd_journal(journal: &Path) -> Result<(), OpenError> {

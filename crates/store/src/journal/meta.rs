@@ -7,6 +7,7 @@
 //! | `journal_generation` | epoch `u64` BE · salt `u64` BE          | the generation whose records are current  |
 //! | `journal_state`      | `u8`: 0 closed cleanly, 1 records may be pending | the clean-close marker           |
 //! | `journal_path`       | the journal's resolved path (UTF-8, or lossy) | where the journal was when last opened |
+//! | `journal_store_file` | device `u64` BE · inode `u64` BE        | which file the store was when last opened |
 //!
 //! The metadata is the authority: a journal's header and records are taken only when they
 //! carry this id and this generation (`docs/design.md`, "The journal").
@@ -22,6 +23,7 @@ pub(crate) const META_JOURNAL_ID: &str = "journal_id";
 pub(crate) const META_JOURNAL_GENERATION: &str = "journal_generation";
 pub(crate) const META_JOURNAL_STATE: &str = "journal_state";
 pub(crate) const META_JOURNAL_PATH: &str = "journal_path";
+pub(crate) const META_JOURNAL_STORE_FILE: &str = "journal_store_file";
 
 const STATE_CLOSED: u8 = 0;
 const STATE_OPEN: u8 = 1;
@@ -41,6 +43,9 @@ pub(crate) struct JournalMeta {
     pub(crate) open: bool,
     /// Where the journal was when the store was last opened for writing.
     pub(crate) path: Option<PathBuf>,
+    /// Which file (device and inode) the store was then: the recorded journal path is looked at
+    /// only by the same file (renamed, or through another hard link), never by a copy.
+    pub(crate) file: Option<[u8; 16]>,
 }
 
 /// How a store's journal history reads.
@@ -77,7 +82,8 @@ impl JournalMeta {
             Some(_) => return Err(MetaFault::Malformed("journal state")),
         };
         let path = get(META_JOURNAL_PATH)?.map(|bytes| PathBuf::from(String::from_utf8_lossy(&bytes).into_owned()));
-        Ok(JournalMeta { checkpoint, id, generation, open, path })
+        let file = get(META_JOURNAL_STORE_FILE)?.map(|bytes| fixed::<16>(&bytes, "journal store file")).transpose()?;
+        Ok(JournalMeta { checkpoint, id, generation, open, path, file })
     }
 
     /// What the entries say about records that may be waiting in a journal.
@@ -98,9 +104,14 @@ impl JournalMeta {
         }
         meta.insert(META_JOURNAL_GENERATION, self.generation.to_bytes().as_slice())?;
         meta.insert(META_JOURNAL_STATE, [if self.open { STATE_OPEN } else { STATE_CLOSED }].as_slice())?;
-        if let Some(path) = &self.path {
-            meta.insert(META_JOURNAL_PATH, path.to_string_lossy().as_bytes())?;
-        }
+        match &self.path {
+            Some(path) => meta.insert(META_JOURNAL_PATH, path.to_string_lossy().as_bytes())?,
+            None => meta.remove(META_JOURNAL_PATH)?,
+        };
+        match &self.file {
+            Some(file) => meta.insert(META_JOURNAL_STORE_FILE, file.as_slice())?,
+            None => meta.remove(META_JOURNAL_STORE_FILE)?,
+        };
         Ok(())
     }
 }
@@ -125,8 +136,14 @@ pub(crate) fn write_closed(meta: &mut Table<&'static str, &'static [u8]>) -> Res
 /// Removes every journal entry: a copy of a store (a rebuild, a backup) starts with no
 /// journal history, so a journal file beside it is re-created, never replayed.
 pub(crate) fn forget(meta: &mut Table<&'static str, &'static [u8]>) -> Result<(), redb::StorageError> {
-    for name in [META_JOURNAL_CHECKPOINT, META_JOURNAL_ID, META_JOURNAL_GENERATION, META_JOURNAL_STATE, META_JOURNAL_PATH]
-    {
+    for name in [
+        META_JOURNAL_CHECKPOINT,
+        META_JOURNAL_ID,
+        META_JOURNAL_GENERATION,
+        META_JOURNAL_STATE,
+        META_JOURNAL_PATH,
+        META_JOURNAL_STORE_FILE,
+    ] {
         meta.remove(name)?;
     }
     Ok(())

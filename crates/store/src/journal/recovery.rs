@@ -44,6 +44,8 @@ pub(crate) enum JournalSource {
     File {
         /// The store file's path with symlinks resolved.
         store: PathBuf,
+        /// Which file it is (device and inode; `None` where the platform has no such thing).
+        identity: Option<[u8; 16]>,
     },
 }
 
@@ -128,9 +130,9 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
         return Ok(None);
     }
     let checkpoint = meta.checkpoint.unwrap_or(0);
-    let (store_path, beside) = match &source {
-        JournalSource::File { store } => (store.clone(), Some(journal_path(store))),
-        JournalSource::Backend(_) => (PathBuf::new(), None),
+    let (store_path, beside, identity) = match &source {
+        JournalSource::File { store, identity } => (store.clone(), Some(journal_path(store)), *identity),
+        JournalSource::Backend(_) => (PathBuf::new(), None, None),
     };
 
     // 1–2: the journal that belongs to the store, and its records.
@@ -144,7 +146,7 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
     let found = match history {
         History::None => Ok(None),
         History::Legacy => read_legacy(given.take(), beside.as_deref(), &legacy_id(&secret), checkpoint),
-        History::Pending => read_pending(given.take(), beside.as_deref(), &store_path, &meta, checkpoint),
+        History::Pending => read_pending(given.take(), beside.as_deref(), &store_path, identity, &meta, checkpoint),
     };
     match found {
         Ok(None) => {}
@@ -231,7 +233,8 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
     }
     {
         let mut table = tx.open_table(META)?;
-        let entries = JournalMeta { checkpoint: Some(applied), id: Some(id), generation, open: active, path: beside };
+        let entries =
+            JournalMeta { checkpoint: Some(applied), id: Some(id), generation, open: active, path: beside, file: identity };
         entries.write(&mut table)?;
     }
     tx.commit()?;
@@ -320,13 +323,12 @@ fn read_pending(
     given: Option<JournalFile>,
     beside: Option<&Path>,
     store: &Path,
+    identity: Option<[u8; 16]>,
     meta: &JournalMeta,
     checkpoint: u64,
 ) -> Result<Option<(Located, Read)>, OpenError> {
     let Some(id) = meta.id else { return Ok(None) };
-    let located = locate(given, beside, store, meta, &id, Access::Write { create: false }, |file, path| {
-        backend(file, path)
-    })?;
+    let located = locate(given, beside, store, identity, meta, &id, Access::Write { create: false }, backend)?;
     let path = located.path.clone();
     let header = Header::read(&located.file).map_err(io_error(path.as_deref()))?;
     let slot = check_header(&header, &id, meta, store, path.as_deref())?;
@@ -338,13 +340,16 @@ fn read_pending(
     Ok(Some((located, Read { batches: found.batches, slot_epoch: Some(slot.generation.epoch) })))
 }
 
-/// The journal of the store `id`: the given backend, the file beside the store, or the file at
-/// the path the metadata recorded, whichever carries the id. A journal beside the store that is
-/// not its own is refused rather than replaced.
+/// The journal of the store `id`: the given backend, the file beside the store, or — when the
+/// store is the very file (device and inode) that last opened it, renamed or reached through
+/// another hard link — the file at the path the metadata recorded, if it carries the id. A copy
+/// of the store file never looks there: the journal at the recorded path is the original's.
+#[allow(clippy::too_many_arguments)]
 fn locate<F>(
     given: Option<F>,
     beside: Option<&Path>,
     store: &Path,
+    identity: Option<[u8; 16]>,
     meta: &JournalMeta,
     id: &[u8; 16],
     access: Access,
@@ -363,7 +368,9 @@ where
     if let Some(file) = open_journal(beside, access)? {
         return Ok(Located { file: wrap(file, beside)?, path: Some(beside.to_path_buf()) });
     }
+    let same_file = identity.is_some() && identity == meta.file;
     if let Some(recorded) = recorded
+        && same_file
         && let Some(file) = open_journal(recorded, access)?
     {
         let file = wrap(file, recorded)?;
@@ -504,7 +511,8 @@ pub(crate) fn check_read_only(db: &redb::ReadOnlyDatabase, path: &Path) -> Resul
         }
         History::Pending => {
             let Some(id) = meta.id else { return Ok(()) };
-            let located = locate(None, Some(&beside), &store, &meta, &id, Access::Read, wrap)?;
+            let identity = super::files::identity(&store);
+            let located = locate(None, Some(&beside), &store, identity, &meta, &id, Access::Read, wrap)?;
             let journal = located.path.unwrap_or_default();
             let header = Header::read(&located.file).map_err(io_error(Some(&journal)))?;
             let slot = check_header(&header, &id, &meta, &store, Some(&journal))?;
