@@ -572,7 +572,14 @@ fn a_store_with_a_damaged_byte_never_panics_on_open_or_read() {
     for (offset, path) in flipped_copies(dir.path()) {
         let store = match catch_unwind(|| builder(&ManualClock::new(T0)).audit(false).open(&path)) {
             Err(_) => panic!("offset {offset}: opening a damaged file panicked"),
-            Ok(Err(OpenError::NotAStore { .. } | OpenError::Foreign { .. } | OpenError::CorruptMeta(_))) => {
+            // A flipped format byte reads as another format version: a typed refusal too.
+            Ok(Err(
+                OpenError::NotAStore { .. }
+                | OpenError::Foreign { .. }
+                | OpenError::CorruptMeta(_)
+                | OpenError::NewerFormat { .. }
+                | OpenError::OlderFormat { .. },
+            )) => {
                 refused_open += 1;
                 continue;
             }

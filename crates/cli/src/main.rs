@@ -70,6 +70,8 @@ enum Command {
     Inbox(cmd::outbox::InboxArgs),
     /// List the reconciliation queue, or resolve an entry once its outcome is known.
     Reconcile(cmd::reconcile::ReconcileArgs),
+    /// Recover a store after a crash (replay its journal) and close it cleanly.
+    Recover(cmd::recover::RecoverArgs),
 }
 
 /// Options every command has.
@@ -116,6 +118,7 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Outbox(args) => cmd::outbox::run(&args, json),
         Command::Inbox(args) => cmd::outbox::run_inbox(&args, json),
         Command::Reconcile(args) => cmd::reconcile::run(&args, json),
+        Command::Recover(args) => cmd::recover::run(&args, json),
     }
 }
 

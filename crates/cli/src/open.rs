@@ -76,13 +76,13 @@ pub(crate) fn open_read_only_with(file: &Path, builder: impl Fn() -> StoreBuilde
                 file.display()
             );
             match guard(|| builder().open(file)) {
-            Ok(Err(error)) => Err(CliError::open_msg(
-                file,
-                format!(
-                    "the store was not closed cleanly and needs recovery, which writes, but it could not be opened for writing: {}",
-                    crate::error::cause_chain(&error)
-                ),
-            )),
+                Ok(Err(error)) => Err(CliError::open_msg(
+                    file,
+                    format!(
+                        "the store was not closed cleanly and needs recovery, which writes, but it could not be opened for writing: {}",
+                        crate::error::cause_chain(&error)
+                    ),
+                )),
                 other => opened(file, other),
             }
         }

@@ -281,7 +281,19 @@ impl StoreBuilder {
             |path| self.create_file(path),
         )?;
         let journal = self.journal_file(path)?;
-        Engine::from_parts(Db::Writable(db), Some(path.to_path_buf()), config, clock, self.check(false)?, journal)
+        let init = self.check(false)?;
+        // The open ends with a durable commit (the journal's new id and generation), and
+        // redb 4.6 can panic on the first commit to a damaged page instead of reporting it:
+        // that only means the file is damaged.
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            Engine::from_parts(Db::Writable(db), Some(path.to_path_buf()), config, clock, init, journal)
+        }));
+        opened
+            .unwrap_or_else(|_| {
+                Err(OpenError::NotAStore {
+                    reason: "the file is damaged: the storage layer failed while opening it".into(),
+                })
+            })
             .map(Store::from_engine)
     }
 

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use redb::{Database, Key, ReadTransaction, TableDefinition, TableError, Value};
 
 use crate::tables::{
-    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, META_CLOCK_PENDING, OBJECTS,
-    OUTBOX, OUTBOX_DUE, RECONCILE, RECORDS,
+    AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, META_CLOCK_PENDING, OBJECTS, OUTBOX, OUTBOX_DUE,
+    RECONCILE, RECORDS,
 };
 use crate::{Error, OpenError, Store};
 

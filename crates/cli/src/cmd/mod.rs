@@ -9,6 +9,7 @@ pub(crate) mod list;
 pub(crate) mod outbox;
 pub(crate) mod purge;
 pub(crate) mod reconcile;
+pub(crate) mod recover;
 pub(crate) mod stats;
 pub(crate) mod verify;
 

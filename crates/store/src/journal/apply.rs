@@ -92,4 +92,3 @@ impl From<Applied> for Error {
         }
     }
 }
-

@@ -411,10 +411,7 @@ mod tests {
             let mut damaged = block.clone();
             damaged[byte] ^= 0x40;
             let [first, _] = read_slots(&damaged);
-            assert!(
-                matches!(first, Slot::Invalid | Slot::OtherFormat(_) | Slot::Legacy(_)),
-                "byte {byte}: {first:?}"
-            );
+            assert!(matches!(first, Slot::Invalid | Slot::OtherFormat(_) | Slot::Legacy(_)), "byte {byte}: {first:?}");
         }
         assert_eq!(read_slots(&vec![0; BLOCK]), [Slot::Blank, Slot::Blank]);
         assert_eq!(read_slots(&legacy_header(&[2; 16]))[0], Slot::Legacy([2; 16]));

@@ -96,7 +96,9 @@ fn io_error(path: Option<&Path>) -> impl Fn(JournalError) -> OpenError + '_ {
             journal: path.map(Path::to_path_buf).unwrap_or_default(),
             reason: format!("record {seq} is complete and checksummed but does not parse"),
         },
-        other => OpenError::Journal { path: path.map(Path::to_path_buf).unwrap_or_default(), reason: other.to_string() },
+        other => {
+            OpenError::Journal { path: path.map(Path::to_path_buf).unwrap_or_default(), reason: other.to_string() }
+        }
     }
 }
 
@@ -195,16 +197,15 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
         let file = match (given, &beside) {
             (Some(file), _) => file,
             (None, Some(beside)) => open_beside(beside)?,
-            (None, None) => return Err(OpenError::Journal { path: PathBuf::new(), reason: "no journal backend".into() }),
+            (None, None) => {
+                return Err(OpenError::Journal { path: PathBuf::new(), reason: "no journal backend".into() });
+            }
         };
         let len = file.len().map_err(|error| io_error(beside.as_deref())(error.into()))?;
         // A file is preallocated afresh only when it holds nothing the store still needs.
         let fresh = !from_beside || history == History::None || len < 2 * BLOCK as u64;
         let fresh = fresh && (len != capacity.max(2 * BLOCK as u64) / BLOCK as u64 * BLOCK as u64);
-        Some(
-            Journal::start(file, id, generation, applied, capacity, fresh)
-                .map_err(io_error(beside.as_deref()))?,
-        )
+        Some(Journal::start(file, id, generation, applied, capacity, fresh).map_err(io_error(beside.as_deref()))?)
     } else {
         None
     };
@@ -233,8 +234,14 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
     }
     {
         let mut table = tx.open_table(META)?;
-        let entries =
-            JournalMeta { checkpoint: Some(applied), id: Some(id), generation, open: active, path: beside, file: identity };
+        let entries = JournalMeta {
+            checkpoint: Some(applied),
+            id: Some(id),
+            generation,
+            open: active,
+            path: beside,
+            file: identity,
+        };
         entries.write(&mut table)?;
     }
     tx.commit()?;
@@ -244,7 +251,8 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
         tracing::info!(target: "idemdb::journal", journal = %stale.display(), "removed the store's earlier journal");
         let _ = fs::remove_file(&stale);
     }
-    Ok(journal.map(|journal| Wal::new(journal, now)))
+    let recovered = read.batches.len() as u64;
+    Ok(journal.map(|journal| Wal::new(journal, now, recovered)))
 }
 
 /// Whether an open refusal says the journal's commits are out of reach (what
@@ -307,12 +315,14 @@ fn read_legacy(
         _ => {
             return Err(OpenError::Journal {
                 path: path.unwrap_or_default(),
-                reason: "the store was last written by a version that kept a format-1 journal, and this file is not one"
-                    .into(),
+                reason:
+                    "the store was last written by a version that kept a format-1 journal, and this file is not one"
+                        .into(),
             });
         }
     }
-    let from = checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
+    let from =
+        checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
     let found = scan(&located.file, Seal::Legacy, from, header.len, false).map_err(io_error(path.as_deref()))?;
     log_recovery(path.as_deref(), 1, from, &found.batches, found.stopped_at, found.end);
     Ok(Some((located, Read { batches: found.batches, slot_epoch: Some(0) })))
@@ -332,10 +342,12 @@ fn read_pending(
     let path = located.path.clone();
     let header = Header::read(&located.file).map_err(io_error(path.as_deref()))?;
     let slot = check_header(&header, &id, meta, store, path.as_deref())?;
-    let from = checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
+    let from =
+        checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
     let limit = header.len.min(slot.capacity);
     let seal = Seal::Current { id, generation: meta.generation };
-    let found = scan(&located.file, seal, from, limit, false).map_err(|error| with_store(io_error(path.as_deref())(error), store))?;
+    let found = scan(&located.file, seal, from, limit, false)
+        .map_err(|error| with_store(io_error(path.as_deref())(error), store))?;
     log_recovery(path.as_deref(), 2, from, &found.batches, found.stopped_at, found.end);
     Ok(Some((located, Read { batches: found.batches, slot_epoch: Some(slot.generation.epoch) })))
 }
@@ -432,7 +444,9 @@ fn check_header(
         format!("it is {} bytes long, shorter than a journal", header.len)
     } else if header.is_blank() {
         "its header is blank".into()
-    } else if let Some(Slot::OtherFormat(format)) = header.slots.iter().find(|slot| matches!(slot, Slot::OtherFormat(_))) {
+    } else if let Some(Slot::OtherFormat(format)) =
+        header.slots.iter().find(|slot| matches!(slot, Slot::OtherFormat(_)))
+    {
         format!("its header is of format {format}, which this build does not read")
     } else {
         "its header is damaged".into()
@@ -488,7 +502,8 @@ pub(crate) fn check_read_only(db: &redb::ReadOnlyDatabase, path: &Path) -> Resul
     let store = resolve(path)?;
     let beside = journal_path(&store);
     let checkpoint = meta.checkpoint.unwrap_or(0);
-    let from = checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
+    let from =
+        checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
     let wrap = |file: fs::File, _: &Path| Ok(ReadOnlyFile(std::sync::Mutex::new(file)));
     let (file, journal, seal, limit) = match history {
         History::None => return Ok(()),
@@ -519,7 +534,8 @@ pub(crate) fn check_read_only(db: &redb::ReadOnlyDatabase, path: &Path) -> Resul
             (located.file, journal, Seal::Current { id, generation: meta.generation }, header.len.min(slot.capacity))
         }
     };
-    let found = scan(&file, seal, from, limit, true).map_err(|error| with_store(io_error(Some(&journal))(error), &store))?;
+    let found =
+        scan(&file, seal, from, limit, true).map_err(|error| with_store(io_error(Some(&journal))(error), &store))?;
     if found.batches.is_empty() { Ok(()) } else { Err(OpenError::JournalPending { path: journal }) }
 }
 
@@ -547,4 +563,64 @@ fn fresh_id() -> [u8; 16] {
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 pub(crate) fn fresh_salt(current: Generation, checkpoint: u64) -> u64 {
     current.salt.wrapping_add(checkpoint).wrapping_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::{ReadableDatabase, StorageBackend};
+
+    use super::*;
+    use crate::Store;
+    use crate::journal::apply::T_META;
+    use crate::journal::format::{self, BLOCK};
+    use crate::tables::META_JOURNAL_CHECKPOINT;
+    use crate::test_support::Shared;
+
+    /// A store last written by 0.1.x: meta `journal_checkpoint` without a journal id, and a
+    /// format-1 journal holding a record after it. It is read once, then journals in format 2.
+    #[test]
+    fn a_format_1_journal_is_read_once_and_then_replaced_by_format_2() {
+        let (file, journal) = (Shared::default(), Shared::default());
+        drop(Store::builder().secret_seed([1; 32]).journal(false).open_backend(file.clone()).expect("create"));
+        let secret = {
+            let db = redb::Database::builder().create_with_backend(file.clone()).expect("db");
+            let mut tx = db.begin_write().expect("tx");
+            tx.open_table(META)
+                .expect("meta")
+                .insert(META_JOURNAL_CHECKPOINT, 4u64.to_be_bytes().as_slice())
+                .expect("put");
+            tx.set_durability(redb::Durability::Immediate).expect("durable");
+            tx.commit().expect("commit");
+            let read = db.begin_read().expect("read");
+            read.open_table(META).expect("meta").get(META_SECRET).expect("get").expect("secret").value().to_vec()
+        };
+        let record = |seq: u64, value: &[u8]| {
+            format::encode_record(
+                Seal::Legacy,
+                seq,
+                &[Mutation::Put { table: T_META, key: b"legacy_test".to_vec(), value: value.to_vec() }],
+            )
+        };
+        journal.set_len(16 * BLOCK as u64).expect("size");
+        journal.write(0, &format::legacy_header(&legacy_id(&secret))).expect("header");
+        journal.write(BLOCK as u64, &record(5, b"applied")).expect("record 5");
+        journal.write(2 * BLOCK as u64, &record(4, b"older")).expect("an older record after it");
+
+        let store =
+            Store::builder().journal(true).open_backend_with_journal(file.clone(), journal.clone()).expect("open");
+        assert_eq!(store.journal_stats().expect("journaled").recovered, 1, "record 5 only");
+        let value = store
+            .read(|tx| -> Result<Option<Vec<u8>>, Error> {
+                Ok(tx.open_table(META)?.get("legacy_test")?.map(|guard| guard.value().to_vec()))
+            })
+            .expect("read");
+        assert_eq!(value.as_deref(), Some(&b"applied"[..]));
+        let header = Header::read(&journal).expect("header");
+        assert!(matches!(header.slots[0], Slot::Legacy(_)), "the format-1 header stays until the next generation");
+        assert!(matches!(header.slots[1], Slot::Current(_)), "the first format-2 generation is in slot 1");
+        drop(store);
+        // Reopened after a clean close: nothing is read again.
+        let store = Store::builder().journal(true).open_backend_with_journal(file, journal).expect("reopen");
+        assert_eq!(store.journal_stats().expect("journaled").recovered, 0);
+    }
 }

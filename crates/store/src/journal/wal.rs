@@ -68,6 +68,9 @@ pub struct JournalStats {
     /// Checkpoints: durable redb commits (every transaction that wrote the application's
     /// tables or the workflow tables is one, as are the periodic ones).
     pub checkpoints: u64,
+    /// Journal records the open replayed into the file (commits a crash had left only in the
+    /// journal).
+    pub recovered: u64,
 }
 
 /// Counters for benchmarks and tests.
@@ -75,6 +78,7 @@ pub struct JournalStats {
 pub(crate) struct WalCounters {
     pub(crate) appends: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
+    pub(crate) recovered: AtomicU64,
 }
 
 /// The journal of an open store.
@@ -99,12 +103,14 @@ fn io(error: std::io::Error) -> Error {
 }
 
 impl Wal {
-    pub(crate) fn new(journal: Journal<JournalFile>, now: u64) -> Wal {
+    pub(crate) fn new(journal: Journal<JournalFile>, now: u64, recovered: u64) -> Wal {
+        let counters = WalCounters::default();
+        counters.recovered.store(recovered, Ordering::Relaxed);
         Wal {
             state: Mutex::new(WalState { journal, checkpoint_at: now }),
             failed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
-            counters: WalCounters::default(),
+            counters,
         }
     }
 
@@ -126,6 +132,7 @@ impl Wal {
         JournalStats {
             appends: self.counters.appends.load(Ordering::Relaxed),
             checkpoints: self.counters.checkpoints.load(Ordering::Relaxed),
+            recovered: self.counters.recovered.load(Ordering::Relaxed),
         }
     }
 
