@@ -1283,3 +1283,72 @@ fn reconcile_resolves_an_uncertain_record_without_an_effect() {
         "the failure replays"
     );
 }
+
+/// The store file and its journal copied while the store is open: what a crash leaves.
+fn crash_copy(path: &Path, to: &Path, with_journal: bool) {
+    std::fs::copy(path, to).expect("copy the store");
+    if with_journal {
+        let journal = |p: &Path| PathBuf::from(format!("{}-journal", p.display()));
+        std::fs::copy(journal(path), journal(to)).expect("copy the journal");
+    }
+}
+
+#[test]
+fn after_a_crash_read_only_commands_say_they_write_and_a_lost_journal_is_refused_until_discarded() {
+    let dir = TempDir::new().expect("dir");
+    let live = dir.path().join("live.idemdb");
+    let store = Store::open(&live).expect("open");
+    let pay = scope("acme", "create_payment");
+    for i in 0..5 {
+        store.complete(&lease(&store, &pay, &format!("k-{i}"), 1), b"ok".to_vec()).expect("complete");
+    }
+    let crashed = dir.path().join("crashed.idemdb");
+    crash_copy(&live, &crashed, true);
+    let alone = dir.path().join("alone.idemdb");
+    crash_copy(&live, &alone, false);
+    drop(store);
+
+    let stats = idemdb(["stats", "--json", arg(&crashed)]).code(0);
+    assert!(stats.stderr.contains("opening it for writing once"), "{}", stats.stderr);
+    assert_eq!(stats.json()["records"], 5, "{}", stats.stdout);
+
+    let refused = idemdb(["stats", arg(&alone)]).code(3);
+    assert!(refused.stderr.contains("alone.idemdb-journal"), "names the journal: {}", refused.stderr);
+    assert!(refused.stderr.contains("--discard-journal"), "says what to do: {}", refused.stderr);
+    idemdb(["recover", arg(&alone)]).code(3);
+    let recovered = idemdb(["recover", "--json", "--discard-journal", arg(&alone)]).code(0);
+    assert_eq!(recovered.json()["closed_cleanly"], true);
+    idemdb(["stats", arg(&alone)]).code(0);
+    let again = idemdb(["recover", "--json", arg(&crashed)]).code(0);
+    assert_eq!(again.json()["records"], 5);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_at_the_journal_path_never_hangs_a_command() {
+    let dir = TempDir::new().expect("dir");
+    let path = sample_store(&dir);
+    let journal = PathBuf::from(format!("{}-journal", path.display()));
+    let _ = std::fs::remove_file(&journal);
+    assert!(std::process::Command::new("mkfifo").arg(&journal).status().expect("mkfifo").success());
+    for args in [
+        vec!["stats"],
+        vec!["list"],
+        vec!["verify"],
+        vec!["get", "--tenant", "acme", "--operation", "create_payment", "--key", "paid"],
+    ] {
+        let output = assert_cmd::cargo::cargo_bin_cmd!("idemdb")
+            .args(&args)
+            .arg(&path)
+            .timeout(Duration::from_secs(30))
+            .output()
+            .expect("run idemdb");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.code().is_some(), "{args:?} did not finish: {stderr}");
+        if args[0] != "verify" {
+            assert_eq!(output.status.code(), Some(0), "{args:?} on a closed store: {stderr}");
+        }
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&journal).expect("fifo").file_type().is_fifo(), "left as it was");
+}

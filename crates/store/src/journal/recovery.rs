@@ -205,7 +205,21 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
         // A file is preallocated afresh only when it holds nothing the store still needs.
         let fresh = !from_beside || history == History::None || len < 2 * BLOCK as u64;
         let fresh = fresh && (len != capacity.max(2 * BLOCK as u64) / BLOCK as u64 * BLOCK as u64);
-        Some(Journal::start(file, id, generation, applied, capacity, fresh).map_err(io_error(beside.as_deref()))?)
+        let journal =
+            Journal::start(file, id, generation, applied, capacity, fresh).map_err(io_error(beside.as_deref()))?;
+        let shown = beside.as_ref().map(|path| path.display().to_string()).unwrap_or_else(|| "(backend)".into());
+        if fresh {
+            tracing::info!(
+                target: "idemdb::journal",
+                journal = %shown,
+                bytes = journal.capacity(),
+                epoch = generation.epoch,
+                "journal initialised (preallocated with zeros)"
+            );
+        } else {
+            tracing::debug!(target: "idemdb::journal", journal = %shown, epoch = generation.epoch, "journal reopened");
+        }
+        Some(journal)
     } else {
         None
     };
