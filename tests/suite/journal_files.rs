@@ -239,7 +239,8 @@ fn a_wiped_missing_or_short_journal_is_refused_and_nothing_is_lost() {
     let journal = journal_of(&crashed);
     let good = fs::read(&journal).expect("journal");
     type Damage = fn(&Path, &[u8]);
-    let cases: [(&str, Damage); 6] = [
+    let cases: [(&str, Damage); 7] = [
+        ("truncated after the header", |path, good| fs::write(path, &good[..4196]).expect("write")),
         ("first sector zeroed", |path, good| {
             let mut bytes = good.to_vec();
             bytes[..512].fill(0);
@@ -308,4 +309,30 @@ fn a_fifo_at_the_journal_path_is_refused_without_waiting() {
             assert!(matches!(read_only, Err(OpenError::NotAFile { .. } | OpenError::NeedsRecovery)), "{read_only:?}");
         }
     }
+}
+
+/// A store file replaced by an older copy of itself (restored from a copy taken earlier in the
+/// same run) beside the live journal: the journal is of a later generation than the file, and
+/// holds commits the old file lacks; refused rather than silently losing them.
+#[test]
+fn an_older_copy_of_the_store_beside_a_later_journal_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::new(T0);
+    let scope = scope("acme", "pay");
+    let live = dir.path().join("live.idemdb");
+    let store = builder(&clock).open(&live).expect("open");
+    complete(&store, &scope, "early", b"ok");
+    let old_file = dir.path().join("old.idemdb");
+    fs::copy(&live, &old_file).expect("an early copy of the file");
+    store.flush().expect("a checkpoint: the next generation");
+    complete(&store, &scope, "late", b"ok");
+    let restored = dir.path().join("restored.idemdb");
+    crash_copy(&live, &restored);
+    drop(store);
+    fs::copy(&old_file, &restored).expect("the old file put back beside the later journal");
+    let refused = builder(&clock).open(&restored);
+    assert!(
+        matches!(&refused, Err(OpenError::JournalForeign { reason, .. }) if reason.contains("older copy")),
+        "{refused:?}"
+    );
 }

@@ -442,6 +442,17 @@ fn check_header(
                 ),
             });
         }
+        if header.len < slot.capacity {
+            // A journal never shrinks once preallocated: records past the cut are gone.
+            return Err(OpenError::JournalDamaged {
+                store: store.to_path_buf(),
+                journal,
+                reason: format!(
+                    "it is {} bytes long, but was made {} bytes long: it was truncated",
+                    header.len, slot.capacity
+                ),
+            });
+        }
         return Ok(slot);
     }
     let others = header.slots.iter().any(|slot| matches!(slot, Slot::Current(_) | Slot::Legacy(_)));
