@@ -404,7 +404,7 @@ impl StoreBuilder {
         let db = self.redb_builder().create_with_backend(backend)?;
         let init = self.check(true)?;
         let setup = JournalSetup {
-            source: JournalSource::Backend(JournalFile(Box::new(journal))),
+            source: JournalSource::Backend(JournalFile(std::sync::Arc::new(journal))),
             capacity: self.journal_bytes,
             active: self.journal && self.durability == Durability::Immediate,
             discard_lost: self.discard_lost_journal,

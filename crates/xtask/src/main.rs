@@ -10,7 +10,7 @@
 //! and exits non-zero on any lost completion, double effect, unopenable store, integrity
 //! failure, protocol error, fuzz crash, or missed target. `--quick` (the default) is the
 //! CI-sized run; `--full` the documented one. `--only clock,operators` runs only the sections
-//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `outbox`, `bad-inputs`,
+//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `outbox`, `journal-damage`, `bad-inputs`,
 //! `self-check`, `fuzz`) at the chosen size, and the table has only their rows.
 #![forbid(unsafe_code)]
 
@@ -44,6 +44,7 @@ struct Size {
     clock_scenarios: u64,
     operator_races: u64,
     outbox_points: u64,
+    journal_damage: u64,
 }
 
 const QUICK: Size = Size {
@@ -58,6 +59,7 @@ const QUICK: Size = Size {
     clock_scenarios: 10_000,
     operator_races: 500,
     outbox_points: 10_000,
+    journal_damage: 5_000,
 };
 const FULL: Size = Size {
     name: "full",
@@ -71,11 +73,23 @@ const FULL: Size = Size {
     clock_scenarios: 200_000,
     operator_races: 10_000,
     outbox_points: 200_000,
+    journal_damage: 100_000,
 };
 
 /// The sections of a run, in the order they run.
-const SECTIONS: [&str; 10] =
-    ["sweep", "concurrent", "kill", "races", "clock", "operators", "outbox", "bad-inputs", "self-check", "fuzz"];
+const SECTIONS: [&str; 11] = [
+    "sweep",
+    "concurrent",
+    "kill",
+    "races",
+    "clock",
+    "operators",
+    "outbox",
+    "journal-damage",
+    "bad-inputs",
+    "self-check",
+    "fuzz",
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -405,6 +419,27 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         }
     }
 
+    // 3c. Journal damage across generations.
+    let mut damage = idemdb_reliability::journal_damage::DamageReport::default();
+    if runs("journal-damage") {
+        let t = Instant::now();
+        damage = idemdb_reliability::journal_damage::run(size.journal_damage, seed, threads());
+        timings.push(("journal damage", t.elapsed()));
+        println!(
+            "  journal damage: {} scenarios ({} damaged journals recovered a prefix, {} refused with a typed error), {} later acknowledgements verified, {} stale, {} lost, {} not a prefix, {} unopenable, in {:.1?}",
+            group(damage.scenarios),
+            group(damage.recovered),
+            group(damage.refused),
+            group(damage.verified),
+            damage.stale,
+            damage.lost,
+            damage.not_prefix,
+            damage.unopenable,
+            t.elapsed()
+        );
+        print_notes("journal damage", &damage.notes);
+    }
+
     // The table: each row of a section that ran.
     let lost =
         crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost + outbox.unresolved;
@@ -499,6 +534,19 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         ),
     );
     push(runs("outbox"), row("provider keys with two effects", outbox.double_effects, zero(outbox.double_effects)));
+    push(
+        runs("journal-damage"),
+        row(
+            "journal damage scenarios",
+            damage.scenarios,
+            Some((&at_least(size.journal_damage), damage.scenarios >= size.journal_damage)),
+        ),
+    );
+    let damage_lost = damage.lost + damage.not_prefix;
+    push(runs("journal-damage"), row("older records applied", damage.stale, zero(damage.stale)));
+    push(runs("journal-damage"), row("lost after journal damage", damage_lost, zero(damage_lost)));
+    push(runs("journal-damage"), row("unopenable after damage", damage.unopenable, zero(damage.unopenable)));
+    push(runs("journal-damage"), row("damaged journals refused", damage.refused, None));
     push(
         runs("operators"),
         row(

@@ -147,8 +147,8 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
     let mut from_beside = false;
     let found = match history {
         History::None => Ok(None),
-        History::Legacy => read_legacy(given.take(), beside.as_deref(), &legacy_id(&secret), checkpoint),
-        History::Pending => read_pending(given.take(), beside.as_deref(), &store_path, identity, &meta, checkpoint),
+        History::Legacy => read_legacy(given.clone(), beside.as_deref(), &legacy_id(&secret), checkpoint),
+        History::Pending => read_pending(given.clone(), beside.as_deref(), &store_path, identity, &meta, checkpoint),
     };
     match found {
         Ok(None) => {}
@@ -294,7 +294,7 @@ fn backend(file: fs::File, path: &Path) -> Result<JournalFile, OpenError> {
         path: path.to_path_buf(),
         reason: format!("cannot use the file: {error}"),
     })?;
-    Ok(JournalFile(Box::new(backend)))
+    Ok(JournalFile(std::sync::Arc::new(backend)))
 }
 
 /// Reads a format-1 journal once (the store was last written by an older version): records

@@ -31,8 +31,10 @@ pub const CHECKPOINT_BYTES: u64 = 4 * 1024 * 1024;
 /// ...or at the first commit this long (store time) after the last checkpoint.
 pub const CHECKPOINT_MS: u64 = 10_000;
 
-/// A journal file behind a trait object.
-pub(crate) struct JournalFile(pub(crate) Box<dyn StorageBackend>);
+/// A journal file behind a trait object (shared: recovery reads it before the commit path
+/// keeps it).
+#[derive(Clone)]
+pub(crate) struct JournalFile(pub(crate) std::sync::Arc<dyn StorageBackend>);
 
 impl std::fmt::Debug for JournalFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
