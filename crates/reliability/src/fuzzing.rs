@@ -23,8 +23,86 @@ use crate::fault::{Disk, FaultKind, FaultPlan};
 pub type Target = fn(&[u8]) -> bool;
 
 /// Every fuzz target by name, as in `fuzz/fuzz_targets/`.
-pub const TARGETS: [(&str, Target); 4] =
-    [("record_decode", record_decode), ("canonical", canonical), ("keys", keys), ("ops", ops)];
+pub const TARGETS: [(&str, Target); 6] = [
+    ("record_decode", record_decode),
+    ("canonical", canonical),
+    ("keys", keys),
+    ("ops", ops),
+    ("journal_records", journal_records),
+    ("journal_header", journal_header),
+];
+
+/// A crashed journaled store: its file and its journal (a valid header, then records of
+/// small and large completions, one of them after a checkpoint), made once.
+fn crashed_journal() -> &'static (Vec<u8>, Vec<u8>) {
+    static IMAGES: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
+    IMAGES.get_or_init(|| {
+        use crate::journal_damage::Image;
+        let (file, journal) = (Image::default(), Image::default());
+        let store = journal_builder().open_backend_with_journal(file.clone(), journal.clone()).expect("a new store");
+        let scope = fuzz_scope();
+        for i in 0..12u32 {
+            let key = IdempotencyKey::new(format!("k-{i}")).expect("a valid key");
+            if let Ok(Reservation::Acquired(lease)) = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])) {
+                let body = vec![b'r'; if i % 3 == 0 { 5000 } else { 60 }];
+                let _ = store.complete(&lease, body);
+            }
+            if i == 3 {
+                let _ = store.flush();
+            }
+        }
+        let images = (file.bytes(), journal.bytes());
+        drop(store);
+        images
+    })
+}
+
+fn journal_builder() -> idemdb::StoreBuilder {
+    Store::builder()
+        .clock(ManualClock::new(1_700_000_000_000))
+        .secret_seed([3; 32])
+        .journal(true)
+        .journal_bytes(256 * 1024)
+}
+
+/// Opens the crashed store with `journal` beside it: `Ok` or a typed error, never a panic; an
+/// opened store answers reads. Returns whether it opened.
+fn open_with_journal(journal: Vec<u8>) -> bool {
+    use crate::journal_damage::Image;
+    let (file, _) = crashed_journal();
+    let opened = journal_builder().open_backend_with_journal(Image::from(file.clone()), Image::from(journal));
+    let Ok(store) = opened else { return false };
+    let scope = fuzz_scope();
+    for i in 0..12u32 {
+        let key = IdempotencyKey::new(format!("k-{i}")).expect("a valid key");
+        let _ = store.get(&scope, &key);
+    }
+    true
+}
+
+/// Target `journal_records`: recovery reads the crashed store's journal with a valid header
+/// and the input written over its records (from the first record block on), so the record
+/// parser is reached.
+pub fn journal_records(data: &[u8]) -> bool {
+    let (_, journal) = crashed_journal();
+    let mut bytes = journal.clone();
+    let end = (4096 + data.len()).min(bytes.len());
+    bytes[4096..end].copy_from_slice(&data[..end - 4096]);
+    open_with_journal(bytes)
+}
+
+/// Target `journal_header`: the input written over the journal's header block (and, past
+/// 4 KiB, over its records), or a journal that is the input alone when it is short.
+pub fn journal_header(data: &[u8]) -> bool {
+    let (_, journal) = crashed_journal();
+    if data.first().is_some_and(|byte| *byte == 0xff) {
+        return open_with_journal(data[1..].to_vec());
+    }
+    let mut bytes = journal.clone();
+    let end = data.len().min(bytes.len());
+    bytes[..end].copy_from_slice(&data[..end]);
+    open_with_journal(bytes)
+}
 
 /// Target `record_decode`: the input is the body of a stored record behind a valid format byte,
 /// so the bincode body parser is reached. A decoded record must encode back to a record that

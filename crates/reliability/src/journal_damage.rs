@@ -78,13 +78,13 @@ impl DamageReport {
 
 /// An in-memory image several handles share; a crash is a copy of its bytes.
 #[derive(Debug, Clone, Default)]
-struct Image(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Image(Arc<Mutex<Vec<u8>>>);
 
 impl Image {
-    fn from(bytes: Vec<u8>) -> Image {
+    pub(crate) fn from(bytes: Vec<u8>) -> Image {
         Image(Arc::new(Mutex::new(bytes)))
     }
-    fn bytes(&self) -> Vec<u8> {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }

@@ -181,6 +181,12 @@ fn fuzz_targets_refuse_bad_input_with_typed_errors() {
     assert!(!fuzzing::keys(b"ac\x00me\xffpay\xffk"));
     assert!(fuzzing::keys(b"acme\xffpay\xffk-1"));
     assert!(fuzzing::ops(&[0, 0, 0, 1, 0, 5, 9, 1, 2, 0, 0, 0]));
+    // A crashed store's journal: wiped or emptied, it is refused (its records may be
+    // pending); with its records overwritten, a prefix (here: nothing) is recovered.
+    assert!(!fuzzing::journal_header(&[0xff]));
+    assert!(!fuzzing::journal_header(&[0; 1024]));
+    assert!(fuzzing::journal_records(&[]));
+    assert!(fuzzing::journal_records(&[0x5a; 9000]));
 }
 
 #[test]

@@ -30,7 +30,7 @@ use idemdb_reliability::rng::Rng;
 use idemdb_reliability::sweep::{SweepConfig, sweep};
 use idemdb_reliability::workload::{Adapter, Counts, Scenario, Workload, probe_ops};
 
-const FUZZ_TARGETS: [&str; 4] = ["record_decode", "canonical", "keys", "ops"];
+const FUZZ_TARGETS: [&str; 6] = ["record_decode", "canonical", "keys", "ops", "journal_records", "journal_header"];
 
 struct Size {
     name: &'static str,
@@ -669,8 +669,10 @@ fn build_child() -> Result<PathBuf, String> {
 /// of the non-storage fuzz targets. Returns (refused, tried); a panic would abort the run.
 fn bad_inputs(total: u64, seed: u64) -> Result<(u64, u64), String> {
     let root = workspace_root().join("fuzz/seeds");
-    let targets: Vec<(&str, fuzzing::Target)> =
-        fuzzing::TARGETS.into_iter().filter(|(name, _)| *name != "ops").collect();
+    let targets: Vec<(&str, fuzzing::Target)> = fuzzing::TARGETS
+        .into_iter()
+        .filter(|(name, _)| !matches!(*name, "ops" | "journal_records" | "journal_header"))
+        .collect();
     let mut rng = Rng::new(seed ^ 0xbad);
     let (mut refused, mut tried) = (0u64, 0u64);
     let per_target = total.div_ceil(targets.len() as u64);
