@@ -44,7 +44,7 @@ fn crashed_journal() -> &'static (Vec<u8>, Vec<u8>) {
         for i in 0..12u32 {
             let key = IdempotencyKey::new(format!("k-{i}")).expect("a valid key");
             if let Ok(Reservation::Acquired(lease)) = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])) {
-                let body = vec![b'r'; if i % 3 == 0 { 5000 } else { 60 }];
+                let body = vec![b'r'; if i.is_multiple_of(3) { 5000 } else { 60 }];
                 let _ = store.complete(&lease, body);
             }
             if i == 3 {

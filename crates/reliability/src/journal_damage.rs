@@ -275,7 +275,7 @@ pub fn scenario(seed: u64) -> DamageReport {
     let (crash_store, mut crash_journal, acked1) = {
         let Some(store) = open(&mut report, seed, &clock, &store_image, &journal_image, false) else { return report };
         let keys: Vec<u32> = (0..n1).collect();
-        let acked = write(&store, &keys, &body1);
+        let acked = write(&store, &keys, body1);
         let crash = (store_image.bytes(), journal_image.bytes(), acked);
         drop(store);
         crash
@@ -311,7 +311,7 @@ pub fn scenario(seed: u64) -> DamageReport {
     let lost: Vec<u32> = acked1.iter().map(|(i, _)| *i).filter(|i| !present.contains_key(i)).collect();
     let mut keys2: Vec<u32> = lost.iter().copied().filter(|_| rng.below(2) == 0).collect();
     keys2.extend(n1..n1 + 4 + rng.below(12) as u32);
-    let body2 = |i: u32| if i % 2 == 0 { vec![b'b'; 9000] } else { vec![b'b'; 300] };
+    let body2 = |i: u32| if i.is_multiple_of(2) { vec![b'b'; 9000] } else { vec![b'b'; 300] };
     let acked2 = write(&store, &keys2, body2);
     let (crash_store, crash_journal) = (store_image.bytes(), journal_image.bytes());
     drop(store);
