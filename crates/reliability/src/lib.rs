@@ -42,6 +42,7 @@ pub mod clock_faults;
 pub mod concurrent;
 pub mod fault;
 pub mod fuzzing;
+pub mod journal_aliases;
 pub mod journal_damage;
 pub mod kill;
 pub mod operators;

@@ -10,7 +10,7 @@
 //! and exits non-zero on any lost completion, double effect, unopenable store, integrity
 //! failure, protocol error, fuzz crash, or missed target. `--quick` (the default) is the
 //! CI-sized run; `--full` the documented one. `--only clock,operators` runs only the sections
-//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `outbox`, `journal-damage`, `bad-inputs`,
+//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `outbox`, `journal-damage`, `journal-aliases`, `bad-inputs`,
 //! `self-check`, `fuzz`) at the chosen size, and the table has only their rows.
 #![forbid(unsafe_code)]
 
@@ -45,6 +45,7 @@ struct Size {
     operator_races: u64,
     outbox_points: u64,
     journal_damage: u64,
+    journal_aliases: u64,
 }
 
 const QUICK: Size = Size {
@@ -60,6 +61,7 @@ const QUICK: Size = Size {
     operator_races: 500,
     outbox_points: 10_000,
     journal_damage: 5_000,
+    journal_aliases: 500,
 };
 const FULL: Size = Size {
     name: "full",
@@ -74,10 +76,11 @@ const FULL: Size = Size {
     operator_races: 10_000,
     outbox_points: 200_000,
     journal_damage: 100_000,
+    journal_aliases: 10_000,
 };
 
 /// The sections of a run, in the order they run.
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "sweep",
     "concurrent",
     "kill",
@@ -86,6 +89,7 @@ const SECTIONS: [&str; 11] = [
     "operators",
     "outbox",
     "journal-damage",
+    "journal-aliases",
     "bad-inputs",
     "self-check",
     "fuzz",
@@ -440,6 +444,31 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         print_notes("journal damage", &damage.notes);
     }
 
+    // 3d. Aliases and twins of a journaled store file.
+    let mut aliases = idemdb_reliability::journal_aliases::AliasReport::default();
+    if runs("journal-aliases") {
+        let t = Instant::now();
+        let child = build_child()?;
+        aliases = idemdb_reliability::journal_aliases::run(&child, size.journal_aliases, seed);
+        timings.push(("journal aliases", t.elapsed()));
+        println!(
+            "  journal aliases: {} scenarios (symlink {}, hard link {}, rename {}, copy {}, swapped journals {}), {} acknowledged completions verified, {} typed refusals of a journal not its own, {} lost, {} foreign applied, {} failures, in {:.1?}",
+            group(aliases.total()),
+            group(aliases.scenarios[0]),
+            group(aliases.scenarios[1]),
+            group(aliases.scenarios[2]),
+            group(aliases.scenarios[3]),
+            group(aliases.scenarios[4]),
+            group(aliases.verified),
+            group(aliases.refused),
+            aliases.lost,
+            aliases.foreign_applied,
+            aliases.failures,
+            t.elapsed()
+        );
+        print_notes("journal aliases", &aliases.notes);
+    }
+
     // The table: each row of a section that ran.
     let lost =
         crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost + outbox.unresolved;
@@ -547,6 +576,20 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     push(runs("journal-damage"), row("lost after journal damage", damage_lost, zero(damage_lost)));
     push(runs("journal-damage"), row("unopenable after damage", damage.unopenable, zero(damage.unopenable)));
     push(runs("journal-damage"), row("damaged journals refused", damage.refused, None));
+    push(
+        runs("journal-aliases"),
+        row(
+            "alias and twin scenarios",
+            aliases.total(),
+            Some((&at_least(size.journal_aliases), aliases.total() >= size.journal_aliases)),
+        ),
+    );
+    push(runs("journal-aliases"), row("lost through another name", aliases.lost, zero(aliases.lost)));
+    push(
+        runs("journal-aliases"),
+        row("foreign records applied", aliases.foreign_applied, zero(aliases.foreign_applied)),
+    );
+    push(runs("journal-aliases"), row("alias scenario failures", aliases.failures, zero(aliases.failures)));
     push(
         runs("operators"),
         row(

@@ -7,6 +7,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let outcome = match args.split_first() {
         Some((mode, rest)) if mode == "writer" => idemdb_reliability::operators::writer_main(rest),
+        Some((mode, rest)) if mode == "journal-writer" => idemdb_reliability::journal_aliases::child_main(rest),
         _ => idemdb_reliability::kill::child_main(&args),
     };
     if let Err(error) = outcome {
