@@ -52,7 +52,7 @@ impl AliasReport {
 
 const T0: u64 = 1_700_000_000_000;
 
-fn builder() -> StoreBuilder {
+pub(crate) fn builder() -> StoreBuilder {
     Store::builder().clock(ManualClock::new(T0)).journal(true).journal_bytes(256 * 1024)
 }
 
@@ -64,16 +64,32 @@ fn key(name: &str) -> Option<IdempotencyKey> {
     IdempotencyKey::new(name).ok()
 }
 
-/// `reliability-child journal-writer <store> <prefix> <n>`: opens the store, completes
-/// `<prefix>-0..n` with body = the key, printing `A <key>` after each acknowledgement, then
-/// aborts (a crash: nothing is closed).
+/// `reliability-child journal-writer <store> <prefix> <n> [wait]`: opens the store (with
+/// `wait`, retrying while another handle holds it or replaced it), completes `<prefix>-0..n`
+/// with body = the key, printing `A <key>` after each acknowledgement, then aborts (a crash:
+/// nothing is closed).
 ///
 /// # Errors
 /// A message for the parent (printed as `X …`).
 pub fn child_main(args: &[String]) -> Result<(), String> {
-    let [path, prefix, n] = args else { return Err("usage: journal-writer <store> <prefix> <n>".into()) };
+    let (path, prefix, n, wait) = match args {
+        [path, prefix, n] => (path, prefix, n, false),
+        [path, prefix, n, wait] if wait == "wait" => (path, prefix, n, true),
+        _ => return Err("usage: journal-writer <store> <prefix> <n> [wait]".into()),
+    };
     let n: u32 = n.parse().map_err(|_| "bad count".to_string())?;
-    let store = builder().open(path).map_err(|error| format!("open: {error}"))?;
+    let started = std::time::Instant::now();
+    let store = loop {
+        match builder().open(path) {
+            Ok(store) => break store,
+            Err(OpenError::AlreadyOpen | OpenError::Replaced { .. })
+                if wait && started.elapsed() < std::time::Duration::from_secs(30) =>
+            {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            Err(error) => return Err(format!("open: {error}")),
+        }
+    };
     for i in 0..n {
         let name = format!("{prefix}-{i}");
         let key = key(&name).ok_or("bad key")?;
@@ -90,13 +106,12 @@ pub fn child_main(args: &[String]) -> Result<(), String> {
 
 /// Runs the crashing writer on `path`; returns the keys it acknowledged.
 fn crash_writer(child: &Path, path: &Path, prefix: &str, n: u32) -> Result<Vec<String>, String> {
-    let output = Command::new(child)
-        .arg("journal-writer")
-        .arg(path)
-        .arg(prefix)
-        .arg(n.to_string())
-        .output()
-        .map_err(|error| format!("spawn: {error}"))?;
+    crash_writer_output(Command::new(child).arg("journal-writer").arg(path).arg(prefix).arg(n.to_string()))
+}
+
+/// The keys a crashing writer acknowledged (or the error it reported).
+pub(crate) fn crash_writer_output(command: &mut Command) -> Result<Vec<String>, String> {
+    let output = command.output().map_err(|error| format!("spawn: {error}"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if let Some(error) = stdout.lines().find_map(|line| line.strip_prefix("X ")) {
         return Err(error.to_string());
@@ -106,7 +121,7 @@ fn crash_writer(child: &Path, path: &Path, prefix: &str, n: u32) -> Result<Vec<S
 
 /// Counts which of `acked` the store holds completed with their own body; `others` must not be
 /// there at all (another store's keys).
-fn check(report: &mut AliasReport, store: &Store, acked: &[String], others: &[String], what: &str) {
+pub(crate) fn check(report: &mut AliasReport, store: &Store, acked: &[String], others: &[String], what: &str) {
     for name in acked {
         let Some(key) = key(name) else { continue };
         let ok = matches!(

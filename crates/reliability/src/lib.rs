@@ -44,6 +44,7 @@ pub mod fault;
 pub mod fuzzing;
 pub mod journal_aliases;
 pub mod journal_damage;
+pub mod journal_replace;
 pub mod kill;
 pub mod operators;
 pub mod outbox;

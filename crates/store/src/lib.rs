@@ -78,6 +78,9 @@ pub use journal::DEFAULT_JOURNAL_BYTES;
 pub use journal::wal::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS, JournalStats};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+#[doc(hidden)]
+pub use rebuild::rebuild_with_pause;
 pub use rebuild::{RebuildError, RebuildReport};
 pub use store::{ExecuteError, Executed, Store};
 pub use tables::STORE_FORMAT;

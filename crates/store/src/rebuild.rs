@@ -221,6 +221,15 @@ pub fn rebuild(path: impl AsRef<Path>) -> Result<RebuildReport, RebuildError> {
     rebuild_then(path.as_ref(), || {})
 }
 
+/// [`rebuild`] with a sleep of `pause` in its narrowest window — after the copy has replaced
+/// the original, before the old handle closes — for reliability harnesses that race writers
+/// against it (`crates/reliability`, "replace beside a writer"). Not for applications.
+#[doc(hidden)]
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub fn rebuild_with_pause(path: impl AsRef<Path>, pause: std::time::Duration) -> Result<RebuildReport, RebuildError> {
+    rebuild_then(path.as_ref(), || std::thread::sleep(pause))
+}
+
 /// [`rebuild`], calling `replaced` once the copy has replaced the original and before the
 /// original's lock is released (tests look at the files there).
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

@@ -10,7 +10,7 @@
 //! and exits non-zero on any lost completion, double effect, unopenable store, integrity
 //! failure, protocol error, fuzz crash, or missed target. `--quick` (the default) is the
 //! CI-sized run; `--full` the documented one. `--only clock,operators` runs only the sections
-//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `outbox`, `journal-damage`, `journal-aliases`, `bad-inputs`,
+//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `outbox`, `journal-damage`, `journal-aliases`, `journal-replace`, `bad-inputs`,
 //! `self-check`, `fuzz`) at the chosen size, and the table has only their rows.
 #![forbid(unsafe_code)]
 
@@ -46,6 +46,7 @@ struct Size {
     outbox_points: u64,
     journal_damage: u64,
     journal_aliases: u64,
+    journal_replace: u64,
 }
 
 const QUICK: Size = Size {
@@ -62,6 +63,7 @@ const QUICK: Size = Size {
     outbox_points: 10_000,
     journal_damage: 5_000,
     journal_aliases: 500,
+    journal_replace: 500,
 };
 const FULL: Size = Size {
     name: "full",
@@ -77,10 +79,11 @@ const FULL: Size = Size {
     outbox_points: 200_000,
     journal_damage: 100_000,
     journal_aliases: 10_000,
+    journal_replace: 10_000,
 };
 
 /// The sections of a run, in the order they run.
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "sweep",
     "concurrent",
     "kill",
@@ -90,6 +93,7 @@ const SECTIONS: [&str; 12] = [
     "outbox",
     "journal-damage",
     "journal-aliases",
+    "journal-replace",
     "bad-inputs",
     "self-check",
     "fuzz",
@@ -469,6 +473,25 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         print_notes("journal aliases", &aliases.notes);
     }
 
+    // 3e. Rebuilds replacing the file beside a writer, with the window widened.
+    let mut replace = idemdb_reliability::journal_replace::ReplaceReport::default();
+    if runs("journal-replace") {
+        let t = Instant::now();
+        let child = build_child()?;
+        replace = idemdb_reliability::journal_replace::run(&child, size.journal_replace, seed);
+        timings.push(("journal replace", t.elapsed()));
+        println!(
+            "  journal replace: {} races, {} rebuilds (window widened by up to 5 ms), {} acknowledged completions verified, {} lost, {} failures, in {:.1?}",
+            group(replace.races),
+            group(replace.rebuilds),
+            group(replace.checks.verified),
+            replace.checks.lost,
+            replace.checks.failures,
+            t.elapsed()
+        );
+        print_notes("journal replace", &replace.checks.notes);
+    }
+
     // The table: each row of a section that ran.
     let lost =
         crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost + outbox.unresolved;
@@ -590,6 +613,16 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         row("foreign records applied", aliases.foreign_applied, zero(aliases.foreign_applied)),
     );
     push(runs("journal-aliases"), row("alias scenario failures", aliases.failures, zero(aliases.failures)));
+    push(
+        runs("journal-replace"),
+        row(
+            "replace-beside-writer races",
+            replace.races,
+            Some((&at_least(size.journal_replace), replace.races >= size.journal_replace)),
+        ),
+    );
+    let replace_bad = replace.checks.lost + replace.checks.failures;
+    push(runs("journal-replace"), row("lost beside a replace", replace_bad, zero(replace_bad)));
     push(
         runs("operators"),
         row(
