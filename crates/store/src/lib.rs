@@ -43,6 +43,10 @@
 #![deny(missing_docs)]
 
 mod audit;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+mod backup;
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod backup_tests;
 mod builder;
 mod clock;
 mod db;
@@ -67,6 +71,8 @@ mod txn;
 #[cfg(feature = "workflow")]
 mod workflow;
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use backup::{BackupError, BackupOptions, BackupProgress, BackupReport};
 pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, Durability, StoreBuilder};
 pub use error::{Error, OpenError, StorageError};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

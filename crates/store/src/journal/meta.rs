@@ -125,7 +125,8 @@ pub(crate) fn write_closed(meta: &mut Table<&'static str, &'static [u8]>) -> Res
 /// Removes every journal entry: a copy of a store (a rebuild, a backup) starts with no
 /// journal history, so a journal file beside it is re-created, never replayed.
 pub(crate) fn forget(meta: &mut Table<&'static str, &'static [u8]>) -> Result<(), redb::StorageError> {
-    for name in [META_JOURNAL_CHECKPOINT, META_JOURNAL_ID, META_JOURNAL_GENERATION, META_JOURNAL_STATE, META_JOURNAL_PATH]
+    for name in
+        [META_JOURNAL_CHECKPOINT, META_JOURNAL_ID, META_JOURNAL_GENERATION, META_JOURNAL_STATE, META_JOURNAL_PATH]
     {
         meta.remove(name)?;
     }
