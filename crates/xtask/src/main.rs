@@ -21,13 +21,11 @@ use std::time::{Duration, Instant};
 use idemdb::Durability;
 use idemdb_reliability::clock_faults::{ClockFaultConfig, ClockFaultReport, run_clock_faults};
 use idemdb_reliability::concurrent::run_concurrent;
-use idemdb_reliability::fuzzing;
 use idemdb_reliability::kill::{KillConfig, KillReport, run_kills};
 use idemdb_reliability::live_backup::{LiveBackupConfig, LiveBackupReport, run_live_backups};
 use idemdb_reliability::operators::{OperatorConfig, OperatorReport, run_operators};
 use idemdb_reliability::outbox::{OutboxSweepConfig, OutboxSweepReport, outbox_sweep};
 use idemdb_reliability::races::{RaceConfig, RaceReport, run_races};
-use idemdb_reliability::rng::Rng;
 use idemdb_reliability::sweep::{SweepConfig, sweep};
 use idemdb_reliability::workload::{Adapter, Counts, Scenario, Workload, probe_ops};
 
