@@ -36,6 +36,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! A live store is backed up with [`Store::backup_to`]: one verified file that opens alone,
+//! holding every commit acknowledged before the call, written while writers carry on (never
+//! copy the file of a live store: it lags its journal).
+//!
 //! The decision logic lives in [`idemdb_core`] (re-exported here) as pure functions; this
 //! crate translates them into redb transactions. See `docs/design.md` for the state diagram,
 //! the byte layout and the version history.
