@@ -1,6 +1,6 @@
 //! The `idemdb` command-line tool: a demonstration of idempotency keys under a lossy channel,
-//! and operator commands for store files (stats, get, list, purge, compact, verify, export,
-//! import). Argument parsing lives here; each command has its own module.
+//! and operator commands for store files (stats, get, list, purge, compact, backup, verify,
+//! export, import). Argument parsing lives here; each command has its own module.
 #![forbid(unsafe_code)]
 
 mod cmd;
@@ -58,6 +58,8 @@ enum Command {
     Purge(cmd::purge::PurgeArgs),
     /// Compact the file, returning free pages to the file system.
     Compact(cmd::compact::CompactArgs),
+    /// Write a verified copy of a store that opens alone (a live store: back it up through its service).
+    Backup(cmd::backup::BackupArgs),
     /// Check the file: storage integrity, then every record, index entry and audit event.
     Verify(cmd::verify::VerifyArgs),
     /// Write records as JSON Lines (keys hashed and payloads left out unless asked).
@@ -112,6 +114,7 @@ fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::List(args) => cmd::list::run(&args, json),
         Command::Purge(args) => cmd::purge::run(&args, json),
         Command::Compact(args) => cmd::compact::run(&args, json),
+        Command::Backup(args) => cmd::backup::run(&args, json),
         Command::Verify(args) => cmd::verify::run(&args, json),
         Command::Export(args) => cmd::export::run(&args, json),
         Command::Import(args) => cmd::import::run(&args, json),

@@ -47,6 +47,9 @@ where
     run
 }
 
+#[path = "cli/backup.rs"]
+mod backup;
+
 fn arg(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
@@ -105,6 +108,7 @@ fn help_documents_every_command_and_the_exit_codes() {
         "list",
         "purge",
         "compact",
+        "backup",
         "verify",
         "export",
         "import",
@@ -128,6 +132,7 @@ fn help_documents_every_command_and_the_exit_codes() {
         "list",
         "purge",
         "compact",
+        "backup",
         "verify",
         "export",
         "import",

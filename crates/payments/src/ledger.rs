@@ -10,14 +10,15 @@
 //! here without touching the handlers.
 
 use std::future::Future;
+use std::path::PathBuf;
 
 use idemdb::redb::TableDefinition;
-use idemdb::{EffectReport, OutboxItem, Store};
+use idemdb::{BackupError, BackupOptions, BackupReport, EffectReport, OutboxItem, Store};
 use idemdb_interface::WorkflowStore;
 use serde_json::Value;
 
 /// `(tenant, payment id)` → the payment as JSON.
-const PAYMENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("app_payments");
+pub const PAYMENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("app_payments");
 
 /// The ledger failed.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +53,22 @@ pub trait Ledger: Clone + Send + Sync + 'static {
 
     /// Every payment of `tenant`.
     fn payments(&self, tenant: &str) -> impl Future<Output = Result<Vec<Value>, LedgerError>> + Send;
+
+    /// Writes a verified backup of the store and the payments to `path` (a new file), while
+    /// requests carry on.
+    fn backup(&self, path: PathBuf) -> impl Future<Output = Result<BackupOutcome, LedgerError>> + Send;
+}
+
+/// What [`Ledger::backup`] did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BackupOutcome {
+    /// The backup was written and verified.
+    Written(BackupReport),
+    /// A file exists at the path: nothing was written.
+    Exists,
+    /// This backend has no backup of its own here (PostgreSQL has its tools).
+    NotOnThisBackend,
 }
 
 /// The ledger on the embedded redb store: payment rows in table `app_payments` of the store's
@@ -125,6 +142,29 @@ impl Ledger for RedbLedger {
             })
             .await
         }
+    }
+
+    fn backup(&self, path: PathBuf) -> impl Future<Output = Result<BackupOutcome, LedgerError>> + Send {
+        let ledger = self.clone();
+        async move {
+            blocking::unblock(move || match ledger.backup_blocking(&path) {
+                Ok(report) => Ok(BackupOutcome::Written(report)),
+                Err(BackupError::DestinationExists(_)) => Ok(BackupOutcome::Exists),
+                Err(error) => Err(LedgerError::of(error)),
+            })
+            .await
+        }
+    }
+}
+
+impl RedbLedger {
+    /// The backup of [`Ledger::backup`], blocking: the idemdb tables and the payments table
+    /// from one snapshot.
+    ///
+    /// # Errors
+    /// As [`Store::backup_with`].
+    pub fn backup_blocking(&self, path: &std::path::Path) -> Result<BackupReport, BackupError> {
+        self.store.backup_with(path, BackupOptions::new().table(PAYMENTS))
     }
 }
 

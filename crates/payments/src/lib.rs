@@ -17,9 +17,13 @@
 //!   `provider_charges` (each with its `calls`) — so a client can count effects per key.
 //! * `GET /v1/idempotency-policy`: the published expiry policy (the draft asks servers to
 //!   publish it).
+//! * `POST /v1/admin/backup` (`Authorization: Bearer <admin token>`, enabled by [`Admin`]): a
+//!   verified backup of the embedded store, payments included, into the backup directory,
+//!   while requests carry on; on PostgreSQL a `501 not-on-this-backend` problem.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod admin;
 mod dispatch;
 mod ledger;
 mod payment;
@@ -42,8 +46,9 @@ use idemdb_http::{IdempotencyLayer, Operation};
 
 use crate::dispatch::Charges;
 
+pub use admin::{Admin, BACKUP_PATH, timestamped_backup_name, valid_backup_name};
 pub use dispatch::{CHARGE_EFFECT, CHARGE_VERSION, Dispatcher};
-pub use ledger::{Ledger, LedgerError, RedbLedger};
+pub use ledger::{BackupOutcome, Ledger, LedgerError, PAYMENTS, RedbLedger};
 pub use payment::{PaymentRequest, payment_operation_name};
 pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
@@ -60,6 +65,8 @@ pub struct App<L> {
     pub provider: Provider,
     /// What the payment handlers and the dispatcher share.
     charges: Charges,
+    /// Admin requests (`None`: not enabled).
+    admin: Option<Admin>,
 }
 
 /// The tenant of a request: the token of `Authorization: Bearer <tenant>`.
@@ -88,6 +95,18 @@ pub fn payment_canonicalizer() -> Canonicalizer {
 /// # Errors
 /// Never in practice: the charge's effect name is a valid constant ([`CHARGE_EFFECT`]).
 pub fn router<L: Ledger>(ledger: L, provider: Provider) -> Result<(Router, Dispatcher<L>), KeyError> {
+    router_with_admin(ledger, provider, None)
+}
+
+/// [`router`] with admin requests ([`BACKUP_PATH`]) enabled by `admin`.
+///
+/// # Errors
+/// As [`router`].
+pub fn router_with_admin<L: Ledger>(
+    ledger: L,
+    provider: Provider,
+    admin: Option<Admin>,
+) -> Result<(Router, Dispatcher<L>), KeyError> {
     let tenant = |parts: &Parts| bearer(&parts.headers);
     let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
         .route(
@@ -96,13 +115,14 @@ pub fn router<L: Ledger>(ledger: L, provider: Provider) -> Result<(Router, Dispa
             Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024),
         )
         .only_listed_routes();
-    let app = Arc::new(App { ledger, provider, charges: Charges::new()? });
+    let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin });
     let router = Router::new()
         .route("/v1/payments", post(payment::create::<L>))
         .route(WEBHOOK_PATH, post(webhook::receive::<L>).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)))
         .route(RECONCILIATION_PATH, get(reconcile::list::<L>))
         .route("/v1/ledger", get(ledger_of::<L>))
         .route(POLICY_PATH, get(policy_of::<L>))
+        .route(BACKUP_PATH, post(admin::backup::<L>))
         .layer(idempotency)
         .with_state(Arc::clone(&app));
     Ok((router, Dispatcher { app }))

@@ -8,6 +8,9 @@
 //! Exactly one of `--data DIR` (the embedded redb store) and `--postgres URL`. On PostgreSQL,
 //! any number of instances can serve the same database (and `--schema`).
 //!
+//! `--admin-token TOKEN --backup-dir DIR` enable `POST /v1/admin/backup` (and, on `--data`,
+//! SIGUSR1 writes a timestamped backup into DIR).
+//!
 //! Prints `listening on http://ADDR` once it accepts connections (with `--addr 127.0.0.1:0`
 //! the port the system chose), and stops on Ctrl-C or SIGTERM.
 #![forbid(unsafe_code)]
@@ -20,7 +23,9 @@ use clap::error::ErrorKind;
 use clap::{ArgGroup, CommandFactory, Parser};
 use idemdb::{Policy, Store};
 use idemdb_postgres::PgStore;
-use payments_example::{Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router};
+use payments_example::{
+    Admin, Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router_with_admin, timestamped_backup_name,
+};
 
 /// A payments service with Idempotency-Key semantics (POST /v1/payments, POST
 /// /v1/webhooks/provider, GET /v1/reconciliation, GET /v1/ledger, GET /v1/idempotency-policy).
@@ -50,6 +55,14 @@ struct Args {
     /// uncertain (409, reconcile first) instead of waiting.
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     lease_ttl_secs: u64,
+    /// Enables admin requests (`POST /v1/admin/backup`), authenticated by
+    /// `Authorization: Bearer TOKEN` (at least 16 bytes; never a tenant's token).
+    #[arg(long, value_name = "TOKEN")]
+    admin_token: Option<String>,
+    /// Where backups go (with `--data`; created if missing): `POST /v1/admin/backup` names a
+    /// file in it, and SIGUSR1 writes `idemdb-<unix ms>.idemdb` there.
+    #[arg(long, value_name = "DIR")]
+    backup_dir: Option<PathBuf>,
     /// A fault for trying reconciliation: the simulated provider charges payments to this
     /// destination, then loses its answer (the charge waits in GET /v1/reconciliation).
     #[arg(long, value_name = "DESTINATION")]
@@ -70,6 +83,10 @@ impl Args {
     /// this says so again rather than assume it, and refuses `--schema` without `--postgres`.
     fn backend(&self) -> Result<Backend, clap::Error> {
         match (&self.data, &self.postgres) {
+            (None, Some(_)) if self.backup_dir.is_some() => Err(Args::command().error(
+                ErrorKind::ArgumentConflict,
+                "--backup-dir is for --data: back up PostgreSQL with its own tools",
+            )),
             (Some(_), None) if self.schema.is_some() => {
                 Err(Args::command().error(ErrorKind::ArgumentConflict, "--schema is for --postgres, not --data"))
             }
@@ -103,12 +120,23 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
         Some(destination) => provider.lose_responses_to(destination.clone()),
         None => provider,
     };
+    if let Some(dir) = &args.backup_dir {
+        std::fs::create_dir_all(dir)?;
+    }
+    let admin = match &args.admin_token {
+        Some(token) => Some(Admin::new(token.clone(), args.backup_dir.clone())?),
+        None => None,
+    };
     match backend {
         Backend::Redb { dir } => {
             std::fs::create_dir_all(&dir)?;
             let provider = faults(Provider::open(&dir.join("provider.redb"), latency)?);
             let store = Store::builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
-            serve(RedbLedger::new(store), provider, &args.addr).await
+            let ledger = RedbLedger::new(store);
+            if let Some(backup_dir) = &args.backup_dir {
+                backup_on_signal(ledger.clone(), backup_dir.clone());
+            }
+            serve(ledger, provider, &args.addr, admin).await
         }
         Backend::Postgres { url, schema } => {
             let mut builder =
@@ -118,13 +146,18 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             }
             let store = builder.connect().await.map_err(|error| format!("cannot connect to PostgreSQL: {error}"))?;
             let provider = faults(Provider::postgres(store.clone(), latency).await?);
-            serve(PgLedger::new(store).await?, provider, &args.addr).await
+            serve(PgLedger::new(store).await?, provider, &args.addr, admin).await
         }
     }
 }
 
-async fn serve<L: Ledger>(ledger: L, provider: Provider, addr: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let (router, dispatcher) = router(ledger, provider)?;
+async fn serve<L: Ledger>(
+    ledger: L,
+    provider: Provider,
+    addr: &str,
+    admin: Option<Admin>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (router, dispatcher) = router_with_admin(ledger, provider, admin)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     // Charges the previous process left in the outbox are dispatched from the start.
     let dispatcher = tokio::spawn(dispatcher.run());
@@ -134,6 +167,36 @@ async fn serve<L: Ledger>(ledger: L, provider: Provider, addr: &str) -> Result<(
     served?;
     Ok(())
 }
+
+/// SIGUSR1 writes a timestamped backup into `dir` (one at a time; the outcome on stderr).
+#[cfg(unix)]
+fn backup_on_signal(ledger: RedbLedger, dir: PathBuf) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut signals) = signal(SignalKind::user_defined1()) else {
+        eprintln!("payments-example: SIGUSR1 cannot be handled here: no backups on signal");
+        return;
+    };
+    tokio::spawn(async move {
+        while signals.recv().await.is_some() {
+            let (ledger, path) = (ledger.clone(), dir.join(timestamped_backup_name()));
+            let written = tokio::task::spawn_blocking(move || ledger.backup_blocking(&path)).await;
+            match written {
+                Ok(Ok(report)) => eprintln!(
+                    "payments-example: backup {} written and verified: {} records, {} bytes, {} ms",
+                    report.path.display(),
+                    report.records,
+                    report.bytes,
+                    report.took.as_millis()
+                ),
+                Ok(Err(error)) => eprintln!("payments-example: backup failed: {error}"),
+                Err(error) => eprintln!("payments-example: backup failed: {error}"),
+            }
+        }
+    });
+}
+
+#[cfg(not(unix))]
+fn backup_on_signal(_ledger: RedbLedger, _dir: PathBuf) {}
 
 async fn shutdown() {
     let interrupt = async {

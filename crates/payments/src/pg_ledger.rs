@@ -6,7 +6,7 @@ use std::future::Future;
 use idemdb_postgres::{EffectReport, OutboxItem, PgStore, PgTxn};
 use serde_json::Value;
 
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::{BackupOutcome, Ledger, LedgerError};
 
 /// The payments table on PostgreSQL, in the store's schema.
 pub const PG_PAYMENTS_TABLE: &str = "app_payments";
@@ -97,6 +97,10 @@ impl Ledger for PgLedger {
             }
             Ok(payments)
         }
+    }
+
+    fn backup(&self, _path: std::path::PathBuf) -> impl Future<Output = Result<BackupOutcome, LedgerError>> + Send {
+        std::future::ready(Ok(BackupOutcome::NotOnThisBackend))
     }
 }
 

@@ -14,6 +14,8 @@
 //! * [`clock_faults`]: wall-clock jumps forward and back, put right later, around deliveries,
 //!   purges and reopens, checked in true time;
 //! * [`kill`]: a child process on a file store, killed with SIGKILL at random moments;
+//! * [`live_backup`]: backups taken by a writer process at random moments while it writes and
+//!   is killed, each opened alone, verified and checked against what was acknowledged before it;
 //! * [`races`]: threads racing on shared keys over file and memory stores;
 //! * [`operators`]: the `idemdb` binary compacting, rebuilding, importing and purging a store
 //!   while a writer process opens, writes and closes it in a loop, with `kill -9` on both sides;
@@ -46,6 +48,7 @@ pub mod journal_aliases;
 pub mod journal_damage;
 pub mod journal_replace;
 pub mod kill;
+pub mod live_backup;
 pub mod operators;
 pub mod outbox;
 pub mod races;

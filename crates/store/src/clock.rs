@@ -244,6 +244,11 @@ impl ClockGuard {
         state.pending_changed || state.current.trusted > state.persisted_trusted
     }
 
+    /// The clock this guard reads (a backup's check reads the copy with it).
+    pub(crate) fn source(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
     /// The current state (for a rebuilt copy).
     pub(crate) fn snapshot(&self) -> ClockState {
         self.lock().current.clone()

@@ -36,6 +36,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! A live store is backed up with [`Store::backup_to`]: one verified file that opens alone,
+//! holding every commit acknowledged before the call, written while writers carry on (never
+//! copy the file of a live store: it lags its journal).
+//!
 //! The decision logic lives in [`idemdb_core`] (re-exported here) as pure functions; this
 //! crate translates them into redb transactions. See `docs/design.md` for the state diagram,
 //! the byte layout and the version history.
@@ -43,6 +47,10 @@
 #![deny(missing_docs)]
 
 mod audit;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+mod backup;
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod backup_tests;
 mod builder;
 mod clock;
 mod db;
@@ -67,6 +75,8 @@ mod txn;
 #[cfg(feature = "workflow")]
 mod workflow;
 
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use backup::{BackupError, BackupOptions, BackupProgress, BackupReport};
 pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, Durability, StoreBuilder};
 pub use error::{Error, OpenError, StorageError};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

@@ -14,7 +14,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use redb::{Database, Key, ReadTransaction, TableDefinition, TableError, Value};
+use redb::{Database, Key, ReadTransaction, TableDefinition, TableError, TableHandle, Value};
 
 use crate::tables::{
     AUDIT, DELIVERIES, EXPIRY, INTENTS, JOBS, META, META_CLOCK, META_CLOCK_PENDING, OBJECTS, OUTBOX, OUTBOX_DUE,
@@ -127,27 +127,55 @@ impl Store {
     /// durable and closed as far as the journal goes: it carries no journal state, so the
     /// first open of it starts a new journal.
     pub(crate) fn write_copy(&self, dest: &Path) -> Result<(Database, RebuildReport), RebuildError> {
+        let read = self.copy_snapshot()?;
+        let copy = Database::builder().create(dest).map_err(Error::from)?;
+        self.copy_from(&read, copy, &[], &mut |_| {})
+    }
+
+    /// The read snapshot a copy is taken from: buffered audit events are flushed first (one
+    /// durable commit, on a handle that can write), so the snapshot holds them too.
+    pub(crate) fn copy_snapshot(&self) -> Result<ReadTransaction, Error> {
         if !self.is_read_only() {
             self.flush()?;
         }
-        let read = self.engine.db.begin_read().map_err(Error::from)?;
-        let mut copy = Database::builder().create(dest).map_err(Error::from)?;
+        Ok(self.engine.db.begin_read()?)
+    }
+
+    /// Copies every table of the store from `read` into the empty database `copy`, then the
+    /// application tables `extra`; `progress` hears the entries copied so far after each chunk.
+    /// The last commit is durable and the copy is compacted.
+    pub(crate) fn copy_from(
+        &self,
+        read: &ReadTransaction,
+        copy: Database,
+        extra: &[&dyn CopyTable],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(Database, RebuildReport), RebuildError> {
+        let mut copy = copy;
         let mut report = RebuildReport {
             bytes_before: self.path().and_then(|p| fs::metadata(p).ok()).map(|m| m.len()),
             ..RebuildReport::default()
         };
-        report.entries += copy_table(&read, &copy, META)?;
-        report.records = copy_table(&read, &copy, RECORDS)?;
+        let mut copied = 0u64;
+        let mut tick = |n: u64| {
+            copied += n;
+            progress(copied);
+        };
+        report.entries += copy_table(read, &copy, META, &mut tick)?;
+        report.records = copy_table(read, &copy, RECORDS, &mut tick)?;
         report.entries += report.records;
-        report.entries += copy_table(&read, &copy, EXPIRY)?;
-        report.entries += copy_table(&read, &copy, AUDIT)?;
-        report.entries += copy_table(&read, &copy, INTENTS)?;
-        report.entries += copy_table(&read, &copy, OUTBOX)?;
-        report.entries += copy_table(&read, &copy, OUTBOX_DUE)?;
-        report.entries += copy_table(&read, &copy, RECONCILE)?;
-        report.entries += copy_table(&read, &copy, DELIVERIES)?;
-        report.entries += copy_table(&read, &copy, OBJECTS)?;
-        report.entries += copy_table(&read, &copy, JOBS)?;
+        report.entries += copy_table(read, &copy, EXPIRY, &mut tick)?;
+        report.entries += copy_table(read, &copy, AUDIT, &mut tick)?;
+        report.entries += copy_table(read, &copy, INTENTS, &mut tick)?;
+        report.entries += copy_table(read, &copy, OUTBOX, &mut tick)?;
+        report.entries += copy_table(read, &copy, OUTBOX_DUE, &mut tick)?;
+        report.entries += copy_table(read, &copy, RECONCILE, &mut tick)?;
+        report.entries += copy_table(read, &copy, DELIVERIES, &mut tick)?;
+        report.entries += copy_table(read, &copy, OBJECTS, &mut tick)?;
+        report.entries += copy_table(read, &copy, JOBS, &mut tick)?;
+        for table in extra {
+            report.entries += table.copy(read, &copy, &mut tick)?;
+        }
         // The clock as this handle knows it (it may be ahead of the stored one).
         let clock = self.engine.clock.snapshot();
         let mut tx = copy.begin_write().map_err(Error::from)?;
@@ -166,12 +194,49 @@ impl Store {
     }
 }
 
+/// The names of the tables a copy knows by type: the store's own. Any other table of a store
+/// belongs to the application, which names it for a backup ([`CopyTable`]).
+pub(crate) fn store_tables() -> [String; 11] {
+    [
+        META.name().to_string(),
+        RECORDS.name().to_string(),
+        EXPIRY.name().to_string(),
+        AUDIT.name().to_string(),
+        INTENTS.name().to_string(),
+        OUTBOX.name().to_string(),
+        OUTBOX_DUE.name().to_string(),
+        RECONCILE.name().to_string(),
+        DELIVERIES.name().to_string(),
+        OBJECTS.name().to_string(),
+        JOBS.name().to_string(),
+    ]
+}
+
+/// A table a copy takes besides the store's own (an application's table in the same database).
+pub(crate) trait CopyTable {
+    /// Its name.
+    fn table_name(&self) -> &str;
+    /// Copies it from `read` into `copy` (nothing when absent); returns the entries copied.
+    fn copy(&self, read: &ReadTransaction, copy: &Database, progress: &mut dyn FnMut(u64)) -> Result<u64, Error>;
+}
+
+impl<K: Key + 'static, V: Value + 'static> CopyTable for TableDefinition<'static, K, V> {
+    fn table_name(&self) -> &str {
+        TableHandle::name(self)
+    }
+
+    fn copy(&self, read: &ReadTransaction, copy: &Database, progress: &mut dyn FnMut(u64)) -> Result<u64, Error> {
+        copy_table(read, copy, *self, progress)
+    }
+}
+
 /// Copies one table (absent tables are skipped) in chunks of non-durable transactions; the
 /// caller's last commit makes them durable.
 fn copy_table<K: Key + 'static, V: Value + 'static>(
     read: &ReadTransaction,
     copy: &Database,
     table: TableDefinition<K, V>,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<u64, Error> {
     let source = match read.open_table(table) {
         Ok(source) => source,
@@ -180,6 +245,7 @@ fn copy_table<K: Key + 'static, V: Value + 'static>(
     };
     let mut entries = redb::ReadableTable::iter(&source)?;
     let mut copied = 0;
+    let mut reported = 0;
     loop {
         let mut tx = copy.begin_write()?;
         tx.set_durability(redb::Durability::None)?;
@@ -197,6 +263,8 @@ fn copy_table<K: Key + 'static, V: Value + 'static>(
             }
         }
         tx.commit()?;
+        progress(copied - reported);
+        reported = copied;
         if done {
             return Ok(copied);
         }

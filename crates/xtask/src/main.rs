@@ -5,12 +5,13 @@
 //! ```
 //!
 //! Runs the crash sweep, the `kill -9` test, the races, the clock faults, the operators beside
-//! a writer, a bad-input pass, the harness self-check (broken adapters must be caught) and the
+//! a writer, live backups beside killed writers, a bad-input pass, the harness self-check (broken adapters must be caught) and the
 //! cargo-fuzz targets, then prints one table with the targets of the chosen size and PASS/MISS,
 //! and exits non-zero on any lost completion, double effect, unopenable store, integrity
 //! failure, protocol error, fuzz crash, or missed target. `--quick` (the default) is the
 //! CI-sized run; `--full` the documented one. `--only clock,operators` runs only the sections
-//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `outbox`, `journal-damage`, `journal-aliases`, `journal-replace`, `bad-inputs`,
+//! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `backup`, `outbox`, `journal-damage`,
+//! `journal-aliases`, `journal-replace`, `bad-inputs`,
 //! `self-check`, `fuzz`) at the chosen size, and the table has only their rows.
 #![forbid(unsafe_code)]
 
@@ -21,14 +22,17 @@ use std::time::{Duration, Instant};
 use idemdb::Durability;
 use idemdb_reliability::clock_faults::{ClockFaultConfig, ClockFaultReport, run_clock_faults};
 use idemdb_reliability::concurrent::run_concurrent;
-use idemdb_reliability::fuzzing;
 use idemdb_reliability::kill::{KillConfig, KillReport, run_kills};
+use idemdb_reliability::live_backup::{LiveBackupConfig, LiveBackupReport, run_live_backups};
 use idemdb_reliability::operators::{OperatorConfig, OperatorReport, run_operators};
 use idemdb_reliability::outbox::{OutboxSweepConfig, OutboxSweepReport, outbox_sweep};
 use idemdb_reliability::races::{RaceConfig, RaceReport, run_races};
-use idemdb_reliability::rng::Rng;
 use idemdb_reliability::sweep::{SweepConfig, sweep};
 use idemdb_reliability::workload::{Adapter, Counts, Scenario, Workload, probe_ops};
+
+mod bad_inputs;
+
+use crate::bad_inputs::bad_inputs;
 
 const FUZZ_TARGETS: [&str; 6] = ["record_decode", "canonical", "keys", "ops", "journal_records", "journal_header"];
 
@@ -44,6 +48,7 @@ struct Size {
     clock_scenarios: u64,
     operator_races: u64,
     outbox_points: u64,
+    backups: u64,
     journal_damage: u64,
     journal_aliases: u64,
     journal_replace: u64,
@@ -61,6 +66,7 @@ const QUICK: Size = Size {
     clock_scenarios: 10_000,
     operator_races: 500,
     outbox_points: 10_000,
+    backups: 36,
     journal_damage: 5_000,
     journal_aliases: 500,
     journal_replace: 500,
@@ -77,19 +83,21 @@ const FULL: Size = Size {
     clock_scenarios: 200_000,
     operator_races: 10_000,
     outbox_points: 200_000,
+    backups: 1_000,
     journal_damage: 100_000,
     journal_aliases: 10_000,
     journal_replace: 10_000,
 };
 
 /// The sections of a run, in the order they run.
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 14] = [
     "sweep",
     "concurrent",
     "kill",
     "races",
     "clock",
     "operators",
+    "backup",
     "outbox",
     "journal-damage",
     "journal-aliases",
@@ -251,7 +259,7 @@ fn reliability(args: &[String]) -> Result<bool, String> {
 
     // 2. Kill -9.
     let mut kills = KillReport::default();
-    let child = if runs("kill") || runs("operators") { Some(build_child()?) } else { None };
+    let child = if runs("kill") || runs("operators") || runs("backup") { Some(build_child()?) } else { None };
     if let (true, Some(child)) = (runs("kill"), &child) {
         let t = Instant::now();
         kills = run_kills(&KillConfig {
@@ -378,6 +386,18 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         print_notes("operators", &operators.notes);
     }
 
+    let mut backups = LiveBackupReport::default();
+    if let (true, Some(child)) = (runs("backup"), &child) {
+        let (t, config) = (
+            Instant::now(),
+            LiveBackupConfig { child: child.clone(), backups: size.backups, backups_per_child: 4, seed },
+        );
+        backups = run_live_backups(&config).map_err(|e| format!("live backup: {e}"))?;
+        timings.push(("live backup", t.elapsed()));
+        println!("  live backup: {}, in {:.1?}", backups.summary(), t.elapsed());
+        print_notes("live backup", &backups.notes);
+    }
+
     // 4. Bad inputs (mutated seeds through the fuzz target bodies, in process).
     let mut bad = (0, 0);
     if runs("bad-inputs") {
@@ -493,8 +513,8 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     }
 
     // The table: each row of a section that ran.
-    let lost =
-        crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost + outbox.unresolved;
+    let lost = crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost;
+    let lost = lost + outbox.unresolved + backups.lost;
     let double = crash.total.double
         + concurrent.double
         + kills.double
@@ -506,20 +526,24 @@ fn reliability(args: &[String]) -> Result<bool, String> {
         + concurrent.reopen_failures
         + kills.unopenable
         + operators.unopenable
-        + outbox.reopen_failures;
+        + outbox.reopen_failures
+        + backups.unopenable;
     let integrity = crash.total.integrity_failures
         + concurrent.integrity_failures
         + kills.integrity_failures
-        + operators.integrity_failures;
+        + operators.integrity_failures
+        + backups.integrity_failures;
     let protocol = crash.total.unexpected
         + concurrent.unexpected
         + kills.child_errors
         + races.unexpected
         + races.missing
         + clock.unexpected
-        + operators.protocol_errors;
-    let promises = ["sweep", "concurrent", "kill", "races", "clock", "operators", "outbox"].iter().any(|s| runs(s));
-    let files = ["sweep", "concurrent", "kill", "operators", "outbox"].iter().any(|s| runs(s));
+        + operators.protocol_errors
+        + backups.child_errors;
+    let promises =
+        ["sweep", "concurrent", "kill", "races", "clock", "operators", "backup", "outbox"].iter().any(|s| runs(s));
+    let files = ["sweep", "concurrent", "kill", "operators", "backup", "outbox"].iter().any(|s| runs(s));
     let zero = |v: u64| Some(("0", v == 0));
     let fuzz_target = format!("each target ran {fuzz_seconds} s, 0 crashes");
     let at_least = |target: u64| format!(">= {}", group(target));
@@ -543,6 +567,11 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     push(files, row("integrity failures", integrity, zero(integrity)));
     push(promises, row("protocol errors", protocol, zero(protocol)));
     push(runs("kill"), row("kills", kills.kills, Some((&at_least(size.kills), kills.kills >= size.kills))));
+    let backups_ok = backups.backups >= size.backups && backups.clean() && backups.completions_checked > 0;
+    push(
+        runs("backup"),
+        row("live backups, complete and verified", backups.backups, Some((&at_least(size.backups), backups_ok))),
+    );
     push(
         runs("sweep") || runs("kill"),
         row(
@@ -739,72 +768,6 @@ fn build_child() -> Result<PathBuf, String> {
         return Err("building reliability-child failed".into());
     }
     Ok(target_dir().join("release").join(format!("reliability-child{}", std::env::consts::EXE_SUFFIX)))
-}
-
-/// Mutations of the seed inputs (bit flips, cuts, insertions, random bytes) through the bodies
-/// of the non-storage fuzz targets. Returns (refused, tried); a panic would abort the run.
-fn bad_inputs(total: u64, seed: u64) -> Result<(u64, u64), String> {
-    let root = workspace_root().join("fuzz/seeds");
-    let targets: Vec<(&str, fuzzing::Target)> = fuzzing::TARGETS
-        .into_iter()
-        .filter(|(name, _)| !matches!(*name, "ops" | "journal_records" | "journal_header"))
-        .collect();
-    let mut rng = Rng::new(seed ^ 0xbad);
-    let (mut refused, mut tried) = (0u64, 0u64);
-    let per_target = total.div_ceil(targets.len() as u64);
-    for (name, target) in targets {
-        let mut seeds = Vec::new();
-        for entry in std::fs::read_dir(root.join(name)).map_err(|e| format!("{name} seeds: {e}"))? {
-            let path = entry.map_err(|e| e.to_string())?.path();
-            seeds.push(std::fs::read(&path).map_err(|e| e.to_string())?);
-        }
-        if seeds.is_empty() {
-            return Err(format!("no seeds for {name}"));
-        }
-        let mut done = 0;
-        while done < per_target {
-            let mut data = seeds[usize::try_from(rng.below(seeds.len() as u64)).unwrap_or(0)].clone();
-            for _ in 0..1 + rng.below(4) {
-                mutate(&mut data, &mut rng);
-            }
-            tried += 1;
-            done += 1;
-            if !target(&data) {
-                refused += 1;
-            }
-        }
-    }
-    Ok((refused, tried))
-}
-
-fn mutate(data: &mut Vec<u8>, rng: &mut Rng) {
-    let len = data.len() as u64;
-    let at = |rng: &mut Rng| usize::try_from(rng.below(len.max(1))).unwrap_or(0);
-    match rng.below(6) {
-        0 if !data.is_empty() => {
-            let i = at(rng);
-            data[i] ^= 1 << rng.below(8);
-        }
-        1 if !data.is_empty() => data.truncate(at(rng)),
-        2 => {
-            let i = at(rng).min(data.len());
-            data.insert(i, rng.next_u64() as u8);
-        }
-        3 if !data.is_empty() => {
-            let i = at(rng);
-            data.remove(i);
-        }
-        4 if !data.is_empty() => {
-            let i = at(rng);
-            data[i] =
-                [0x00, 0xff, b'"', b'{', b'[', b'\\', b'.', b'e', b'-'][usize::try_from(rng.below(9)).unwrap_or(0)];
-        }
-        _ => {
-            let i = at(rng).min(data.len());
-            let junk: Vec<u8> = (0..rng.below(8)).map(|_| rng.next_u64() as u8).collect();
-            data.splice(i..i, junk);
-        }
-    }
 }
 
 /// Small sweeps with deliberately broken clients and disks: each must be reported with lost or

@@ -1,5 +1,6 @@
 //! The operator commands, one module each, and the arguments they share.
 
+pub(crate) mod backup;
 pub(crate) mod compact;
 pub(crate) mod export;
 pub(crate) mod get;

@@ -5,6 +5,7 @@
 // themselves do (clippy's test allowance covers only `#[test]` functions).
 #![allow(clippy::unwrap_used)]
 
+mod backup;
 mod payments;
 mod postgres;
 mod readme;

@@ -29,6 +29,7 @@ on_postgres! {
     postgres_a_lost_provider_answer_waits_in_the_reconciliation_queue => payments::lost_provider_answer,
     postgres_webhooks_dedupe_delivery_ids_and_apply_only_newer_versions => payments::webhooks,
     postgres_the_expiry_policy_is_published => payments::published_policy,
+    postgres_the_backup_endpoint_answers_not_on_this_backend => crate::backup::not_on_this_backend,
 }
 
 /// Two processes on one database and schema, each sent every key twice at once, both

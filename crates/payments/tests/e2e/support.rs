@@ -48,6 +48,11 @@ impl Server {
         Server { url: url.to_string(), child }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no shutdown, no flush.
     pub fn kill(mut self) {
         self.child.kill().expect("kill");

@@ -1,6 +1,7 @@
 //! The child process of the `kill -9` test (see `idemdb_reliability::kill`) and, as
 //! `reliability-child writer ...`, the writer of the operators test (see
-//! `idemdb_reliability::operators`).
+//! `idemdb_reliability::operators`), and as `reliability-child backup-writer ...` the writer that
+//! takes backups on request (see `idemdb_reliability::live_backup`).
 #![forbid(unsafe_code)]
 
 fn main() {
@@ -8,6 +9,7 @@ fn main() {
     let outcome = match args.split_first() {
         Some((mode, rest)) if mode == "writer" => idemdb_reliability::operators::writer_main(rest),
         Some((mode, rest)) if mode == "journal-writer" => idemdb_reliability::journal_aliases::child_main(rest),
+        Some((mode, rest)) if mode == "backup-writer" => idemdb_reliability::live_backup::backup_writer_main(rest),
         _ => idemdb_reliability::kill::child_main(&args),
     };
     if let Err(error) = outcome {

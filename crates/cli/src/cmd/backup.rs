@@ -1,0 +1,126 @@
+//! `idemdb backup`: a verified, complete, closed copy of a store nobody holds open.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use idemdb::{BackupError, BackupOptions, OpenError};
+
+use crate::error::{CliError, Exit, guard};
+use crate::open::{check_existing, open_read_only};
+use crate::output;
+
+/// Arguments of `idemdb backup`.
+#[derive(Debug, Args)]
+#[command(after_help = "The backup is one store file that opens alone (no journal beside it), holding every \
+record, index entry, audit event and workflow entry of the store, and its secret and clock. It is written to a \
+hidden temporary file beside DEST (.NAME.backup-XXXX.partial), synced, opened on its own and verified (with the \
+record and index counts of the store), then moved to DEST. A crash leaves at most the temporary file, which may \
+be deleted; DEST is never a partial file. SRC is opened read-only and not changed (a store left by a crash is \
+recovered first, as by every command).\n\n\
+A store held open by a running service (exit 3, \"already open\") is backed up by that service: \
+`Store::backup_to` in the library, `POST /v1/admin/backup` or SIGUSR1 in the payments example. Never copy the \
+file of a live store: the copy lacks what its journal holds.\n\n\
+Tables an application keeps in the store's database are not known here by type: the backup refuses such a \
+store unless --leave-out-unknown-tables (the application backs up its tables with `BackupOptions::table`).")]
+pub(crate) struct BackupArgs {
+    /// The store file to back up.
+    #[arg(value_name = "SRC")]
+    source: PathBuf,
+    /// The backup file to write (its directory must exist).
+    #[arg(value_name = "DEST")]
+    dest: PathBuf,
+    /// Replace DEST if it exists (atomically, once the new backup is verified).
+    #[arg(long)]
+    overwrite: bool,
+    /// Leave out tables that are not idemdb's instead of refusing the store.
+    #[arg(long)]
+    leave_out_unknown_tables: bool,
+}
+
+pub(crate) fn run(args: &BackupArgs, json: bool) -> Result<Exit, CliError> {
+    let source = &args.source;
+    check_existing(source)?;
+    let store = match open_read_only(source) {
+        Ok(store) => store,
+        Err(error) => return Err(held_elsewhere(source, error)),
+    };
+    let total = store.stats().map(|stats| stats.records).unwrap_or(0);
+    let bar = output::progress(total, json, "backing up");
+    bar.set_length(0);
+    let options = BackupOptions::new()
+        .overwrite(args.overwrite)
+        .leave_out_unknown_tables(args.leave_out_unknown_tables)
+        .progress(|progress| {
+            bar.set_length(progress.total);
+            bar.set_position(progress.copied);
+        });
+    let outcome = guard(|| store.backup_with(&args.dest, options));
+    bar.finish_and_clear();
+    let report = match outcome {
+        Ok(Ok(report)) => report,
+        Ok(Err(error @ (BackupError::DestinationExists(_) | BackupError::SameFile { .. }))) => {
+            return Err(CliError::usage_msg("DEST", &crate::error::cause_chain(&error)));
+        }
+        Ok(Err(error)) => return Err(CliError::runtime_ctx(&args.dest, "backup failed", &error)),
+        Err(panic) => {
+            return Err(CliError::runtime_msg(
+                Some(source),
+                format!("the storage layer failed while reading the store ({panic}); see `idemdb verify`"),
+            ));
+        }
+    };
+    if json {
+        output::print_json(&json!({
+            "file": source.display().to_string(),
+            "backup": report.path.display().to_string(),
+            "records": report.records,
+            "index_entries": report.index_entries,
+            "audit_events": report.audit_events,
+            "entries": report.entries,
+            "bytes": report.bytes,
+            "source_bytes": report.source_bytes,
+            "replaced": report.replaced,
+            "left_out": report.left_out,
+            "snapshot_ms": report.snapshot_took.as_millis() as u64,
+            "took_ms": report.took.as_millis() as u64,
+            "verified": true,
+        }));
+    } else {
+        let mut fields = vec![
+            ("store", source.display().to_string()),
+            ("backup", report.path.display().to_string()),
+            ("records", output::count(report.records)),
+            ("index entries", output::count(report.index_entries)),
+            ("audit events", output::count(report.audit_events)),
+            ("size", output::bytes(report.bytes)),
+            ("took", output::duration(report.took)),
+            ("verified", "yes (opened alone; counts match the store)".into()),
+        ];
+        if report.replaced {
+            fields.push(("replaced", "yes (the earlier file at DEST)".into()));
+        }
+        if !report.left_out.is_empty() {
+            fields.push(("left out", report.left_out.join(", ")));
+        }
+        output::print(&output::fields(&fields));
+    }
+    Ok(Exit::Ok)
+}
+
+/// An open that failed because another process holds the store says where to back it up.
+fn held_elsewhere(source: &std::path::Path, error: CliError) -> CliError {
+    let text = error.to_string();
+    if text.contains(&OpenError::AlreadyOpen.to_string()) {
+        return CliError::open_msg(
+            source,
+            format!(
+                "{}: a running service holds it; back it up through that service (`Store::backup_to`; the payments \
+                 example: POST /v1/admin/backup or SIGUSR1), never by copying the file",
+                OpenError::AlreadyOpen
+            ),
+        );
+    }
+    error
+}

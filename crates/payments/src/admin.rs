@@ -1,0 +1,134 @@
+//! `POST /v1/admin/backup`: a verified backup of the store the service holds, written into the
+//! configured backup directory while requests carry on (see [`Store::backup_with`]).
+//!
+//! Enabled only with an [`Admin`] configuration (`--admin-token` and `--backup-dir`). The
+//! caller sends `Authorization: Bearer <admin token>` — never a tenant's token — and a JSON body
+//! `{"name": "nightly.idemdb"}` naming a file **inside** the backup directory (or `{}` for a
+//! timestamped name): a name is 1..=100 bytes of `[A-Za-z0-9._-]`, not starting with a dot, so
+//! no request reaches a path outside that directory. An existing file is never replaced.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::json;
+
+use crate::ledger::{BackupOutcome, Ledger};
+use crate::payment::problem;
+use crate::{App, bearer};
+
+/// Where backups are asked for.
+pub const BACKUP_PATH: &str = "/v1/admin/backup";
+
+/// The operator's side of the service: the token admin requests carry and where backups go.
+#[derive(Clone)]
+pub struct Admin {
+    token: String,
+    backup_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").field("backup_dir", &self.backup_dir).finish_non_exhaustive()
+    }
+}
+
+impl Admin {
+    /// Admin requests authenticated by `token` (at least 16 bytes), writing backups into
+    /// `backup_dir` (`None`: the backend has no backup here, the endpoint says so).
+    ///
+    /// # Errors
+    /// A token shorter than 16 bytes.
+    pub fn new(token: impl Into<String>, backup_dir: Option<PathBuf>) -> Result<Admin, String> {
+        let token = token.into();
+        if token.len() < 16 {
+            return Err("the admin token must be at least 16 bytes".into());
+        }
+        Ok(Admin { token, backup_dir })
+    }
+
+    /// Whether `headers` carry the admin token (compared in constant time).
+    fn authorised(&self, headers: &HeaderMap) -> bool {
+        let Some(given) = bearer(headers) else { return false };
+        let (given, token) = (given.as_bytes(), self.token.as_bytes());
+        given.len() == token.len() && given.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+}
+
+/// A backup file name a request may ask for: 1..=100 bytes of `[A-Za-z0-9._-]`, not starting
+/// with a dot (no path separator, no `..`, no hidden file).
+pub fn valid_backup_name(name: &str) -> bool {
+    (1..=100).contains(&name.len())
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A timestamped backup name: `idemdb-<milliseconds since the Unix epoch>.idemdb`.
+pub fn timestamped_backup_name() -> String {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    format!("idemdb-{ms}.idemdb")
+}
+
+/// The backup `name` in `dir`.
+pub(crate) fn backup_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+/// The handler.
+pub(crate) async fn backup<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(admin) = &app.admin else {
+        return problem(StatusCode::NOT_FOUND, "not-enabled", "admin requests are not enabled (--admin-token)");
+    };
+    if !admin.authorised(&headers) {
+        return problem(StatusCode::UNAUTHORIZED, "unauthorized", "Authorization: Bearer <admin token> required");
+    }
+    let request: serde_json::Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(value @ serde_json::Value::Object(_)) => value,
+            _ => return problem(StatusCode::BAD_REQUEST, "invalid-request", "the body is a JSON object"),
+        }
+    };
+    let name = match request.get("name") {
+        None | Some(serde_json::Value::Null) => timestamped_backup_name(),
+        Some(serde_json::Value::String(name)) if valid_backup_name(name) => name.clone(),
+        Some(_) => {
+            let detail = "`name` is 1..=100 bytes of [A-Za-z0-9._-], not starting with a dot";
+            return problem(StatusCode::BAD_REQUEST, "invalid-name", detail);
+        }
+    };
+    let Some(dir) = &admin.backup_dir else {
+        return not_on_this_backend();
+    };
+    match app.ledger.backup(backup_path(dir, &name)).await {
+        Ok(BackupOutcome::Written(report)) => {
+            let body = json!({
+                "name": name,
+                "path": report.path.display().to_string(),
+                "records": report.records,
+                "index_entries": report.index_entries,
+                "audit_events": report.audit_events,
+                "entries": report.entries,
+                "bytes": report.bytes,
+                "snapshot_ms": report.snapshot_took.as_millis() as u64,
+                "took_ms": report.took.as_millis() as u64,
+                "verified": true,
+            });
+            (StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+        }
+        Ok(BackupOutcome::NotOnThisBackend) => not_on_this_backend(),
+        Ok(BackupOutcome::Exists) => {
+            problem(StatusCode::CONFLICT, "backup-exists", &format!("{name} exists already in the backup directory"))
+        }
+        Err(error) => problem(StatusCode::INTERNAL_SERVER_ERROR, "backup-failed", &error.to_string()),
+    }
+}
+
+fn not_on_this_backend() -> Response {
+    let detail = "backups are for the embedded store (--data); back up PostgreSQL with its own tools";
+    problem(StatusCode::NOT_IMPLEMENTED, "not-on-this-backend", detail)
+}

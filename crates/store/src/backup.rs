@@ -1,0 +1,580 @@
+//! Live backup: a complete, verified, closed copy of a store, written while writers carry on.
+//!
+//! A byte copy of a store file while a writer runs is not a backup: the file lags the journal
+//! (`<path>-journal`), which holds every commit since the last checkpoint, and copying both
+//! files one after the other races the next checkpoint. [`Store::backup_to`] copies from one
+//! read snapshot of the open store instead. Commits are visible to readers once they are
+//! durable (journaled or not), so a snapshot taken after the call starts holds every commit
+//! acknowledged before it.
+//!
+//! The copy goes to a temporary file beside the destination (`.<name>.backup-<nonce>.partial`),
+//! is synced, opened alone and verified ([`Store::verify`] plus the record and index counts of
+//! the snapshot), then moved into place and the directory synced. A crash leaves at most that
+//! temporary file: before the copy's last commit it holds no store at all (its tables are
+//! committed without flushing, and recovery goes back to the empty database the copy started
+//! as, which opens as "not an idemdb store"); after it, a complete but unchecked copy. Either
+//! way the destination is untouched.
+//!
+//! The name says what the call writes to: a new file at a path (`rebuild_into` also copies,
+//! for compaction, and "snapshot" already names the store's cached read snapshot and the
+//! in-memory images of the WebAssembly build).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use redb::{Database, ReadTransaction, ReadableTableMetadata, TableDefinition, TableHandle};
+
+use crate::engine::{Config, Engine};
+use crate::meta::Initialiser;
+use crate::rebuild::{CopyTable, RebuildError, store_tables};
+use crate::tables::{EXPIRY, RECORDS};
+use crate::{DEFAULT_AUDIT_RETENTION, Durability, Error, OpenError, Problem, Store, VerifyReport};
+
+/// How far a backup is: entries copied out of the snapshot's total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackupProgress {
+    /// Entries copied so far.
+    pub copied: u64,
+    /// Entries in the snapshot (every table the backup copies).
+    pub total: u64,
+}
+
+/// Options of [`Store::backup_with`].
+#[must_use]
+#[derive(Default)]
+pub struct BackupOptions<'a> {
+    overwrite: bool,
+    leave_out_unknown_tables: bool,
+    tables: Vec<Box<dyn CopyTable + 'a>>,
+    progress: Option<Box<dyn FnMut(BackupProgress) + 'a>>,
+}
+
+impl std::fmt::Debug for BackupOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupOptions")
+            .field("overwrite", &self.overwrite)
+            .field("leave_out_unknown_tables", &self.leave_out_unknown_tables)
+            .field("tables", &self.tables.iter().map(|t| t.table_name().to_string()).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> BackupOptions<'a> {
+    /// The defaults: never replace an existing file, refuse a store with tables the backup
+    /// does not know, no progress callback.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replaces an existing destination file (atomically: the old file stays whole until the
+    /// verified copy takes its place). A destination that is a symbolic link is followed: the
+    /// file it names is replaced and the link kept.
+    pub fn overwrite(mut self, overwrite: bool) -> Self {
+        self.overwrite = overwrite;
+        self
+    }
+
+    /// Copies an application table of the store's database too (a table the application writes
+    /// through [`Txn::tables`](crate::Txn::tables)): the store knows only its own tables' types,
+    /// and redb copies a table only by its type.
+    pub fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        mut self,
+        table: TableDefinition<'static, K, V>,
+    ) -> Self {
+        self.tables.push(Box::new(table));
+        self
+    }
+
+    /// Leaves out tables that are neither the store's nor named with [`BackupOptions::table`]
+    /// instead of refusing the backup ([`BackupError::UnknownTables`]); the report names them
+    /// ([`BackupReport::left_out`]).
+    pub fn leave_out_unknown_tables(mut self, leave_out: bool) -> Self {
+        self.leave_out_unknown_tables = leave_out;
+        self
+    }
+
+    /// Calls `progress` after each chunk of copied entries (10,000 at most).
+    pub fn progress(mut self, progress: impl FnMut(BackupProgress) + 'a) -> Self {
+        self.progress = Some(Box::new(progress));
+        self
+    }
+}
+
+/// What a backup wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackupReport {
+    /// The backup file (a symbolic link at the destination resolved).
+    pub path: PathBuf,
+    /// Records in the backup (the snapshot's, checked in the copy).
+    pub records: u64,
+    /// Expiry index entries in the backup (the snapshot's, checked in the copy).
+    pub index_entries: u64,
+    /// Audit events in the backup.
+    pub audit_events: u64,
+    /// Entries copied over all tables.
+    pub entries: u64,
+    /// Size of the backup file in bytes.
+    pub bytes: u64,
+    /// Size of the store file when the backup started (`None` for a store without a file).
+    pub source_bytes: Option<u64>,
+    /// How long taking the snapshot took: writers wait at most this long (for one commit).
+    pub snapshot_took: Duration,
+    /// How long the whole backup took (copy, sync, verification, rename).
+    pub took: Duration,
+    /// Whether an existing file was replaced ([`BackupOptions::overwrite`]).
+    pub replaced: bool,
+    /// Tables left out ([`BackupOptions::leave_out_unknown_tables`]).
+    pub left_out: Vec<String>,
+}
+
+/// A backup failed. The store is unchanged, nothing is left at the destination (an existing
+/// file there is untouched) and the temporary copy is removed, whatever the variant.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackupError {
+    /// The destination exists; [`BackupOptions::overwrite`] replaces it.
+    #[error("{0} exists already; a backup writes a new file unless asked to overwrite")]
+    DestinationExists(PathBuf),
+    /// The destination is the store itself, or its journal.
+    #[error("{dest} is the store's own {what}: a backup goes to another file")]
+    SameFile {
+        /// The destination as given.
+        dest: PathBuf,
+        /// `file` or `journal`.
+        what: &'static str,
+    },
+    /// The directory the destination would go in does not exist (or is not a directory).
+    #[error("{0}: no such directory for the backup (it is not created)")]
+    NoDirectory(PathBuf),
+    /// The destination is not a regular file (a directory, a FIFO, a path without a name).
+    #[error("{path} is {kind}, not a file a backup can be written to")]
+    NotAFile {
+        /// The destination.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// The store holds tables that are neither the store's nor named for the backup.
+    #[error(
+        "the store holds tables the backup was not told how to copy ({}); name them with \
+         BackupOptions::table, or leave them out explicitly",
+        .0.join(", ")
+    )]
+    UnknownTables(Vec<String>),
+    /// The file system is full (or the quota is used up).
+    #[error("no space left for the backup at {path}: {source}")]
+    NoSpace {
+        /// The temporary file being written.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The copy did not verify: it was removed.
+    #[error("the backup did not verify: {}", describe(.0))]
+    Unverified(Box<VerifyReport>),
+    /// The copy verified but does not hold what the snapshot held: it was removed.
+    #[error("the backup holds {copy} {what}, the snapshot {snapshot}")]
+    Mismatch {
+        /// `records` or `index entries`.
+        what: &'static str,
+        /// In the snapshot.
+        snapshot: u64,
+        /// In the copy.
+        copy: u64,
+    },
+    /// A file system call failed.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was attempted.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The copy could not be opened for its check.
+    #[error("the backup could not be opened for its check: {0}")]
+    Open(#[source] OpenError),
+    /// Reading the store or writing the copy failed.
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+impl BackupError {
+    /// The stable code of this error (see [`ErrorCode`](idemdb_core::ErrorCode)).
+    pub fn code(&self) -> idemdb_core::ErrorCode {
+        use idemdb_core::ErrorCode;
+        match self {
+            BackupError::DestinationExists(_)
+            | BackupError::SameFile { .. }
+            | BackupError::NoDirectory(_)
+            | BackupError::NotAFile { .. }
+            | BackupError::UnknownTables(_) => ErrorCode::InvalidArgument,
+            BackupError::NoSpace { .. } | BackupError::Io { .. } => ErrorCode::Storage,
+            BackupError::Unverified(_) | BackupError::Mismatch { .. } => ErrorCode::Corrupt,
+            BackupError::Open(open) => open.code(),
+            BackupError::Store(store) => store.code(),
+        }
+    }
+}
+
+idemdb_core::coded!(BackupError);
+
+impl From<RebuildError> for BackupError {
+    fn from(error: RebuildError) -> Self {
+        match error {
+            RebuildError::Io { action, path, source } => BackupError::Io { action, path, source },
+            RebuildError::DestinationExists(path) => BackupError::DestinationExists(path),
+            RebuildError::Open(open) => BackupError::Open(open),
+            RebuildError::Store(store) => BackupError::Store(store),
+        }
+    }
+}
+
+fn describe(report: &VerifyReport) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if !report.storage_ok {
+        parts.push("redb's integrity check failed".into());
+    }
+    parts.extend(report.problems.iter().map(|Problem { table, detail }| format!("{table}: {detail}")));
+    parts.join("; ")
+}
+
+fn io<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> BackupError + 'p {
+    move |source| BackupError::Io { action, path: path.to_path_buf(), source }
+}
+
+impl Store {
+    /// Writes a backup of this store to a new file at `dest` while writers carry on:
+    /// [`Store::backup_with`] with the default [`BackupOptions`].
+    ///
+    /// ```
+    /// # use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("live.idemdb"))?;
+    /// let scope = Scope::new("acme", "pay")?;
+    /// if let Reservation::Acquired(lease) =
+    ///     store.reserve(&scope, &IdempotencyKey::new("k-1")?, &Fingerprint::from_bytes([1; 32]))?
+    /// {
+    ///     store.complete(&lease, b"done".to_vec())?;
+    /// }
+    /// // The store stays open and writable; the backup is a closed store of its own.
+    /// let report = store.backup_to(dir.path().join("backup.idemdb"))?;
+    /// assert_eq!(report.records, 1);
+    /// let backup = Store::open(&report.path)?;
+    /// assert_eq!(backup.stats()?.records, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::backup_with`].
+    pub fn backup_to(&self, dest: impl AsRef<Path>) -> Result<BackupReport, BackupError> {
+        self.backup_with(dest, BackupOptions::new())
+    }
+
+    /// Writes a backup of this store to `dest`: a complete, compact, closed store file that
+    /// opens alone (no journal beside it), holding every commit acknowledged before the call
+    /// started, while other threads and handles keep reading and writing.
+    ///
+    /// Writers wait only while the snapshot is taken: one durable commit that writes the
+    /// buffered audit events (none on a read-only handle), then a redb read transaction, which
+    /// blocks nobody. While the copy runs, redb keeps the snapshot's pages, so the store file
+    /// may grow by what is written meanwhile. The copy is written beside `dest`, synced, opened
+    /// on its own and checked ([`Store::verify`], and the snapshot's record and index counts
+    /// found in it), then moved to `dest` and the directory synced.
+    ///
+    /// # Errors
+    /// [`BackupError::DestinationExists`] (unless [`BackupOptions::overwrite`]),
+    /// [`BackupError::SameFile`], [`BackupError::NoDirectory`], [`BackupError::NotAFile`],
+    /// [`BackupError::UnknownTables`] for application tables not named, [`BackupError::NoSpace`],
+    /// [`BackupError::Unverified`] and [`BackupError::Mismatch`] when the copy does not check
+    /// out; I/O and storage errors. On every error the temporary copy is removed.
+    pub fn backup_with(&self, dest: impl AsRef<Path>, options: BackupOptions<'_>) -> Result<BackupReport, BackupError> {
+        self.backup_on(dest.as_ref(), options, |file| Ok(redb::backends::FileBackend::new(file).map_err(Error::from)?))
+    }
+
+    /// [`Store::backup_with`] writing the copy through `backend` (tests put a full disk there).
+    pub(crate) fn backup_on<B: redb::StorageBackend>(
+        &self,
+        dest: &Path,
+        mut options: BackupOptions<'_>,
+        backend: impl FnOnce(fs::File) -> Result<B, BackupError>,
+    ) -> Result<BackupReport, BackupError> {
+        let started = Instant::now();
+        let target = self.destination(dest, options.overwrite)?;
+        let source_bytes = self.path().and_then(|p| fs::metadata(p).ok()).map(|m| m.len());
+        let read = self.copy_snapshot()?;
+        let snapshot_took = started.elapsed();
+        let (expected, total, left_out) = self.survey(&read, &options)?;
+        let temporary = temporary_path(&target);
+        let mut progress = options.progress.take();
+        let written = (|| {
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&temporary)
+                .map_err(io("create", &temporary))?;
+            let copy = Database::builder().create_with_backend(backend(file)?).map_err(Error::from)?;
+            let extra: Vec<&dyn CopyTable> = options.tables.iter().map(|t| &**t as &dyn CopyTable).collect();
+            let mut tick = |copied| {
+                if let Some(progress) = progress.as_mut() {
+                    progress(BackupProgress { copied, total });
+                }
+            };
+            let (copy, report) = self.copy_from(&read, copy, &extra, &mut tick)?;
+            drop(copy);
+            let verified = self.check_copy(&temporary, expected)?;
+            fs::File::open(&temporary).and_then(|f| f.sync_all()).map_err(io("sync", &temporary))?;
+            Ok((report, verified))
+        })();
+        drop(read);
+        let (report, verified) = match written {
+            Ok(written) => written,
+            Err(error) => {
+                let _ = fs::remove_file(&temporary);
+                return Err(no_space(error, &temporary));
+            }
+        };
+        let replaced = match place(&temporary, &target, options.overwrite) {
+            Ok(replaced) => replaced,
+            Err(error) => {
+                let _ = fs::remove_file(&temporary);
+                return Err(no_space(error, &temporary));
+            }
+        };
+        crate::builder::sync_parent(&target).map_err(io("sync the directory of", &target))?;
+        let bytes = fs::metadata(&target).map_err(io("read the size of", &target))?.len();
+        Ok(BackupReport {
+            path: target,
+            records: verified.records,
+            index_entries: verified.index_entries,
+            audit_events: verified.audit_events,
+            entries: report.entries,
+            bytes,
+            source_bytes,
+            snapshot_took,
+            took: started.elapsed(),
+            replaced,
+            left_out,
+        })
+    }
+
+    /// Resolves `dest` (a symbolic link to its file) and refuses what a backup must not write.
+    fn destination(&self, dest: &Path, overwrite: bool) -> Result<PathBuf, BackupError> {
+        let Some(name) = dest.file_name() else {
+            return Err(BackupError::NotAFile { path: dest.to_path_buf(), kind: "a path without a file name" });
+        };
+        self.refuse_own(dest, dest)?;
+        let target = match fs::symlink_metadata(dest) {
+            Ok(_) if !overwrite => return Err(BackupError::DestinationExists(dest.to_path_buf())),
+            Ok(meta) => {
+                let target = if meta.file_type().is_symlink() {
+                    fs::canonicalize(dest).map_err(io("follow", dest))?
+                } else {
+                    dest.to_path_buf()
+                };
+                let meta = fs::metadata(&target).map_err(io("inspect", &target))?;
+                if !meta.is_file() {
+                    let kind = if meta.is_dir() { "a directory" } else { "not a regular file" };
+                    return Err(BackupError::NotAFile { path: dest.to_path_buf(), kind });
+                }
+                target
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let parent = match dest.parent() {
+                    Some(parent) if !parent.as_os_str().is_empty() => parent,
+                    _ => Path::new("."),
+                };
+                match fs::metadata(parent) {
+                    Ok(meta) if meta.is_dir() => {}
+                    _ => return Err(BackupError::NoDirectory(parent.to_path_buf())),
+                }
+                fs::canonicalize(parent).map_err(io("resolve", parent))?.join(name)
+            }
+            Err(source) => return Err(BackupError::Io { action: "inspect", path: dest.to_path_buf(), source }),
+        };
+        // Once more on the resolved path: a link in the directory's path may lead to the store.
+        self.refuse_own(dest, &target)?;
+        Ok(target)
+    }
+
+    /// Refuses `path` when it is this store's file or journal.
+    fn refuse_own(&self, dest: &Path, path: &Path) -> Result<(), BackupError> {
+        if let Some(source) = self.path() {
+            let journal = crate::journal::files::journal_path(source);
+            for (own, what) in [(source, "file"), (journal.as_path(), "journal")] {
+                if same_file(own, path) {
+                    return Err(BackupError::SameFile { dest: dest.to_path_buf(), what });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The snapshot's record and index counts, its entries over the copied tables, and the
+    /// tables left out.
+    fn survey(
+        &self,
+        read: &ReadTransaction,
+        options: &BackupOptions<'_>,
+    ) -> Result<(Expected, u64, Vec<String>), BackupError> {
+        let known = store_tables();
+        let mut unknown = Vec::new();
+        let mut total = 0;
+        for table in read.list_tables().map_err(Error::from)? {
+            let name = table.name().to_string();
+            let declared = options.tables.iter().any(|t| t.table_name() == name);
+            if known.contains(&name) || declared {
+                total += read.open_untyped_table(table).map_err(Error::from)?.len().map_err(Error::from)?;
+            } else {
+                unknown.push(name);
+            }
+        }
+        unknown.extend(
+            read.list_multimap_tables()
+                .map_err(Error::from)?
+                .map(|table| redb::MultimapTableHandle::name(&table).to_string()),
+        );
+        unknown.sort();
+        if !unknown.is_empty() && !options.leave_out_unknown_tables {
+            return Err(BackupError::UnknownTables(unknown));
+        }
+        let records = read.open_table(RECORDS).map_err(Error::from)?.len().map_err(Error::from)?;
+        let index_entries = read.open_table(EXPIRY).map_err(Error::from)?.len().map_err(Error::from)?;
+        Ok((Expected { records, index_entries }, total, unknown))
+    }
+
+    /// Opens the copy at `path` on its own handle, verifies it and checks its counts.
+    fn check_copy(&self, path: &Path, expected: Expected) -> Result<VerifyReport, BackupError> {
+        let db = Database::builder().open(path).map_err(|e| BackupError::Open(e.into()))?;
+        let config = Config {
+            policies: Default::default(),
+            default_policy: Default::default(),
+            durability: Durability::Immediate,
+            audit: true,
+            audit_retention: DEFAULT_AUDIT_RETENTION,
+            trust_clock_at_open: false,
+        };
+        let init = Initialiser { allow_init: false, seed: None, created_at: 0 };
+        let engine = Engine::from_parts(
+            crate::db::Db::Writable(db),
+            Some(path.to_path_buf()),
+            config,
+            self.engine.clock.source(),
+            init,
+            None,
+        )
+        .map_err(BackupError::Open)?;
+        let mut copy = Store::from_engine(engine);
+        let report = copy.verify()?;
+        drop(copy);
+        if !report.is_ok() {
+            return Err(BackupError::Unverified(Box::new(report)));
+        }
+        for (what, snapshot, copy) in [
+            ("records", expected.records, report.records),
+            ("index entries", expected.index_entries, report.index_entries),
+        ] {
+            if snapshot != copy {
+                return Err(BackupError::Mismatch { what, snapshot, copy });
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// What the copy must hold: the snapshot's counts.
+#[derive(Debug, Clone, Copy)]
+struct Expected {
+    records: u64,
+    index_entries: u64,
+}
+
+/// `.<name>.backup-<nonce>.partial` beside `target`: hidden, and named for what it is.
+fn temporary_path(target: &Path) -> PathBuf {
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let nonce = blake3::hash(format!("{}:{:?}", std::process::id(), Instant::now()).as_bytes()).to_hex();
+    target.with_file_name(format!(".{name}.backup-{}.partial", &nonce[..12]))
+}
+
+/// Whether `a` and `b` (which may not exist) name the same file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(a), Ok(b)) = (fs::metadata(a), fs::metadata(b)) {
+            return (a.dev(), a.ino()) == (b.dev(), b.ino());
+        }
+    }
+    let resolve = |path: &Path| -> Option<PathBuf> {
+        if let Ok(path) = fs::canonicalize(path) {
+            return Some(path);
+        }
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        Some(fs::canonicalize(parent).ok()?.join(path.file_name()?))
+    };
+    matches!((resolve(a), resolve(b)), (Some(a), Some(b)) if a == b)
+}
+
+/// Moves the verified copy to `target`: without `overwrite` through a hard link, which never
+/// replaces a file that appeared meanwhile; with it, by a rename over the old file. Returns
+/// whether a file was replaced.
+fn place(temporary: &Path, target: &Path, overwrite: bool) -> Result<bool, BackupError> {
+    if overwrite {
+        let replaced = target.exists();
+        fs::rename(temporary, target).map_err(io("move the backup to", target))?;
+        return Ok(replaced);
+    }
+    match fs::hard_link(temporary, target) {
+        Ok(()) => {
+            fs::remove_file(temporary).map_err(io("remove", temporary))?;
+            Ok(false)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(BackupError::DestinationExists(target.to_path_buf()))
+        }
+        // No hard links on this file system: look, then rename.
+        Err(_) if fs::symlink_metadata(target).is_ok() => Err(BackupError::DestinationExists(target.to_path_buf())),
+        Err(_) => {
+            fs::rename(temporary, target).map_err(io("move the backup to", target))?;
+            Ok(false)
+        }
+    }
+}
+
+/// `error`, or [`BackupError::NoSpace`] when a full file system or quota caused it.
+fn no_space(error: BackupError, path: &Path) -> BackupError {
+    fn full(io: &std::io::Error) -> bool {
+        matches!(io.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
+    }
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    let mut is_full = false;
+    while let Some(cause) = current {
+        let io = if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            Some(io)
+        } else if let Some(redb::Error::Io(io)) = cause.downcast_ref::<redb::Error>() {
+            Some(io)
+        } else if let Some(redb::Error::Io(io)) = cause.downcast_ref::<std::sync::Arc<redb::Error>>().map(|e| &**e) {
+            Some(io)
+        } else if let Some(redb::StorageError::Io(io)) = cause.downcast_ref::<redb::StorageError>() {
+            Some(io)
+        } else {
+            None
+        };
+        if io.is_some_and(full) {
+            is_full = true;
+            break;
+        }
+        current = cause.source();
+    }
+    if is_full { BackupError::NoSpace { path: path.to_path_buf(), source: Box::new(error) } } else { error }
+}
