@@ -140,7 +140,10 @@ impl IdemStore {
     }
 
     /// Closes the store: later calls fail with `IDEMDB_CLOSED`. The file is released when the
-    /// calls already running have returned; closing twice is a no-op.
+    /// calls already running have returned; closing twice is a no-op. Named `close_store` in the
+    /// bindings (`closeStore()` in Kotlin and Swift), beside Kotlin's `AutoCloseable.close()`,
+    /// which frees the handle (and so closes the store too).
+    #[uniffi::method(name = "close_store")]
     pub fn close(&self) {
         let mut guard = self.store.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         guard.take();
