@@ -95,12 +95,25 @@ if [ -x bindings/npm/scripts/test-all.sh ] || [ -f bindings/npm/scripts/test-all
   run_logged npm bash bindings/npm/scripts/test-all.sh
 fi
 
-# One closing line over every runner: cargo's "test result" lines and the JS runners' own
+uniffi_tests() {
+  # The Kotlin, Python and Swift bindings (bindings/uniffi/scripts/test.sh): Kotlin compiled
+  # with kotlinc and run on the JVM through JNA, Python through ctypes, the Swift sources
+  # checked current (swift test where a toolchain is), the Android libraries and their 16 KB
+  # alignment, and one store read across Kotlin, the CLI, Python and Node (the npm package
+  # built by the step above). It installs JNA and kotlin-compiler once.
+  bash bindings/uniffi/scripts/test.sh
+}
+step "Kotlin, Python and Swift bindings (UniFFI)"
+run_logged uniffi uniffi_tests
+
+# One closing line over every runner: cargo's "test result" lines and the other runners' own
 # "N passed, M failed" lines.
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$LOG" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ passed; [0-9]+ failed' "$LOG" | awk '{s+=$3} END {print s+0}')
-js_passed=$(grep -E '^(js: )?[0-9]+ passed, [0-9]+ failed' "$LOG" | sed -E 's/^js: //' | awk '{s+=$1} END {print s+0}')
-js_failed=$(grep -E '^(js: )?[0-9]+ passed, [0-9]+ failed' "$LOG" | sed -E 's/^js: //' | awk '{s+=$3} END {print s+0}')
+# The bindings' runners print "kotlin: ", "python: ", "swift: ", "android: " and "cross: " lines.
+RUNNER_LINE='^((js|kotlin|python|swift|android|cross): )?[0-9]+ passed, [0-9]+ failed'
+js_passed=$(grep -E "$RUNNER_LINE" "$LOG" | sed -E 's/^[a-z]+: //' | awk '{s+=$1} END {print s+0}')
+js_failed=$(grep -E "$RUNNER_LINE" "$LOG" | sed -E 's/^[a-z]+: //' | awk '{s+=$3} END {print s+0}')
 passed=$((passed + js_passed))
 failed=$((failed + js_failed))
 echo

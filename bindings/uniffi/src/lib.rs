@@ -1,0 +1,44 @@
+//! Kotlin, Swift and Python bindings of the embedded idemdb store, through
+//! [UniFFI](https://mozilla.github.io/uniffi-rs/) (proc-macro interface): what an Android, iOS
+//! or desktop app needs, and nothing that only a server needs.
+//!
+//! - [`IdemStore`]: open a file (or memory, for tests), close; client intents (create before
+//!   the first send, record attempts and the response, pending list for resume, abandon);
+//!   reserve / complete / fail / replay for apps that apply their own queued commands. Every
+//!   call has a blocking form and an `_async` form (`suspend` / `async`) that runs on a thread
+//!   pool.
+//! - [`Canonicalizer`]: the core's canonical form and fingerprint; [`new_key`] makes keys.
+//! - [`IdemdbError`]: one typed exception per stable error code (`IDEMDB_...`).
+//!
+//! The Rust side of a call, as Kotlin or Swift sees it:
+//!
+//! ```
+//! use idemdb_uniffi::{Canonicalizer, IdemStore, Reservation, Scope, new_key};
+//!
+//! let store = IdemStore::in_memory()?;
+//! let scope = Scope { tenant: "me".into(), operation: "create_payment".into() };
+//! let canon = Canonicalizer::new(vec!["/trace_id".into()], vec![], None)?;
+//! let fingerprint = canon.fingerprint(br#"{"amount":"10.50","trace_id":"t1"}"#.to_vec())?;
+//! let key = new_key()?;
+//! let Reservation::Acquired { lease } = store.reserve(scope.clone(), key.clone(), fingerprint.clone())? else {
+//!     panic!("a new key is acquired")
+//! };
+//! store.complete(lease, b"ch_1".to_vec())?;
+//! let again = store.reserve(scope, key, fingerprint)?;
+//! assert_eq!(again, Reservation::Replay { outcome: "completed".into(), body: b"ch_1".to_vec() });
+//! # Ok::<(), idemdb_uniffi::IdemdbError>(())
+//! ```
+
+mod canon;
+mod error;
+mod store;
+#[cfg(test)]
+mod tests;
+mod types;
+
+pub use canon::{Canonicalizer, FieldNormaliser, Normaliser, error_codes, fingerprint_of_canonical, new_key};
+pub use error::IdemdbError;
+pub use store::{IdemStore, open_store_async};
+pub use types::{AttemptOutcome, Failure, Header, Intent, IntentResponse, Lease, RecordInfo, Reservation, Scope};
+
+uniffi::setup_scaffolding!();

@@ -1,0 +1,36 @@
+// The Kotlin side of the bindings benchmark (bindings/uniffi/scripts/bench.sh): reserve +
+// complete pairs of new keys on the store file, blocking and then with suspend calls.
+// Prints "kotlin-blocking ops/s" and "kotlin-suspend ops/s".
+package idemdb.test
+
+import idemdb.*
+import kotlinx.coroutines.runBlocking
+
+fun main(args: Array<String>) {
+    val (path, count, prefix) = args
+    val n = count.toInt()
+    val store = IdemStore.open(path)
+    val scope = Scope("bench", "pay")
+    val fp = fingerprintOfCanonical(json("""{"amount":"1.00"}"""))
+    val result = json("""{"ok":true}""")
+    // Warm-up: JIT and JNA's first calls, on keys of their own.
+    for (i in 0 until 50) {
+        val lease = (store.reserve(scope, "$prefix-warm-$i", fp) as Reservation.Acquired).lease
+        store.complete(lease, result)
+    }
+    var started = System.nanoTime()
+    for (i in 0 until n) {
+        val lease = (store.reserve(scope, "$prefix-b-$i", fp) as Reservation.Acquired).lease
+        store.complete(lease, result)
+    }
+    println("kotlin-blocking %.1f".format(n / ((System.nanoTime() - started) / 1e9)))
+    started = System.nanoTime()
+    runBlocking {
+        for (i in 0 until n) {
+            val lease = (store.reserveAsync(scope, "$prefix-s-$i", fp) as Reservation.Acquired).lease
+            store.completeAsync(lease, result)
+        }
+    }
+    println("kotlin-suspend %.1f".format(n / ((System.nanoTime() - started) / 1e9)))
+    store.closeStore()
+}
