@@ -10,12 +10,8 @@ use std::time::Instant;
 
 use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let path = args.next().ok_or("usage: bench_rust FILE N PREFIX")?;
-    let n: usize = args.next().ok_or("N")?.parse()?;
-    let prefix = args.next().unwrap_or_else(|| "rust".into());
-    let store = Store::open(&path)?;
+/// `n` reserve + complete pairs of new keys; pairs per second.
+fn pairs(store: &Store, prefix: &str, n: usize) -> Result<f64, Box<dyn std::error::Error>> {
     let scope = Scope::new("bench", "pay")?;
     let fingerprint = Fingerprint::of_canonical_json(b"{\"amount\":\"1.00\"}");
     let started = Instant::now();
@@ -26,6 +22,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         store.complete(&lease, b"{\"ok\":true}".to_vec())?;
     }
-    println!("rust {:.1}", n as f64 / started.elapsed().as_secs_f64());
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().ok_or("usage: bench_rust FILE N PREFIX")?;
+    let n: usize = args.next().ok_or("N")?.parse()?;
+    let prefix = args.next().unwrap_or_else(|| "rust".into());
+    let store = std::sync::Arc::new(Store::open(&path)?);
+    // On the main thread, then the same loop on a spawned thread (where the bindings' `…Async`
+    // forms run it).
+    println!("rust {:.1}", pairs(&store, &format!("{prefix}-main"), n)?);
+    let on_thread = std::sync::Arc::clone(&store);
+    let worker =
+        std::thread::spawn(move || pairs(&on_thread, &format!("{prefix}-thread"), n).map_err(|e| e.to_string()));
+    println!("rust-thread {:.1}", worker.join().map_err(|_| "the thread panicked")??);
     Ok(())
 }

@@ -131,7 +131,7 @@ aligned_16k() {
   aligns=$(readelf -lW "$so" | awk '$1 == "LOAD" {print $NF}')
   [ -n "$aligns" ] || return 1
   for a in $aligns; do [ $((a)) -ge 16384 ] || return 1; done
-  echo "$(basename "$(dirname "$(dirname "$so")")")/$(basename "$so"): LOAD alignment $(echo $aligns | tr ' ' ',')"
+  echo "${so#"$ROOT"/}: LOAD alignment $(echo $aligns | tr ' ' ',')"
 }
 
 if want android; then
