@@ -30,6 +30,8 @@ pub struct LiveBackupConfig {
     pub backups: u64,
     /// Backups per child before it is killed.
     pub backups_per_child: u64,
+    /// A new store after this many children (bounds the store's size, so a backup's cost).
+    pub children_per_file: u64,
     /// Schedule seed.
     pub seed: u64,
 }
@@ -39,8 +41,10 @@ pub struct LiveBackupConfig {
 pub struct LiveBackupReport {
     /// Backups written and checked.
     pub backups: u64,
-    /// Writers killed (each restarted on the same store).
+    /// Writers killed (each restarted on the same store, until a new one).
     pub kills: u64,
+    /// Stores used.
+    pub files: u64,
     /// Of which while a backup was running.
     pub kills_mid_backup: u64,
     /// Temporary files those kills left (checked, then removed).
@@ -71,9 +75,10 @@ impl LiveBackupReport {
     /// One line for the report.
     pub fn summary(&self) -> String {
         format!(
-            "{} backups beside two writer threads, {} writers killed ({} mid-backup; {} temporaries left, {} of them \
+            "{} backups ({} stores) beside two writer threads, {} writers killed ({} mid-backup; {} temporaries left, {} of them \
              complete copies, the others no store), {} acknowledged completions checked",
             self.backups,
+            self.files,
             self.kills,
             self.kills_mid_backup,
             self.temporaries_left,
@@ -140,7 +145,6 @@ fn say(out: &Mutex<std::io::Stdout>, line: &str) -> Result<(), String> {
 /// I/O errors of the harness itself.
 pub fn run_live_backups(config: &LiveBackupConfig) -> std::io::Result<LiveBackupReport> {
     let temp = tempfile::tempdir()?;
-    let (store, ledger) = (temp.path().join("store.idemdb"), temp.path().join("ledger.txt"));
     let backups_dir = temp.path().join("backups");
     fs::create_dir_all(&backups_dir)?;
     let mut rng = Rng::new(config.seed);
@@ -148,7 +152,15 @@ pub fn run_live_backups(config: &LiveBackupConfig) -> std::io::Result<LiveBackup
     let mut acknowledged: BTreeMap<u64, String> = BTreeMap::new();
     let mut next_intent = 0u64;
     let mut attempts = 0;
+    let (mut store, mut ledger) = (PathBuf::new(), PathBuf::new());
     while report.backups < config.backups && attempts < config.backups * 4 + 16 {
+        if attempts % config.children_per_file.max(1) == 0 {
+            report.files += 1;
+            let dir = temp.path().join(format!("file-{}", report.files));
+            fs::create_dir_all(&dir)?;
+            (store, ledger) = (dir.join("store.idemdb"), dir.join("ledger.txt"));
+            acknowledged.clear();
+        }
         attempts += 1;
         let mut child = Command::new(&config.child)
             .args(["backup-writer".as_ref(), store.as_os_str(), ledger.as_os_str()])
@@ -299,8 +311,12 @@ fn check_leftovers(dir: &Path, expected: &BTreeMap<u64, String>, report: &mut Li
             continue;
         }
         report.temporaries_left += 1;
-        // Not a store (a copy killed before its last commit) is what a temporary should be.
-        let opened = Store::builder().default_policy(policy()).open(&path).map(drop);
+        // Not a store (a copy killed before its last commit) is what a temporary should be. An
+        // empty file (killed right after it was created) is no store either; `Store::open` would
+        // make a new one in it, as in any empty file, so it is not opened.
+        let empty = fs::metadata(&path).map(|meta| meta.len() == 0).unwrap_or(true);
+        let opened =
+            if empty { Err(()) } else { Store::builder().default_policy(policy()).open(&path).map(drop).map_err(drop) };
         if opened.is_ok() {
             report.temporaries_complete += 1;
             check_copy(&path, expected, report, false);

@@ -79,6 +79,22 @@ fn a_store_killed_at_random_moments_always_opens_and_keeps_what_it_reported() {
 }
 
 #[test]
+fn backups_taken_beside_killed_writers_hold_every_acknowledged_completion() {
+    let report =
+        idemdb_reliability::live_backup::run_live_backups(&idemdb_reliability::live_backup::LiveBackupConfig {
+            child: env!("CARGO_BIN_EXE_reliability-child").into(),
+            backups: 8,
+            backups_per_child: 3,
+            children_per_file: 2,
+            seed: 11,
+        })
+        .unwrap();
+    assert!(report.clean(), "{report:#?}");
+    assert!(report.backups >= 8 && report.kills > 0, "{report:?}");
+    assert!(report.completions_checked > 0, "the backups were checked against acknowledgements: {report:?}");
+}
+
+#[test]
 fn faults_inside_shared_group_commits_lose_nothing_and_double_nothing() {
     let counts = idemdb_reliability::concurrent::run_concurrent(150, 3);
     assert!(counts.clean(), "{counts:#?}");

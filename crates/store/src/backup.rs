@@ -10,10 +10,10 @@
 //! The copy goes to a temporary file beside the destination (`.<name>.backup-<nonce>.partial`),
 //! is synced, opened alone and verified ([`Store::verify`] plus the record and index counts of
 //! the snapshot), then moved into place and the directory synced. A crash leaves at most that
-//! temporary file: before the copy's last commit it holds no store at all (its tables are
-//! committed without flushing, and recovery goes back to the empty database the copy started
-//! as, which opens as "not an idemdb store"); after it, a complete but unchecked copy. Either
-//! way the destination is untouched.
+//! temporary file: before the copy's last commit it holds no store at all (the metadata table,
+//! which makes a file an idemdb store, is written only by that commit, so a copy cut short opens
+//! as "not an idemdb store" whatever redb recovered of its earlier, unflushed commits); after
+//! it, a complete but unchecked copy. Either way the destination is untouched.
 //!
 //! The name says what the call writes to: a new file at a path (`rebuild_into` also copies,
 //! for compaction, and "snapshot" already names the store's cached read snapshot and the

@@ -161,7 +161,6 @@ impl Store {
             copied += n;
             progress(copied);
         };
-        report.entries += copy_table(read, &copy, META, &mut tick)?;
         report.records = copy_table(read, &copy, RECORDS, &mut tick)?;
         report.entries += report.records;
         report.entries += copy_table(read, &copy, EXPIRY, &mut tick)?;
@@ -181,7 +180,18 @@ impl Store {
         let mut tx = copy.begin_write().map_err(Error::from)?;
         tx.set_durability(redb::Durability::Immediate).map_err(Error::from)?;
         {
+            // The metadata (what makes the file an idemdb store) goes in with the last commit: a
+            // copy cut short before it holds no metadata table and never opens as a store.
+            let source = read.open_table(META).map_err(Error::from)?;
             let mut meta = tx.open_table(META).map_err(Error::from)?;
+            let mut entries = 0;
+            for entry in redb::ReadableTable::iter(&source).map_err(Error::from)? {
+                let (key, value) = entry.map_err(Error::from)?;
+                meta.insert(key.value(), value.value()).map_err(Error::from)?;
+                entries += 1;
+            }
+            report.entries += entries;
+            tick(entries);
             meta.insert(META_CLOCK, clock.trusted.to_be_bytes().as_slice()).map_err(Error::from)?;
             meta.insert(META_CLOCK_PENDING, clock.encode_pending().as_slice()).map_err(Error::from)?;
             // The copy holds everything the source's journal did: it starts with a new journal

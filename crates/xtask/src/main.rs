@@ -390,7 +390,13 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     if let (true, Some(child)) = (runs("backup"), &child) {
         let (t, config) = (
             Instant::now(),
-            LiveBackupConfig { child: child.clone(), backups: size.backups, backups_per_child: 4, seed },
+            LiveBackupConfig {
+                child: child.clone(),
+                backups: size.backups,
+                backups_per_child: 4,
+                children_per_file: 8,
+                seed,
+            },
         );
         backups = run_live_backups(&config).map_err(|e| format!("live backup: {e}"))?;
         timings.push(("live backup", t.elapsed()));
