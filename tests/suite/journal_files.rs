@@ -336,3 +336,43 @@ fn an_older_copy_of_the_store_beside_a_later_journal_is_refused() {
         "{refused:?}"
     );
 }
+
+/// `compact --rebuild` used to copy only the store's own tables and drop an application's
+/// (every payment row of the payments example): it now refuses, and changes nothing.
+#[test]
+fn a_rebuild_refuses_a_store_with_application_tables_instead_of_dropping_them() {
+    const ORDERS: idemdb::redb::TableDefinition<&str, u64> = idemdb::redb::TableDefinition::new("app_orders");
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::new(T0);
+    let path = dir.path().join("app.idemdb");
+    {
+        let store = builder(&clock).open(&path).expect("open");
+        store
+            .write(|txn| -> Result<(), idemdb::Error> {
+                txn.tables()
+                    .open_table(ORDERS)
+                    .map_err(idemdb::Error::from)?
+                    .insert("o-1", 1050)
+                    .map_err(idemdb::Error::from)?;
+                Ok(())
+            })
+            .expect("write");
+    }
+    let refused = idemdb::rebuild(&path);
+    assert!(
+        matches!(&refused, Err(idemdb::RebuildError::UnknownTables(tables)) if tables == &["app_orders".to_string()]),
+        "{refused:?}"
+    );
+    let store = builder(&clock).open(&path).expect("reopen");
+    let order = store
+        .read(|tx| -> Result<Option<u64>, idemdb::Error> {
+            Ok(tx
+                .open_table(ORDERS)
+                .map_err(idemdb::Error::from)?
+                .get("o-1")
+                .map_err(idemdb::Error::from)?
+                .map(|v| v.value()))
+        })
+        .expect("read");
+    assert_eq!(order, Some(1050), "the application's row is still there");
+}

@@ -230,6 +230,7 @@ impl From<RebuildError> for BackupError {
         match error {
             RebuildError::Io { action, path, source } => BackupError::Io { action, path, source },
             RebuildError::DestinationExists(path) => BackupError::DestinationExists(path),
+            RebuildError::UnknownTables(tables) => BackupError::UnknownTables(tables),
             RebuildError::Open(open) => BackupError::Open(open),
             RebuildError::Store(store) => BackupError::Store(store),
         }

@@ -58,6 +58,12 @@ pub enum RebuildError {
     /// The destination exists already; a rebuild never overwrites a file.
     #[error("{0} exists already; a rebuild writes a new file")]
     DestinationExists(PathBuf),
+    /// The store holds tables that are not the store's own (an application's tables, written
+    /// through [`Txn::tables`](crate::Txn::tables)): a rebuild cannot copy tables whose types it
+    /// does not know, and never drops them. Nothing was changed. Back the store up with
+    /// [`Store::backup_with`](crate::Store::backup_with), naming those tables.
+    #[error("the store holds tables a rebuild cannot copy ({}); nothing was changed: use backup_with and name them", .0.join(", "))]
+    UnknownTables(Vec<String>),
     /// The store to rebuild could not be opened.
     #[error(transparent)]
     Open(#[from] OpenError),
@@ -71,7 +77,9 @@ impl RebuildError {
     pub fn code(&self) -> idemdb_core::ErrorCode {
         match self {
             RebuildError::Io { .. } => idemdb_core::ErrorCode::Storage,
-            RebuildError::DestinationExists(_) => idemdb_core::ErrorCode::InvalidArgument,
+            RebuildError::DestinationExists(_) | RebuildError::UnknownTables(_) => {
+                idemdb_core::ErrorCode::InvalidArgument
+            }
             RebuildError::Open(open) => open.code(),
             RebuildError::Store(store) => store.code(),
         }
@@ -128,6 +136,23 @@ impl Store {
     /// first open of it starts a new journal.
     pub(crate) fn write_copy(&self, dest: &Path) -> Result<(Database, RebuildReport), RebuildError> {
         let read = self.copy_snapshot()?;
+        // Application tables cannot be copied without their types: refuse, never drop them.
+        let known = store_tables();
+        let mut unknown: Vec<String> = read
+            .list_tables()
+            .map_err(Error::from)?
+            .map(|table| redb::TableHandle::name(&table).to_string())
+            .filter(|name| !known.contains(name))
+            .collect();
+        unknown.extend(
+            read.list_multimap_tables()
+                .map_err(Error::from)?
+                .map(|table| redb::MultimapTableHandle::name(&table).to_string()),
+        );
+        if !unknown.is_empty() {
+            unknown.sort();
+            return Err(RebuildError::UnknownTables(unknown));
+        }
         let copy = Database::builder().create(dest).map_err(Error::from)?;
         self.copy_from(&read, copy, &[], &mut |_| {})
     }
