@@ -16,6 +16,14 @@
 //!
 //! Steps 1–4 refuse before anything is stored; a retry after fixing the request is free to
 //! run.
+//!
+//! **Hang-ups never cut a request.** Steps 4–6 of a covered request run on a Tokio task of
+//! their own (the layer needs a Tokio runtime), so when the client disconnects and the server
+//! drops the response future, the reserved request still runs to its end and is settled: its
+//! retry is a replay, never `409 in-progress` for the whole lease. A panic anywhere after the
+//! reservation — in the handler, while the layer collects the response body, while it stores
+//! it — marks the record uncertain (the handler may have had its effect), never leaves it in
+//! progress.
 
 mod config;
 mod error;
@@ -168,6 +176,36 @@ where
             Head::Refuse(problem) => return Ok(self.ctx.refuse(problem)),
             Head::Keyed { key, scope, operation } => (key, scope, operation),
         };
+        // From here on the request runs on a task of its own: once a key is reserved the
+        // handler and the settlement run to their end whatever the connection does. A client
+        // that hangs up drops this future, not the task, so no effect is cut half-way and no
+        // key is left in progress by a disconnect.
+        let problems = Arc::clone(&self.ctx.config);
+        match tokio::spawn(self.keyed(parts, body, key, scope, operation)).await {
+            Ok(result) => result,
+            Err(error) => {
+                // The task panicked outside the guarded steps (its lease, if any, was settled
+                // there) or the runtime is shutting down.
+                tracing::error!(target: "idemdb_http", %error, "the request's task ended without an answer");
+                Ok(Problem::new(
+                    ErrorCode::Internal,
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the request could not be processed to its end",
+                )
+                .into_response(&problems.problems))
+            }
+        }
+    }
+
+    /// Steps 4 onwards for a covered request, on a task of its own.
+    async fn keyed(
+        self,
+        parts: Parts,
+        body: ReqB,
+        key: IdempotencyKey,
+        scope: Scope,
+        operation: Arc<Resolved>,
+    ) -> Result<Response<ResB>, Svc::Error> {
         let key_hash = self.ctx.store.key_hash(&scope, &key);
         let span = tracing::info_span!(
             target: "idemdb_http",
@@ -207,7 +245,11 @@ where
                         LeaseHandle::new(self.ctx.store.clone(), lease, key_hash, operation.replay_headers.clone());
                     let mut request = Request::from_parts(parts, ReqB::from(bytes));
                     request.extensions_mut().insert(handle.clone());
-                    self.execute(request, handle, &operation).await
+                    let ctx = self.ctx.share();
+                    match CatchUnwind::new(self.execute(request, handle.clone(), &operation)).await {
+                        Ok(result) => result,
+                        Err(_panic) => Ok(ctx.settle_after_panic(&handle).await),
+                    }
                 }
                 Reservation::Replay { body, .. } => Ok(self.ctx.replay(&body)),
                 other => Ok(self.ctx.refuse(refusal(&other, &operation.operation))),
@@ -302,7 +344,32 @@ where
     }
 }
 
+impl<S: Clone, T> Ctx<S, T> {
+    /// Another handle on the same store, tenant source and configuration.
+    fn share(&self) -> Self {
+        Ctx { store: self.store.clone(), tenant: Arc::clone(&self.tenant), config: Arc::clone(&self.config) }
+    }
+}
+
 impl<S: IdempotencyStore, T> Ctx<S, T> {
+    /// After a panic anywhere past the reservation (the layer's own settlement, collecting the
+    /// response body): the outcome is unknown, so the record is marked uncertain whoever had
+    /// claimed its settlement. A record the handler or the layer already settled refuses the
+    /// change (its fence is no longer in progress), and it keeps its settlement.
+    async fn settle_after_panic<B: From<Bytes>>(&self, handle: &LeaseHandle<S>) -> Response<B> {
+        let _ = handle.claim(Settled::ByLayer);
+        tracing::error!(target: "idemdb_http", "a panic after the reservation; the key is marked uncertain unless it was settled");
+        if let Err(error) = self.store.fail(&handle.lease(), Failure::Uncertain).await {
+            tracing::debug!(target: "idemdb_http", code = error.code().as_str(), %error, "the key was settled before the panic");
+        }
+        self.refuse(Problem::new(
+            ErrorCode::Internal,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the response could not be produced; the outcome of this request is unknown and retries are refused \
+             until it is reconciled",
+        ))
+    }
+
     /// Marks the lease uncertain unless the handler settled it.
     async fn settle_uncertain(&self, handle: &LeaseHandle<S>, why: &'static str) {
         if handle.claim(Settled::ByLayer).is_err() {
