@@ -51,7 +51,7 @@ export interface PolicyOptions {
   tombstoneTtlMs?: number;
   maxResultBytes?: number;
   /** What a retry finding an expired lease means: `uncertain` (default, safe) or `takeover`. */
-  expiredLease?: 'uncertain' | 'takeover';
+  expiredLease?: 'uncertain' | 'takeover' | 'takeover-if-no-effect';
 }
 
 /** Options of every open function. */

@@ -37,18 +37,29 @@ pub struct DecisionContext<'p> {
     /// a fresh binding's fence is above it, so a lease of a removed binding never matches the
     /// fence of a later binding of the same key, however short the TTLs.
     pub fence_floor: u64,
+    /// Whether the adapter has confirmed, in the deciding transaction, that no outbox effect
+    /// was ever enqueued for the key. It matters only under
+    /// [`ExpiredLease::TakeoverIfNoEffect`], for a record whose lease has expired (ask
+    /// [`needs_effect_census`] first, so the lookup is made only then); `false` when not looked.
+    pub no_effect_enqueued: bool,
 }
 
 impl<'p> DecisionContext<'p> {
     /// A decision at `now` (store and retention time alike) under `policy`, with fence
     /// floor 0.
     pub fn new(now: Timestamp, policy: &'p Policy) -> Self {
-        DecisionContext { now, retention: now, policy, fence_floor: 0 }
+        DecisionContext { now, retention: now, policy, fence_floor: 0, no_effect_enqueued: false }
     }
 
     /// A decision at the two readings of `time` under `policy`, with fence floor 0.
     pub fn at(time: DecisionTime, policy: &'p Policy) -> Self {
-        DecisionContext { now: time.now, retention: time.retention.min(time.now), policy, fence_floor: 0 }
+        DecisionContext {
+            now: time.now,
+            retention: time.retention.min(time.now),
+            policy,
+            fence_floor: 0,
+            no_effect_enqueued: false,
+        }
     }
 
     /// The same context with a fence floor.
@@ -56,6 +67,26 @@ impl<'p> DecisionContext<'p> {
     pub fn with_fence_floor(self, fence_floor: u64) -> Self {
         DecisionContext { fence_floor, ..self }
     }
+
+    /// The same context, saying whether the adapter found no outbox effect for the key (see
+    /// [`DecisionContext::no_effect_enqueued`]).
+    #[must_use]
+    pub fn with_no_effect_enqueued(self, no_effect_enqueued: bool) -> Self {
+        DecisionContext { no_effect_enqueued, ..self }
+    }
+}
+
+/// Whether [`decide`] needs to know if an outbox effect was ever enqueued for the key of
+/// `existing`: only when its operation's rule is [`ExpiredLease::TakeoverIfNoEffect`] and the
+/// record is in progress with an expired lease. An adapter asks this first and looks up the
+/// outbox (in the same transaction) only when it says yes, so no other reservation pays for
+/// the lookup.
+pub fn needs_effect_census(existing: Option<&Record>, context: &DecisionContext<'_>) -> bool {
+    let Some(record) = existing else { return false };
+    let now = context.now.max(record.updated_at);
+    context.policy.expired_lease() == ExpiredLease::TakeoverIfNoEffect
+        && matches!(record.state, State::InProgress { lease_expires_at } if now >= lease_expires_at)
+        && !record.is_forgotten(context.retention.min(now))
 }
 
 /// Decides what a request meets, with no I/O: read the record, call this, write
@@ -97,7 +128,7 @@ pub fn decide(
     fingerprint: &Fingerprint,
     context: DecisionContext<'_>,
 ) -> Result<Decision, TransitionError> {
-    let DecisionContext { now, retention, policy, fence_floor } = context;
+    let DecisionContext { now, retention, policy, fence_floor, no_effect_enqueued } = context;
     let lease =
         |fence, expires_at, attempt| Lease::new(ScopedKey::new(scope.clone(), key.clone()), fence, expires_at, attempt);
     let Some(record) = existing else {
@@ -118,7 +149,9 @@ pub fn decide(
         }
         State::InProgress { .. } => match policy.expired_lease() {
             ExpiredLease::Takeover => acquire_again(record, now, policy, lease)?,
-            ExpiredLease::Uncertain => {
+            // The attempt that died enqueued no effect: it had none, so it can run again.
+            ExpiredLease::TakeoverIfNoEffect if no_effect_enqueued => acquire_again(record, now, policy, lease)?,
+            ExpiredLease::Uncertain | ExpiredLease::TakeoverIfNoEffect => {
                 let cause = UncertainCause::LeaseExpired;
                 Decision {
                     answer: Reservation::NeedsReconciliation { cause },
@@ -264,5 +297,61 @@ mod tests {
         // A lease is judged by store time.
         let lease = decide(Some(reserved), &scope, &key, &fp, at(10, 0)).expect("decide");
         assert!(matches!(lease.answer, Reservation::NeedsReconciliation { .. }));
+    }
+
+    #[test]
+    fn an_expired_attempt_with_no_effect_enqueued_is_taken_over_and_one_with_an_effect_is_uncertain() {
+        let (scope, key) = ids();
+        let fp = Fingerprint::from_bytes([1; 32]);
+        let policy = Policy::default()
+            .with_lease_ttl(core::time::Duration::from_millis(10))
+            .with_expired_lease(ExpiredLease::TakeoverIfNoEffect);
+        let first =
+            decide(None, &scope, &key, &fp, DecisionContext::new(Timestamp::from_millis(100), &policy)).unwrap();
+        let stored = first.write.unwrap();
+        let (live, expired) = (
+            DecisionContext::new(Timestamp::from_millis(105), &policy),
+            DecisionContext::new(Timestamp::from_millis(110), &policy),
+        );
+        // Asked only for an expired lease under this rule, never for a live one or another rule.
+        assert!(!needs_effect_census(Some(&stored), &live));
+        assert!(needs_effect_census(Some(&stored), &expired));
+        assert!(!needs_effect_census(None, &expired));
+        let other = Policy::default().with_lease_ttl(core::time::Duration::from_millis(10));
+        assert!(!needs_effect_census(Some(&stored), &DecisionContext::new(Timestamp::from_millis(110), &other)));
+        // A live lease stays in progress whatever the census says.
+        let still = decide(Some(stored.clone()), &scope, &key, &fp, live.with_no_effect_enqueued(true)).unwrap();
+        assert!(matches!(still.answer, Reservation::InProgress { .. }));
+        // No effect: a second attempt, above the first fence.
+        let again = decide(Some(stored.clone()), &scope, &key, &fp, expired.with_no_effect_enqueued(true)).unwrap();
+        let Reservation::Acquired(lease) = &again.answer else { panic!("{:?}", again.answer) };
+        assert_eq!((lease.attempt(), lease.fence()), (2, stored.fence + 1));
+        // An effect (or no census): uncertain, never run again.
+        let doubt = decide(Some(stored.clone()), &scope, &key, &fp, expired).unwrap();
+        assert_eq!(doubt.answer, Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired });
+        assert!(matches!(doubt.write.unwrap().state, State::Uncertain { cause: UncertainCause::LeaseExpired }));
+        // Another request's fingerprint is still a mismatch.
+        let other_fp = Fingerprint::from_bytes([2; 32]);
+        let mismatch = decide(Some(stored), &scope, &key, &other_fp, expired.with_no_effect_enqueued(true)).unwrap();
+        assert!(matches!(mismatch.answer, Reservation::Mismatch { .. }));
+    }
+
+    #[test]
+    fn only_the_current_holder_of_an_attempt_in_progress_may_add_to_it() {
+        let (scope, key) = ids();
+        let fp = Fingerprint::from_bytes([1; 32]);
+        let policy = Policy::default();
+        let stored = decide(None, &scope, &key, &fp, DecisionContext::new(Timestamp::from_millis(100), &policy))
+            .unwrap()
+            .write
+            .unwrap();
+        assert_eq!(crate::check_holder(&stored, stored.fence, "enqueue"), Ok(()));
+        assert!(matches!(
+            crate::check_holder(&stored, stored.fence - 1, "enqueue"),
+            Err(TransitionError::StaleFence { .. })
+        ));
+        let done =
+            crate::complete(&stored, stored.fence, b"ok".to_vec(), Timestamp::from_millis(101), &policy).unwrap();
+        assert!(matches!(crate::check_holder(&done, done.fence, "enqueue"), Err(TransitionError::WrongState { .. })));
     }
 }

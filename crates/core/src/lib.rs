@@ -63,7 +63,7 @@ pub use codec::{
     split_version,
 };
 pub use codes::{Coded, ErrorCode};
-pub use decide::{Decision, DecisionContext, decide};
+pub use decide::{Decision, DecisionContext, decide, needs_effect_census};
 pub use fingerprint::{FINGERPRINT_CONTEXT, Fingerprint, FingerprintBuilder};
 pub use intent::{
     Attempt, AttemptOutcome, AttemptOutcomeKind, INTENT_FORMAT, Intent, IntentRefusal, IntentResponse, IntentState,
@@ -83,7 +83,7 @@ pub use purge::PurgeReport;
 pub use record::{MAX_FENCE, OutcomeClass, Record, RecordError, Retention, State, StateKind, UncertainCause};
 pub use time::{DecisionTime, Timestamp};
 pub use transition::{
-    Failure, FailureKind, Resolution, ResolutionKind, TransitionError, complete, fail, reconcile, renew,
+    Failure, FailureKind, Resolution, ResolutionKind, TransitionError, check_holder, complete, fail, reconcile, renew,
 };
 pub use workflow::{
     Admission, Attention, Claim, Compensation, DELIVERY_FORMAT, Delivery, DeliveryOutcome, DeliveryOutcomeKind,

@@ -36,6 +36,14 @@ pub enum ExpiredLease {
     /// (for example written in the same redb transaction as the completion), so an attempt that
     /// died left no effect behind.
     Takeover,
+    /// The operation's external effects are all declared through the outbox, so the store can
+    /// tell whether the attempt that died had any: with **no effect enqueued** for the key the
+    /// attempt is provably effect-free and the retry takes the record over (as
+    /// [`Takeover`](ExpiredLease::Takeover)); with one enqueued (pending, dispatched or settled)
+    /// the record becomes uncertain (as [`Uncertain`](ExpiredLease::Uncertain)) and the outbox
+    /// and its reconciler decide. Choose it when every effect of the operation goes through the
+    /// outbox and nothing else leaves the process before the effect is enqueued.
+    TakeoverIfNoEffect,
 }
 
 /// A policy was rejected.
@@ -69,7 +77,11 @@ impl PolicyError {
     }
 }
 
-crate::names!(ExpiredLease, "expired-lease rule", { Uncertain => "uncertain", Takeover => "takeover" });
+crate::names!(ExpiredLease, "expired-lease rule", {
+    Uncertain => "uncertain",
+    Takeover => "takeover",
+    TakeoverIfNoEffect => "takeover-if-no-effect",
+});
 
 /// Retention and lease rules for one operation.
 ///

@@ -177,6 +177,21 @@ fn check_fence(record: &Record, fence: u64) -> Result<(), TransitionError> {
     Ok(())
 }
 
+/// Checks that the holder of the lease with `fence` may still add to its attempt — enqueue an
+/// outbox effect for it: the fence is the record's and the record is in progress (a lease that
+/// ran out but that nobody has taken over still counts). A holder whose record was taken over
+/// can add nothing, so an attempt found effect-free stays effect-free.
+///
+/// # Errors
+/// [`TransitionError::StaleFence`], or [`TransitionError::WrongState`] naming `action`.
+pub fn check_holder(record: &Record, fence: u64, action: &'static str) -> Result<(), TransitionError> {
+    check_fence(record, fence)?;
+    if !matches!(record.state, State::InProgress { .. }) {
+        return Err(TransitionError::WrongState { state: record.state.kind(), action });
+    }
+    Ok(())
+}
+
 fn check_size(body: &[u8], policy: &Policy) -> Result<(), TransitionError> {
     if body.len() > policy.max_result_bytes() {
         return Err(TransitionError::ResultTooLarge { len: body.len(), max: policy.max_result_bytes() });

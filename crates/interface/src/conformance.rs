@@ -31,6 +31,8 @@ pub const DECLINED: &[u8] = b"{\"error\":\"card_declined\"}";
 pub const OP_UNCERTAIN: &str = "op-uncertain";
 /// The operation whose policy lets a retry take an expired lease over.
 pub const OP_TAKEOVER: &str = "op-takeover";
+/// The operation the workflow stories give [`ExpiredLease::TakeoverIfNoEffect`](idemdb_core::ExpiredLease).
+pub const OP_CLASSIFIED: &str = "op-classified";
 
 /// The table.
 #[derive(Debug, Deserialize)]
@@ -292,8 +294,10 @@ async fn set_up<B: Backend>(
 /// the seed note's `order-842:authorize-v1` (provider authorises, the response is lost, the
 /// retry inside the provider's window returns the original authorisation, the intent
 /// completes with it — one authorisation), an effect in doubt past the window that waits for a
-/// provider query, a redelivered and an out-of-order webhook, and a job resumed after its
-/// worker died. Returns the number of stories.
+/// provider query, a redelivered and an out-of-order webhook, a job resumed after its worker
+/// died, and the expired-lease rule [`TakeoverIfNoEffect`](idemdb_core::ExpiredLease) under
+/// [`OP_CLASSIFIED`] (an attempt that died before enqueueing any effect runs again; one that
+/// enqueued its effect does not). Returns the number of stories.
 ///
 /// # Panics
 /// On the first answer that differs, naming `name`.
@@ -315,7 +319,8 @@ where
     let policy = Policy::default()
         .with_lease_ttl(Duration::from_millis(lease_ms))
         .with_provider_key_retention(Duration::from_millis(WINDOW_MS));
-    let operations = [(OP_UNCERTAIN, policy.clone()), (OP_TAKEOVER, policy)];
+    let classified_policy = policy.clone().with_expired_lease(idemdb_core::ExpiredLease::TakeoverIfNoEffect);
+    let operations = [(OP_UNCERTAIN, policy.clone()), (OP_TAKEOVER, policy), (OP_CLASSIFIED, classified_policy)];
     let scope = Scope::new("shop", OP_UNCERTAIN).expect("scope");
     let authorize = EffectName::new("authorize").expect("effect name");
     let fp = fingerprint("same");
@@ -407,5 +412,36 @@ where
         JobAnswer::Completed { result: b"done".to_vec() },
         "{name}"
     );
-    4
+
+    // 5. Effects declared through the outbox: an attempt that died before it enqueued any is
+    //    provably effect-free and its retry runs; one that enqueued its effect is not run again.
+    let scope = Scope::new("shop", OP_CLASSIFIED).expect("scope");
+    let acquire = |reservation: Reservation| match reservation {
+        Reservation::Acquired(lease) => lease,
+        other => panic!("{name}: expected a lease, got {other:?}"),
+    };
+    let (idle, busy) = (IdempotencyKey::new("order-844").expect("key"), IdempotencyKey::new("order-845").expect("key"));
+    let dead = acquire(store.reserve(&scope, &idle, &fp, None).await.expect("reserve"));
+    let busy_lease = acquire(store.reserve(&scope, &busy, &fp, None).await.expect("reserve"));
+    store.enqueue_effect(&busy_lease, &authorize, 1, Vec::new()).await.expect("enqueue");
+    backend.set_time(now + lease_ms);
+    let retry = acquire(store.reserve(&scope, &idle, &fp, None).await.expect("reserve"));
+    assert_eq!(
+        (retry.attempt(), retry.fence()),
+        (2, dead.fence() + 1),
+        "{name}: the effect-free attempt is taken over"
+    );
+    assert!(
+        store.enqueue_effect(&dead, &authorize, 1, Vec::new()).await.is_err(),
+        "{name}: the holder that was taken over can add no effect"
+    );
+    store.enqueue_effect(&retry, &authorize, 1, Vec::new()).await.expect("the new holder enqueues");
+    assert!(
+        matches!(
+            store.reserve(&scope, &busy, &fp, None).await.expect("reserve"),
+            Reservation::NeedsReconciliation { .. }
+        ),
+        "{name}: an attempt with an effect enqueued is not run again"
+    );
+    5
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{ArgGroup, CommandFactory, Parser};
-use idemdb::{Policy, Store};
+use idemdb::{ExpiredLease, Policy, Store};
 use idemdb_postgres::PgStore;
 use payments_example::{
     Admin, Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router_with_admin, timestamped_backup_name,
@@ -67,6 +67,10 @@ struct Args {
     /// destination, then loses its answer (the charge waits in GET /v1/reconciliation).
     #[arg(long, value_name = "DESTINATION")]
     provider_lose_responses_to: Option<String>,
+    /// Fault injection: the process aborts when a payment to this destination has reserved its
+    /// key but not yet enqueued its charge (its retry after the lease runs again).
+    #[arg(long, value_name = "DESTINATION")]
+    crash_before_enqueue_to: Option<String>,
 }
 
 /// Which store backs the service, each with its own [`Ledger`]; the router and handlers are
@@ -115,10 +119,21 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Error>> {
     let latency = Duration::from_millis(args.provider_latency_ms);
-    let policy = Policy::default().with_lease_ttl(Duration::from_secs(args.lease_ttl_secs.max(1)));
-    let faults = |provider: Provider| match &args.provider_lose_responses_to {
-        Some(destination) => provider.lose_responses_to(destination.clone()),
-        None => provider,
+    // The charge is the payment's only external effect, and it goes through the outbox: an
+    // attempt whose lease ran out before it enqueued the charge (the process died in between)
+    // provably charged nothing, so its retry runs instead of waiting for an operator.
+    let policy = Policy::default()
+        .with_lease_ttl(Duration::from_secs(args.lease_ttl_secs.max(1)))
+        .with_expired_lease(ExpiredLease::TakeoverIfNoEffect);
+    let faults = |provider: Provider| {
+        let provider = match &args.provider_lose_responses_to {
+            Some(destination) => provider.lose_responses_to(destination.clone()),
+            None => provider,
+        };
+        match &args.crash_before_enqueue_to {
+            Some(destination) => provider.crash_before_enqueue_to(destination.clone()),
+            None => provider,
+        }
     };
     if let Some(dir) = &args.backup_dir {
         std::fs::create_dir_all(dir)?;

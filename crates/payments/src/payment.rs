@@ -100,6 +100,10 @@ pub(crate) async fn create<L: Ledger>(
         currency: request.currency,
         destination: request.destination,
     };
+    if app.provider.crashes_before_enqueue(&order.destination) {
+        eprintln!("payments-example: fault injection: aborting before the charge is enqueued");
+        std::process::abort();
+    }
     let item = match store
         .enqueue_effect(&handle.lease(), &app.charges.effect, CHARGE_VERSION, order.to_payload())
         .await

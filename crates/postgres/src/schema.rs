@@ -91,6 +91,8 @@ pub(crate) struct WorkflowSql {
     pub(crate) outbox_lock: String,
     /// `$1..$4` → item.
     pub(crate) outbox_get: String,
+    /// `$1..$3` (tenant, operation, key) → whether any effect was ever enqueued for the key.
+    pub(crate) outbox_any: String,
     /// `$1..$4`, state, due_at, forget_at, reconcile_since, item; nothing on conflict.
     pub(crate) outbox_insert: String,
     /// Same parameters; updates the existing row.
@@ -143,6 +145,9 @@ impl WorkflowSql {
         WorkflowSql {
             outbox_lock: format!("SELECT item FROM {outbox} WHERE {item_pk} FOR UPDATE"),
             outbox_get: format!("SELECT item FROM {outbox} WHERE {item_pk}"),
+            outbox_any: format!(
+                "SELECT EXISTS (SELECT 1 FROM {outbox} WHERE tenant = $1 AND operation = $2 AND key = $3)"
+            ),
             outbox_insert: format!(
                 "INSERT INTO {outbox} ({item_columns}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
                  ON CONFLICT DO NOTHING"

@@ -10,7 +10,7 @@ use futures_util::future::{try_join, try_join3};
 
 use idemdb_core::{
     AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, Record, Reservation, Resolution, Scope,
-    State, Timestamp, TransitionError, decide, decode_record, encode_record, validate_correlation,
+    State, Timestamp, TransitionError, decide, decode_record, encode_record, needs_effect_census, validate_correlation,
 };
 
 use crate::audit::{self, AuditRow, to_sql_ms};
@@ -307,13 +307,16 @@ impl PgTxn {
             let Locked { record: existing, bytes, context } = self.lock(Some((scope, key))).await?;
             let inner = Arc::clone(&self.inner);
             let policy = inner.policy(scope.operation());
-            let decision = decide(
-                existing,
-                scope,
-                key,
-                fingerprint,
-                DecisionContext::new(context.now, policy).with_fence_floor(context.fence_floor),
-            )?;
+            let mut at = DecisionContext::new(context.now, policy).with_fence_floor(context.fence_floor);
+            if needs_effect_census(existing.as_ref(), &at) {
+                // The record's row is locked, and an effect is enqueued only under that lock
+                // by the current holder: the answer cannot change before this transaction ends.
+                let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
+                let rows = self.query(&inner.sql.wf.outbox_any, &params).await?;
+                let any: bool = rows.first().map_or(Ok(false), |row| row.try_get(0)).map_err(Error::from_driver)?;
+                at = at.with_no_effect_enqueued(!any);
+            }
+            let decision = decide(existing, scope, key, fingerprint, at)?;
             if let Some(record) = &decision.write {
                 let sql = if bytes.is_some() { &inner.sql.update } else { &inner.sql.insert };
                 let written = self.write(sql, scope, key, record, bytes.as_deref()).await?;

@@ -5,7 +5,7 @@ use redb::{ReadableTable, WriteTransaction};
 use idemdb_core::{
     AuditKind, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, MAX_RESULT_BYTES_LIMIT,
     Record, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, decide, decode_record,
-    encode_record, validate_correlation,
+    encode_record, needs_effect_census, validate_correlation,
 };
 
 use crate::Error;
@@ -160,9 +160,12 @@ impl<'s> Txn<'s> {
         let existing = self.load(&encoded)?;
         // The index entries to move are those of the record as it was.
         let prior = Prior::of(existing.as_ref());
-        let context =
+        let mut context =
             DecisionContext::at(DecisionTime::new(self.now, self.retention), self.store.policy(scope.operation()))
                 .with_fence_floor(self.store.fence_floor());
+        if needs_effect_census(existing.as_ref(), &context) {
+            context = context.with_no_effect_enqueued(!self.any_effect(&encoded)?);
+        }
         let decision = decide(existing, scope, key, fingerprint, context)?;
         if let Some(record) = &decision.write {
             self.put_moving(&encoded, prior, record)?;
@@ -170,6 +173,18 @@ impl<'s> Txn<'s> {
         let answer = decision.answer;
         self.event(AuditKind::from(answer.kind()), scope, &encoded, answer.fence(), Some(fingerprint), correlation);
         Ok(answer)
+    }
+
+    /// Whether any outbox effect was ever enqueued for `(scope, key)`, whatever its state: the
+    /// census behind [`idemdb_core::ExpiredLease::TakeoverIfNoEffect`]. Items are keyed by the
+    /// scoped key followed by the effect's name, so one range read answers it.
+    pub(crate) fn any_effect(&self, scoped_key: &[u8]) -> Result<bool, Error> {
+        let table = self.tables().open_table(crate::tables::OUTBOX)?;
+        let mut after = table.range(scoped_key..)?;
+        Ok(match after.next() {
+            Some(entry) => entry?.0.value().starts_with(scoped_key),
+            None => false,
+        })
     }
 
     /// [`Store::complete`](crate::Store::complete) inside this transaction.

@@ -132,6 +132,7 @@ export type AttemptOutcomeKind = (typeof ATTEMPT_OUTCOMES)[number];
 export const EXPIRED_LEASE_RULES = [
   'uncertain',
   'takeover',
+  'takeover-if-no-effect',
 ] as const;
 /** What a retry that finds an expired lease means. */
 export type ExpiredLeaseRule = (typeof EXPIRED_LEASE_RULES)[number];

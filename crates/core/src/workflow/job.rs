@@ -307,7 +307,7 @@ pub fn claim_job(
     fingerprint: &Fingerprint,
     context: DecisionContext<'_>,
 ) -> Result<JobDecision, JobRefusal> {
-    let DecisionContext { now, retention, policy, fence_floor } = context;
+    let DecisionContext { now, retention, policy, fence_floor, .. } = context;
     let exhausted = |error: crate::TransitionError| match error {
         crate::TransitionError::FenceExhausted { fence } => JobRefusal::FenceExhausted { fence },
         _ => JobRefusal::FenceExhausted { fence: fence_floor },

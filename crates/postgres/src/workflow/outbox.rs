@@ -91,6 +91,11 @@ impl PgTxn {
         payload: Vec<u8>,
     ) -> Result<OutboxItem, Error> {
         let (scope, key) = (lease.scope(), lease.key());
+        // Only the current holder adds effects (the record's row stays locked until the
+        // transaction ends): once a record is taken over, the old holder's effects are refused.
+        let (record, _, _) = self.lock_record(scope, key).await?;
+        let record = record.ok_or(Error::NotFound)?;
+        idemdb_core::check_holder(&record, lease.fence(), "enqueue an effect").map_err(OutboxRefusal::from)?;
         for _ in 0..2 {
             let existing = self.load_effect(scope, key, effect, true).await?;
             let now = self.time().await?;

@@ -45,6 +45,10 @@ impl Txn<'_> {
         version: u16,
         payload: Vec<u8>,
     ) -> Result<OutboxItem, Error> {
+        // Only the current holder adds effects: once a record is taken over (its attempt found
+        // effect-free), the old holder's effects are refused.
+        let record = self.load(&ScopedKey::encode_parts(lease.scope(), lease.key()))?.ok_or(Error::NotFound)?;
+        idemdb_core::check_holder(&record, lease.fence(), "enqueue an effect").map_err(OutboxRefusal::from)?;
         let new = OutboxItem::new(lease, effect.clone(), version, payload, self.now())?;
         let existing = self.load_effect(&new.storage_key())?;
         let (item, write) = OutboxItem::enqueue(existing, new)?;
