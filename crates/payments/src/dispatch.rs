@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 
 use crate::App;
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, Settlement};
 use crate::provider::ChargeRequest;
 
 /// The outbox effect of a payment: its provider key is `<key>:charge-v1`.
@@ -47,7 +47,7 @@ impl Charges {
         Ok(Charges { effect: EffectName::new(CHARGE_EFFECT)?, wake: Notify::new(), settled: watch::Sender::new(0) })
     }
 
-    /// Tells the dispatcher that a charge was enqueued.
+    /// Tells the dispatcher that a charge was enqueued (or is due again).
     pub(crate) fn wake(&self) {
         self.wake.notify_one();
     }
@@ -99,7 +99,7 @@ impl ChargeOrder {
         .into_bytes()
     }
 
-    fn from_payload(payload: &[u8]) -> Result<ChargeOrder, String> {
+    pub(crate) fn from_payload(payload: &[u8]) -> Result<ChargeOrder, String> {
         let value: Value = serde_json::from_slice(payload).map_err(|e| format!("the charge is not JSON: {e}"))?;
         let field = |name: &str| {
             value.get(name).and_then(Value::as_str).map(str::to_string).ok_or(format!("the charge has no `{name}`"))
@@ -120,6 +120,16 @@ pub struct Dispatcher<L> {
 }
 
 impl<L: Ledger> Dispatcher<L> {
+    /// The reconciler of the same service, with the default interval and budget (see
+    /// [`Reconciler`](crate::Reconciler)); run it beside the dispatcher.
+    pub fn reconciler(&self) -> crate::Reconciler<L> {
+        crate::Reconciler {
+            app: Arc::clone(&self.app),
+            interval: crate::DEFAULT_RECONCILE_INTERVAL,
+            budget: crate::DEFAULT_RECONCILE_BUDGET,
+        }
+    }
+
     /// Dispatches charges until the task is dropped: each claimed charge on a task of its own,
     /// so a slow provider call does not hold the others.
     pub async fn run(self) {
@@ -190,24 +200,30 @@ async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) {
         }
     };
     let reference = charge["id"].as_str().unwrap_or_default().to_string();
+    let (payment, result) = confirmed_payment(claim, &order, &reference);
+    let report = EffectReport::Confirmed { reference, result };
+    if let Err(error) = app.ledger.record_payment(tenant, &payment, claim, Settlement::Reported(report)).await {
+        // Not recorded: the claim runs out and the charge is sent again with the same provider
+        // key, which the provider answers with this same charge.
+        eprintln!("payments-example: recording a confirmed charge failed: {error}");
+    }
+}
+
+/// The payment row of a confirmed charge, and the `201` its idempotency record completes with.
+pub(crate) fn confirmed_payment(item: &OutboxItem, order: &ChargeOrder, reference: &str) -> (Value, Vec<u8>) {
     let payment = json!({
         "id": order.payment_id,
-        "idempotency_key": claim.key.as_str(),
+        "idempotency_key": item.key.as_str(),
         "amount": order.amount,
         "currency": order.currency,
         "destination": order.destination,
-        "provider_key": claim.provider_key.as_str(),
+        "provider_key": item.provider_key.as_str(),
         "provider_charge": reference,
         "status": "succeeded",
     });
     let location = format!("/v1/payments/{}", order.payment_id);
     let result = stored(StatusCode::CREATED, "application/json", Some(&location), &payment);
-    let report = EffectReport::Confirmed { reference, result };
-    if let Err(error) = app.ledger.record_payment(tenant, &payment, claim, report).await {
-        // Not recorded: the claim runs out and the charge is sent again with the same provider
-        // key, which the provider answers with this same charge.
-        eprintln!("payments-example: recording a confirmed charge failed: {error}");
-    }
+    (payment, result)
 }
 
 /// The bytes the idempotency record is completed (or failed) with: the response a retry

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::path::PathBuf;
 
 use idemdb::redb::TableDefinition;
-use idemdb::{BackupError, BackupOptions, BackupReport, EffectReport, OutboxItem, Store};
+use idemdb::{BackupError, BackupOptions, BackupReport, EffectReport, OutboxItem, ProviderState, Store};
 use idemdb_interface::WorkflowStore;
 use serde_json::Value;
 
@@ -31,6 +31,15 @@ impl LedgerError {
     }
 }
 
+/// How a charge's outbox item is settled beside its payment row.
+#[derive(Debug, Clone)]
+pub enum Settlement {
+    /// The dispatcher's report of what the provider answered to its claim.
+    Reported(EffectReport),
+    /// What a provider query found for an uncertain charge (the reconciler's resolution).
+    Resolved(ProviderState),
+}
+
 /// A payments backend: an idempotency store with an outbox, plus payment rows written in the
 /// same transaction as the report that confirms their charge.
 pub trait Ledger: Clone + Send + Sync + 'static {
@@ -40,15 +49,16 @@ pub trait Ledger: Clone + Send + Sync + 'static {
     /// The store.
     fn store(&self) -> &Self::Store;
 
-    /// Writes `payment` (a JSON object with `id`) for `tenant` and reports `claim` (the
-    /// charge's outbox item, as claimed) with `report`, in **one** commit: both or neither.
-    /// A confirmed report completes the idempotency record with its result.
+    /// Writes `payment` (a JSON object with `id`) for `tenant` and settles `item` (the
+    /// charge's outbox item: as claimed for a report, as found for a resolution) in **one**
+    /// commit: both or neither. A confirmed charge completes the idempotency record with its
+    /// result.
     fn record_payment(
         &self,
         tenant: &str,
         payment: &Value,
-        claim: &OutboxItem,
-        report: EffectReport,
+        item: &OutboxItem,
+        settlement: Settlement,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send;
 
     /// Every payment of `tenant`.
@@ -96,10 +106,10 @@ impl Ledger for RedbLedger {
         &self,
         tenant: &str,
         payment: &Value,
-        claim: &OutboxItem,
-        report: EffectReport,
+        item: &OutboxItem,
+        settlement: Settlement,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send {
-        let (tenant, claim) = (tenant.to_string(), claim.clone());
+        let (tenant, item) = (tenant.to_string(), item.clone());
         let id = payment["id"].as_str().map(str::to_string);
         let row = serde_json::to_vec(payment);
         let store = self.store.clone();
@@ -112,7 +122,12 @@ impl Ledger for RedbLedger {
                     let mut payments = txn.tables().open_table(PAYMENTS).map_err(idemdb::Error::from)?;
                     payments.insert((tenant.as_str(), id.as_str()), row.as_slice()).map_err(idemdb::Error::from)?;
                     drop(payments);
-                    txn.report_effect(&claim, report).map(drop)
+                    match settlement {
+                        Settlement::Reported(report) => txn.report_effect(&item, report).map(drop),
+                        Settlement::Resolved(state) => {
+                            txn.resolve_effect(&item.scope, &item.key, &item.effect, state).map(drop)
+                        }
+                    }
                 })
                 .await
                 .map_err(LedgerError::of)

@@ -53,7 +53,7 @@ pub use payment::{PaymentRequest, payment_operation_name};
 pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
-pub use reconcile::RECONCILIATION_PATH;
+pub use reconcile::{DEFAULT_RECONCILE_BUDGET, DEFAULT_RECONCILE_INTERVAL, RECONCILIATION_PATH, Reconciler, Round};
 pub use webhook::{MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 
 /// What the handlers share.

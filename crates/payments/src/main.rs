@@ -71,6 +71,10 @@ struct Args {
     /// key but not yet enqueued its charge (its retry after the lease runs again).
     #[arg(long, value_name = "DESTINATION")]
     crash_before_enqueue_to: Option<String>,
+    /// Seconds between rounds of the reconciler, which asks the provider about uncertain
+    /// charges and releases uncertain payments that enqueued no charge.
+    #[arg(long, default_value_t = 5)]
+    reconcile_interval_secs: u64,
 }
 
 /// Which store backs the service, each with its own [`Ledger`]; the router and handlers are
@@ -151,7 +155,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             if let Some(backup_dir) = &args.backup_dir {
                 backup_on_signal(ledger.clone(), backup_dir.clone());
             }
-            serve(ledger, provider, &args.addr, admin).await
+            serve(ledger, provider, &args, admin).await
         }
         Backend::Postgres { url, schema } => {
             let mut builder =
@@ -161,7 +165,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             }
             let store = builder.connect().await.map_err(|error| format!("cannot connect to PostgreSQL: {error}"))?;
             let provider = faults(Provider::postgres(store.clone(), latency).await?);
-            serve(PgLedger::new(store).await?, provider, &args.addr, admin).await
+            serve(PgLedger::new(store).await?, provider, &args, admin).await
         }
     }
 }
@@ -169,16 +173,20 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
 async fn serve<L: Ledger>(
     ledger: L,
     provider: Provider,
-    addr: &str,
+    args: &Args,
     admin: Option<Admin>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (router, dispatcher) = router_with_admin(ledger, provider, admin)?;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = tokio::net::TcpListener::bind(&args.addr).await?;
+    let mut reconciler = dispatcher.reconciler();
+    reconciler.interval = Duration::from_secs(args.reconcile_interval_secs.max(1));
+    let reconciler = tokio::spawn(reconciler.run());
     // Charges the previous process left in the outbox are dispatched from the start.
     let dispatcher = tokio::spawn(dispatcher.run());
     println!("listening on http://{}", listener.local_addr()?);
     let served = axum::serve(listener, router).with_graceful_shutdown(shutdown()).await;
     dispatcher.abort();
+    reconciler.abort();
     served?;
     Ok(())
 }

@@ -3,10 +3,10 @@
 
 use std::future::Future;
 
-use idemdb_postgres::{EffectReport, OutboxItem, PgStore, PgTxn};
+use idemdb_postgres::{OutboxItem, PgStore, PgTxn};
 use serde_json::Value;
 
-use crate::ledger::{BackupOutcome, Ledger, LedgerError};
+use crate::ledger::{BackupOutcome, Ledger, LedgerError, Settlement};
 
 /// The payments table on PostgreSQL, in the store's schema.
 pub const PG_PAYMENTS_TABLE: &str = "app_payments";
@@ -58,10 +58,10 @@ impl Ledger for PgLedger {
         &self,
         tenant: &str,
         payment: &Value,
-        claim: &OutboxItem,
-        report: EffectReport,
+        item: &OutboxItem,
+        settlement: Settlement,
     ) -> impl Future<Output = Result<(), LedgerError>> + Send {
-        let (tenant, claim) = (tenant.to_string(), claim.clone());
+        let (tenant, item) = (tenant.to_string(), item.clone());
         let id = payment["id"].as_str().map(str::to_string);
         let row = payment.to_string();
         let ledger = self.clone();
@@ -71,7 +71,13 @@ impl Ledger for PgLedger {
             };
             let mut txn = ledger.store.begin().await.map_err(LedgerError::of)?;
             let written = match txn.client().execute(&ledger.insert, &[&tenant, &id, &row]).await {
-                Ok(_) => txn.report_effect(&claim, report).await.map(drop).map_err(LedgerError::of),
+                Ok(_) => match settlement {
+                    Settlement::Reported(report) => txn.report_effect(&item, report).await.map(drop),
+                    Settlement::Resolved(state) => {
+                        txn.resolve_effect(&item.scope, &item.key, &item.effect, state).await.map(drop)
+                    }
+                }
+                .map_err(LedgerError::of),
                 Err(error) => Err(LedgerError::of(error)),
             };
             match written {

@@ -169,6 +169,17 @@ impl Provider {
         Ok(charge)
     }
 
+    /// The charge of `tenant` made under `provider_key`, if any: the provider's lookup by
+    /// idempotency key, which the reconciler queries before it decides an uncertain charge.
+    /// A lookup is not a call (it charges nothing and counts nothing).
+    ///
+    /// # Errors
+    /// The provider's storage failed.
+    pub async fn find(&self, tenant: &str, provider_key: &str) -> Result<Option<Value>, ProviderError> {
+        let charges = self.charges(tenant).await?;
+        Ok(charges.into_iter().find(|charge| charge["provider_key"] == provider_key))
+    }
+
     /// Every charge of `tenant`, with its call count.
     ///
     /// # Errors

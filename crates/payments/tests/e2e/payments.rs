@@ -189,7 +189,9 @@ async fn a_lost_provider_answer_waits_in_the_reconciliation_queue_and_is_never_c
 }
 
 pub async fn lost_provider_answer(db: &Db) {
-    let server = db.start(&["--provider-lose-responses-to", "acct_lost"]);
+    // The reconciler is held off here (one round an hour) so the queue can be looked at.
+    let faults = ["--provider-lose-responses-to", "acct_lost", "--reconcile-interval-secs", "3600"];
+    let server = db.start(&faults);
     let http = http();
     let lost = r#"{"amount":"20.00","currency":"BRL","destination":"acct_lost"}"#;
     let first = pay(&http, &server.url, "acme", "lost-1", lost).await.unwrap();
@@ -231,10 +233,32 @@ pub async fn lost_provider_answer(db: &Db) {
 
     // After a restart the item is still uncertain and still not sent again.
     drop(server);
-    let server = db.start(&["--provider-lose-responses-to", "acct_lost"]);
+    let server = db.start(&faults);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(reconciliation(&http, &server.url, "acme").await.len(), 1);
     assert_eq!(effects_of(&http, &server.url, "acme", "lost-1").await, (0, 1));
+
+    // With the reconciler running, the provider's lookup by provider key decides it: the charge
+    // was made, so the payment row is written and the key completes with its 201 — no person,
+    // no second charge.
+    drop(server);
+    let server = db.start(&["--provider-lose-responses-to", "acct_lost", "--reconcile-interval-secs", "1"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !reconciliation(&http, &server.url, "acme").await.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the reconciler decided the lost answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let retry = pay(&http, &server.url, "acme", "lost-1", lost).await.unwrap();
+    assert_eq!((retry.status, retry.replayed), (201, true), "{retry:?}");
+    let paid: serde_json::Value = serde_json::from_slice(&retry.body).unwrap();
+    assert_eq!(paid["provider_key"], "lost-1:charge-v1");
+    let after = crate::support::effects(&http, &server.url, "acme").await;
+    assert_eq!(
+        (after.payments_of("lost-1"), after.charges_of("lost-1").len(), after.calls_of("lost-1")),
+        (1, 1, 1),
+        "one payment row, one charge, one provider call"
+    );
+    assert_eq!(after.payment_charges_of("lost-1"), after.charges_of("lost-1"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,4 +433,28 @@ pub async fn published_policy(db: &Db) {
     assert_eq!(operation["lease_ttl_seconds"], 7);
     assert_eq!(operation["response_ttl_seconds"], 30 * 24 * 3600);
     assert_eq!(operation["tombstone_ttl_seconds"], 365 * 24 * 3600);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconciler_releases_an_uncertain_payment_that_never_enqueued_its_charge() {
+    use idemdb::{ExpiredLease, Failure, Fingerprint, IdempotencyKey, Policy, Reservation};
+    use payments_example::{Provider, RedbLedger, payment_operation_name, router};
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Policy::default().with_expired_lease(ExpiredLease::TakeoverIfNoEffect);
+    let store = Store::builder().policy(payment_operation_name(), policy).open(dir.path().join("s.idemdb")).unwrap();
+    let provider = Provider::open(&dir.path().join("provider.redb"), Duration::ZERO).unwrap();
+    let (_router, dispatcher) = router(RedbLedger::new(store.clone()), provider).unwrap();
+    let scope = Scope::new("acme", payment_operation_name()).unwrap();
+    let (key, fp) = (IdempotencyKey::new("gave-up").unwrap(), Fingerprint::from_bytes([7; 32]));
+    // The handler could not tell whether its charge was enqueued and marked the key uncertain;
+    // in fact nothing reached the outbox.
+    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp).unwrap() else { panic!("a new key") };
+    store.fail(&lease, Failure::Uncertain).unwrap();
+    assert!(matches!(store.reserve(&scope, &key, &fp).unwrap(), Reservation::NeedsReconciliation { .. }));
+    let round = dispatcher.reconciler().round().await;
+    assert_eq!((round.released, round.confirmed, round.not_found, round.left), (1, 0, 0, 0));
+    let Reservation::Acquired(again) = store.reserve(&scope, &key, &fp).unwrap() else { panic!("the retry runs") };
+    assert_eq!(again.attempt(), 2);
+    // Nothing is left to decide.
+    assert_eq!(dispatcher.reconciler().round().await, payments_example::Round::default());
 }

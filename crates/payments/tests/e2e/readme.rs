@@ -80,7 +80,11 @@ async fn the_crate_readme_curl_lines_show_webhook_dedupe_the_version_guard_and_t
     assert_eq!(lines.len(), 5, "{lines:#?}");
     let lost = run.split("--provider-lose-responses-to ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--provider-lose-responses-to", lost]);
+    // The README's interval (60 s) is longer than the demo; the test holds the reconciler off
+    // for good so a loaded machine cannot race it.
+    assert!(run.contains("--reconcile-interval-secs 60"), "{run}");
+    let server =
+        Server::start(dir.path(), &["--provider-lose-responses-to", lost, "--reconcile-interval-secs", "3600"]);
     let outputs = run_lines(&lines, server.url.trim_start_matches("http://"));
     let json = |i: usize| -> serde_json::Value { serde_json::from_str(&outputs[i]).unwrap() };
     let (applied, duplicate, stale) = (json(0), json(1), json(2));

@@ -295,10 +295,7 @@ impl PgTxn {
         effect: &EffectName,
         state: ProviderState,
     ) -> Result<OutboxItem, Error> {
-        let result = match &state {
-            ProviderState::Confirmed { result, .. } => Some(result.clone()),
-            _ => None,
-        };
+        let result = state.result();
         self.change_effect((scope, key, effect), AuditKind::EffectResolved, result, |item, now| {
             item.resolve(state, now)
         })

@@ -161,6 +161,24 @@ impl Txn<'_> {
         })
     }
 
+    /// [`Store::resolve_effect`] **in this transaction**: what the provider says of an
+    /// uncertain effect, written with the application's own rows (a payment row beside its
+    /// confirmed charge).
+    ///
+    /// # Errors
+    /// As [`Store::resolve_effect`].
+    pub fn resolve_effect(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        effect: &EffectName,
+        state: ProviderState,
+    ) -> Result<OutboxItem, Error> {
+        let storage_key = OutboxItem::key_of(scope, key, effect);
+        let result = state.result();
+        self.change_effect(&storage_key, AuditKind::EffectResolved, result, |item, now| item.resolve(state, now))
+    }
+
     /// Applies `change` to the stored item of `(scope, key, effect)`, writes it, and moves the
     /// record along.
     fn change_effect(
@@ -310,14 +328,8 @@ impl Store {
         effect: &EffectName,
         state: ProviderState,
     ) -> Result<OutboxItem, Error> {
-        let storage_key = OutboxItem::key_of(scope, key, effect);
-        self.group.run(&self.engine, move |txn| {
-            let result = match &state {
-                ProviderState::Confirmed { result, .. } => Some(result.clone()),
-                _ => None,
-            };
-            txn.change_effect(&storage_key, AuditKind::EffectResolved, result, |item, now| item.resolve(state, now))
-        })
+        let (scope, key, effect) = (scope.clone(), key.clone(), effect.clone());
+        self.group.run(&self.engine, move |txn| txn.resolve_effect(&scope, &key, &effect, state))
     }
 
     /// The outbox item of `effect` for `(scope, key)`.

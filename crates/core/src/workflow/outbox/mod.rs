@@ -203,6 +203,16 @@ pub enum ProviderState {
     NotFound,
 }
 
+impl ProviderState {
+    /// What the intent's record completes with: the result of a confirmed effect, else `None`.
+    pub fn result(&self) -> Option<Vec<u8>> {
+        match self {
+            ProviderState::Confirmed { result, .. } => Some(result.clone()),
+            ProviderState::Failed { .. } | ProviderState::NotFound => None,
+        }
+    }
+}
+
 /// The outbox rules refused a change; the stored item is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
