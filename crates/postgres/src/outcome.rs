@@ -87,7 +87,8 @@ fn rolled_back(error: Error) -> Error {
 /// How the commit of `identity` ended: `Ok(())` if it committed, the original `error` (as
 /// "nothing stored") if it was rolled back, [`Error::CommitUnknown`] if that cannot be learnt.
 pub(crate) async fn learn(inner: &Inner, identity: &Identity, written: &[Written], error: Error) -> Result<(), Error> {
-    let deadline = tokio::time::Instant::now() + OUTCOME_WINDOW;
+    // Within the call's deadline: a call that ran out of time is answered as unknown.
+    let deadline = (tokio::time::Instant::now() + OUTCOME_WINDOW).min(inner.deadline());
     let mut pause = Duration::from_millis(20);
     while tokio::time::Instant::now() < deadline {
         match ask(inner, identity, written).await {
@@ -117,7 +118,11 @@ struct Retry;
 async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<Option<bool>, Retry> {
     let connection = inner.connection().await.map_err(|_| Retry)?;
     let row = inner
-        .io(async { connection.query_one(TXID_STATUS, &[&identity.xid]).await.map_err(Error::from_driver) })
+        .io(&connection, async {
+            let rows =
+                inner.statements.query(&connection, TXID_STATUS, &[&identity.xid]).await.map_err(Error::from_driver)?;
+            rows.into_iter().next().ok_or(Error::NotFound)
+        })
         .await
         .map_err(|_| Retry)?;
     let status: Option<String> = row.try_get(0).map_err(|_| Retry)?;
@@ -131,8 +136,12 @@ async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<
         Some(_) => {
             // In progress: the old backend has not noticed that its client went away.
             let _ = inner
-                .io(async {
-                    connection.query(TERMINATE, &[&identity.backend, &identity.xid]).await.map_err(Error::from_driver)
+                .io(&connection, async {
+                    inner
+                        .statements
+                        .query(&connection, TERMINATE, &[&identity.backend, &identity.xid])
+                        .await
+                        .map_err(Error::from_driver)
                 })
                 .await;
             Err(Retry)
@@ -142,11 +151,7 @@ async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<
 }
 
 /// Compares the rows with what the transaction wrote and what they held before.
-async fn read_back(
-    inner: &Inner,
-    connection: &deadpool_postgres::Client,
-    written: &[Written],
-) -> Result<Option<bool>, Retry> {
+async fn read_back(inner: &Inner, connection: &crate::conn::Conn, written: &[Written]) -> Result<Option<bool>, Retry> {
     if written.is_empty() {
         return Ok(None);
     }

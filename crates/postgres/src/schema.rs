@@ -14,6 +14,7 @@
 //! | `idemdb_objects` | (2) `(source, object_id)`, `version`, `state`, `object` |
 //! | `idemdb_jobs` | (2) `(tenant, operation, job)`, `state`, `forget_at` (indexed), `record` |
 
+use deadpool_postgres::tokio_postgres::types::Type;
 use deadpool_postgres::tokio_postgres::{Client, GenericClient};
 
 use crate::error::{ConnectError, DbError, SchemaMismatch};
@@ -50,16 +51,23 @@ pub(crate) fn valid_schema_name(name: &str) -> bool {
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub(crate) schema: String,
-    /// `$1..$3` = tenant, operation, key → record (nullable), now, fence floor. No lock.
-    pub(crate) lookup: String,
     /// `$1..$3` → record, locked until commit.
     pub(crate) lock: String,
+    /// A new key's reservation in one autocommit statement: `$1..$6` = key and row values,
+    /// `$7` = fence, `$8` = the decision time, `$9` = how far the database's clock may be from
+    /// it, `$10..$13` = audit kind, key hash, fingerprint prefix, correlation, `$14` = whether
+    /// to write the audit row → inserted (0 or 1), now, fence floor, the existing record (as
+    /// of the statement's start, no lock). It inserts only when no row exists, the fence is
+    /// above the floor and the time is within the bound; the audit row goes with the insert.
+    pub(crate) reserve_new: String,
     /// → now, fence floor, transaction id, backend pid, server start (µs).
     pub(crate) context: String,
     /// `$1..$6` = tenant, operation, key, state, due_at, record; does nothing on conflict.
     pub(crate) insert: String,
-    /// Same parameters; replaces an existing row.
-    pub(crate) upsert: String,
+    /// Arrays of `$1..$6`; inserts the rows whose key has none → the keys inserted.
+    pub(crate) import_insert: String,
+    /// Arrays of `$1..$6`; inserts or replaces every row → the keys written.
+    pub(crate) import_upsert: String,
     /// Same parameters; updates the existing row.
     pub(crate) update: String,
     /// `$1..$3`.
@@ -80,6 +88,8 @@ pub(crate) struct Sql {
     pub(crate) purge_due: String,
     /// → now.
     pub(crate) now: String,
+    /// → transaction id, backend pid, server start (µs).
+    pub(crate) identity: String,
     /// The workflow tables' statements.
     pub(crate) wf: WorkflowSql,
 }
@@ -198,17 +208,30 @@ impl Sql {
         let audit_columns = "at, kind, tenant, operation, key_hash, fence, fingerprint_prefix, correlation";
         Sql {
             schema: schema.to_string(),
-            lookup: format!(
-                "SELECT r.record, {NOW_MS}, m.fence_floor FROM {meta} m \
-                 LEFT JOIN {records} r ON r.tenant = $1 AND r.operation = $2 AND r.key = $3"
-            ),
             lock: format!("SELECT record FROM {records} WHERE {pk} FOR UPDATE"),
             context: format!("SELECT {NOW_MS}, fence_floor, {IDENTITY} FROM {meta}"),
+            reserve_new: format!(
+                "WITH ctx AS (SELECT {NOW_MS} AS now, fence_floor AS floor FROM {meta}), \
+                 ins AS (INSERT INTO {records} ({columns}) \
+                 SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bytea FROM ctx \
+                 WHERE ctx.floor < $7::bigint AND abs(ctx.now - $8::bigint) <= $9::bigint \
+                 ON CONFLICT DO NOTHING RETURNING 1), \
+                 logged AS (INSERT INTO {audit} ({audit_columns}) \
+                 SELECT $8::bigint, $10::text, $1::text, $2::text, $11::bytea, $7::bigint, $12::bytea, $13::text \
+                 FROM ins WHERE $14::boolean) \
+                 SELECT (SELECT count(*) FROM ins), ctx.now, ctx.floor, r.record FROM ctx \
+                 LEFT JOIN {records} r ON r.tenant = $1::text AND r.operation = $2::text AND r.key = $3::text"
+            ),
             insert: format!("INSERT INTO {records} ({columns}) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"),
-            upsert: format!(
-                "INSERT INTO {records} ({columns}) VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (tenant, operation, key) DO UPDATE \
-                 SET state = excluded.state, due_at = excluded.due_at, record = excluded.record"
+            import_insert: format!(
+                "INSERT INTO {records} ({columns}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], \
+                 $4::text[], $5::bigint[], $6::bytea[]) ON CONFLICT DO NOTHING RETURNING tenant, operation, key"
+            ),
+            import_upsert: format!(
+                "INSERT INTO {records} ({columns}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], \
+                 $4::text[], $5::bigint[], $6::bytea[]) ON CONFLICT (tenant, operation, key) DO UPDATE \
+                 SET state = excluded.state, due_at = excluded.due_at, record = excluded.record \
+                 RETURNING tenant, operation, key"
             ),
             update: format!("UPDATE {records} SET state = $4, due_at = $5, record = $6 WHERE {pk}"),
             delete: format!("DELETE FROM {records} WHERE {pk}"),
@@ -230,8 +253,53 @@ impl Sql {
                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED"
             ),
             now: format!("SELECT {NOW_MS}"),
+            identity: format!("SELECT {IDENTITY}"),
             wf: WorkflowSql::new(&s),
         }
+    }
+
+    /// Every statement the adapter runs on a connected store (transaction pooling learns
+    /// their parameter types at connect).
+    pub(crate) fn texts(&self) -> Vec<&str> {
+        let wf = &self.wf;
+        vec![
+            &self.lock,
+            &self.reserve_new,
+            &self.context,
+            &self.insert,
+            &self.import_insert,
+            &self.import_upsert,
+            &self.update,
+            &self.delete,
+            &self.get,
+            &self.raise_floor,
+            &self.audit_insert,
+            &self.audit_read,
+            &self.audit_purge_counted,
+            &self.audit_due,
+            &self.purge_due,
+            &self.now,
+            &self.identity,
+            &wf.outbox_lock,
+            &wf.outbox_get,
+            &wf.outbox_insert,
+            &wf.outbox_update,
+            &wf.outbox_due,
+            &wf.outbox_uncertain,
+            &wf.records_uncertain,
+            &wf.outbox_purge,
+            &wf.advisory_lock,
+            &wf.delivery_get,
+            &wf.delivery_insert,
+            &wf.delivery_purge,
+            &wf.object_get,
+            &wf.object_upsert,
+            &wf.job_get,
+            &wf.job_upsert,
+            &wf.job_purge,
+            TXID_STATUS,
+            TERMINATE,
+        ]
     }
 }
 
@@ -248,16 +316,19 @@ async fn current_version(client: &impl GenericClient, schema: &str) -> Result<u3
     let driver = |e| ConnectError::Database(DbError::from(e));
     // Looked up first, so that a new schema does not log an error on the server.
     let exists: bool = client
-        .query_one("SELECT to_regclass(format('%I.idemdb_schema', $1::text)) IS NOT NULL", &[&schema])
+        .query_typed("SELECT to_regclass(format('%I.idemdb_schema', $1::text)) IS NOT NULL", &[(&schema, Type::TEXT)])
         .await
         .map_err(ConnectError::from_driver)?
+        .first()
+        .ok_or_else(|| ConnectError::CorruptMeta("the schema lookup returned no row".into()))?
         .try_get(0)
         .map_err(driver)?;
     if !exists {
         return Ok(0);
     }
     let query = format!("SELECT coalesce(max(version), 0) FROM \"{schema}\".idemdb_schema");
-    let row = client.query_one(query.as_str(), &[]).await.map_err(ConnectError::from_driver)?;
+    let rows = client.query_typed(query.as_str(), &[]).await.map_err(ConnectError::from_driver)?;
+    let row = rows.first().ok_or_else(|| ConnectError::CorruptMeta("idemdb_schema returned no row".into()))?;
     let version: i32 = row.try_get(0).map_err(driver)?;
     Ok(u32::try_from(version).unwrap_or(0))
 }
@@ -319,9 +390,10 @@ pub(crate) async fn run_migrations(client: &mut Client, schema: &str) -> Result<
 /// Reads the audit secret.
 pub(crate) async fn read_secret(client: &Client, schema: &str) -> Result<[u8; 32], ConnectError> {
     let row = client
-        .query_one(&format!("SELECT secret FROM \"{schema}\".idemdb_meta"), &[])
+        .query_typed(&format!("SELECT secret FROM \"{schema}\".idemdb_meta"), &[])
         .await
         .map_err(ConnectError::from_driver)?;
+    let row = row.first().ok_or_else(|| ConnectError::CorruptMeta("the idemdb_meta row is missing".into()))?;
     let secret: Vec<u8> = row.try_get(0).map_err(|e| ConnectError::Database(DbError::from(e)))?;
     <[u8; 32]>::try_from(secret.as_slice())
         .map_err(|_| ConnectError::CorruptMeta(format!("audit secret is {} bytes, not 32", secret.len())))
