@@ -52,25 +52,26 @@ impl Charges {
         self.wake.notify_one();
     }
 
-    /// Waits until `item` is finished or uncertain (its state then), at most `limit`. `None`:
-    /// it is still pending or dispatching, or the store could not be read.
+    /// Waits until `item` is finished or uncertain (its state then), at most `limit`.
+    /// `Ok(None)`: it is still pending or dispatching (or gone); `Err`: the store could not be
+    /// read.
     pub(crate) async fn settled<S: WorkflowStore>(
         &self,
         store: &S,
         item: &OutboxItem,
         limit: Duration,
-    ) -> Option<OutboxStateKind> {
+    ) -> Result<Option<OutboxStateKind>, S::Error> {
         let mut settled = self.settled.subscribe();
         let until = tokio::time::Instant::now() + limit;
         loop {
             settled.borrow_and_update();
-            let current = store.effect(&item.scope, &item.key, &item.effect).await.ok()??;
+            let Some(current) = store.effect(&item.scope, &item.key, &item.effect).await? else { return Ok(None) };
             match current.state.kind() {
                 OutboxStateKind::Pending | OutboxStateKind::Dispatching => {}
-                finished => return Some(finished),
+                finished => return Ok(Some(finished)),
             }
             if tokio::time::Instant::now() >= until {
-                return None;
+                return Ok(None);
             }
             // Another instance's dispatcher does not notify: look again after a while anyway.
             let _ = tokio::time::timeout_at(until.min(tokio::time::Instant::now() + POLL), settled.changed()).await;
