@@ -83,15 +83,16 @@ pub(crate) fn to_sql_ms(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Inserts rows in one statement (arrays unnested by the server).
+/// Inserts rows in one statement (arrays unnested by the server); the statement's row: the
+/// transaction's identity (`None` when there were no rows).
 pub(crate) async fn insert(
     statements: &crate::stmt::Statements,
     client: &Client,
     sql: &str,
     rows: &[AuditRow],
-) -> Result<(), Error> {
+) -> Result<Option<Row>, Error> {
     if rows.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let at: Vec<i64> = rows.iter().map(|r| to_sql_ms(r.at.as_millis())).collect();
     let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
@@ -102,8 +103,7 @@ pub(crate) async fn insert(
     let prefix: Vec<Option<&[u8]>> = rows.iter().map(|r| r.fingerprint_prefix.as_ref().map(|p| p.as_slice())).collect();
     let correlation: Vec<Option<&str>> = rows.iter().map(|r| r.correlation.as_deref()).collect();
     let params: [&(dyn ToSql + Sync); 8] = [&at, &kind, &tenant, &operation, &key_hash, &fence, &prefix, &correlation];
-    statements.execute(client, sql, &params).await.map_err(Error::from_driver)?;
-    Ok(())
+    statements.query_opt(client, sql, &params).await.map_err(Error::from_driver)
 }
 
 /// Decodes a row of `Sql::audit_read`.

@@ -325,6 +325,12 @@ impl Error {
         }
     }
 
+    /// Whether the server itself reported this error for a statement (a database error with a
+    /// SQLSTATE that is not about reaching the server): the transaction was aborted.
+    pub(crate) fn server_refused(&self) -> bool {
+        matches!(self, Error::Database(db) if db.sqlstate.is_some() && db.kind != Kind::Unreachable)
+    }
+
     /// Whether the call may be repeated at once by the adapter itself: nothing was committed
     /// and the failure was transient (connection lost or refused, serialization failure).
     pub(crate) fn retry_safe(&self) -> bool {

@@ -32,7 +32,8 @@ const OUTCOME_WINDOW: Duration = Duration::from_secs(5);
 /// Who a transaction is.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Identity {
-    xid: i64,
+    /// `None`: no id was assigned when it was read (nothing written then).
+    xid: Option<i64>,
     backend: i32,
     /// `pg_postmaster_start_time()` in µs when the transaction ran.
     server_start: i64,
@@ -93,11 +94,11 @@ pub(crate) async fn learn(inner: &Inner, identity: &Identity, written: &[Written
     while tokio::time::Instant::now() < deadline {
         match ask(inner, identity, written).await {
             Ok(Some(true)) => {
-                tracing::info!(target: "idemdb", xid = identity.xid, "connection lost during commit; it committed");
+                tracing::info!(target: "idemdb", xid = ?identity.xid, "connection lost during commit; it committed");
                 return Ok(());
             }
             Ok(Some(false)) => {
-                tracing::info!(target: "idemdb", xid = identity.xid, "connection lost during commit; rolled back");
+                tracing::info!(target: "idemdb", xid = ?identity.xid, "connection lost during commit; rolled back");
                 return Err(rolled_back(error));
             }
             Ok(None) => break,
@@ -107,7 +108,7 @@ pub(crate) async fn learn(inner: &Inner, identity: &Identity, written: &[Written
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));
     }
-    tracing::warn!(target: "idemdb", xid = identity.xid, "connection lost during commit; outcome unknown");
+    tracing::warn!(target: "idemdb", xid = ?identity.xid, "connection lost during commit; outcome unknown");
     Err(unknown(error))
 }
 
@@ -117,10 +118,11 @@ struct Retry;
 /// One question: `Some(committed?)`, `None` for "cannot be known", `Err(Retry)`.
 async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<Option<bool>, Retry> {
     let connection = inner.connection().await.map_err(|_| Retry)?;
+    // Without a transaction id (none was assigned when it was read), only the rows tell.
+    let Some(xid) = identity.xid else { return read_back(inner, &connection, written).await };
     let row = inner
         .io(&connection, async {
-            let rows =
-                inner.statements.query(&connection, TXID_STATUS, &[&identity.xid]).await.map_err(Error::from_driver)?;
+            let rows = inner.statements.query(&connection, TXID_STATUS, &[&xid]).await.map_err(Error::from_driver)?;
             rows.into_iter().next().ok_or(Error::NotFound)
         })
         .await
@@ -139,7 +141,7 @@ async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<
                 .io(&connection, async {
                     inner
                         .statements
-                        .query(&connection, TERMINATE, &[&identity.backend, &identity.xid])
+                        .query(&connection, TERMINATE, &[&identity.backend, &xid])
                         .await
                         .map_err(Error::from_driver)
                 })

@@ -34,10 +34,12 @@ const MIGRATION_LOCK: i32 = 0x1de3_db01;
 /// The database time in milliseconds since the Unix epoch, read when the expression runs.
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-/// The transaction id, the backend's pid and the server's start time in µs: what identifies a
-/// transaction when its commit's answer is lost.
-pub(crate) const IDENTITY: &str =
-    "txid_current(), pg_backend_pid(), (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+/// The transaction id (if one was assigned), the backend's pid and the server's start time in
+/// µs: what identifies a transaction when its commit's answer is lost.
+/// `txid_current_if_assigned()`: reading it never assigns an id, so read-only work (a replay, an
+/// idle dispatcher's claim, a purge with nothing due) consumes no transaction id and writes no WAL.
+pub(crate) const IDENTITY: &str = "txid_current_if_assigned(), pg_backend_pid(), \
+     (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
 
 /// Checks a schema name: 1..=63 bytes of `[a-z0-9_]`, not starting with a digit (so it never
 /// needs escaping beyond quotes, and cannot smuggle SQL).
@@ -76,7 +78,8 @@ pub(crate) struct Sql {
     pub(crate) get: String,
     /// `$1` = fence.
     pub(crate) raise_floor: String,
-    /// Arrays of the audit columns.
+    /// Arrays of the audit columns → the transaction's identity (as [`IDENTITY`]) and the
+    /// rows inserted.
     pub(crate) audit_insert: String,
     /// `$1` = limit → audit columns, oldest first.
     pub(crate) audit_read: String,
@@ -238,8 +241,9 @@ impl Sql {
             get: format!("SELECT record FROM {records} WHERE {pk}"),
             raise_floor: format!("UPDATE {meta} SET fence_floor = greatest(fence_floor, $1)"),
             audit_insert: format!(
-                "INSERT INTO {audit} ({audit_columns}) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], \
-                 $4::text[], $5::bytea[], $6::bigint[], $7::bytea[], $8::text[])"
+                "WITH ins AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM unnest($1::bigint[], $2::text[], \
+                 $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bytea[], $8::text[]) RETURNING 1) \
+                 SELECT {IDENTITY}, (SELECT count(*) FROM ins)"
             ),
             audit_read: format!("SELECT {audit_columns} FROM {audit} ORDER BY id LIMIT $1"),
             audit_purge_counted: format!(

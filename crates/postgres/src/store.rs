@@ -196,7 +196,9 @@ impl Inner {
         }
         let written = async {
             let connection = self.connection().await?;
-            self.io(&connection, audit::insert(&self.statements, &connection, &self.sql.audit_insert, &rows)).await
+            self.io(&connection, audit::insert(&self.statements, &connection, &self.sql.audit_insert, &rows))
+                .await
+                .map(drop)
         }
         .await;
         if written.is_err() {

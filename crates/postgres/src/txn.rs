@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{Client, Row};
-use futures_util::future::{try_join, try_join3};
+use futures_util::future::{join, try_join3};
 
 use idemdb_core::{
     AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, Record, Reservation, Resolution, Scope,
@@ -501,53 +501,51 @@ impl PgTxn {
 
     async fn commit_with(&mut self, rows: &[AuditRow]) -> Result<(), Error> {
         let inner = Arc::clone(&self.inner);
-        if self.identity.is_none() {
-            // A transaction of the application's statements alone: learn its id now, so that a
-            // lost commit can be looked up. (This statement also fails if the transaction is
-            // already aborted.)
-            let connection = self.conn()?;
-            let row = inner
-                .io(connection, async {
-                    let rows = inner
-                        .statements
-                        .query(connection, &inner.sql.identity, &[])
-                        .await
-                        .map_err(Error::from_driver)?;
-                    rows.into_iter().next().ok_or_else(|| Error::Database(DbError::schema("SELECT returned no row")))
-                })
-                .await;
-            let row = match row {
-                Ok(row) => row,
-                Err(error) => {
-                    self.discard();
-                    return Err(error);
-                }
-            };
-            self.identity = Some(Identity::from_row(&row, 0)?);
-        }
         let connection = self.conn()?;
-        // The audit rows (or a no-op) go out in the same round trip as COMMIT; if they fail, the
-        // transaction is aborted and COMMIT rolls it back.
+        // The audit rows (or the identity alone) go out in the same round trip as COMMIT, and
+        // return the transaction's identity as it is now (its id assigned by the writes); if
+        // they fail, the transaction is aborted and COMMIT rolls it back.
         let committed = inner
             .io(connection, async {
                 let guard = async {
-                    if inner.settings.audit && !rows.is_empty() {
-                        audit::insert(&inner.statements, connection, &inner.sql.audit_insert, rows).await
+                    let row = if inner.settings.audit && !rows.is_empty() {
+                        audit::insert(&inner.statements, connection, &inner.sql.audit_insert, rows).await?
                     } else {
-                        connection.batch_execute("SELECT 1").await.map_err(Error::from_driver)
-                    }
+                        inner
+                            .statements
+                            .query_opt(connection, &inner.sql.identity, &[])
+                            .await
+                            .map_err(Error::from_driver)?
+                    };
+                    row.map(|row| Identity::from_row(&row, 0)).transpose()
                 };
                 let commit = async { connection.batch_execute("COMMIT").await.map_err(Error::from_driver) };
-                try_join(guard, commit).await.map(drop)
+                Ok(join(guard, commit).await)
             })
             .await;
+        // The identity, when its answer came back (even if COMMIT's did not).
+        let committed = match committed {
+            Ok((guard, commit)) => {
+                if let Ok(Some(identity)) = &guard {
+                    self.identity = Some(*identity);
+                }
+                guard.and(commit)
+            }
+            Err(error) => Err(error),
+        };
         match committed {
-            Ok(()) => {
+            Ok(_) => {
                 self.begun = false;
                 if let Some(connection) = self.connection.take() {
                     drop(connection); // back to the pool
                 }
                 Ok(())
+            }
+            // The server refused a statement of the transaction (an aborted transaction, a
+            // failed audit insert, a serialization failure at commit): COMMIT rolled it back.
+            Err(error @ Error::Database(_)) if error.server_refused() => {
+                self.discard();
+                Err(error)
             }
             Err(error) => {
                 self.discard();

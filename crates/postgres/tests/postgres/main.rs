@@ -46,6 +46,7 @@ const TESTS: &[(&str, Test)] = &[
     ("an_import_of_100k_records_is_one_transaction_and_linear", basics::import_at_scale),
     ("crate_docs_example", basics::crate_docs_example),
     ("a_new_key_and_a_replay_are_one_statement_in_one_round_trip", wire::statements_per_call),
+    ("read_only_work_takes_no_transaction_id", wire::read_only_work_takes_no_transaction_id),
     ("workflow_stories_match_the_embedded_store", workflow::stories),
     ("behind_pgbouncer_in_transaction_mode_everything_works", pgbouncer::transaction_mode),
     ("an_effect_enqueued_in_the_application_transaction_commits_with_it", workflow::effect_in_application_transaction),

@@ -205,3 +205,50 @@ pub fn statements_per_call(env: &Env) -> Result<(), Failed> {
         Ok(())
     })
 }
+
+/// Read-only work takes no transaction id: replays, reads, an idle dispatcher's claims and a
+/// purge with nothing due, 20 of each, move the server's transaction counter by nothing (the
+/// check's own two `txid_current()` calls aside). The audit trail is off here: the events of
+/// answers that change nothing are a (batched) write by design.
+pub fn read_only_work_takes_no_transaction_id(env: &Env) -> Result<(), Failed> {
+    const S: &str = "idemdb_no_xid";
+    block_on(async {
+        fresh_schema(&env.url, S).await;
+        let store = crate::support::builder(env, S).audit(false).connect().await.expect("connect");
+        let admin = crate::support::admin(&env.url).await;
+        for table in ["idemdb_records", "idemdb_outbox", "idemdb_meta"] {
+            // Autovacuum's ANALYZE of these tables would take ids of its own.
+            admin
+                .batch_execute(&format!("ALTER TABLE {S}.{table} SET (autovacuum_enabled = false)"))
+                .await
+                .expect("autovacuum off");
+        }
+        let scope = Scope::new("acme", "create_payment").expect("scope");
+        let fingerprint = Fingerprint::from_bytes([2; 32]);
+        let key = IdempotencyKey::new("paid").expect("key");
+        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint, None).await.expect("reserve")
+        else {
+            panic!("a new key is acquired")
+        };
+        store.complete(&lease, b"ok".to_vec()).await.expect("complete");
+        let xid = || async { crate::support::count(&admin, "SELECT txid_current()::bigint").await };
+        let wal = || async { crate::support::count(&admin, "SELECT (pg_current_wal_lsn() - '0/0')::bigint").await };
+        let (before, wal_before) = (xid().await, wal().await);
+        for _ in 0..20 {
+            let replay = store.reserve(&scope, &key, &fingerprint, None).await.expect("replay");
+            assert!(matches!(replay, Reservation::Replay { .. }), "{replay:?}");
+            assert!(store.get(&scope, &key).await.expect("get").is_some());
+            assert!(store.claim_effects(8).await.expect("claim").is_empty());
+            assert_eq!(store.purge_expired(100).await.expect("purge").forgotten, 0);
+        }
+        let (after, wal_after) = (xid().await, wal().await);
+        println!(
+            "xids: 80 read-only calls took {} transaction ids ({} bytes of WAL meanwhile, the server's own included)",
+            after - before - 1,
+            wal_after - wal_before
+        );
+        assert_eq!(after - before, 1, "only the check's own txid_current() took an id");
+        admin.batch_execute(&format!("DROP SCHEMA {S} CASCADE")).await.expect("drop schema");
+        Ok(())
+    })
+}
