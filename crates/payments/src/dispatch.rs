@@ -31,7 +31,7 @@ pub const CHARGE_VERSION: u16 = 1;
 const BATCH: usize = 32;
 /// How often the dispatcher looks for due charges when nobody woke it (items whose backoff or
 /// whose dead dispatcher's claim ran out, items another instance enqueued).
-const POLL: Duration = Duration::from_millis(100);
+pub(crate) const POLL: Duration = Duration::from_millis(100);
 
 /// What a payment's handler and the dispatcher share: the effect's name, a wake-up for the
 /// dispatcher, and a counter of settled charges the handlers watch.
@@ -136,7 +136,7 @@ impl<L: Ledger> Dispatcher<L> {
             if claims.is_empty() {
                 tokio::select! {
                     () = app.charges.wake.notified() => {}
-                    () = tokio::time::sleep(POLL) => {}
+                    () = app.ledger.wait_for_charges() => {}
                 }
                 continue;
             }
