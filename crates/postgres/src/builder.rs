@@ -12,7 +12,7 @@ use idemdb_core::Policy;
 use idemdb_interface::{Clock, SystemClock};
 
 use crate::error::{ConnectError, DbError};
-use crate::schema::{self, Sql, valid_schema_name};
+use crate::schema::{self, Sql, reserved_schema_name, valid_schema_name};
 use crate::stmt::Statements;
 use crate::store::{Inner, PgStore};
 use crate::time::TimeSource;
@@ -126,7 +126,8 @@ impl PgStore {
 
 impl PgStoreBuilder {
     /// The schema holding idemdb's tables (`public` by default): 1..=63 bytes of `[a-z0-9_]`,
-    /// not starting with a digit. Several stores can share a database in different schemas.
+    /// not starting with a digit, and not one PostgreSQL reserves (`information_schema`,
+    /// `pg_*`: [`ConnectError::ReservedSchema`]). Several stores can share a database in different schemas.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
         self
@@ -230,6 +231,9 @@ impl PgStoreBuilder {
     }
 
     fn config(&self) -> Result<Config, ConnectError> {
+        if reserved_schema_name(&self.schema) {
+            return Err(ConnectError::ReservedSchema(self.schema.clone()));
+        }
         if !valid_schema_name(&self.schema) {
             return Err(ConnectError::Config(format!(
                 "schema name {:?} is not 1..=63 bytes of [a-z0-9_] starting with a letter or _",
@@ -315,6 +319,7 @@ impl PgStoreBuilder {
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
     {
         let config = self.config()?;
+        let listener_config = config.clone();
         let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
@@ -349,6 +354,7 @@ impl PgStoreBuilder {
                 audit_retention: self.audit_retention,
                 operation_timeout: self.operation_timeout,
                 statement_timeout: self.statement_timeout,
+                config: listener_config,
             },
             statements,
         ));

@@ -139,6 +139,7 @@ pub use settings::{ENVIRONMENT, connection_config, describe};
 pub use store::PgStore;
 pub use time::TimeSource;
 pub use txn::PgTxn;
+pub use workflow::OutboxListener;
 
 pub use idemdb_core::{
     Attention, AuditEvent, AuditKind, Coded, Compensation, Delivery, DeliveryRecord, DomainGuard, EffectName,

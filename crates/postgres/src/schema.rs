@@ -41,6 +41,12 @@ const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigin
 pub(crate) const IDENTITY: &str = "txid_current_if_assigned(), pg_backend_pid(), \
      (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
 
+/// Whether PostgreSQL reserves the schema name (`pg_*` names cannot even be created, and the
+/// catalogs are not idemdb's to write).
+pub(crate) fn reserved_schema_name(name: &str) -> bool {
+    name.starts_with("pg_") || name == "information_schema"
+}
+
 /// Checks a schema name: 1..=63 bytes of `[a-z0-9_]`, not starting with a digit (so it never
 /// needs escaping beyond quotes, and cannot smuggle SQL).
 pub(crate) fn valid_schema_name(name: &str) -> bool {
@@ -117,6 +123,8 @@ pub(crate) struct WorkflowSql {
     pub(crate) records_uncertain: String,
     /// `$1` = now, `$2` = limit → the number of finished items removed.
     pub(crate) outbox_purge: String,
+    /// `$1` = the outbox channel: wakes listening dispatchers when the transaction commits.
+    pub(crate) outbox_notify: String,
     /// `$1` = text, `$2` = seed: a transaction-scoped advisory lock on the text's hash.
     pub(crate) advisory_lock: String,
     /// `$1..$2` = source, delivery id → delivery.
@@ -177,6 +185,7 @@ impl WorkflowSql {
             ),
             outbox_purge: purge(&outbox),
             advisory_lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))".to_string(),
+            outbox_notify: "SELECT pg_notify($1::text, '')".to_string(),
             delivery_get: format!("SELECT delivery FROM {deliveries} WHERE source = $1 AND delivery_id = $2"),
             delivery_insert: format!(
                 "INSERT INTO {deliveries} (source, delivery_id, outcome, received_at, forget_at, delivery) \
@@ -293,6 +302,7 @@ impl Sql {
             &wf.records_uncertain,
             &wf.outbox_purge,
             &wf.advisory_lock,
+            &wf.outbox_notify,
             &wf.delivery_get,
             &wf.delivery_insert,
             &wf.delivery_purge,
@@ -416,6 +426,10 @@ mod tests {
         assert!(!valid_schema_name("Upper"));
         assert!(!valid_schema_name("a\"; DROP TABLE x; --"));
         assert!(!valid_schema_name(&"a".repeat(64)));
+        for reserved in ["information_schema", "pg_catalog", "pg_toast", "pg_temp_3", "pg_anything"] {
+            assert!(reserved_schema_name(reserved), "{reserved}");
+        }
+        assert!(!reserved_schema_name("public") && !reserved_schema_name("idemdb") && !reserved_schema_name("pgx"));
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub(crate) struct Settings {
     pub(crate) audit_retention: Duration,
     pub(crate) operation_timeout: Duration,
     pub(crate) statement_timeout: Duration,
+    /// The connection settings (for a listener's own connection).
+    pub(crate) config: deadpool_postgres::tokio_postgres::Config,
 }
 
 /// What every handle shares.
@@ -301,6 +303,10 @@ impl PgStore {
     /// The policy that applies to `operation`.
     pub fn policy(&self, operation: &str) -> &Policy {
         self.inner.policy(operation)
+    }
+
+    pub(crate) fn inner_config(&self) -> &deadpool_postgres::tokio_postgres::Config {
+        &self.inner.settings.config
     }
 
     /// The keyed hash that logs and the audit trail use for `(scope, key)`: the same secret

@@ -616,3 +616,25 @@ pub fn import_at_scale(env: &Env) -> Result<(), Failed> {
     });
     Ok(())
 }
+
+/// Reserved schema names are refused with a typed error before anything is created there.
+pub fn reserved_schemas_are_refused(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        for schema in ["information_schema", "pg_catalog", "pg_idemdb"] {
+            let refused = builder(env, schema).connect().await.expect_err("a reserved schema");
+            assert!(matches!(refused, ConnectError::ReservedSchema(_)), "{schema}: {refused}");
+            assert_eq!(refused.code(), ErrorCode::InvalidArgument);
+            let refused = builder(env, schema).migrate().await.expect_err("a reserved schema");
+            assert!(matches!(refused, ConnectError::ReservedSchema(_)), "{schema}: {refused}");
+        }
+        let admin = admin(&env.url).await;
+        let created = count(
+            &admin,
+            "SELECT count(*) FROM pg_class WHERE relname LIKE 'idemdb\\_%' \
+             AND relnamespace IN ('information_schema'::regnamespace, 'pg_catalog'::regnamespace)",
+        )
+        .await;
+        assert_eq!(created, 0, "no idemdb table in a reserved schema");
+    });
+    Ok(())
+}

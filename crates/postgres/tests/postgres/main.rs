@@ -37,6 +37,7 @@ const TESTS: &[(&str, Test)] = &[
     ("a_locked_table_ends_each_call_at_its_deadline", deadline::locked_table),
     ("instances_with_clocks_an_hour_apart_agree", clocks::run),
     ("migrations_are_versioned_and_checked_at_connect", basics::migrations),
+    ("reserved_schema_names_are_refused", basics::reserved_schemas_are_refused),
     ("application_rows_and_completion_commit_together", basics::transaction_api),
     ("audit_trail_keeps_keyed_hashes_only", basics::audit_trail),
     ("retention_and_the_fence_floor", basics::retention),
@@ -54,6 +55,7 @@ const TESTS: &[(&str, Test)] = &[
     ("the_reconciliation_queue_lists_uncertain_records_and_effects", workflow::reconciliation_queue),
     ("concurrent_deliveries_of_one_object_apply_the_newest_once_each", workflow::concurrent_deliveries),
     ("retention_removes_finished_workflow_rows", workflow::workflow_retention),
+    ("listeners_wake_on_committed_enqueues", workflow::listeners_wake_on_committed_enqueues),
 ];
 
 fn main() -> ExitCode {
