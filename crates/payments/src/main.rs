@@ -110,6 +110,11 @@ impl Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    // The adapter's warnings (lost commits, clock skew, ignored password files) on stderr;
+    // `RUST_LOG` filters them (default `info`).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let backend = args.backend().unwrap_or_else(|error| error.exit());
     match run(args, backend).await {
         Ok(()) => ExitCode::SUCCESS,
