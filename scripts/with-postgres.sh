@@ -20,6 +20,11 @@
 #   IDEMDB_PG_RESTART  a shell command that restarts the server in immediate mode (a crash:
 #                      no checkpoint, recovery at start) and waits until it accepts connections
 #   IDEMDB_PG_REQUIRED 1: the adapter's tests fail instead of reporting themselves ignored
+#   IDEMDB_PGBOUNCER_URL  the same database through PgBouncer in transaction pooling mode
+#                      (pool_mode = transaction), started on another free loopback port with its
+#                      files in the data directory; Debian's `pgbouncer` package is installed
+#                      first when it is missing and this runs as root (without it, and not root,
+#                      the variable is not set and the PgBouncer test says why it cannot run)
 set -euo pipefail
 
 if [ $# -eq 0 ]; then
@@ -69,6 +74,9 @@ if [ "$(id -u)" -eq 0 ]; then chown "$PG_USER" "$DATA"; fi
 chmod 700 "$DATA"
 
 stop_server() {
+  if [ -f "$DATA/pgbouncer.pid" ]; then
+    kill "$(cat "$DATA/pgbouncer.pid")" 2>/dev/null || true
+  fi
   if [ -f "$DATA/postmaster.pid" ]; then
     as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null 2>&1 || as_pg "$BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1 || true
   fi
@@ -105,10 +113,49 @@ if [ -z "$started" ]; then
   exit 1
 fi
 
+start_pgbouncer() {
+  local bouncer bport
+  bouncer=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)
+  if [ -z "$bouncer" ] && [ "$(id -u)" -eq 0 ]; then
+    echo "pgbouncer not found: installing Debian's pgbouncer package" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null || true
+    bouncer=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)
+  fi
+  if [ -z "$bouncer" ]; then
+    echo "pgbouncer not found (apt-get install pgbouncer as root): IDEMDB_PGBOUNCER_URL is not set" >&2
+    return 0
+  fi
+  for _ in 1 2 3 4 5 6 7 8; do
+    bport=$(( 20000 + RANDOM % 40000 ))
+    if [ "$bport" = "$PORT" ] || ! port_free "$bport"; then continue; fi
+    printf '%s\n' "[databases]" "postgres = host=127.0.0.1 port=$PORT dbname=postgres" "[pgbouncer]" \
+      "listen_addr = 127.0.0.1" "listen_port = $bport" "unix_socket_dir =" "auth_type = trust" \
+      "auth_file = $DATA/pgbouncer-users.txt" "pool_mode = transaction" "max_client_conn = 500" \
+      "default_pool_size = 40" "ignore_startup_parameters = extra_float_digits" \
+      "logfile = $DATA/pgbouncer.log" "pidfile = $DATA/pgbouncer.pid" >"$DATA/pgbouncer.ini"
+    echo '"postgres" ""' >"$DATA/pgbouncer-users.txt"
+    if [ "$(id -u)" -eq 0 ]; then chown "$PG_USER" "$DATA/pgbouncer.ini" "$DATA/pgbouncer-users.txt"; fi
+    if as_pg "$bouncer" -d -q "$DATA/pgbouncer.ini"; then
+      for _ in $(seq 1 50); do
+        if ! port_free "$bport"; then
+          export IDEMDB_PGBOUNCER_URL="postgresql://postgres@127.0.0.1:$bport/postgres"
+          echo "PgBouncer $("$bouncer" --version 2>/dev/null | head -n 1 | awk '{print $2}') (pool_mode = transaction) on 127.0.0.1:$bport" >&2
+          return 0
+        fi
+        sleep 0.1
+      done
+    fi
+  done
+  echo "error: PgBouncer did not start; its log:" >&2
+  cat "$DATA/pgbouncer.log" >&2 2>/dev/null || true
+}
+
 export IDEMDB_PG_URL="postgresql://postgres@127.0.0.1:$PORT/postgres"
 export IDEMDB_PG_RESTART="cd / && $RUN_AS $BIN/pg_ctl -D $DATA -l $DATA/server.log -w -t 60 -m immediate restart >/dev/null"
 export IDEMDB_PG_REQUIRED=1
 echo "PostgreSQL $("$BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PORT (data $DATA)" >&2
+start_pgbouncer
 
 status=0
 "$@" &

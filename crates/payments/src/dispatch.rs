@@ -31,7 +31,7 @@ pub const CHARGE_VERSION: u16 = 1;
 const BATCH: usize = 32;
 /// How often the dispatcher looks for due charges when nobody woke it (items whose backoff or
 /// whose dead dispatcher's claim ran out, items another instance enqueued).
-const POLL: Duration = Duration::from_millis(100);
+pub(crate) const POLL: Duration = Duration::from_millis(100);
 
 /// What a payment's handler and the dispatcher share: the effect's name, a wake-up for the
 /// dispatcher, and a counter of settled charges the handlers watch.
@@ -52,25 +52,26 @@ impl Charges {
         self.wake.notify_one();
     }
 
-    /// Waits until `item` is finished or uncertain (its state then), at most `limit`. `None`:
-    /// it is still pending or dispatching, or the store could not be read.
+    /// Waits until `item` is finished or uncertain (its state then), at most `limit`.
+    /// `Ok(None)`: it is still pending or dispatching (or gone); `Err`: the store could not be
+    /// read.
     pub(crate) async fn settled<S: WorkflowStore>(
         &self,
         store: &S,
         item: &OutboxItem,
         limit: Duration,
-    ) -> Option<OutboxStateKind> {
+    ) -> Result<Option<OutboxStateKind>, S::Error> {
         let mut settled = self.settled.subscribe();
         let until = tokio::time::Instant::now() + limit;
         loop {
             settled.borrow_and_update();
-            let current = store.effect(&item.scope, &item.key, &item.effect).await.ok()??;
+            let Some(current) = store.effect(&item.scope, &item.key, &item.effect).await? else { return Ok(None) };
             match current.state.kind() {
                 OutboxStateKind::Pending | OutboxStateKind::Dispatching => {}
-                finished => return Some(finished),
+                finished => return Ok(Some(finished)),
             }
             if tokio::time::Instant::now() >= until {
-                return None;
+                return Ok(None);
             }
             // Another instance's dispatcher does not notify: look again after a while anyway.
             let _ = tokio::time::timeout_at(until.min(tokio::time::Instant::now() + POLL), settled.changed()).await;
@@ -145,7 +146,7 @@ impl<L: Ledger> Dispatcher<L> {
             if claims.is_empty() {
                 tokio::select! {
                     () = app.charges.wake.notified() => {}
-                    () = tokio::time::sleep(POLL) => {}
+                    () = app.ledger.wait_for_charges() => {}
                 }
                 continue;
             }

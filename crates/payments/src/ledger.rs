@@ -64,6 +64,11 @@ pub trait Ledger: Clone + Send + Sync + 'static {
     /// Every payment of `tenant`.
     fn payments(&self, tenant: &str) -> impl Future<Output = Result<Vec<Value>, LedgerError>> + Send;
 
+    /// Waits while no charge is known to have been enqueued elsewhere: returns when another
+    /// instance's enqueue may have made one due, or after this backend's poll interval (the
+    /// dispatcher also wakes at once for this process's own enqueues).
+    fn wait_for_charges(&self) -> impl Future<Output = ()> + Send;
+
     /// Writes a verified backup of the store and the payments to `path` (a new file), while
     /// requests carry on.
     fn backup(&self, path: PathBuf) -> impl Future<Output = Result<BackupOutcome, LedgerError>> + Send;
@@ -97,6 +102,12 @@ impl RedbLedger {
 
 impl Ledger for RedbLedger {
     type Store = Store;
+
+    fn wait_for_charges(&self) -> impl Future<Output = ()> + Send {
+        // One process owns the file: only items that become due later (a retry after its
+        // back-off, an expired claim) need the poll.
+        tokio::time::sleep(crate::dispatch::POLL)
+    }
 
     fn store(&self) -> &Store {
         &self.store

@@ -134,11 +134,23 @@ async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap
     };
     let payments = match app.ledger.payments(&tenant).await {
         Ok(payments) => payments,
-        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+        Err(_) => {
+            return payment::problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger-unavailable",
+                "the ledger could not be read",
+            );
+        }
     };
     let charges = match app.provider.charges(&tenant).await {
         Ok(charges) => charges,
-        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+        Err(_) => {
+            return payment::problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger-unavailable",
+                "the provider could not be read",
+            );
+        }
     };
     let body = serde_json::json!({ "payments": payments, "provider_charges": charges });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()

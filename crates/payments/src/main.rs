@@ -39,11 +39,18 @@ struct Args {
     /// idempotency records and the payments, `provider.redb` the simulated provider.
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
-    /// A PostgreSQL database instead of `--data` (`postgresql://user:password@host:port/db`):
-    /// the idemdb tables (migrated at start), the payments in table `app_payments` and the
-    /// simulated provider in table `sim_provider_charges`, all in the schema of `--schema`.
+    /// A PostgreSQL database instead of `--data` (`postgresql://user@host:port/db` or
+    /// `host=… user=…`, completed by the standard `PG*` environment variables: PGHOST, PGPORT,
+    /// PGUSER, PGPASSWORD, PGDATABASE, PGPASSFILE, PGSSLMODE; an empty URL, `--postgres ''`,
+    /// takes them all from the environment): the idemdb tables (migrated at start), the payments in table
+    /// `app_payments` and the simulated provider in table `sim_provider_charges`, all in the
+    /// schema of `--schema`. Keep the password off the command line: PGPASSWORD, ~/.pgpass or
+    /// `--password-file`.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// With `--postgres`: read the password from the first line of this file.
+    #[arg(long, value_name = "FILE", requires = "postgres")]
+    password_file: Option<PathBuf>,
     /// The PostgreSQL schema for all of the service's tables (default `public`; created if
     /// missing): 1..=63 bytes of `[a-z0-9_]`, not starting with a digit.
     #[arg(long, value_name = "NAME")]
@@ -111,6 +118,11 @@ impl Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    // The adapter's warnings (lost commits, clock skew, ignored password files) on stderr;
+    // `RUST_LOG` filters them (default `info`).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let backend = args.backend().unwrap_or_else(|error| error.exit());
     match run(args, backend).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -158,12 +170,20 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             serve(ledger, provider, &args, admin).await
         }
         Backend::Postgres { url, schema } => {
-            let mut builder =
-                PgStore::builder(url).policy(payment_operation_name(), policy).application_name("payments-example");
+            let url = Some(url.as_str()).filter(|url| !url.is_empty());
+            let config = idemdb_postgres::connection_config(url, args.password_file.as_deref())
+                .map_err(|error| format!("PostgreSQL settings: {error}"))?;
+            let target = idemdb_postgres::describe(&config);
+            let mut builder = PgStore::builder_with_config(config)
+                .policy(payment_operation_name(), policy)
+                .application_name("payments-example");
             if let Some(schema) = schema {
                 builder = builder.schema(schema);
             }
-            let store = builder.connect().await.map_err(|error| format!("cannot connect to PostgreSQL: {error}"))?;
+            let store = builder
+                .connect()
+                .await
+                .map_err(|error| format!("cannot connect to PostgreSQL at {target}: {error}"))?;
             let provider = faults(Provider::postgres(store.clone(), latency).await?);
             serve(PgLedger::new(store).await?, provider, &args, admin).await
         }

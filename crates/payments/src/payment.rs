@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use idemdb_core::{OutboxStateKind, State as RecordState};
+use idemdb_core::{Coded, ErrorCode, OutboxStateKind, State as RecordState};
 use idemdb_http::{LeaseHandle, StoredResponse};
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
 use serde_json::{Value, json};
@@ -64,15 +64,30 @@ impl PaymentRequest {
     }
 }
 
-/// An application problem (RFC 9457), for what the handler itself refuses.
+/// An application problem (RFC 9457), for what the handler itself refuses. A 503 carries
+/// `Retry-After: 1` (and `retry_after` in the body): it says "nothing was decided, ask again".
 pub(crate) fn problem(status: StatusCode, slug: &str, detail: &str) -> Response {
-    let body = json!({
+    let mut body = json!({
         "type": format!("urn:payments-example:problem:{slug}"),
         "title": slug.replace('-', " "),
         "status": status.as_u16(),
         "detail": detail,
     });
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        body["retry_after"] = json!(RETRY_AFTER_SECONDS);
+        let headers = [(header::CONTENT_TYPE, "application/problem+json"), (header::RETRY_AFTER, "1")];
+        return (status, headers, body.to_string()).into_response();
+    }
     (status, [(header::CONTENT_TYPE, "application/problem+json")], body.to_string()).into_response()
+}
+
+/// The `Retry-After` of every 503 the example answers.
+const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// Whether a failed store call is known to have changed nothing (the database was unreachable,
+/// refused or rolled back): only a commit whose outcome is unknown may have.
+pub(crate) fn nothing_changed(error: &impl Coded) -> bool {
+    error.code() != ErrorCode::CommitUnknown
 }
 
 /// The handler. The layer has reserved the key before it runs, so it runs at most once per
@@ -109,21 +124,41 @@ pub(crate) async fn create<L: Ledger>(
         .await
     {
         Ok(item) => item,
+        Err(error) if nothing_changed(&error) => {
+            // Nothing was enqueued (the store says so): release the key, a retry runs again.
+            let _ = handle.release().await;
+            return problem(StatusCode::SERVICE_UNAVAILABLE, "outbox-unavailable", "the charge could not be enqueued");
+        }
         Err(_) => {
-            // Whether the charge was enqueued is not known here: never guess.
+            // Whether the charge was enqueued is not known: never guess.
             let _ = handle.mark_uncertain().await;
             return problem(StatusCode::SERVICE_UNAVAILABLE, "outbox-unavailable", "the charge could not be enqueued");
         }
     };
     app.charges.wake();
     let limit = store.policy(scope.operation()).lease_ttl();
-    if let Some(OutboxStateKind::Confirmed | OutboxStateKind::Failed) = app.charges.settled(store, &item, limit).await
-        && let Ok(Some(record)) = store.get(&scope, &key).await
-        && let RecordState::Completed { result: stored, .. } | RecordState::Failed { error: stored, .. } = &record.state
-        && let Ok(response) = StoredResponse::decode(stored)
-    {
-        let _ = handle.completed_by_handler();
-        return response.into_response::<axum::body::Body>(false);
+    let unreadable = || {
+        // The charge is enqueued and the dispatcher settles it; the record stays in progress
+        // until then, so a retry is told to wait, then gets the stored answer.
+        problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "the payment's state could not be read")
+    };
+    let settled = match app.charges.settled(store, &item, limit).await {
+        Ok(settled) => settled,
+        Err(_) => return unreadable(),
+    };
+    if let Some(OutboxStateKind::Confirmed | OutboxStateKind::Failed) = settled {
+        let record = match store.get(&scope, &key).await {
+            Ok(record) => record,
+            Err(_) => return unreadable(),
+        };
+        if let Some(record) = record
+            && let RecordState::Completed { result: stored, .. } | RecordState::Failed { error: stored, .. } =
+                &record.state
+            && let Ok(response) = StoredResponse::decode(stored)
+        {
+            let _ = handle.completed_by_handler();
+            return response.into_response::<axum::body::Body>(false);
+        }
     }
     // Unknown (the provider's answer was lost), or not settled in time: retries are refused
     // until the charge is reconciled; the dispatcher's later report settles the record.

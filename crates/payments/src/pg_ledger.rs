@@ -2,8 +2,10 @@
 //! in the same SQL transaction as the report that confirms their charge.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use idemdb_postgres::{OutboxItem, PgStore, PgTxn};
+use idemdb_postgres::{OutboxItem, OutboxListener, PgStore, PgTxn};
 use serde_json::Value;
 
 use crate::ledger::{BackupOutcome, Ledger, LedgerError, Settlement};
@@ -20,7 +22,14 @@ pub struct PgLedger {
     store: PgStore,
     insert: String,
     list: String,
+    /// The outbox listener, made on first use (and again after its connection was lost).
+    listener: Arc<Mutex<Option<Arc<OutboxListener>>>>,
 }
+
+/// How long an idle dispatcher on PostgreSQL waits for a notification before it looks at the
+/// outbox anyway (for items that became due without one: a retry after its back-off, an expired
+/// claim).
+pub const SAFETY_POLL: Duration = Duration::from_secs(5);
 
 impl PgLedger {
     /// A ledger in `store`'s schema: creates table [`PG_PAYMENTS_TABLE`] there if it is missing.
@@ -43,12 +52,42 @@ impl PgLedger {
         // (and with it the report).
         let insert = format!("INSERT INTO {table} (tenant, id, payment) VALUES ($1, $2, $3::text::jsonb)");
         let list = format!("SELECT payment::text FROM {table} WHERE tenant = $1 ORDER BY id");
-        Ok(PgLedger { store, insert, list })
+        Ok(PgLedger { store, insert, list, listener: Arc::default() })
+    }
+}
+
+impl PgLedger {
+    /// The listener, made now if there is none or it lost its connection.
+    async fn listener(&self) -> Option<Arc<OutboxListener>> {
+        let current = self.listener.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(listener) = current.filter(|l| !l.is_closed()) {
+            return Some(listener);
+        }
+        match self.store.outbox_listener().await {
+            Ok(listener) => {
+                let listener = Arc::new(listener);
+                *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&listener));
+                Some(listener)
+            }
+            Err(error) => {
+                eprintln!("payments-example: cannot listen for enqueued charges ({error}); polling the outbox");
+                None
+            }
+        }
     }
 }
 
 impl Ledger for PgLedger {
     type Store = PgStore;
+
+    async fn wait_for_charges(&self) {
+        match self.listener().await {
+            Some(listener) => {
+                listener.wait(SAFETY_POLL).await;
+            }
+            None => tokio::time::sleep(crate::dispatch::POLL).await,
+        }
+    }
 
     fn store(&self) -> &PgStore {
         &self.store

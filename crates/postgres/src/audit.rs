@@ -65,15 +65,34 @@ impl AuditRow {
     }
 }
 
+impl AuditRow {
+    /// The columns a single-row insert binds besides time, scope and fence: kind, key hash,
+    /// fingerprint prefix, correlation.
+    pub(crate) fn columns(&self) -> (&'static str, &[u8], Option<&[u8]>, Option<&str>) {
+        (
+            self.kind.as_str(),
+            self.key_hash.as_bytes().as_slice(),
+            self.fingerprint_prefix.as_ref().map(|p| p.as_slice()),
+            self.correlation.as_deref(),
+        )
+    }
+}
+
 /// Milliseconds as a `bigint` (values past `i64::MAX`, "never", saturate; order is kept).
 pub(crate) fn to_sql_ms(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Inserts rows in one statement (arrays unnested by the server).
-pub(crate) async fn insert(client: &Client, sql: &str, rows: &[AuditRow]) -> Result<(), Error> {
+/// Inserts rows in one statement (arrays unnested by the server); the statement's row: the
+/// transaction's identity (`None` when there were no rows).
+pub(crate) async fn insert(
+    statements: &crate::stmt::Statements,
+    client: &Client,
+    sql: &str,
+    rows: &[AuditRow],
+) -> Result<Option<Row>, Error> {
     if rows.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let at: Vec<i64> = rows.iter().map(|r| to_sql_ms(r.at.as_millis())).collect();
     let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
@@ -84,9 +103,7 @@ pub(crate) async fn insert(client: &Client, sql: &str, rows: &[AuditRow]) -> Res
     let prefix: Vec<Option<&[u8]>> = rows.iter().map(|r| r.fingerprint_prefix.as_ref().map(|p| p.as_slice())).collect();
     let correlation: Vec<Option<&str>> = rows.iter().map(|r| r.correlation.as_deref()).collect();
     let params: [&(dyn ToSql + Sync); 8] = [&at, &kind, &tenant, &operation, &key_hash, &fence, &prefix, &correlation];
-    let statement = client.prepare_cached(sql).await.map_err(Error::from_driver)?;
-    client.execute(&statement, &params).await.map_err(Error::from_driver)?;
-    Ok(())
+    statements.query_opt(client, sql, &params).await.map_err(Error::from_driver)
 }
 
 /// Decodes a row of `Sql::audit_read`.

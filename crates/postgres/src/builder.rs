@@ -12,12 +12,19 @@ use idemdb_core::Policy;
 use idemdb_interface::{Clock, SystemClock};
 
 use crate::error::{ConnectError, DbError};
-use crate::schema::{self, Sql, valid_schema_name};
+use crate::schema::{self, Sql, reserved_schema_name, valid_schema_name};
+use crate::stmt::Statements;
 use crate::store::{Inner, PgStore};
 use crate::time::TimeSource;
 
 /// Default audit retention: 90 days, as in the embedded store.
 pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// Where the connection settings come from.
+enum Source {
+    Url(String),
+    Config(Box<Config>),
+}
 
 /// Configures and connects a [`PgStore`].
 ///
@@ -39,7 +46,7 @@ pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600
 /// ```
 #[must_use]
 pub struct PgStoreBuilder {
-    url: String,
+    source: Source,
     schema: String,
     policies: HashMap<String, Policy>,
     default_policy: Policy,
@@ -54,6 +61,7 @@ pub struct PgStoreBuilder {
     operation_timeout: Duration,
     migrate: bool,
     application_name: Option<String>,
+    transaction_pooling: bool,
 }
 
 impl std::fmt::Debug for PgStoreBuilder {
@@ -72,8 +80,21 @@ impl PgStore {
     /// A builder for a store in the database at `url` (`postgresql://user:password@host:port/db`,
     /// or the `key=value` form; see [`tokio_postgres::Config`]).
     pub fn builder(url: impl Into<String>) -> PgStoreBuilder {
+        PgStoreBuilder::new(Source::Url(url.into()))
+    }
+
+    /// A builder for a store reached with `config`: for example the settings
+    /// [`connection_config`](crate::connection_config) reads from the `PG*` environment
+    /// variables and a password file, so that no password is on a command line.
+    pub fn builder_with_config(config: Config) -> PgStoreBuilder {
+        PgStoreBuilder::new(Source::Config(Box::new(config)))
+    }
+}
+
+impl PgStoreBuilder {
+    fn new(source: Source) -> PgStoreBuilder {
         PgStoreBuilder {
-            url: url.into(),
+            source,
             schema: "public".into(),
             policies: HashMap::new(),
             default_policy: Policy::default(),
@@ -88,9 +109,12 @@ impl PgStore {
             operation_timeout: Duration::from_secs(30),
             migrate: true,
             application_name: None,
+            transaction_pooling: false,
         }
     }
+}
 
+impl PgStore {
     /// Connects with the defaults (see [`PgStoreBuilder`]).
     ///
     /// # Errors
@@ -102,7 +126,8 @@ impl PgStore {
 
 impl PgStoreBuilder {
     /// The schema holding idemdb's tables (`public` by default): 1..=63 bytes of `[a-z0-9_]`,
-    /// not starting with a digit. Several stores can share a database in different schemas.
+    /// not starting with a digit, and not one PostgreSQL reserves (`information_schema`,
+    /// `pg_*`: [`ConnectError::ReservedSchema`]). Several stores can share a database in different schemas.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
         self
@@ -192,7 +217,23 @@ impl PgStoreBuilder {
         self
     }
 
+    /// For a connection pooler in transaction mode (PgBouncer `pool_mode = transaction`), which
+    /// hands each transaction to whichever server connection is free (off by default): only
+    /// unnamed statements (their parameter types are learnt once at connect, in one
+    /// transaction), no startup `options` (PgBouncer refuses them), and `statement_timeout` set
+    /// with `SET LOCAL` at the start of every transaction. Statements outside a transaction (a
+    /// new key's one-statement reservation, lock-free reads) are bounded by the call's deadline
+    /// and a cancel request, not by the server's `statement_timeout`. Session mode needs
+    /// nothing of this.
+    pub fn transaction_pooling(mut self, on: bool) -> Self {
+        self.transaction_pooling = on;
+        self
+    }
+
     fn config(&self) -> Result<Config, ConnectError> {
+        if reserved_schema_name(&self.schema) {
+            return Err(ConnectError::ReservedSchema(self.schema.clone()));
+        }
         if !valid_schema_name(&self.schema) {
             return Err(ConnectError::Config(format!(
                 "schema name {:?} is not 1..=63 bytes of [a-z0-9_] starting with a letter or _",
@@ -204,8 +245,12 @@ impl PgStoreBuilder {
         {
             policy.validate().map_err(|source| ConnectError::Policy { operation, source })?;
         }
-        let mut config: Config =
-            self.url.parse().map_err(|error| ConnectError::Config(format!("connection URL: {error}")))?;
+        let mut config: Config = match &self.source {
+            Source::Url(url) => {
+                url.parse().map_err(|error| ConnectError::Config(format!("connection URL: {error}")))?
+            }
+            Source::Config(config) => (**config).clone(),
+        };
         config.connect_timeout(self.connect_timeout);
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(10));
@@ -220,12 +265,14 @@ impl PgStoreBuilder {
             }
             None => {}
         }
-        let statement_ms = self.statement_timeout.as_millis().max(1);
-        let options = match config.get_options() {
-            Some(existing) => format!("{existing} -c statement_timeout={statement_ms}"),
-            None => format!("-c statement_timeout={statement_ms}"),
-        };
-        config.options(&options);
+        if !self.transaction_pooling {
+            let statement_ms = self.statement_timeout.as_millis().max(1);
+            let options = match config.get_options() {
+                Some(existing) => format!("{existing} -c statement_timeout={statement_ms}"),
+                None => format!("-c statement_timeout={statement_ms}"),
+            };
+            config.options(&options);
+        }
         Ok(config)
     }
 
@@ -272,6 +319,7 @@ impl PgStoreBuilder {
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
     {
         let config = self.config()?;
+        let listener_config = config.clone();
         let manager = Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(self.pool_size)
@@ -281,14 +329,21 @@ impl PgStoreBuilder {
             .recycle_timeout(Some(self.connect_timeout))
             .build()
             .map_err(|error| ConnectError::Config(format!("connection pool: {error}")))?;
-        let secret = {
+        let sql = Sql::new(&self.schema);
+        let (secret, statements) = {
             let mut client = pool.get().await.map_err(|e| ConnectError::from_driver(DbError::from(e)))?;
             schema::check(&mut client, &self.schema, self.migrate).await?;
-            schema::read_secret(&client, &self.schema).await?
+            let secret = schema::read_secret(&client, &self.schema).await?;
+            let statements = if self.transaction_pooling {
+                Statements::unnamed(&client, &sql.texts()).await.map_err(ConnectError::from_driver)?
+            } else {
+                Statements::named()
+            };
+            (secret, statements)
         };
         let store = PgStore::from_inner(Inner::new(
             pool,
-            Sql::new(&self.schema),
+            sql,
             secret,
             crate::store::Settings {
                 policies: self.policies,
@@ -298,7 +353,10 @@ impl PgStoreBuilder {
                 audit: self.audit,
                 audit_retention: self.audit_retention,
                 operation_timeout: self.operation_timeout,
+                statement_timeout: self.statement_timeout,
+                config: listener_config,
             },
+            statements,
         ));
         store.warn_on_skew().await;
         Ok(store)

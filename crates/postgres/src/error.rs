@@ -199,6 +199,10 @@ pub enum ConnectError {
     /// The connection URL or an option was rejected.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The schema name is one PostgreSQL reserves (`pg_catalog`, `information_schema`, any
+    /// `pg_*`): idemdb's tables never go there.
+    #[error("schema `{0}` is reserved by PostgreSQL; choose another (for example `idemdb`)")]
+    ReservedSchema(String),
     /// A policy was invalid.
     #[error("invalid policy for operation {operation:?}: {source}")]
     Policy {
@@ -235,7 +239,7 @@ impl ConnectError {
     /// The stable code of this error (see [`ErrorCode`]).
     pub fn code(&self) -> ErrorCode {
         match self {
-            ConnectError::Config(_) => ErrorCode::InvalidArgument,
+            ConnectError::Config(_) | ConnectError::ReservedSchema(_) => ErrorCode::InvalidArgument,
             ConnectError::Policy { .. } => ErrorCode::InvalidPolicy,
             ConnectError::Unavailable(_) => ErrorCode::Unavailable,
             ConnectError::SchemaMismatch(_) => ErrorCode::SchemaMismatch,
@@ -323,6 +327,12 @@ impl Error {
             Error::Inbox(refusal) => refusal.code(),
             Error::Job(refusal) => refusal.code(),
         }
+    }
+
+    /// Whether the server itself reported this error for a statement (a database error with a
+    /// SQLSTATE that is not about reaching the server): the transaction was aborted.
+    pub(crate) fn server_refused(&self) -> bool {
+        matches!(self, Error::Database(db) if db.sqlstate.is_some() && db.kind != Kind::Unreachable)
     }
 
     /// Whether the call may be repeated at once by the adapter itself: nothing was committed

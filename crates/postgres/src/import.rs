@@ -2,16 +2,20 @@
 //! carry them (parsed and checked by the CLI, the same code that imports into a store file),
 //! written in one transaction.
 
-use futures_util::future::try_join_all;
+use std::collections::HashSet;
+
+use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{Record, ScopedKey};
 
 use crate::error::Error;
 use crate::outcome::Before;
 use crate::store::PgStore;
+use crate::txn::row_values;
 
-/// Statements sent in one round trip during an import.
-const PIPELINE: usize = 64;
+/// Records written by one statement during an import (arrays the server unnests): the cost is
+/// linear in the records, a few thousand statements for a million.
+const BATCH: usize = 1_000;
 
 /// What [`PgStore::import`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,17 +41,32 @@ impl PgStore {
             let written = async {
                 txn.begin_now().await?;
                 let inner = txn.inner_arc();
-                let sql = if overwrite { &inner.sql.upsert } else { &inner.sql.insert };
+                let sql = if overwrite { &inner.sql.import_upsert } else { &inner.sql.import_insert };
                 let mut report = ImportReport::default();
-                for chunk in records.chunks(PIPELINE) {
-                    let rows = try_join_all(
-                        chunk.iter().map(|(scoped, record)| txn.write_row(sql, &scoped.scope, &scoped.key, record)),
-                    )
-                    .await?;
-                    for ((scoped, _), (written, bytes)) in chunk.iter().zip(rows) {
-                        if written > 0 {
+                for chunk in records.chunks(BATCH) {
+                    let rows: Vec<_> = chunk.iter().map(|(_, record)| row_values(record)).collect();
+                    let tenants: Vec<&str> = chunk.iter().map(|(s, _)| s.scope.tenant()).collect();
+                    let operations: Vec<&str> = chunk.iter().map(|(s, _)| s.scope.operation()).collect();
+                    let keys: Vec<&str> = chunk.iter().map(|(s, _)| s.key.as_str()).collect();
+                    let states: Vec<&str> = rows.iter().map(|(state, _, _)| *state).collect();
+                    let due: Vec<Option<i64>> = rows.iter().map(|(_, due, _)| *due).collect();
+                    let bytes: Vec<&[u8]> = rows.iter().map(|(_, _, bytes)| bytes.as_slice()).collect();
+                    let params: [&(dyn ToSql + Sync); 6] = [&tenants, &operations, &keys, &states, &due, &bytes];
+                    let inserted = txn.query(sql, &params).await?;
+                    let inserted: HashSet<(String, String, String)> = inserted
+                        .iter()
+                        .filter_map(|row| Some((row.try_get(0).ok()?, row.try_get(1).ok()?, row.try_get(2).ok()?)))
+                        .collect();
+                    for ((scoped, _), (_, _, bytes)) in chunk.iter().zip(rows) {
+                        let identity = (
+                            scoped.scope.tenant().to_string(),
+                            scoped.scope.operation().to_string(),
+                            scoped.key.as_str().to_string(),
+                        );
+                        if inserted.contains(&identity) {
                             report.imported += 1;
-                            txn.remember(&scoped.scope, &scoped.key, Before::Unknown, Some(bytes));
+                            // Keys are distinct (the CLI checks), so no search for an earlier write.
+                            txn.remember_new(&scoped.scope, &scoped.key, Before::Unknown, Some(bytes));
                         } else {
                             report.skipped += 1;
                         }

@@ -40,10 +40,18 @@
 //! lock the row, decide, write, commit. The shared decision table
 //! (`idemdb_interface::conformance`) passes on this adapter exactly as on the embedded store.
 //!
-//! * **One transaction per decision**, `READ COMMITTED`: `SELECT … FOR UPDATE` on the record's
-//!   row, or `INSERT … ON CONFLICT DO NOTHING` when there is none (a lost race reads the winner's
-//!   row and decides again). Answers that change nothing (replay, in progress, mismatch,
-//!   expired, uncertain) come from one lock-free read.
+//! * **One statement for a new key**: `reserve` sends one autocommit
+//!   `INSERT … ON CONFLICT DO NOTHING` of the new record with its audit event (a CTE), which
+//!   also returns the record already there, if any: a new key and every answer that changes
+//!   nothing (replay, in progress, mismatch, expired, uncertain) cost one round trip. The new
+//!   record is decided at this host's monotonic clock corrected by the last reading of the
+//!   database's clock; the statement inserts only if that time is within 250 ms of the
+//!   database's clock and the fence above the floor.
+//! * **One transaction per changing decision**, `READ COMMITTED`: `SELECT … FOR UPDATE` on the
+//!   record's row, decide, write, commit (a lost race reads the winner's row and decides
+//!   again).
+//! * **One deadline per call** (`operation_timeout`, retries included): a round trip cut by it
+//!   is cancelled on the server and its connection closed.
 //! * **Identity**: primary key `(tenant, operation, key)`, `COLLATE "C"` (byte equality).
 //! * **Time from the database**: `clock_timestamp()` read once per decision, in the statement
 //!   that follows the row lock, so instances whose clocks differ agree on every lease and TTL
@@ -109,12 +117,15 @@
 
 mod audit;
 mod builder;
+mod conn;
 mod error;
 mod import;
 mod interface;
 mod outcome;
 mod purge;
 mod schema;
+mod settings;
+mod stmt;
 mod store;
 mod time;
 mod txn;
@@ -124,9 +135,11 @@ pub use builder::{DEFAULT_AUDIT_RETENTION, PgStoreBuilder};
 pub use error::{ConnectError, DbError, Error, SchemaMismatch};
 pub use import::ImportReport;
 pub use schema::SCHEMA_VERSION;
+pub use settings::{ENVIRONMENT, connection_config, describe};
 pub use store::PgStore;
 pub use time::TimeSource;
 pub use txn::PgTxn;
+pub use workflow::OutboxListener;
 
 pub use idemdb_core::{
     Attention, AuditEvent, AuditKind, Coded, Compensation, Delivery, DeliveryRecord, DomainGuard, EffectName,

@@ -32,7 +32,8 @@ const OUTCOME_WINDOW: Duration = Duration::from_secs(5);
 /// Who a transaction is.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Identity {
-    xid: i64,
+    /// `None`: no id was assigned when it was read (nothing written then).
+    xid: Option<i64>,
     backend: i32,
     /// `pg_postmaster_start_time()` in µs when the transaction ran.
     server_start: i64,
@@ -87,16 +88,17 @@ fn rolled_back(error: Error) -> Error {
 /// How the commit of `identity` ended: `Ok(())` if it committed, the original `error` (as
 /// "nothing stored") if it was rolled back, [`Error::CommitUnknown`] if that cannot be learnt.
 pub(crate) async fn learn(inner: &Inner, identity: &Identity, written: &[Written], error: Error) -> Result<(), Error> {
-    let deadline = tokio::time::Instant::now() + OUTCOME_WINDOW;
+    // Within the call's deadline: a call that ran out of time is answered as unknown.
+    let deadline = (tokio::time::Instant::now() + OUTCOME_WINDOW).min(inner.deadline());
     let mut pause = Duration::from_millis(20);
     while tokio::time::Instant::now() < deadline {
         match ask(inner, identity, written).await {
             Ok(Some(true)) => {
-                tracing::info!(target: "idemdb", xid = identity.xid, "connection lost during commit; it committed");
+                tracing::info!(target: "idemdb", xid = ?identity.xid, "connection lost during commit; it committed");
                 return Ok(());
             }
             Ok(Some(false)) => {
-                tracing::info!(target: "idemdb", xid = identity.xid, "connection lost during commit; rolled back");
+                tracing::info!(target: "idemdb", xid = ?identity.xid, "connection lost during commit; rolled back");
                 return Err(rolled_back(error));
             }
             Ok(None) => break,
@@ -106,7 +108,7 @@ pub(crate) async fn learn(inner: &Inner, identity: &Identity, written: &[Written
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));
     }
-    tracing::warn!(target: "idemdb", xid = identity.xid, "connection lost during commit; outcome unknown");
+    tracing::warn!(target: "idemdb", xid = ?identity.xid, "connection lost during commit; outcome unknown");
     Err(unknown(error))
 }
 
@@ -116,8 +118,13 @@ struct Retry;
 /// One question: `Some(committed?)`, `None` for "cannot be known", `Err(Retry)`.
 async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<Option<bool>, Retry> {
     let connection = inner.connection().await.map_err(|_| Retry)?;
+    // Without a transaction id (none was assigned when it was read), only the rows tell.
+    let Some(xid) = identity.xid else { return read_back(inner, &connection, written).await };
     let row = inner
-        .io(async { connection.query_one(TXID_STATUS, &[&identity.xid]).await.map_err(Error::from_driver) })
+        .io(&connection, async {
+            let rows = inner.statements.query(&connection, TXID_STATUS, &[&xid]).await.map_err(Error::from_driver)?;
+            rows.into_iter().next().ok_or(Error::NotFound)
+        })
         .await
         .map_err(|_| Retry)?;
     let status: Option<String> = row.try_get(0).map_err(|_| Retry)?;
@@ -131,8 +138,12 @@ async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<
         Some(_) => {
             // In progress: the old backend has not noticed that its client went away.
             let _ = inner
-                .io(async {
-                    connection.query(TERMINATE, &[&identity.backend, &identity.xid]).await.map_err(Error::from_driver)
+                .io(&connection, async {
+                    inner
+                        .statements
+                        .query(&connection, TERMINATE, &[&identity.backend, &xid])
+                        .await
+                        .map_err(Error::from_driver)
                 })
                 .await;
             Err(Retry)
@@ -142,11 +153,7 @@ async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<
 }
 
 /// Compares the rows with what the transaction wrote and what they held before.
-async fn read_back(
-    inner: &Inner,
-    connection: &deadpool_postgres::Client,
-    written: &[Written],
-) -> Result<Option<bool>, Retry> {
+async fn read_back(inner: &Inner, connection: &crate::conn::Conn, written: &[Written]) -> Result<Option<bool>, Retry> {
     if written.is_empty() {
         return Ok(None);
     }

@@ -14,6 +14,7 @@
 //! | `idemdb_objects` | (2) `(source, object_id)`, `version`, `state`, `object` |
 //! | `idemdb_jobs` | (2) `(tenant, operation, job)`, `state`, `forget_at` (indexed), `record` |
 
+use deadpool_postgres::tokio_postgres::types::Type;
 use deadpool_postgres::tokio_postgres::{Client, GenericClient};
 
 use crate::error::{ConnectError, DbError, SchemaMismatch};
@@ -33,10 +34,18 @@ const MIGRATION_LOCK: i32 = 0x1de3_db01;
 /// The database time in milliseconds since the Unix epoch, read when the expression runs.
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-/// The transaction id, the backend's pid and the server's start time in µs: what identifies a
-/// transaction when its commit's answer is lost.
-pub(crate) const IDENTITY: &str =
-    "txid_current(), pg_backend_pid(), (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+/// The transaction id (if one was assigned), the backend's pid and the server's start time in
+/// µs: what identifies a transaction when its commit's answer is lost.
+/// `txid_current_if_assigned()`: reading it never assigns an id, so read-only work (a replay, an
+/// idle dispatcher's claim, a purge with nothing due) consumes no transaction id and writes no WAL.
+pub(crate) const IDENTITY: &str = "txid_current_if_assigned(), pg_backend_pid(), \
+     (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+
+/// Whether PostgreSQL reserves the schema name (`pg_*` names cannot even be created, and the
+/// catalogs are not idemdb's to write).
+pub(crate) fn reserved_schema_name(name: &str) -> bool {
+    name.starts_with("pg_") || name == "information_schema"
+}
 
 /// Checks a schema name: 1..=63 bytes of `[a-z0-9_]`, not starting with a digit (so it never
 /// needs escaping beyond quotes, and cannot smuggle SQL).
@@ -50,16 +59,23 @@ pub(crate) fn valid_schema_name(name: &str) -> bool {
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub(crate) schema: String,
-    /// `$1..$3` = tenant, operation, key → record (nullable), now, fence floor. No lock.
-    pub(crate) lookup: String,
     /// `$1..$3` → record, locked until commit.
     pub(crate) lock: String,
+    /// A new key's reservation in one autocommit statement: `$1..$6` = key and row values,
+    /// `$7` = fence, `$8` = the decision time, `$9` = how far the database's clock may be from
+    /// it, `$10..$13` = audit kind, key hash, fingerprint prefix, correlation, `$14` = whether
+    /// to write the audit row → inserted (0 or 1), now, fence floor, the existing record (as
+    /// of the statement's start, no lock). It inserts only when no row exists, the fence is
+    /// above the floor and the time is within the bound; the audit row goes with the insert.
+    pub(crate) reserve_new: String,
     /// → now, fence floor, transaction id, backend pid, server start (µs).
     pub(crate) context: String,
     /// `$1..$6` = tenant, operation, key, state, due_at, record; does nothing on conflict.
     pub(crate) insert: String,
-    /// Same parameters; replaces an existing row.
-    pub(crate) upsert: String,
+    /// Arrays of `$1..$6`; inserts the rows whose key has none → the keys inserted.
+    pub(crate) import_insert: String,
+    /// Arrays of `$1..$6`; inserts or replaces every row → the keys written.
+    pub(crate) import_upsert: String,
     /// Same parameters; updates the existing row.
     pub(crate) update: String,
     /// `$1..$3`.
@@ -68,7 +84,8 @@ pub(crate) struct Sql {
     pub(crate) get: String,
     /// `$1` = fence.
     pub(crate) raise_floor: String,
-    /// Arrays of the audit columns.
+    /// Arrays of the audit columns → the transaction's identity (as [`IDENTITY`]) and the
+    /// rows inserted.
     pub(crate) audit_insert: String,
     /// `$1` = limit → audit columns, oldest first.
     pub(crate) audit_read: String,
@@ -80,6 +97,8 @@ pub(crate) struct Sql {
     pub(crate) purge_due: String,
     /// → now.
     pub(crate) now: String,
+    /// → transaction id, backend pid, server start (µs).
+    pub(crate) identity: String,
     /// The workflow tables' statements.
     pub(crate) wf: WorkflowSql,
 }
@@ -106,6 +125,8 @@ pub(crate) struct WorkflowSql {
     pub(crate) records_uncertain: String,
     /// `$1` = now, `$2` = limit → the number of finished items removed.
     pub(crate) outbox_purge: String,
+    /// `$1` = the outbox channel: wakes listening dispatchers when the transaction commits.
+    pub(crate) outbox_notify: String,
     /// `$1` = text, `$2` = seed: a transaction-scoped advisory lock on the text's hash.
     pub(crate) advisory_lock: String,
     /// `$1..$2` = source, delivery id → delivery.
@@ -169,6 +190,7 @@ impl WorkflowSql {
             ),
             outbox_purge: purge(&outbox),
             advisory_lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))".to_string(),
+            outbox_notify: "SELECT pg_notify($1::text, '')".to_string(),
             delivery_get: format!("SELECT delivery FROM {deliveries} WHERE source = $1 AND delivery_id = $2"),
             delivery_insert: format!(
                 "INSERT INTO {deliveries} (source, delivery_id, outcome, received_at, forget_at, delivery) \
@@ -203,25 +225,39 @@ impl Sql {
         let audit_columns = "at, kind, tenant, operation, key_hash, fence, fingerprint_prefix, correlation";
         Sql {
             schema: schema.to_string(),
-            lookup: format!(
-                "SELECT r.record, {NOW_MS}, m.fence_floor FROM {meta} m \
-                 LEFT JOIN {records} r ON r.tenant = $1 AND r.operation = $2 AND r.key = $3"
-            ),
             lock: format!("SELECT record FROM {records} WHERE {pk} FOR UPDATE"),
             context: format!("SELECT {NOW_MS}, fence_floor, {IDENTITY} FROM {meta}"),
+            reserve_new: format!(
+                "WITH ctx AS (SELECT {NOW_MS} AS now, fence_floor AS floor FROM {meta}), \
+                 ins AS (INSERT INTO {records} ({columns}) \
+                 SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bytea FROM ctx \
+                 WHERE ctx.floor < $7::bigint AND abs(ctx.now - $8::bigint) <= $9::bigint \
+                 ON CONFLICT DO NOTHING RETURNING 1), \
+                 logged AS (INSERT INTO {audit} ({audit_columns}) \
+                 SELECT $8::bigint, $10::text, $1::text, $2::text, $11::bytea, $7::bigint, $12::bytea, $13::text \
+                 FROM ins WHERE $14::boolean) \
+                 SELECT (SELECT count(*) FROM ins), ctx.now, ctx.floor, r.record FROM ctx \
+                 LEFT JOIN {records} r ON r.tenant = $1::text AND r.operation = $2::text AND r.key = $3::text"
+            ),
             insert: format!("INSERT INTO {records} ({columns}) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING"),
-            upsert: format!(
-                "INSERT INTO {records} ({columns}) VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (tenant, operation, key) DO UPDATE \
-                 SET state = excluded.state, due_at = excluded.due_at, record = excluded.record"
+            import_insert: format!(
+                "INSERT INTO {records} ({columns}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], \
+                 $4::text[], $5::bigint[], $6::bytea[]) ON CONFLICT DO NOTHING RETURNING tenant, operation, key"
+            ),
+            import_upsert: format!(
+                "INSERT INTO {records} ({columns}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], \
+                 $4::text[], $5::bigint[], $6::bytea[]) ON CONFLICT (tenant, operation, key) DO UPDATE \
+                 SET state = excluded.state, due_at = excluded.due_at, record = excluded.record \
+                 RETURNING tenant, operation, key"
             ),
             update: format!("UPDATE {records} SET state = $4, due_at = $5, record = $6 WHERE {pk}"),
             delete: format!("DELETE FROM {records} WHERE {pk}"),
             get: format!("SELECT record FROM {records} WHERE {pk}"),
             raise_floor: format!("UPDATE {meta} SET fence_floor = greatest(fence_floor, $1)"),
             audit_insert: format!(
-                "INSERT INTO {audit} ({audit_columns}) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], \
-                 $4::text[], $5::bytea[], $6::bigint[], $7::bytea[], $8::text[])"
+                "WITH ins AS (INSERT INTO {audit} ({audit_columns}) SELECT * FROM unnest($1::bigint[], $2::text[], \
+                 $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::bytea[], $8::text[]) RETURNING 1) \
+                 SELECT {IDENTITY}, (SELECT count(*) FROM ins)"
             ),
             audit_read: format!("SELECT {audit_columns} FROM {audit} ORDER BY id LIMIT $1"),
             audit_purge_counted: format!(
@@ -235,8 +271,54 @@ impl Sql {
                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED"
             ),
             now: format!("SELECT {NOW_MS}"),
+            identity: format!("SELECT {IDENTITY}"),
             wf: WorkflowSql::new(&s),
         }
+    }
+
+    /// Every statement the adapter runs on a connected store (transaction pooling learns
+    /// their parameter types at connect).
+    pub(crate) fn texts(&self) -> Vec<&str> {
+        let wf = &self.wf;
+        vec![
+            &self.lock,
+            &self.reserve_new,
+            &self.context,
+            &self.insert,
+            &self.import_insert,
+            &self.import_upsert,
+            &self.update,
+            &self.delete,
+            &self.get,
+            &self.raise_floor,
+            &self.audit_insert,
+            &self.audit_read,
+            &self.audit_purge_counted,
+            &self.audit_due,
+            &self.purge_due,
+            &self.now,
+            &self.identity,
+            &wf.outbox_lock,
+            &wf.outbox_get,
+            &wf.outbox_insert,
+            &wf.outbox_update,
+            &wf.outbox_due,
+            &wf.outbox_uncertain,
+            &wf.records_uncertain,
+            &wf.outbox_purge,
+            &wf.advisory_lock,
+            &wf.outbox_notify,
+            &wf.delivery_get,
+            &wf.delivery_insert,
+            &wf.delivery_purge,
+            &wf.object_get,
+            &wf.object_upsert,
+            &wf.job_get,
+            &wf.job_upsert,
+            &wf.job_purge,
+            TXID_STATUS,
+            TERMINATE,
+        ]
     }
 }
 
@@ -253,16 +335,19 @@ async fn current_version(client: &impl GenericClient, schema: &str) -> Result<u3
     let driver = |e| ConnectError::Database(DbError::from(e));
     // Looked up first, so that a new schema does not log an error on the server.
     let exists: bool = client
-        .query_one("SELECT to_regclass(format('%I.idemdb_schema', $1::text)) IS NOT NULL", &[&schema])
+        .query_typed("SELECT to_regclass(format('%I.idemdb_schema', $1::text)) IS NOT NULL", &[(&schema, Type::TEXT)])
         .await
         .map_err(ConnectError::from_driver)?
+        .first()
+        .ok_or_else(|| ConnectError::CorruptMeta("the schema lookup returned no row".into()))?
         .try_get(0)
         .map_err(driver)?;
     if !exists {
         return Ok(0);
     }
     let query = format!("SELECT coalesce(max(version), 0) FROM \"{schema}\".idemdb_schema");
-    let row = client.query_one(query.as_str(), &[]).await.map_err(ConnectError::from_driver)?;
+    let rows = client.query_typed(query.as_str(), &[]).await.map_err(ConnectError::from_driver)?;
+    let row = rows.first().ok_or_else(|| ConnectError::CorruptMeta("idemdb_schema returned no row".into()))?;
     let version: i32 = row.try_get(0).map_err(driver)?;
     Ok(u32::try_from(version).unwrap_or(0))
 }
@@ -324,9 +409,10 @@ pub(crate) async fn run_migrations(client: &mut Client, schema: &str) -> Result<
 /// Reads the audit secret.
 pub(crate) async fn read_secret(client: &Client, schema: &str) -> Result<[u8; 32], ConnectError> {
     let row = client
-        .query_one(&format!("SELECT secret FROM \"{schema}\".idemdb_meta"), &[])
+        .query_typed(&format!("SELECT secret FROM \"{schema}\".idemdb_meta"), &[])
         .await
         .map_err(ConnectError::from_driver)?;
+    let row = row.first().ok_or_else(|| ConnectError::CorruptMeta("the idemdb_meta row is missing".into()))?;
     let secret: Vec<u8> = row.try_get(0).map_err(|e| ConnectError::Database(DbError::from(e)))?;
     <[u8; 32]>::try_from(secret.as_slice())
         .map_err(|_| ConnectError::CorruptMeta(format!("audit secret is {} bytes, not 32", secret.len())))
@@ -345,6 +431,10 @@ mod tests {
         assert!(!valid_schema_name("Upper"));
         assert!(!valid_schema_name("a\"; DROP TABLE x; --"));
         assert!(!valid_schema_name(&"a".repeat(64)));
+        for reserved in ["information_schema", "pg_catalog", "pg_toast", "pg_temp_3", "pg_anything"] {
+            assert!(reserved_schema_name(reserved), "{reserved}");
+        }
+        assert!(!reserved_schema_name("public") && !reserved_schema_name("idemdb") && !reserved_schema_name("pgx"));
     }
 
     #[test]

@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::tokio_postgres::Row;
+use deadpool_postgres::Pool;
 use deadpool_postgres::tokio_postgres::types::ToSql;
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::tokio_postgres::{NoTls, Row};
 
 use idemdb_core::{
     AuditEvent, AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport,
@@ -20,15 +20,25 @@ use idemdb_core::{
 use idemdb_interface::Clock;
 
 use crate::audit::{self, AuditRow, Buffer};
+use crate::conn::Conn;
 use crate::error::{DbError, Error};
 use crate::schema::Sql;
+use crate::stmt::Statements;
 use crate::time::TimeSource;
 use crate::txn::PgTxn;
 
 /// Attempts of one call whose earlier attempts failed before anything was committed.
 const MAX_ATTEMPTS: u32 = 4;
+/// How long a cancel request for a round trip cut short may take.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// Pause before the second attempt (doubled for each further one).
 const FIRST_BACKOFF: Duration = Duration::from_millis(25);
+
+tokio::task_local! {
+    /// The deadline of the call running in this task: every round trip, pool wait and pause
+    /// between attempts of one call ends by it.
+    static DEADLINE: tokio::time::Instant;
+}
 
 /// Settings fixed at connect.
 pub(crate) struct Settings {
@@ -39,6 +49,9 @@ pub(crate) struct Settings {
     pub(crate) audit: bool,
     pub(crate) audit_retention: Duration,
     pub(crate) operation_timeout: Duration,
+    pub(crate) statement_timeout: Duration,
+    /// The connection settings (for a listener's own connection).
+    pub(crate) config: deadpool_postgres::tokio_postgres::Config,
 }
 
 /// What every handle shares.
@@ -49,12 +62,81 @@ pub(crate) struct Inner {
     pub(crate) settings: Settings,
     /// The highest decision time this instance has used: time never goes back within it.
     high_water: AtomicU64,
+    /// What predicts the database's clock from this host's monotonic clock: the database's
+    /// milliseconds minus [`Inner::started`]'s elapsed milliseconds, at the last reading
+    /// (`i64::MIN`: never read).
+    offset: AtomicI64,
+    started: std::time::Instant,
+    /// The fence floor at the last reading.
+    floor: AtomicU64,
     pub(crate) audit: Buffer,
+    /// Named or unnamed statements.
+    pub(crate) statements: Statements,
+    /// What begins a transaction (with `SET LOCAL statement_timeout` under transaction
+    /// pooling, where the connection's startup options cannot carry it).
+    pub(crate) begin: String,
 }
 
+/// How far the database's clock may be from the predicted decision time of a new key's
+/// one-statement reservation; further, the statement inserts nothing and the locked path
+/// decides at the database's time.
+pub(crate) const PREDICTION_TOLERANCE_MS: i64 = 250;
+
 impl Inner {
-    pub(crate) fn new(pool: Pool, sql: Sql, secret: [u8; 32], settings: Settings) -> Inner {
-        Inner { pool, sql, secret, settings, high_water: AtomicU64::new(0), audit: Buffer::default() }
+    pub(crate) fn new(pool: Pool, sql: Sql, secret: [u8; 32], settings: Settings, statements: Statements) -> Inner {
+        let begin = if statements.is_unnamed() {
+            format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = {}",
+                settings.statement_timeout.as_millis().max(1)
+            )
+        } else {
+            "BEGIN ISOLATION LEVEL READ COMMITTED".to_string()
+        };
+        Inner {
+            statements,
+            begin,
+            pool,
+            sql,
+            secret,
+            settings,
+            high_water: AtomicU64::new(0),
+            offset: AtomicI64::new(i64::MIN),
+            started: std::time::Instant::now(),
+            floor: AtomicU64::new(0),
+            audit: Buffer::default(),
+        }
+    }
+
+    fn elapsed_ms(&self) -> i64 {
+        i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Remembers a reading of the database's clock and fence floor, for predictions.
+    pub(crate) fn observe(&self, database_ms: i64, floor: i64) {
+        self.offset.store(database_ms.saturating_sub(self.elapsed_ms()), Ordering::SeqCst);
+        self.floor.fetch_max(u64::try_from(floor).unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// The decision time and fence floor a new key's one-statement reservation uses, and how
+    /// far the database's clock may be from that time (`None` before the first reading).
+    pub(crate) fn predicted(&self) -> Option<(Timestamp, u64, i64)> {
+        let (read, tolerance) = match self.settings.time_source {
+            TimeSource::Database => {
+                let offset = self.offset.load(Ordering::SeqCst);
+                if offset == i64::MIN {
+                    return None;
+                }
+                (u64::try_from(self.elapsed_ms().saturating_add(offset)).unwrap_or(0), PREDICTION_TOLERANCE_MS)
+            }
+            TimeSource::HostClock => (self.settings.clock.now().as_millis(), i64::MAX),
+        };
+        let now = read.max(self.high_water.load(Ordering::SeqCst));
+        Some((Timestamp::from_millis(now), self.floor.load(Ordering::SeqCst), tolerance))
+    }
+
+    /// Records a decision time this instance used (time never goes back within it).
+    pub(crate) fn used(&self, now: Timestamp) {
+        self.high_water.fetch_max(now.as_millis(), Ordering::SeqCst);
     }
 
     pub(crate) fn policy(&self, operation: &str) -> &Policy {
@@ -96,15 +178,14 @@ impl Inner {
     /// Runs a statement on `(scope, key)` (`$1..$3`) on `connection`; its row, if any.
     pub(crate) async fn query_keyed(
         &self,
-        connection: &Object,
+        connection: &Conn,
         sql: &str,
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<Option<Row>, Error> {
-        self.io(async {
-            let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
+        self.io(connection, async {
             let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
-            connection.query_opt(&statement, &params).await.map_err(Error::from_driver)
+            self.statements.query_opt(connection, sql, &params).await.map_err(Error::from_driver)
         })
         .await
     }
@@ -117,7 +198,9 @@ impl Inner {
         }
         let written = async {
             let connection = self.connection().await?;
-            self.io(audit::insert(&connection, &self.sql.audit_insert, &rows)).await
+            self.io(&connection, audit::insert(&self.statements, &connection, &self.sql.audit_insert, &rows))
+                .await
+                .map(drop)
         }
         .await;
         if written.is_err() {
@@ -126,20 +209,64 @@ impl Inner {
         written
     }
 
-    /// A pooled connection, or [`Error::Unavailable`].
-    pub(crate) async fn connection(&self) -> Result<Object, Error> {
-        self.pool.get().await.map_err(Error::from)
+    /// A pooled connection, or [`Error::Unavailable`] (no connection free or made by the
+    /// call's deadline).
+    pub(crate) async fn connection(&self) -> Result<Conn, Error> {
+        let deadline = self.deadline();
+        match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Ok(got) => got.map(Conn::new).map_err(Error::from),
+            Err(_) => Err(self.timed_out()),
+        }
     }
 
-    /// Bounds one round trip to the database.
-    pub(crate) async fn io<T>(&self, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
-        let limit = self.settings.operation_timeout;
-        match tokio::time::timeout(limit, work).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Unavailable(DbError::unreachable(format!(
-                "no answer from the database within {} ms",
-                limit.as_millis()
-            )))),
+    /// The deadline of the running call (a call outside [`Inner::within_call`] gets a fresh
+    /// one of `operation_timeout`).
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        DEADLINE
+            .try_with(|deadline| *deadline)
+            .unwrap_or_else(|_| tokio::time::Instant::now() + self.settings.operation_timeout)
+    }
+
+    /// Runs one call under one deadline (`operation_timeout` from now), retries included; a
+    /// call nested in another keeps the outer deadline.
+    pub(crate) async fn within_call<T>(&self, call: impl Future<Output = T>) -> T {
+        if DEADLINE.try_with(|_| ()).is_ok() {
+            call.await
+        } else {
+            DEADLINE.scope(tokio::time::Instant::now() + self.settings.operation_timeout, call).await
+        }
+    }
+
+    fn timed_out(&self) -> Error {
+        Error::Unavailable(DbError::unreachable(format!(
+            "no answer from the database within the call's deadline ({} ms)",
+            self.settings.operation_timeout.as_millis()
+        )))
+    }
+
+    /// One round trip on `connection`, ended by the call's deadline. A round trip cut short
+    /// leaves the connection marked in flight: it is closed, never reused.
+    pub(crate) async fn io<T>(
+        &self,
+        connection: &Conn,
+        work: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        connection.set_in_flight(true);
+        match tokio::time::timeout_at(self.deadline(), work).await {
+            Ok(result) => {
+                connection.set_in_flight(false);
+                result
+            }
+            Err(_) => {
+                // The statement may still run (or wait for a lock) on the server, holding its
+                // locks: ask the server to cancel it, best effort, without waiting. The
+                // connection itself is closed when dropped.
+                let token = connection.cancel_token();
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(CANCEL_WAIT, token.cancel_query(NoTls)).await;
+                });
+                Err(self.timed_out())
+            }
         }
     }
 }
@@ -178,32 +305,45 @@ impl PgStore {
         self.inner.policy(operation)
     }
 
+    pub(crate) fn inner_config(&self) -> &deadpool_postgres::tokio_postgres::Config {
+        &self.inner.settings.config
+    }
+
     /// The keyed hash that logs and the audit trail use for `(scope, key)`: the same secret
     /// for every instance (it lives in the database), so their logs correlate.
     pub fn key_hash(&self, scope: &Scope, key: &IdempotencyKey) -> KeyHash {
         self.inner.key_hash(scope, key)
     }
 
-    /// Runs `attempt` until it succeeds, fails for good, or has failed [`MAX_ATTEMPTS`] times
-    /// in a way that left nothing committed.
+    /// Runs `attempt` until it succeeds, fails for good, has failed [`MAX_ATTEMPTS`] times in
+    /// a way that left nothing committed, or the call's deadline (`operation_timeout`, for the
+    /// whole call, retries included) would pass before the next attempt.
     async fn retrying<T, F, Fut>(&self, attempt: F) -> Result<T, Error>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        let mut backoff = FIRST_BACKOFF;
-        let mut tries = 1;
-        loop {
-            match attempt().await {
-                Err(error) if error.retry_safe() && tries < MAX_ATTEMPTS => {
-                    tracing::debug!(target: "idemdb", %error, tries, "retrying a call that committed nothing");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                    tries += 1;
+        self.inner
+            .within_call(async {
+                let mut backoff = FIRST_BACKOFF;
+                let mut tries = 1;
+                loop {
+                    match attempt().await {
+                        Err(error)
+                            if error.retry_safe()
+                                && tries < MAX_ATTEMPTS
+                                && tokio::time::Instant::now() + backoff < self.inner.deadline() =>
+                        {
+                            tracing::debug!(target: "idemdb", %error, tries, "retrying a call that committed nothing");
+                            tokio::time::sleep(backoff).await;
+                            backoff *= 2;
+                            tries += 1;
+                        }
+                        other => return other,
+                    }
                 }
-                other => return other,
-            }
-        }
+            })
+            .await
     }
 
     /// Begins a transaction for the adapter's own use (`BEGIN` goes out with its first
@@ -261,8 +401,13 @@ impl PgStore {
     /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
     /// `correlation` is recorded in the audit trail and log events when given.
     ///
-    /// Answers that change nothing (replay, in progress, mismatch, expired, already uncertain)
-    /// come from one lock-free read; the rest are decided in a transaction holding the row.
+    /// One statement, one round trip, for a new key and for every answer that changes nothing
+    /// (replay, in progress, mismatch, expired, already uncertain): an autocommit
+    /// `INSERT … ON CONFLICT DO NOTHING` of the new record (with its audit row) that also
+    /// returns the existing record. Only when a record exists and the decision changes it (an
+    /// expired lease, a released key, a forgotten one), or when the statement could not insert
+    /// (the predicted time was off, a concurrent insert), is the decision made in a transaction
+    /// holding the row.
     ///
     /// # Errors
     /// [`Error::Key`] for an invalid correlation id; [`Error::Unavailable`],
@@ -277,18 +422,25 @@ impl PgStore {
         if let Some(correlation) = correlation {
             validate_correlation(correlation)?;
         }
-        if let Some(answer) = self.retrying(|| self.answer_without_lock(scope, key, fingerprint, correlation)).await? {
-            return Ok(answer);
-        }
-        self.in_txn(|mut txn| async move {
-            let result = txn.reserve_traced(scope, key, fingerprint, correlation).await;
-            (txn, result)
-        })
-        .await
+        self.inner
+            .within_call(async {
+                if let Some(answer) =
+                    self.retrying(|| self.reserve_in_one(scope, key, fingerprint, correlation)).await?
+                {
+                    return Ok(answer);
+                }
+                self.in_txn(|mut txn| async move {
+                    let result = txn.reserve_traced(scope, key, fingerprint, correlation).await;
+                    (txn, result)
+                })
+                .await
+            })
+            .await
     }
 
-    /// The read-only half of a reservation: `Some(answer)` when the answer changes nothing.
-    async fn answer_without_lock(
+    /// The one-statement half of a reservation: `Some(answer)` for a new key it inserted and
+    /// for an answer that changes nothing; `None` when the locked path must decide.
+    async fn reserve_in_one(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -297,19 +449,82 @@ impl PgStore {
     ) -> Result<Option<Reservation>, Error> {
         let inner = &self.inner;
         let connection = inner.connection().await?;
-        // The lookup always returns one row (the metadata row, joined with the record if any).
-        let Some(row) = inner.query_keyed(&connection, &inner.sql.lookup, scope, key).await? else {
-            return Err(Error::Database(DbError::schema("the idemdb_meta row is missing")));
+        // The new key's record, decided at the predicted time (before the first reading of
+        // the database's clock, a time that never passes the statement's bound).
+        let (predicted, floor, tolerance) = inner.predicted().unwrap_or((Timestamp::ZERO, 0, 0));
+        let policy = inner.policy(scope.operation());
+        let fresh =
+            decide(None, scope, key, fingerprint, DecisionContext::new(predicted, policy).with_fence_floor(floor))?;
+        let Some(record) = &fresh.write else { return Ok(None) };
+        let (state, due_at, bytes) = crate::txn::row_values(record);
+        let fence = audit::to_sql_ms(record.fence);
+        let at = audit::to_sql_ms(predicted.as_millis());
+        let row = AuditRow::new(
+            predicted,
+            AuditKind::from(fresh.answer.kind()),
+            scope,
+            inner.key_hash(scope, key),
+            record.fence,
+            Some(fingerprint),
+            correlation,
+        );
+        let (kind, key_hash, prefix, correlation_column) = row.columns();
+        let audit_on = inner.settings.audit;
+        let sent = tokio::time::Instant::now();
+        let reply = inner
+            .io(&connection, async {
+                let params: [&(dyn ToSql + Sync); 14] = [
+                    &scope.tenant(),
+                    &scope.operation(),
+                    &key.as_str(),
+                    &state,
+                    &due_at,
+                    &bytes,
+                    &fence,
+                    &at,
+                    &tolerance,
+                    &kind,
+                    &key_hash,
+                    &prefix,
+                    &correlation_column,
+                    &audit_on,
+                ];
+                Ok(inner.statements.query_opt(&connection, &inner.sql.reserve_new, &params).await)
+            })
+            .await;
+        let reply = match reply {
+            Ok(Ok(Some(reply))) => reply,
+            // The statement selects from the metadata row: it always returns one row.
+            Ok(Ok(None)) => return Err(Error::Database(DbError::schema("the idemdb_meta row is missing"))),
+            // The server refused the statement: it was rolled back as a whole.
+            Ok(Err(db)) if db.sqlstate().is_some() => return Err(Error::from_driver(db)),
+            // The connection failed or the deadline passed with the statement perhaps applied.
+            Ok(Err(db)) => {
+                return self
+                    .resolve_lost_insert(scope, key, &bytes, sent, Error::from_driver(db))
+                    .await
+                    .map(|()| Some(fresh.answer));
+            }
+            Err(error) => {
+                return self.resolve_lost_insert(scope, key, &bytes, sent, error).await.map(|()| Some(fresh.answer));
+            }
         };
         drop(connection);
-        let record: Option<Vec<u8>> = row.try_get(0).map_err(Error::from_driver)?;
-        let database_ms: i64 = row.try_get(1).map_err(Error::from_driver)?;
-        let floor: i64 = row.try_get(2).map_err(Error::from_driver)?;
-        let Some(bytes) = record else { return Ok(None) };
-        let record = decode_record(&bytes).map_err(|source| Error::Corrupt { what: "record", source })?;
+        let inserted: i64 = reply.try_get(0).map_err(Error::from_driver)?;
+        let database_ms: i64 = reply.try_get(1).map_err(Error::from_driver)?;
+        let floor: i64 = reply.try_get(2).map_err(Error::from_driver)?;
+        let existing: Option<Vec<u8>> = reply.try_get(3).map_err(Error::from_driver)?;
+        inner.observe(database_ms, floor);
+        if inserted == 1 {
+            inner.used(predicted);
+            return Ok(Some(fresh.answer));
+        }
+        // Not inserted and no row seen: the prediction was off, or another transaction's
+        // insert of this key committed during the statement. The locked path decides.
+        let Some(stored) = existing else { return Ok(None) };
+        let record = decode_record(&stored).map_err(|source| Error::Corrupt { what: "record", source })?;
         let now = inner.now(database_ms);
-        let context = DecisionContext::new(now, inner.policy(scope.operation()))
-            .with_fence_floor(u64::try_from(floor).unwrap_or(0));
+        let context = DecisionContext::new(now, policy).with_fence_floor(u64::try_from(floor).unwrap_or(0));
         let decision = decide(Some(record), scope, key, fingerprint, context)?;
         if decision.write.is_some() {
             return Ok(None);
@@ -323,6 +538,43 @@ impl PgStore {
             let _ = inner.write_buffered(inner.audit.take()).await;
         }
         Ok(Some(answer))
+    }
+
+    /// Learns whether a one-statement reservation whose answer was lost inserted its row:
+    /// `Ok(())` when the row holds exactly the bytes it wrote; the original error (nothing
+    /// changed) when another row is there, or when no row is there and the statement can no
+    /// longer run (its statement timeout has passed since it was sent);
+    /// [`Error::CommitUnknown`] when that cannot be learnt by the call's deadline.
+    async fn resolve_lost_insert(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        bytes: &[u8],
+        sent: tokio::time::Instant,
+        error: Error,
+    ) -> Result<(), Error> {
+        let inner = &self.inner;
+        let settled = sent + inner.settings.statement_timeout + Duration::from_secs(1);
+        let mut pause = Duration::from_millis(20);
+        while tokio::time::Instant::now() < inner.deadline() {
+            let found = async {
+                let connection = inner.connection().await?;
+                let row = inner.query_keyed(&connection, &inner.sql.get, scope, key).await?;
+                row.map(|row| row.try_get::<_, Vec<u8>>(0)).transpose().map_err(Error::from_driver)
+            }
+            .await;
+            match found {
+                Ok(Some(current)) if current == bytes => return Ok(()),
+                Ok(Some(_)) => return Err(error),
+                Ok(None) if tokio::time::Instant::now() >= settled => return Err(error),
+                Ok(None) | Err(_) => {}
+            }
+            tokio::time::sleep(pause.min(inner.deadline().saturating_duration_since(tokio::time::Instant::now())))
+                .await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+        tracing::warn!(target: "idemdb", "connection lost during a reservation; outcome unknown");
+        Err(crate::outcome::unknown(error))
     }
 
     /// Stores the result of the lease's attempt; retries replay it byte for byte.
@@ -429,9 +681,8 @@ impl PgStore {
         self.retrying(|| async {
             let connection = inner.connection().await?;
             inner
-                .io(async {
-                    let statement = connection.prepare_cached(text).await.map_err(Error::from_driver)?;
-                    connection.query(&statement, params).await.map_err(Error::from_driver)
+                .io(&connection, async {
+                    inner.statements.query(&connection, text, params).await.map_err(Error::from_driver)
                 })
                 .await
         })
@@ -456,7 +707,13 @@ impl PgStore {
         let connection = inner.connection().await?;
         let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = inner
-            .io(async { connection.query(&inner.sql.audit_read, &[&limit_sql]).await.map_err(Error::from_driver) })
+            .io(&connection, async {
+                inner
+                    .statements
+                    .query(&connection, &inner.sql.audit_read, &[&limit_sql])
+                    .await
+                    .map_err(Error::from_driver)
+            })
             .await?;
         let mut events = rows.iter().map(audit::decode).collect::<Result<Vec<_>, _>>()?;
         events.extend(inner.audit.snapshot().iter().map(AuditEvent::from));
@@ -474,9 +731,15 @@ impl PgStore {
     pub async fn clock_skew(&self) -> Result<i64, Error> {
         let inner = &self.inner;
         let connection = inner.connection().await?;
-        let row =
-            inner.io(async { connection.query_one(&inner.sql.now, &[]).await.map_err(Error::from_driver) }).await?;
+        let row = inner
+            .io(&connection, async {
+                let rows =
+                    inner.statements.query(&connection, &inner.sql.now, &[]).await.map_err(Error::from_driver)?;
+                rows.into_iter().next().ok_or_else(|| Error::Database(DbError::schema("SELECT returned no row")))
+            })
+            .await?;
         let database_ms: i64 = row.try_get(0).map_err(Error::from_driver)?;
+        inner.observe(database_ms, 0);
         let host_ms = i64::try_from(inner.settings.clock.now().as_millis()).unwrap_or(i64::MAX);
         Ok(database_ms.saturating_sub(host_ms))
     }

@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use deadpool_postgres::Object;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{Client, Row};
-use futures_util::future::{try_join, try_join3};
+use futures_util::future::{join, try_join3};
 
 use idemdb_core::{
     AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, Record, Reservation, Resolution, Scope,
@@ -14,14 +13,13 @@ use idemdb_core::{
 };
 
 use crate::audit::{self, AuditRow, to_sql_ms};
+use crate::conn::Conn;
 use crate::error::{DbError, Error};
 use crate::outcome::{Before, Identity, Written};
-use crate::schema::IDENTITY;
 use crate::store::Inner;
 
 /// Decisions that found the row inserted by a concurrent transaction and read again.
 const MAX_DECISION_ROUNDS: usize = 8;
-const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// What the decision statement returns besides the record.
 struct Context {
@@ -44,7 +42,7 @@ struct Locked {
 pub struct PgTxn {
     inner: Arc<Inner>,
     /// Present until the transaction ends.
-    connection: Option<Object>,
+    connection: Option<Conn>,
     begun: bool,
     now: Option<Timestamp>,
     /// Who this transaction is, for learning a lost commit's outcome.
@@ -61,12 +59,12 @@ impl std::fmt::Debug for PgTxn {
 }
 
 /// The columns a record row carries besides its key.
-fn row_values(record: &Record) -> (&'static str, Option<i64>, Vec<u8>) {
+pub(crate) fn row_values(record: &Record) -> (&'static str, Option<i64>, Vec<u8>) {
     (record.state.kind().as_str(), record.due_at().map(|at| to_sql_ms(at.as_millis())), encode_record(record))
 }
 
 impl PgTxn {
-    pub(crate) fn new(inner: Arc<Inner>, connection: Object, begun: bool) -> PgTxn {
+    pub(crate) fn new(inner: Arc<Inner>, connection: Conn, begun: bool) -> PgTxn {
         PgTxn {
             inner,
             connection: Some(connection),
@@ -78,7 +76,7 @@ impl PgTxn {
         }
     }
 
-    fn conn(&self) -> Result<&Object, Error> {
+    fn conn(&self) -> Result<&Conn, Error> {
         self.connection.as_ref().ok_or(Error::Unavailable(DbError::unreachable("the transaction has ended")))
     }
 
@@ -87,7 +85,10 @@ impl PgTxn {
         if !self.begun {
             self.begun = true;
             let connection = self.conn()?;
-            self.inner.io(async { connection.batch_execute(BEGIN).await.map_err(Error::from_driver) }).await?;
+            let inner = &self.inner;
+            inner
+                .io(connection, async { connection.batch_execute(&inner.begin).await.map_err(Error::from_driver) })
+                .await?;
         }
         Ok(())
     }
@@ -121,20 +122,31 @@ impl PgTxn {
         self.begun = true;
         let connection = self.conn()?;
         let (row, context) = inner
-            .io(async {
-                let context = connection.prepare_cached(&inner.sql.context).await.map_err(Error::from_driver)?;
-                let begin = async { if send_begin { connection.batch_execute(BEGIN).await } else { Ok(()) } };
+            .io(connection, async {
+                let statements = &inner.statements;
+                let begin = async {
+                    if send_begin {
+                        connection.batch_execute(&inner.begin).await.map_err(DbError::from)
+                    } else {
+                        Ok(())
+                    }
+                };
                 let locked = async {
                     match target {
                         None => Ok(None),
                         Some((scope, key)) => {
-                            let lock = connection.prepare_cached(&inner.sql.lock).await?;
                             let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
-                            connection.query_opt(&lock, &params).await
+                            statements.query_opt(connection, &inner.sql.lock, &params).await
                         }
                     }
                 };
-                try_join3(begin, locked, connection.query_one(&context, &[]))
+                let context = async {
+                    statements
+                        .query_opt(connection, &inner.sql.context, &[])
+                        .await?
+                        .ok_or_else(|| DbError::schema("the idemdb_meta row is missing"))
+                };
+                try_join3(begin, locked, context)
                     .await
                     .map(|((), row, context)| (row, context))
                     .map_err(Error::from_driver)
@@ -142,6 +154,7 @@ impl PgTxn {
             .await?;
         let database_ms: i64 = context.try_get(0).map_err(Error::from_driver)?;
         let floor: i64 = context.try_get(1).map_err(Error::from_driver)?;
+        inner.observe(database_ms, floor);
         self.identity = Some(Identity::from_row(&context, 2)?);
         let now = inner.now(database_ms).max(self.now.unwrap_or(Timestamp::ZERO));
         self.now = Some(now);
@@ -179,6 +192,11 @@ impl PgTxn {
         Ok(())
     }
 
+    /// Remembers a row written once in this transaction (no search for an earlier write).
+    pub(crate) fn remember_new(&mut self, scope: &Scope, key: &IdempotencyKey, before: Before, after: Option<Vec<u8>>) {
+        self.written.push(Written { scope: scope.clone(), key: key.clone(), before, after });
+    }
+
     pub(crate) fn remember(&mut self, scope: &Scope, key: &IdempotencyKey, before: Before, after: Option<Vec<u8>>) {
         match self.written.iter_mut().find(|w| w.scope == *scope && w.key == *key) {
             // A second write of the same row in this transaction: the row held `before` when
@@ -201,11 +219,10 @@ impl PgTxn {
         let (state, due_at, bytes) = row_values(record);
         let written = self
             .inner
-            .io(async {
-                let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
+            .io(connection, async {
                 let params: [&(dyn ToSql + Sync); 6] =
                     [&scope.tenant(), &scope.operation(), &key.as_str(), &state, &due_at, &bytes];
-                connection.execute(&statement, &params).await.map_err(Error::from_driver)
+                self.inner.statements.execute(connection, sql, &params).await.map_err(Error::from_driver)
             })
             .await?;
         Ok((written, bytes))
@@ -215,10 +232,9 @@ impl PgTxn {
     pub(crate) async fn execute_keyed(&self, sql: &str, scope: &Scope, key: &IdempotencyKey) -> Result<u64, Error> {
         let connection = self.conn()?;
         self.inner
-            .io(async {
-                let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
+            .io(connection, async {
                 let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
-                connection.execute(&statement, &params).await.map_err(Error::from_driver)
+                self.inner.statements.execute(connection, sql, &params).await.map_err(Error::from_driver)
             })
             .await
     }
@@ -227,9 +243,8 @@ impl PgTxn {
     pub(crate) async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Error> {
         let connection = self.conn()?;
         self.inner
-            .io(async {
-                let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
-                connection.query(&statement, params).await.map_err(Error::from_driver)
+            .io(connection, async {
+                self.inner.statements.query(connection, sql, params).await.map_err(Error::from_driver)
             })
             .await
     }
@@ -238,9 +253,8 @@ impl PgTxn {
     pub(crate) async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, Error> {
         let connection = self.conn()?;
         self.inner
-            .io(async {
-                let statement = connection.prepare_cached(sql).await.map_err(Error::from_driver)?;
-                connection.execute(&statement, params).await.map_err(Error::from_driver)
+            .io(connection, async {
+                self.inner.statements.execute(connection, sql, params).await.map_err(Error::from_driver)
             })
             .await
     }
@@ -442,7 +456,9 @@ impl PgTxn {
     async fn rollback_inner(&mut self) -> Result<(), Error> {
         if self.begun {
             let connection = self.conn()?;
-            self.inner.io(async { connection.batch_execute("ROLLBACK").await.map_err(Error::from_driver) }).await?;
+            self.inner
+                .io(connection, async { connection.batch_execute("ROLLBACK").await.map_err(Error::from_driver) })
+                .await?;
             self.begun = false;
         }
         Ok(())
@@ -455,7 +471,7 @@ impl PgTxn {
 
     fn discard(&mut self) {
         if let Some(connection) = self.connection.take() {
-            drop(Object::take(connection));
+            connection.discard();
         }
     }
 
@@ -488,48 +504,51 @@ impl PgTxn {
 
     async fn commit_with(&mut self, rows: &[AuditRow]) -> Result<(), Error> {
         let inner = Arc::clone(&self.inner);
-        if self.identity.is_none() {
-            // A transaction of the application's statements alone: learn its id now, so that a
-            // lost commit can be looked up. (This statement also fails if the transaction is
-            // already aborted.)
-            let connection = self.conn()?;
-            let row = inner
-                .io(async {
-                    connection.query_one(&format!("SELECT {IDENTITY}"), &[]).await.map_err(Error::from_driver)
-                })
-                .await;
-            let row = match row {
-                Ok(row) => row,
-                Err(error) => {
-                    self.discard();
-                    return Err(error);
-                }
-            };
-            self.identity = Some(Identity::from_row(&row, 0)?);
-        }
         let connection = self.conn()?;
-        // The audit rows (or a no-op) go out in the same round trip as COMMIT; if they fail, the
-        // transaction is aborted and COMMIT rolls it back.
+        // The audit rows (or the identity alone) go out in the same round trip as COMMIT, and
+        // return the transaction's identity as it is now (its id assigned by the writes); if
+        // they fail, the transaction is aborted and COMMIT rolls it back.
         let committed = inner
-            .io(async {
+            .io(connection, async {
                 let guard = async {
-                    if inner.settings.audit && !rows.is_empty() {
-                        audit::insert(connection, &inner.sql.audit_insert, rows).await
+                    let row = if inner.settings.audit && !rows.is_empty() {
+                        audit::insert(&inner.statements, connection, &inner.sql.audit_insert, rows).await?
                     } else {
-                        connection.batch_execute("SELECT 1").await.map_err(Error::from_driver)
-                    }
+                        inner
+                            .statements
+                            .query_opt(connection, &inner.sql.identity, &[])
+                            .await
+                            .map_err(Error::from_driver)?
+                    };
+                    row.map(|row| Identity::from_row(&row, 0)).transpose()
                 };
                 let commit = async { connection.batch_execute("COMMIT").await.map_err(Error::from_driver) };
-                try_join(guard, commit).await.map(drop)
+                Ok(join(guard, commit).await)
             })
             .await;
+        // The identity, when its answer came back (even if COMMIT's did not).
+        let committed = match committed {
+            Ok((guard, commit)) => {
+                if let Ok(Some(identity)) = &guard {
+                    self.identity = Some(*identity);
+                }
+                guard.and(commit)
+            }
+            Err(error) => Err(error),
+        };
         match committed {
-            Ok(()) => {
+            Ok(_) => {
                 self.begun = false;
                 if let Some(connection) = self.connection.take() {
                     drop(connection); // back to the pool
                 }
                 Ok(())
+            }
+            // The server refused a statement of the transaction (an aborted transaction, a
+            // failed audit insert, a serialization failure at commit): COMMIT rolled it back.
+            Err(error @ Error::Database(_)) if error.server_refused() => {
+                self.discard();
+                Err(error)
             }
             Err(error) => {
                 self.discard();

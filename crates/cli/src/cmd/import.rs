@@ -29,7 +29,8 @@ again, but retries get `expired` instead of the stored result.\n\n\
 With --postgres the records go into a PostgreSQL database (its schema is created or migrated on \
 first use), in one transaction.\n\nExamples:\n  \
 idemdb export old.idemdb --show-keys --show-payloads -o backup.jsonl\n  idemdb import new.idemdb backup.jsonl\n  \
-idemdb import --postgres postgresql://app@db.internal/payments backup.jsonl")]
+idemdb import --postgres postgresql://app@db.internal/payments backup.jsonl\n  \
+PGHOST=db.internal PGUSER=app PGDATABASE=payments idemdb import --postgres '' --password-file /run/secrets/pg backup.jsonl")]
 pub(crate) struct ImportArgs {
     /// The store file to import into (created if it does not exist); with `--postgres`, the
     /// JSON Lines file to read.
@@ -41,10 +42,16 @@ pub(crate) struct ImportArgs {
     /// Replace records that already exist (by default they are kept and the line is skipped).
     #[arg(long)]
     overwrite: bool,
-    /// Import into the PostgreSQL database at this URL (`postgresql://user@host:port/db`)
-    /// instead of a store file.
+    /// Import into a PostgreSQL database instead of a store file: at this URL
+    /// (`postgresql://user@host:port/db` or `host=… user=…`), completed by the standard `PG*`
+    /// environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGPASSFILE,
+    /// PGSSLMODE); an empty URL (`--postgres ''`) takes them all from the environment. Keep
+    /// the password off the command line: PGPASSWORD, ~/.pgpass or --password-file.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// With `--postgres`: read the password from the first line of this file.
+    #[arg(long, value_name = "FILE", requires = "postgres")]
+    password_file: Option<PathBuf>,
     /// With `--postgres`: the schema of idemdb's tables (default `public`).
     #[arg(long, value_name = "NAME", requires = "postgres")]
     schema: Option<String>,
@@ -53,7 +60,8 @@ pub(crate) struct ImportArgs {
 pub(crate) fn run(args: &ImportArgs, json: bool) -> Result<Exit, CliError> {
     let (file, input) = match (&args.postgres, &args.input) {
         (Some(url), _) => {
-            return crate::cmd::import_postgres::run(url, args.schema.as_deref(), &args.file, args.overwrite, json);
+            let target = crate::cmd::import_postgres::Target { url, password_file: args.password_file.as_deref() };
+            return crate::cmd::import_postgres::run(&target, args.schema.as_deref(), &args.file, args.overwrite, json);
         }
         (None, Some(input)) => (&args.file, input),
         // clap requires INPUT without --postgres.

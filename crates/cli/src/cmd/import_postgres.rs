@@ -12,34 +12,26 @@ use crate::cmd::import::read_input;
 use crate::error::{CliError, Exit};
 use crate::output;
 
-/// The URL with any password replaced by `***`, for messages.
-fn redact(url: &str) -> String {
-    // URL form: scheme://user:password@host...
-    if let Some(scheme_end) = url.find("://") {
-        let rest = &url[scheme_end + 3..];
-        if let Some(at) = rest.find('@') {
-            let credentials = &rest[..at];
-            if let Some(colon) = credentials.find(':') {
-                return format!("{}{}:***{}", &url[..scheme_end + 3], &credentials[..colon], &rest[at..]);
-            }
-        }
-        return url.to_string();
-    }
-    // key=value form.
-    url.split_whitespace()
-        .map(|pair| if pair.starts_with("password=") { "password=***".to_string() } else { pair.to_string() })
-        .collect::<Vec<_>>()
-        .join(" ")
+/// Where the records go: the `--postgres` URL (empty: the environment alone) and the password
+/// file.
+pub(crate) struct Target<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) password_file: Option<&'a Path>,
 }
 
 pub(crate) fn run(
-    url: &str,
+    to: &Target<'_>,
     schema: Option<&str>,
     input: &Path,
     overwrite: bool,
     json: bool,
 ) -> Result<Exit, CliError> {
-    let target = redact(url);
+    let url = Some(to.url).filter(|url| !url.is_empty());
+    // Messages name the database as `user@host:port/database`: never a password, whichever
+    // form the settings came in.
+    let config = idemdb_postgres::connection_config(url, to.password_file)
+        .map_err(|error| CliError::open_target("PostgreSQL", &error))?;
+    let target = idemdb_postgres::describe(&config);
     let lines = read_input(input)?;
     let tombstoned = lines.iter().filter(|(_, _, as_tombstone)| *as_tombstone).count() as u64;
     let records: Vec<(ScopedKey, Record)> = lines.into_iter().map(|(scoped, record, _)| (scoped, record)).collect();
@@ -48,7 +40,7 @@ pub(crate) fn run(
         .build()
         .map_err(|error| CliError::runtime_msg(None, format!("cannot start the async runtime: {error}")))?;
     let report = runtime.block_on(async {
-        let mut builder = PgStore::builder(url);
+        let mut builder = PgStore::builder_with_config(config);
         if let Some(schema) = schema {
             builder = builder.schema(schema);
         }
@@ -86,16 +78,4 @@ pub(crate) fn run(
         output::print(&text);
     }
     Ok(Exit::Ok)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn passwords_never_reach_messages() {
-        assert_eq!(redact("postgresql://app:s3cret@db:5432/pay"), "postgresql://app:***@db:5432/pay");
-        assert_eq!(redact("postgresql://app@db/pay"), "postgresql://app@db/pay");
-        assert_eq!(redact("host=db user=app password=s3cret"), "host=db user=app password=***");
-    }
 }

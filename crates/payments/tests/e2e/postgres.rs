@@ -106,7 +106,12 @@ fn an_unreachable_database_is_a_clear_error_and_a_failed_exit() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.starts_with("payments-example: cannot connect to PostgreSQL: database unavailable"), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "payments-example: cannot connect to PostgreSQL at postgres@127.0.0.1:1/postgres: database unavailable"
+        ),
+        "{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(output.stdout.is_empty(), "it never listened");
 
@@ -114,7 +119,67 @@ fn an_unreachable_database_is_a_clear_error_and_a_failed_exit() {
         Command::new(env!("CARGO_BIN_EXE_payments-example")).args(["--postgres", "not a url"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("cannot connect to PostgreSQL: invalid configuration: connection URL"), "{stderr}");
+    assert!(stderr.contains("PostgreSQL settings: invalid configuration: connection string"), "{stderr}");
+}
+
+const SECRET: &str = "pw-never-printed-7c1e";
+
+/// Arguments after `--postgres`, and environment variables.
+type Invocation = (Vec<String>, Vec<(&'static str, String)>);
+
+/// The three connection-string forms with a password, the password in `PGPASSWORD` and in a
+/// password file: on a failed connect and on a successful start, no output (stdout, stderr,
+/// with every log level on) holds the password.
+#[test]
+fn passwords_never_reach_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let password_file = dir.path().join("pg-password");
+    std::fs::write(&password_file, format!("{SECRET}\n")).unwrap();
+    let unreachable = "postgresql://postgres@127.0.0.1:1/postgres";
+    let cases: Vec<Invocation> = vec![
+        (vec![format!("postgresql://postgres:{SECRET}@127.0.0.1:1/postgres")], vec![]),
+        (vec![format!("host=127.0.0.1 port=1 user=postgres password={SECRET} dbname=postgres")], vec![]),
+        (vec![format!("{unreachable}?password={SECRET}")], vec![]),
+        (vec![unreachable.to_string()], vec![("PGPASSWORD", SECRET.to_string())]),
+        (vec![unreachable.to_string(), "--password-file".into(), password_file.display().to_string()], vec![]),
+        (
+            vec![String::new()],
+            vec![("PGHOST", "127.0.0.1".into()), ("PGPORT", "1".into()), ("PGPASSWORD", SECRET.into())],
+        ),
+    ];
+    for (args, env) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_payments-example"))
+            .args(["--addr", "127.0.0.1:0", "--postgres"])
+            .args(&args)
+            .env("RUST_LOG", "trace")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        let all = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {all}");
+        assert!(all.contains("127.0.0.1:1"), "the message names the database: {all}");
+        assert!(!all.contains(SECRET), "{args:?} {env:?}: the password was printed: {all}");
+    }
+    // A successful start with the password from the environment, then a request.
+    let Ok(url) = std::env::var("IDEMDB_PG_URL") else { return };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_payments-example"))
+        .args(["--addr", "127.0.0.1:0", "--schema", "pay_e2e_passwords", "--postgres", &url])
+        .env("PGPASSWORD", SECRET)
+        .env("RUST_LOG", "trace")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    assert!(first.starts_with("listening on "), "{first}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut rest).unwrap();
+    assert!(!format!("{first}{rest}").contains(SECRET), "the password was printed: {first}{rest}");
 }
 
 /// Exactly one of `--data` and `--postgres`, and `--schema` only with `--postgres`: clap's

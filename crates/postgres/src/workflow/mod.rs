@@ -12,8 +12,12 @@
 
 mod inbox;
 mod jobs;
+mod listen;
 mod outbox;
 mod reconcile;
+
+pub use listen::OutboxListener;
+pub(crate) use listen::channel;
 
 use deadpool_postgres::tokio_postgres::types::ToSql;
 

@@ -4,6 +4,8 @@
 
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
+use futures_util::future::try_join;
+
 use idemdb_core::{
     AuditKind, Claim, EffectName, EffectReport, IdempotencyKey, Lease, OutboxItem, OutboxRefusal, Policy,
     ProviderState, Scope, StateKind, Timestamp,
@@ -163,7 +165,15 @@ impl PgTxn {
             &row.reconcile_since,
             &row.item,
         ];
-        self.execute(sql, &params).await
+        if row.due_at.is_none() {
+            return self.execute(sql, &params).await;
+        }
+        // A due item: wake the listening dispatchers when this commits (same round trip).
+        let channel = crate::workflow::channel(&inner.sql.schema);
+        let notify: [&(dyn ToSql + Sync); 1] = [&channel];
+        let (written, _) =
+            try_join(self.execute(sql, &params), self.query(&inner.sql.wf.outbox_notify, &notify)).await?;
+        Ok(written)
     }
 
     /// Moves the intent's record along after its effect changed (see

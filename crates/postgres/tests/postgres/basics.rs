@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use idemdb_postgres::{
     AuditKind, ConnectError, Error, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, KeyHash,
-    ManualClock, PgStore, Policy, Reservation, SCHEMA_VERSION, Scope, ScopedKey, State, TimeSource, TransitionError,
+    ManualClock, PgStore, Policy, Record, Reservation, SCHEMA_VERSION, Scope, ScopedKey, State, TimeSource,
+    TransitionError,
 };
 use libtest_mimic::Failed;
 
@@ -424,11 +425,27 @@ pub fn crate_docs_example(env: &Env) -> Result<(), Failed> {
     Ok(())
 }
 
-/// The idemdb binary next to this test binary (`cargo test --workspace` builds it).
-fn cli_binary() -> Option<std::path::PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let binary = exe.parent()?.parent()?.join(format!("idemdb{}", std::env::consts::EXE_SUFFIX));
-    binary.is_file().then_some(binary)
+/// The idemdb binary next to this test binary (`cargo test --workspace` builds it); built here
+/// with the cargo that built this test when it is missing or older than this test (`cargo
+/// test -p idemdb-postgres`; cargo does nothing when it is current).
+pub fn cli_binary() -> Result<std::path::PathBuf, Failed> {
+    let exe = std::env::current_exe().map_err(|e| format!("this test's path: {e}"))?;
+    let dir = exe.parent().and_then(std::path::Path::parent).ok_or("this test binary has no target directory")?;
+    let binary = dir.join(format!("idemdb{}", std::env::consts::EXE_SUFFIX));
+    let modified = |path: &std::path::Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    if !binary.is_file() || modified(&binary) < modified(&exe) {
+        // target/<profile>/deps/this-test → target/
+        let target = dir.parent().ok_or("no target directory")?;
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "idemdb-cli", "--bin", "idemdb", "--target-dir"])
+            .arg(target)
+            .status()
+            .map_err(|e| format!("cargo build -p idemdb-cli: {e}"))?;
+        if !status.success() || !binary.is_file() {
+            return Err(format!("cargo build -p idemdb-cli did not build {}", binary.display()).into());
+        }
+    }
+    Ok(binary)
 }
 
 fn cli(binary: &std::path::Path, args: &[&str]) -> serde_json::Value {
@@ -441,9 +458,7 @@ fn cli(binary: &std::path::Path, args: &[&str]) -> serde_json::Value {
 /// The move `docs/scaling.md` describes, with the CLI: a full export of a store file, then
 /// `idemdb import --postgres`; every record arrives as it was, a second import skips them all.
 pub fn cli_import(env: &Env) -> Result<(), Failed> {
-    let Some(binary) = cli_binary() else {
-        return Err("the idemdb binary is not built next to this test (cargo build -p idemdb-cli)".into());
-    };
+    let binary = cli_binary()?;
     block_on(async {
         const S: &str = "idemdb_cli_import";
         fresh_schema(&env.url, S).await;
@@ -484,6 +499,142 @@ pub fn cli_import(env: &Env) -> Result<(), Failed> {
             let stored = pg.get(&listed.scoped.scope, &listed.scoped.key).await.expect("get");
             assert_eq!(stored.as_ref(), Some(&listed.record), "{:?}", listed.scoped.key);
         }
+    });
+    Ok(())
+}
+
+/// Arguments after `--postgres`, and environment variables.
+type Invocation = (Vec<String>, Vec<(&'static str, String)>);
+
+/// `idemdb import --postgres` with a password in each connection-string form (URL, key=value,
+/// URL with `?password=`), in `PGPASSWORD`, in a password file and in `~/.pgpass`: on success
+/// (the server trusts loopback, so any password connects) and on error (a closed port), no
+/// output of the command holds the password.
+pub fn passwords_never_printed(env: &Env) -> Result<(), Failed> {
+    const SECRET: &str = "pw-never-printed-19af";
+    let binary = cli_binary()?;
+    block_on(async {
+        const S: &str = "idemdb_passwords";
+        fresh_schema(&env.url, S).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let input = dir.path().join("empty.jsonl");
+        std::fs::write(&input, "").expect("write an empty export");
+        let password_file = dir.path().join("password");
+        std::fs::write(&password_file, format!("{SECRET}\n")).expect("password file");
+        let home = dir.path().join("home");
+        std::fs::create_dir(&home).expect("home");
+        std::fs::write(home.join(".pgpass"), format!("*:*:*:*:{SECRET}\n")).expect("pgpass");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(home.join(".pgpass"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        }
+        let server = crate::proxy::server_addr(&env.url);
+        let (host, port) = (server.ip().to_string(), server.port().to_string());
+        let input = input.to_str().expect("path");
+        let mut runs = 0;
+        for reachable in [true, false] {
+            let port = if reachable { port.clone() } else { "1".to_string() };
+            let url = format!("postgresql://postgres@{host}:{port}/postgres");
+            let forms: Vec<Invocation> = vec![
+                (vec![format!("postgresql://postgres:{SECRET}@{host}:{port}/postgres")], vec![]),
+                (vec![format!("host={host} port={port} user=postgres password={SECRET} dbname=postgres")], vec![]),
+                (vec![format!("{url}?password={SECRET}")], vec![]),
+                (vec![url.clone()], vec![("PGPASSWORD", SECRET.to_string())]),
+                (vec![url.clone(), "--password-file".into(), password_file.display().to_string()], vec![]),
+                (vec![url.clone()], vec![("HOME", home.display().to_string())]),
+                (
+                    vec![String::new()],
+                    vec![
+                        ("PGHOST", host.clone()),
+                        ("PGPORT", port.clone()),
+                        ("PGUSER", "postgres".into()),
+                        ("PGPASSWORD", SECRET.into()),
+                    ],
+                ),
+            ];
+            for (args, vars) in forms {
+                let output = std::process::Command::new(&binary)
+                    .args(["import", "--schema", S, "--postgres"])
+                    .args(&args)
+                    .arg(input)
+                    .env("RUST_LOG", "trace")
+                    .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+                    .output()
+                    .expect("run idemdb");
+                let all =
+                    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+                assert_eq!(output.status.success(), reachable, "{args:?} {vars:?}: {all}");
+                assert!(all.contains(&format!("{host}:{port}")), "the output names the database: {all}");
+                assert!(!all.contains(SECRET), "{args:?} {vars:?}: the password was printed:\n{all}");
+                runs += 1;
+            }
+        }
+        println!("passwords: {runs} runs of idemdb import, none printed the password");
+        admin(&env.url).await.batch_execute(&format!("DROP SCHEMA {S} CASCADE")).await.expect("drop schema");
+    });
+    Ok(())
+}
+
+/// An import of 100,000 records (`IDEMDB_IMPORT_RECORDS` to change the count) in one
+/// transaction, then the same import again (every key skipped): the time is printed, never
+/// asserted; every record is counted in the table afterwards.
+pub fn import_at_scale(env: &Env) -> Result<(), Failed> {
+    let records: usize = std::env::var("IDEMDB_IMPORT_RECORDS").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    block_on(async {
+        const S: &str = "idemdb_import_scale";
+        fresh_schema(&env.url, S).await;
+        let embedded = idemdb::Store::in_memory().expect("memory store");
+        let Reservation::Acquired(lease) = embedded.reserve(&scope(), &key("template"), &FP).expect("reserve") else {
+            panic!("a new key is acquired")
+        };
+        embedded.complete(&lease, br#"{"charge":"ch_1"}"#.to_vec()).expect("complete");
+        let template = embedded.get(&scope(), &key("template")).expect("get").expect("the record");
+        let batch: Vec<(ScopedKey, Record)> = (0..records)
+            .map(|n| (ScopedKey::new(scope(), key(&format!("imported-{n:07}"))), template.clone()))
+            .collect();
+        let pg = builder(env, S).operation_timeout(Duration::from_secs(3600)).connect().await.expect("connect");
+        let started = std::time::Instant::now();
+        let report = pg.import(&batch, false).await.expect("import");
+        let first = started.elapsed();
+        let started = std::time::Instant::now();
+        let again = pg.import(&batch, false).await.expect("import again");
+        let second = started.elapsed();
+        println!(
+            "import: {records} records in {:.2} s ({:.0} records/s); again (all skipped) in {:.2} s",
+            first.as_secs_f64(),
+            records as f64 / first.as_secs_f64(),
+            second.as_secs_f64()
+        );
+        assert_eq!((report.imported, report.skipped), (records as u64, 0));
+        assert_eq!((again.imported, again.skipped), (0, records as u64));
+        let admin = admin(&env.url).await;
+        assert_eq!(count(&admin, &format!("SELECT count(*) FROM {S}.idemdb_records")).await, records as i64);
+        let sample = pg.get(&scope(), &key(&format!("imported-{:07}", records - 1))).await.expect("get");
+        assert_eq!(sample.as_ref(), Some(&template));
+        admin.batch_execute(&format!("DROP SCHEMA {S} CASCADE")).await.expect("drop schema");
+    });
+    Ok(())
+}
+
+/// Reserved schema names are refused with a typed error before anything is created there.
+pub fn reserved_schemas_are_refused(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        for schema in ["information_schema", "pg_catalog", "pg_idemdb"] {
+            let refused = builder(env, schema).connect().await.expect_err("a reserved schema");
+            assert!(matches!(refused, ConnectError::ReservedSchema(_)), "{schema}: {refused}");
+            assert_eq!(refused.code(), ErrorCode::InvalidArgument);
+            let refused = builder(env, schema).migrate().await.expect_err("a reserved schema");
+            assert!(matches!(refused, ConnectError::ReservedSchema(_)), "{schema}: {refused}");
+        }
+        let admin = admin(&env.url).await;
+        let created = count(
+            &admin,
+            "SELECT count(*) FROM pg_class WHERE relname LIKE 'idemdb\\_%' \
+             AND relnamespace IN ('information_schema'::regnamespace, 'pg_catalog'::regnamespace)",
+        )
+        .await;
+        assert_eq!(created, 0, "no idemdb table in a reserved schema");
     });
     Ok(())
 }

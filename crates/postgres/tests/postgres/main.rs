@@ -10,11 +10,14 @@
 
 mod basics;
 mod clocks;
+mod deadline;
 mod decision_table;
 mod faults;
+mod pgbouncer;
 mod proxy;
 mod race;
 mod support;
+mod wire;
 mod workflow;
 
 use std::process::ExitCode;
@@ -31,20 +34,28 @@ const TESTS: &[(&str, Test)] = &[
     ("killed_connections_and_a_restart_lose_nothing_and_double_nothing", faults::run),
     ("a_transaction_killed_before_commit_is_rolled_back_and_repeats_safely", faults::killed_mid_transaction),
     ("unreachable_database_and_lost_commits_are_typed", proxy::run),
+    ("a_locked_table_ends_each_call_at_its_deadline", deadline::locked_table),
     ("instances_with_clocks_an_hour_apart_agree", clocks::run),
     ("migrations_are_versioned_and_checked_at_connect", basics::migrations),
+    ("reserved_schema_names_are_refused", basics::reserved_schemas_are_refused),
     ("application_rows_and_completion_commit_together", basics::transaction_api),
     ("audit_trail_keeps_keyed_hashes_only", basics::audit_trail),
     ("retention_and_the_fence_floor", basics::retention),
     ("records_imported_from_the_embedded_store_answer_alike", basics::import),
     ("cli_export_then_import_into_postgres", basics::cli_import),
+    ("passwords_are_never_printed_by_the_cli", basics::passwords_never_printed),
+    ("an_import_of_100k_records_is_one_transaction_and_linear", basics::import_at_scale),
     ("crate_docs_example", basics::crate_docs_example),
+    ("a_new_key_and_a_replay_are_one_statement_in_one_round_trip", wire::statements_per_call),
+    ("read_only_work_takes_no_transaction_id", wire::read_only_work_takes_no_transaction_id),
     ("workflow_stories_match_the_embedded_store", workflow::stories),
+    ("behind_pgbouncer_in_transaction_mode_everything_works", pgbouncer::transaction_mode),
     ("an_effect_enqueued_in_the_application_transaction_commits_with_it", workflow::effect_in_application_transaction),
     ("dispatchers_on_many_connections_claim_each_item_once", workflow::dispatchers_claim_each_item_once),
     ("the_reconciliation_queue_lists_uncertain_records_and_effects", workflow::reconciliation_queue),
     ("concurrent_deliveries_of_one_object_apply_the_newest_once_each", workflow::concurrent_deliveries),
     ("retention_removes_finished_workflow_rows", workflow::workflow_retention),
+    ("listeners_wake_on_committed_enqueues", workflow::listeners_wake_on_committed_enqueues),
 ];
 
 fn main() -> ExitCode {

@@ -188,7 +188,7 @@ async fn pipe(client: TcpStream, target: SocketAddr, shared: Arc<Shared>) {
     }
 }
 
-fn target(url: &str) -> SocketAddr {
+pub fn server_addr(url: &str) -> SocketAddr {
     let config: idemdb_postgres::tokio_postgres::Config = url.parse().expect("IDEMDB_PG_URL parses");
     let port = config.get_ports().first().copied().unwrap_or(5432);
     match config.get_hosts().first() {
@@ -221,7 +221,7 @@ fn key(name: &str) -> IdempotencyKey {
 pub fn run(env: &Env) -> Result<(), Failed> {
     block_on(async {
         fresh_schema(&env.url, SCHEMA).await;
-        let proxy = Proxy::start(target(&env.url)).await;
+        let proxy = Proxy::start(server_addr(&env.url)).await;
         let scope = Scope::new("acme", "create_payment").expect("scope");
         let fp = Fingerprint::from_bytes([9; 32]);
 
@@ -240,7 +240,11 @@ pub fn run(env: &Env) -> Result<(), Failed> {
         };
         proxy.down();
         let error = pg.reserve(&scope, &key("k-down"), &fp, None).await.expect_err("database down");
-        assert_eq!(error.code(), ErrorCode::Unavailable, "reserve: {error}");
+        // A reservation is one autocommit insert: when a pooled connection dies under it, the
+        // adapter cannot tell whether it reached the server, nor read the row back while the
+        // database is down, so the outcome is unknown (never an answer); when the connection
+        // was already seen closed, nothing was sent: unavailable.
+        assert!(matches!(error.code(), ErrorCode::Unavailable | ErrorCode::CommitUnknown), "reserve: {error}");
         let error = pg.get(&scope, &key("k-down")).await.expect_err("database down");
         assert_eq!(error.code(), ErrorCode::Unavailable, "get: {error}");
         let error = pg.complete(&lease, b"r".to_vec()).await.expect_err("database down");
@@ -248,20 +252,32 @@ pub fn run(env: &Env) -> Result<(), Failed> {
         proxy.up();
         pg.complete(&lease, b"r".to_vec()).await.expect("the same call, repeated once the database is back");
 
+        // A new key's reservation is one autocommit statement (no COMMIT): the commits cut
+        // below are renewals, transactions of their own.
+        let Reservation::Acquired(before) = pg.reserve(&scope, &key("k-before"), &fp, None).await.expect("reserve")
+        else {
+            panic!("a new key is acquired")
+        };
+        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-after"), &fp, None).await.expect("reserve")
+        else {
+            panic!("a new key is acquired")
+        };
+
         // COMMIT cut before the server saw it: rolled back, learnt, and retried by the adapter.
         proxy.cut_at_commit(CUT_BEFORE_COMMIT);
-        let answer = pg.reserve(&scope, &key("k-before"), &fp, None).await.expect("retried after the cut");
-        assert!(matches!(answer, Reservation::Acquired(_)), "{answer:?}");
+        let renewed = pg.renew(&before).await.expect("retried after the cut");
         assert_eq!(proxy.cuts(), 1, "one commit was cut");
+        let stored = pg.get(&scope, &key("k-before")).await.expect("get").expect("record");
+        assert_eq!(stored.state, State::InProgress { lease_expires_at: renewed.expires_at() });
 
         // COMMIT cut after the server committed: learnt to be committed, the call succeeds with
         // the answer it committed.
         proxy.cut_at_commit(CUT_AFTER_COMMIT);
-        let answer = pg.reserve(&scope, &key("k-after"), &fp, None).await.expect("committed despite the cut");
-        let Reservation::Acquired(lease) = answer else { panic!("{answer:?}") };
+        let lease = pg.renew(&lease).await.expect("committed despite the cut");
         assert_eq!(proxy.cuts(), 2, "a second commit was cut");
         let stored = pg.get(&scope, &key("k-after")).await.expect("get").expect("record");
         assert_eq!(stored.fence, lease.fence(), "the lease answered is the one stored");
+        assert_eq!(stored.state, State::InProgress { lease_expires_at: lease.expires_at() });
 
         // COMMIT cut after the server committed, and the database unreachable while the adapter
         // asks: the outcome is unknown. Repeating tells: the completion had been stored.

@@ -15,6 +15,10 @@ pub struct Env {
     pub url: String,
     /// `IDEMDB_PG_RESTART`: a shell command restarting the server in immediate mode.
     pub restart: Option<String>,
+    /// `IDEMDB_PGBOUNCER_URL`: the same database through PgBouncer in transaction pooling mode.
+    pub pgbouncer: Option<String>,
+    /// Whether stores connect with `transaction_pooling` (the PgBouncer test).
+    pub transaction_pooling: bool,
 }
 
 impl Env {
@@ -22,7 +26,13 @@ impl Env {
     pub fn from_env() -> Result<Env, String> {
         match std::env::var("IDEMDB_PG_URL") {
             Ok(url) if !url.is_empty() => {
-                Ok(Env { url, restart: std::env::var("IDEMDB_PG_RESTART").ok().filter(|c| !c.is_empty()) })
+                let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+                Ok(Env {
+                    url,
+                    restart: var("IDEMDB_PG_RESTART"),
+                    pgbouncer: var("IDEMDB_PGBOUNCER_URL"),
+                    transaction_pooling: false,
+                })
             }
             _ => Err("IDEMDB_PG_URL is not set".into()),
         }
@@ -61,6 +71,7 @@ pub fn builder(env: &Env, schema: &str) -> PgStoreBuilder {
         .connect_timeout(Duration::from_secs(5))
         .pool_wait_timeout(Duration::from_secs(10))
         .operation_timeout(Duration::from_secs(10))
+        .transaction_pooling(env.transaction_pooling)
 }
 
 /// Counts rows of a query returning one `bigint`.

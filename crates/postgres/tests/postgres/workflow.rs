@@ -266,3 +266,31 @@ pub fn workflow_retention(env: &Env) -> Result<(), Failed> {
     });
     Ok(())
 }
+
+/// An enqueue on one instance wakes a listener of another: nothing while the enqueuing
+/// transaction is open, a notification once it commits, and the listener then claims the item.
+pub fn listeners_wake_on_committed_enqueues(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        const S: &str = "idemdb_wf_listen";
+        fresh_schema(&env.url, S).await;
+        let enqueuing = builder(env, S).connect().await.expect("connect");
+        let dispatching = builder(env, S).connect().await.expect("connect");
+        let listener = dispatching.outbox_listener().await.expect("listen");
+        let charge = EffectName::new("charge").expect("effect");
+
+        let lease = acquire(&enqueuing, &key("order-listen")).await;
+        let mut txn = enqueuing.begin().await.expect("begin");
+        txn.enqueue_effect(&lease, &charge, 1, b"10.50".to_vec()).await.expect("enqueue");
+        let early = listener.wait(Duration::from_millis(300)).await;
+        txn.commit().await.expect("commit");
+        let woken = listener.wait(Duration::from_secs(10)).await;
+        println!("listen: before commit woken = {early}, after commit woken = {woken}");
+        assert!(!early, "no notification before the enqueue commits");
+        assert!(woken, "the committed enqueue wakes the listener");
+        let claimed = dispatching.claim_effects(8).await.expect("claim");
+        assert_eq!(claimed.len(), 1, "{claimed:?}");
+        assert!(!listener.is_closed());
+        admin(&env.url).await.batch_execute(&format!("DROP SCHEMA {S} CASCADE")).await.expect("drop schema");
+    });
+    Ok(())
+}
