@@ -11,6 +11,7 @@ export {
   newKey,
   type Attempt,
   type AttemptOutcome,
+  type AttentionCause,
   type Body,
   type CanonicalOptions,
   type ExpiryPurge,
@@ -35,7 +36,9 @@ export {
   type DurableObjectStoreOptions,
   type WasmSource,
 } from './open.js';
+export { classifyAnswer, type AnswerClass } from './contract.js';
 export {
+  STORED_HEADERS,
   autoResume,
   idempotentFetch,
   resumePending,

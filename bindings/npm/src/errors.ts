@@ -3,7 +3,7 @@
  * stable `code`; catch a subclass, or switch on `code`. Engine errors (plain JS errors with a
  * `code`, made in `bindings/wasm`) become the subclass their code names (`toIdemdbError`).
  */
-import type { EngineErrorCode } from './generated/vocabulary.js';
+import type { AttentionCause, EngineErrorCode } from './generated/vocabulary.js';
 
 
 /**
@@ -91,6 +91,24 @@ export class AbandonedError extends IdemdbError {
 }
 /** The caller's `AbortSignal` fired; the intent stays pending. */
 export class AbortedError extends IdemdbError {}
+/**
+ * The intent needs a person (a reconciliation, an expired key, a spent attempt budget): it is
+ * not sent again until `store.reopenIntent` (after a reconciliation) or `store.abandonIntent`.
+ */
+export class NeedsAttentionError extends IdemdbError {
+  /** The intent's key. */
+  readonly key: string;
+  /** Why it needs attention. */
+  readonly cause: AttentionCause;
+  /** The last answer, when there was one. */
+  readonly response: Response | undefined;
+  constructor(message: string, key: string, cause: AttentionCause, response: Response | undefined) {
+    super('IDEMDB_NEEDS_ATTENTION', message);
+    this.key = key;
+    this.cause = cause;
+    this.response = response;
+  }
+}
 
 const BY_CODE: Partial<Record<ErrorCode, new (code: ErrorCode, message: string, options?: { cause?: unknown }) => IdemdbError>> = {
   IDEMDB_INVALID_ARGUMENT: InvalidInputError,

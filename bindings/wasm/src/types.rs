@@ -97,13 +97,19 @@ interface IntentBase {
   /** Milliseconds since the epoch. */
   createdAt: number;
   updatedAt: number;
+  /** `attempts` when the intent was last reopened (0 before): its attempt budget counts from here. */
+  budgetStart: number;
 }
+
+/** Why an intent needs a person before anything else is sent. */
+export type AttentionCause = 'needs_reconciliation' | 'expired' | 'provider_key_expired' | 'unreadable' | 'retries_exhausted';
 
 /** A client intent, as stored. */
 export type Intent =
   | (IntentBase & { state: 'pending' })
   | (IntentBase & { state: 'completed'; response: IntentResponse })
-  | (IntentBase & { state: 'abandoned'; reason: string });
+  | (IntentBase & { state: 'abandoned'; reason: string })
+  | (IntentBase & { state: 'needs_attention'; cause: AttentionCause; response: IntentResponse | null });
 
 /** The answer to `reserve`, with the engine's own lease object. */
 export type RawReservation =

@@ -110,6 +110,12 @@ pub use idemdb_core::{
     ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError,
     UncertainCause, UnknownName, ValidTransition,
 };
+/// The client retry contract (see [`idemdb_core::classify_answer`]).
+pub use idemdb_core::{
+    AnswerClass, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
+    DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES, backoff_ceiling,
+    backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
+};
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;
 

@@ -513,10 +513,11 @@ impl IdempotentClient {
                 Update::Attention(cause, response) => store.mark_needs_attention(&scope, &key, cause, response),
             })
             .await;
-        if let (Ok(stored), Some(callback)) = (&result, &self.attention) {
-            if matches!(stored.state, IntentState::NeedsAttention { .. }) && intent.is_pending() {
-                callback(stored);
-            }
+        if let (Ok(stored), Some(callback)) = (&result, &self.attention)
+            && matches!(stored.state, IntentState::NeedsAttention { .. })
+            && intent.is_pending()
+        {
+            callback(stored);
         }
         match result {
             Err(IntentError::Refused(IntentRefusal::Finished { .. })) => {
