@@ -463,7 +463,8 @@ export interface AutoResumeOptions extends NonNullable<Parameters<typeof resumeP
 /**
  * Resumes pending intents now, every time the platform comes back online (the `online` event
  * of the window or worker, or `navigator.onLine` turning true), and periodically while some
- * are pending. Returns a function that stops it.
+ * are pending. Stops when `options.signal` aborts (it also stops the sends under way); the
+ * returned function stops it too.
  */
 export function autoResume(store: IntentStore, options: AutoResumeOptions = {}): () => void {
   let running: Promise<void> | undefined;
@@ -514,10 +515,16 @@ export function autoResume(store: IntentStore, options: AutoResumeOptions = {}):
       }, retryEveryMs),
     );
   }
-  run();
-  return () => {
+  const stop = () => {
     stopped = true;
     scope.removeEventListener?.('online', run);
     for (const timer of timers) clearInterval(timer);
   };
+  if (options.signal?.aborted) {
+    stop();
+    return stop;
+  }
+  options.signal?.addEventListener('abort', stop, { once: true });
+  run();
+  return stop;
 }

@@ -489,20 +489,17 @@ impl Intent {
     pub fn decode(scoped: &[u8], value: &[u8]) -> Result<Intent, DecodeError> {
         let scoped = ScopedKey::decode(scoped).map_err(|error| DecodeError::Malformed { reason: error.to_string() })?;
         let stored: StoredIntent = if value.first() == Some(&INTENT_FORMAT_1) {
-            let v1: StoredIntentV1 = codec::decode_versioned(value, INTENT_FORMAT_1)?;
-            if matches!(v1.state, IntentState::NeedsAttention { .. }) {
+            // Format 1 is format 2 without the trailing `budget_start`: read it as format 2 with
+            // `budget_start` 0 (one varint byte), so one decoder serves both.
+            let mut upgraded = Vec::with_capacity(value.len() + 1);
+            upgraded.push(INTENT_FORMAT);
+            upgraded.extend_from_slice(&value[1..]);
+            upgraded.push(0);
+            let stored: StoredIntent = codec::decode_versioned(&upgraded, INTENT_FORMAT)?;
+            if matches!(stored.state, IntentState::NeedsAttention { .. }) {
                 return Err(DecodeError::Malformed { reason: "intent format 1 has no needs-attention state".into() });
             }
-            StoredIntent {
-                request: v1.request,
-                fingerprint: v1.fingerprint,
-                state: v1.state,
-                attempts: v1.attempts,
-                last_attempt: v1.last_attempt,
-                created_at: v1.created_at,
-                updated_at: v1.updated_at,
-                budget_start: 0,
-            }
+            stored
         } else {
             codec::decode_versioned(value, INTENT_FORMAT)?
         };
@@ -530,18 +527,6 @@ fn check_response(response: &IntentResponse, max_body_bytes: usize) -> Result<()
         return Err(IntentRefusal::TooManyHeaders { count: response.headers.len(), max: MAX_RESPONSE_HEADERS });
     }
     Ok(())
-}
-
-/// A format-1 stored value (no `budget_start`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-struct StoredIntentV1 {
-    request: Vec<u8>,
-    fingerprint: Fingerprint,
-    state: IntentState,
-    attempts: u32,
-    last_attempt: Option<Attempt>,
-    created_at: Timestamp,
-    updated_at: Timestamp,
 }
 
 /// The stored value, owned (for decoding).

@@ -14,8 +14,14 @@ import {
   AbortedError,
   ConflictError,
   NeedsAttentionError,
+  InvalidInputError,
   RetriesExhaustedError,
+  StorageError,
+  autoResume,
+  TransitionError,
+  UnsupportedError,
   classifyAnswer,
+  toIdemdbError,
   idempotentFetch,
   openFileStore,
   openMemoryStore,
@@ -161,5 +167,38 @@ describe('retry contract', () => {
     await idempotentFetch(store, `${base}/ok`, { scope, retry: fast, init: { method: 'POST' }, onStored: (i) => { stored = { key: i.key, hits: hits.size }; } });
     assert.equal(stored.hits, 0, 'told before the first send');
     assert.equal(stored.key, store.listIntents()[0].key);
+  });
+
+  test('every engine code has its class; only storage codes are StorageError', () => {
+    const expected = { IDEMDB_FENCE_EXHAUSTED: TransitionError, IDEMDB_READ_ONLY: UnsupportedError, IDEMDB_UNKNOWN_NAME: InvalidInputError };
+    for (const [code, Class] of Object.entries(expected)) {
+      const error = toIdemdbError(Object.assign(new Error('m'), { code }));
+      assert.ok(error instanceof Class && error.code === code, `${code} → ${error.name}`);
+    }
+    const storage = ['IDEMDB_STORAGE', 'IDEMDB_COMMIT_UNKNOWN', 'IDEMDB_CORRUPT'];
+    for (const code of storage) assert.ok(toIdemdbError(Object.assign(new Error('m'), { code })) instanceof StorageError, code);
+    for (const code of ['IDEMDB_NEEDS_ATTENTION', 'IDEMDB_KEY_MISMATCH', 'IDEMDB_ABORTED']) {
+      const error = toIdemdbError(Object.assign(new Error('m'), { code }));
+      assert.ok(!(error instanceof StorageError) && error.code === code, code);
+    }
+  });
+
+  test('autoResume takes a signal: aborted, it sends nothing; aborting stops the sends', async () => {
+    const store = await openMemoryStore();
+    store.createIntent(scope, { method: 'POST', url: '/ok', headers: {} });
+    const calls = [];
+    const fetch = async (url) => { calls.push(url); return new Response('ok', { status: 201 }); };
+    autoResume(store, { signal: AbortSignal.abort(), baseUrl: base, fetch, retryEveryMs: 0, onlinePollMs: 0 });
+    for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(calls, []);
+    assert.equal(store.pendingIntents()[0].attempts, 0);
+    const controller = new AbortController();
+    const done = new Promise((resolve) => {
+      autoResume(store, { signal: controller.signal, baseUrl: base, fetch, retryEveryMs: 0, onlinePollMs: 0, onResumed: resolve });
+    });
+    const [result] = await done;
+    assert.equal(result.response.status, 201);
+    controller.abort();
+    assert.deepEqual(calls, [`${base}/ok`]);
   });
 });

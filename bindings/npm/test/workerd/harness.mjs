@@ -42,7 +42,7 @@ export function workerdConfig(workerFile, { durable, modules = packageModules(),
   if (durable) {
     services.push(`(name = "do-disk", disk = (path = ${JSON.stringify(durable.dir)}, writable = true))`);
     objects = `
-  durableObjectNamespaces = [(className = ${JSON.stringify(durable.className)}, uniqueKey = "idemdb-test-${durable.className}", enableSql = true)],
+  durableObjectNamespaces = [(className = ${JSON.stringify(durable.className)}, uniqueKey = "idemdb-test-${durable.className}", enableSql = ${durable.sql === false ? 'false' : 'true'})],
   durableObjectStorage = (localDisk = "do-disk"),
   bindings = [(name = ${JSON.stringify(durable.binding)}, durableObjectNamespace = ${JSON.stringify(durable.className)})],`;
   }
