@@ -343,7 +343,7 @@ async function deliver(
     }
     lastStatus = response.status;
     const wait = retryAfterMs(response, retry.maxDelayMs) ?? backoffMs(budgetUsed(intent), retry);
-    let bytes: Uint8Array;
+    let bytes: Uint8Array<ArrayBuffer>;
     try {
       bytes = new Uint8Array(await response.arrayBuffer());
     } catch (error) {
