@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use idemdb::{
-    AttentionCause, Clock, Durability, ErrorCode, Failure, FailureKind, Fingerprint, IdempotencyKey, IntentResponse, Lease, Resolution,
-    ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
+    AttentionCause, Clock, Durability, ErrorCode, Failure, FailureKind, Fingerprint, IdempotencyKey, IntentResponse,
+    Lease, Resolution, ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
 };
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
@@ -342,11 +342,9 @@ impl WasmStore {
     ) -> Result<JsValue, JsValue> {
         let cause = convert::parse_name::<AttentionCause>(cause, "attention cause")?;
         let response = match status {
-            Some(status) => Some(IntentResponse {
-                status,
-                headers: convert::headers(&headers)?,
-                body: body.unwrap_or_default(),
-            }),
+            Some(status) => {
+                Some(IntentResponse { status, headers: convert::headers(&headers)?, body: body.unwrap_or_default() })
+            }
             None => None,
         };
         let intent = self
