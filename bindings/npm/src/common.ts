@@ -2,7 +2,27 @@
  * What every entry file (node, browser, workerd) exports: the error classes, the `Store`, the
  * shared open functions, fingerprints and keys, and `idempotentFetch` with its resume helpers.
  */
-export * from './errors.js';
+export {
+  AbandonedError,
+  AbortedError,
+  ConflictError,
+  IdemdbError,
+  InternalError,
+  InvalidInputError,
+  KeyReusedError,
+  NeedsAttentionError,
+  NotFoundError,
+  NotReadyError,
+  OpenError,
+  RetriesExhaustedError,
+  StorageError,
+  StoreBusyError,
+  StoreClosedError,
+  TransitionError,
+  UnsupportedError,
+  toIdemdbError,
+  type ErrorCode,
+} from './errors.js';
 export type { EngineErrorCode } from './engine-codes.js';
 export {
   Store,
@@ -11,6 +31,7 @@ export {
   newKey,
   type Attempt,
   type AttemptOutcome,
+  type AttentionCause,
   type Body,
   type CanonicalOptions,
   type ExpiryPurge,
@@ -35,7 +56,9 @@ export {
   type DurableObjectStoreOptions,
   type WasmSource,
 } from './open.js';
+export { classifyAnswer, type AnswerClass } from './contract.js';
 export {
+  STORED_HEADERS,
   autoResume,
   idempotentFetch,
   resumePending,

@@ -45,7 +45,12 @@ function pageStorage(storage: DurableObjectStorageLike, table: string, requested
   const sql = storage.sql;
   const pages = `"${table}_pages"`;
   const meta = `"${table}_meta"`;
-  sql.exec(`CREATE TABLE IF NOT EXISTS ${pages} (n INTEGER PRIMARY KEY, bytes BLOB NOT NULL)`);
+  try {
+    sql.exec(`CREATE TABLE IF NOT EXISTS ${pages} (n INTEGER PRIMARY KEY, bytes BLOB NOT NULL)`);
+  } catch (error) {
+    // A class without SQL (key-value backed) has a `sql` object whose every call throws.
+    throw noSql(error);
+  }
   sql.exec(`CREATE TABLE IF NOT EXISTS ${meta} (name TEXT PRIMARY KEY, value INTEGER NOT NULL)`);
   const stored = new Map(sql.exec(`SELECT name, value FROM ${meta}`).toArray().map((row) => [row.name as string, Number(row.value)]));
   const pageBytes = stored.get('page_bytes') ?? requestedPageBytes ?? DEFAULT_PAGE_BYTES;
@@ -118,6 +123,15 @@ function pageStorage(storage: DurableObjectStorageLike, table: string, requested
   };
 }
 
+function noSql(cause: unknown): UnsupportedError {
+  return new UnsupportedError(
+    'IDEMDB_UNSUPPORTED',
+    'openDurableObjectStore needs the ctx.storage of a SQLite-backed Durable Object (storage.sql and transactionSync): ' +
+      'declare the class in new_sqlite_classes (wrangler migrations) or with enableSql = true (workerd config)',
+    { cause },
+  );
+}
+
 /**
  * @internal The storage and the transaction wrapper of a Durable Object store.
  * @throws UnsupportedError when `storage` has no SQL API; InvalidInputError on a bad option.
@@ -126,13 +140,16 @@ export function durableObjectBackend(
   storage: DurableObjectStorageLike,
   options: DurableObjectStoreOptions,
 ): { host: HostStorage; around: <T>(call: () => T) => T } {
-  if (typeof storage?.sql?.exec !== 'function' || typeof storage.transactionSync !== 'function') {
-    throw new UnsupportedError(
-      'IDEMDB_UNSUPPORTED',
-      'openDurableObjectStore needs the ctx.storage of a SQLite-backed Durable Object (storage.sql and transactionSync): ' +
-        'declare the class in new_sqlite_classes (wrangler migrations) or with enableSql = true (workerd config)',
-    );
+  // In workerd, merely reading `storage.sql` of a class without SQL throws a plain Error.
+  let hasSql: boolean;
+  let reason: unknown;
+  try {
+    hasSql = typeof storage?.sql?.exec === 'function' && typeof storage.transactionSync === 'function';
+  } catch (error) {
+    hasSql = false;
+    reason = error;
   }
+  if (!hasSql) throw noSql(reason);
   const table = options.table ?? 'idemdb';
   if (!/^[A-Za-z][A-Za-z0-9_]{0,47}$/.test(table)) {
     throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', `table must be a letter then letters, digits or _ (at most 48), not ${JSON.stringify(table)}`);

@@ -3,7 +3,7 @@
  * stable `code`; catch a subclass, or switch on `code`. Engine errors (plain JS errors with a
  * `code`, made in `bindings/wasm`) become the subclass their code names (`toIdemdbError`).
  */
-import type { EngineErrorCode } from './generated/vocabulary.js';
+import type { AttentionCause, EngineErrorCode } from './generated/vocabulary.js';
 
 
 /**
@@ -91,12 +91,38 @@ export class AbandonedError extends IdemdbError {
 }
 /** The caller's `AbortSignal` fired; the intent stays pending. */
 export class AbortedError extends IdemdbError {}
+/**
+ * The intent needs a person (a reconciliation, an expired key, a spent attempt budget): it is
+ * not sent again until `store.reopenIntent` (after a reconciliation) or `store.abandonIntent`.
+ */
+export class NeedsAttentionError extends IdemdbError {
+  /** The intent's key. */
+  readonly key: string;
+  /** Why it needs attention. */
+  readonly cause: AttentionCause;
+  /** The last answer, when there was one. */
+  readonly response: Response | undefined;
+  constructor(message: string, key: string, cause: AttentionCause, response: Response | undefined) {
+    super('IDEMDB_NEEDS_ATTENTION', message);
+    this.key = key;
+    this.cause = cause;
+    this.response = response;
+  }
+}
 
-const BY_CODE: Partial<Record<ErrorCode, new (code: ErrorCode, message: string, options?: { cause?: unknown }) => IdemdbError>> = {
+type ErrorClass = new (code: ErrorCode, message: string, options?: { cause?: unknown }) => IdemdbError;
+
+/**
+ * The class of every code. Typed over the code union generated from Rust, so a code added in
+ * Rust does not compile here until it has a class. Codes this package never throws itself
+ * (the HTTP layer's, the workflow primitives', a database server's) are plain `IdemdbError`s.
+ */
+const BY_CODE: Record<ErrorCode, ErrorClass> = {
   IDEMDB_INVALID_ARGUMENT: InvalidInputError,
   IDEMDB_INVALID_KEY: InvalidInputError,
   IDEMDB_INVALID_REQUEST: InvalidInputError,
   IDEMDB_INVALID_POLICY: InvalidInputError,
+  IDEMDB_UNKNOWN_NAME: InvalidInputError,
   IDEMDB_NOT_FOUND: NotFoundError,
   IDEMDB_KEY_REUSED: KeyReusedError,
   IDEMDB_INTENT_FINISHED: TransitionError,
@@ -104,6 +130,10 @@ const BY_CODE: Partial<Record<ErrorCode, new (code: ErrorCode, message: string, 
   IDEMDB_WRONG_STATE: TransitionError,
   IDEMDB_LEASE_LIVE: TransitionError,
   IDEMDB_TOO_LARGE: TransitionError,
+  IDEMDB_FENCE_EXHAUSTED: TransitionError,
+  IDEMDB_STORAGE: StorageError,
+  IDEMDB_COMMIT_UNKNOWN: StorageError,
+  IDEMDB_CORRUPT: StorageError,
   IDEMDB_CLOSED: StoreClosedError,
   IDEMDB_STORE_BUSY: StoreBusyError,
   IDEMDB_NO_RANDOMNESS: UnsupportedError,
@@ -112,8 +142,25 @@ const BY_CODE: Partial<Record<ErrorCode, new (code: ErrorCode, message: string, 
   IDEMDB_NEWER_FORMAT: OpenError,
   IDEMDB_OLDER_FORMAT: OpenError,
   IDEMDB_UNSUPPORTED: UnsupportedError,
+  IDEMDB_READ_ONLY: UnsupportedError,
   IDEMDB_NOT_READY: NotReadyError,
   IDEMDB_INTERNAL: InternalError,
+  IDEMDB_ABORTED: AbortedError,
+  IDEMDB_CONFLICT: IdemdbError,
+  IDEMDB_RETRIES_EXHAUSTED: IdemdbError,
+  IDEMDB_ABANDONED: IdemdbError,
+  IDEMDB_NEEDS_ATTENTION: IdemdbError,
+  IDEMDB_KEY_MISSING: IdemdbError,
+  IDEMDB_KEY_MISMATCH: IdemdbError,
+  IDEMDB_IN_PROGRESS: IdemdbError,
+  IDEMDB_NEEDS_RECONCILIATION: IdemdbError,
+  IDEMDB_EXPIRED: IdemdbError,
+  IDEMDB_OPERATION_FAILED: IdemdbError,
+  IDEMDB_UNAVAILABLE: IdemdbError,
+  IDEMDB_SCHEMA_MISMATCH: IdemdbError,
+  IDEMDB_UNAUTHENTICATED: IdemdbError,
+  IDEMDB_PROVIDER_KEY_EXPIRED: IdemdbError,
+  IDEMDB_DELIVERY_MISMATCH: IdemdbError,
 };
 
 /** Turns anything thrown by the engine or a host callback into a typed `IdemdbError`. */
@@ -124,8 +171,9 @@ export function toIdemdbError(thrown: unknown): IdemdbError {
   if (typeof code === 'string' && code.startsWith('IDEMDB_')) {
     const reopenRequired = (thrown as { reopenRequired?: unknown }).reopenRequired === true;
     const Ctor = BY_CODE[code as ErrorCode];
+    if (Ctor === StorageError) return new StorageError(code as ErrorCode, message, { cause: thrown, reopenRequired });
     if (Ctor) return new Ctor(code as ErrorCode, message, { cause: thrown });
-    return new StorageError(code as ErrorCode, message, { cause: thrown, reopenRequired });
+    return new InternalError('IDEMDB_INTERNAL', `unknown error code ${code}: ${message}`, { cause: thrown });
   }
   if (typeof WebAssembly !== 'undefined' && thrown instanceof WebAssembly.RuntimeError) {
     return new InternalError('IDEMDB_INTERNAL', `engine trapped: ${message}`, { cause: thrown });

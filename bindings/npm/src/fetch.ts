@@ -9,13 +9,16 @@ import {
   AbortedError,
   ConflictError,
   InvalidInputError,
+  NeedsAttentionError,
   RetriesExhaustedError,
   toIdemdbError,
 } from './errors.js';
-import type { CanonicalOptions, Intent, Scope, Store } from './store.js';
+import { classifyAnswer, problemCode } from './contract.js';
+import { KEY_HEADER, REPLAYED_HEADER, RETRY_DEFAULTS, type AttentionCause } from './generated/vocabulary.js';
+import type { CanonicalOptions, Intent, IntentResponse, Scope, Store } from './store.js';
 
 /** The store methods `idempotentFetch` and the resume helpers use. */
-type IntentMethod = 'createIntent' | 'recordAttempt' | 'recordResponse' | 'pendingIntents' | 'getIntent';
+type IntentMethod = 'createIntent' | 'recordAttempt' | 'recordResponse' | 'markNeedsAttention' | 'pendingIntents' | 'getIntent';
 
 /**
  * What `idempotentFetch` needs of a store: a `Store` (synchronous) or a `SharedStore`
@@ -27,8 +30,13 @@ export type IntentStore = { readonly isOpen: boolean } & {
 
 /** Retry schedule of `idempotentFetch`. */
 export interface RetryOptions {
-  /** Attempts per call, the first included (default 5). */
+  /** Attempts per call, the first included (default 5); then the intent stays pending. */
   maxAttempts?: number;
+  /**
+   * Attempts over the intent's life, counted across resumes (default 20); then the intent
+   * needs attention and is not resumed.
+   */
+  attemptsPerIntent?: number;
   /** First backoff delay in ms (default 250); doubles per attempt, with full jitter. */
   baseDelayMs?: number;
   /** Largest delay in ms, also the cap on `Retry-After` (default 30 000). */
@@ -61,14 +69,32 @@ export interface IdempotentFetchOptions {
   keyFormat?: 'sf-string' | 'bare';
   /** The fetch to use (default `globalThis.fetch`). */
   fetch?: typeof fetch;
-  /** Stops retrying; the intent stays pending. */
+  /**
+   * Stops retrying; the intent stays pending. Already aborted when `idempotentFetch` is
+   * called: nothing is stored and nothing is sent.
+   */
   signal?: AbortSignal;
+  /**
+   * The base a stored path (`/v1/payments`) is resolved against at each send, resumed intents
+   * included (default `location.href` where there is one). Absolute URLs are sent as stored.
+   */
+  baseUrl?: string | URL;
+  /**
+   * The request headers an intent stores (default `STORED_HEADERS`). Every other header of
+   * `init.headers` goes with this call's attempts only and is never written to the store;
+   * credentials for resumed sends come from `transportHeaders`.
+   */
+  storedHeaders?: readonly string[];
+  /** Called when an intent comes to need attention (before the `NeedsAttentionError`). */
+  onNeedsAttention?: (intent: Intent) => void;
 }
 
-/** Headers that are transport or credentials: never stored in the intent, never fingerprinted. */
-const TRANSPORT_HEADERS = new Set([
-  'authorization', 'cookie', 'proxy-authorization', 'idempotency-key', 'traceparent', 'tracestate',
-  'x-request-id', 'x-correlation-id', 'user-agent', 'content-length', 'date', 'connection', 'host',
+/**
+ * The request headers an intent stores by default: those that say what the request means.
+ * Every other header — credentials, cookies, API keys, tracing — is never written to the store.
+ */
+export const STORED_HEADERS: readonly string[] = Object.freeze([
+  'content-type', 'content-language', 'accept', 'accept-language', 'if-match', 'if-none-match', 'prefer',
 ]);
 
 /** The stored request descriptor (the intent's canonical request is this, canonicalised). */
@@ -82,35 +108,66 @@ interface Descriptor {
 
 const decoder = new TextDecoder();
 
-async function describe(input: Request | string | URL, init?: RequestInit): Promise<Descriptor> {
-  const request = new Request(input, init);
+function isAbsolute(url: string): boolean {
+  try {
+    new URL(url);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A base for parsing a path only: the stored descriptor keeps the path as given. */
+const PATH_ONLY = 'http://path.invalid';
+
+/** The descriptor to store, and the headers left out of it (sent with this call's attempts only). */
+async function describe(
+  input: Request | string | URL,
+  init: RequestInit | undefined,
+  stored: readonly string[],
+): Promise<{ descriptor: Descriptor; transport: Record<string, string> }> {
+  const path = typeof input === 'string' && !isAbsolute(input) ? input : undefined;
+  const request = new Request(path === undefined ? input : new URL(path, PATH_ONLY), init);
   const headers: Record<string, string> = {};
+  const transport: Record<string, string> = {};
+  const allowed = new Set(stored.map((name) => name.toLowerCase()));
   request.headers.forEach((value, name) => {
-    if (!TRANSPORT_HEADERS.has(name.toLowerCase())) headers[name.toLowerCase()] = value;
+    if (allowed.has(name.toLowerCase())) headers[name.toLowerCase()] = value;
+    else transport[name] = value;
   });
-  const descriptor: Descriptor = { method: request.method.toUpperCase(), url: request.url, headers };
+  const descriptor: Descriptor = { method: request.method.toUpperCase(), url: path ?? request.url, headers };
   if (request.body !== null) {
     const text = await request.text();
-    const type = headers['content-type'] ?? '';
+    const type = headers['content-type'] ?? request.headers.get('content-type') ?? '';
     if (/[/+]json\b/i.test(type)) {
       try {
         descriptor.body = JSON.parse(text);
-        return descriptor;
+        return { descriptor, transport };
       } catch {
         // not JSON after all: keep the text
       }
     }
     descriptor.bodyText = text;
   }
-  return descriptor;
+  return { descriptor, transport };
+}
+
+/** The URL of one send: a stored path resolved against the base given now. */
+function target(url: string, base: string | URL | undefined): string {
+  if (isAbsolute(url)) return url;
+  const origin = base ?? (globalThis as { location?: { href?: string } }).location?.href;
+  if (origin === undefined) {
+    throw new InvalidInputError('IDEMDB_INVALID_REQUEST', `the stored URL ${url} is a path and no baseUrl was given`);
+  }
+  return new URL(url, origin).href;
 }
 
 function rebuild(intent: Intent): Descriptor {
   return JSON.parse(decoder.decode(intent.request)) as Descriptor;
 }
 
-function responseOf(intent: Intent & { state: 'completed' }): Response {
-  const { status, headers, body } = intent.response;
+function responseOf(response: IntentResponse): Response {
+  const { status, headers, body } = response;
   const nullBody = status === 204 || status === 205 || status === 304;
   return new Response(nullBody ? null : (body as Uint8Array<ArrayBuffer>), { status, headers });
 }
@@ -126,6 +183,7 @@ function retryAfterMs(response: Response, cap: number): number | undefined {
 }
 
 function backoffMs(attempt: number, retry: Required<RetryOptions>): number {
+  // The core's full-jitter backoff (`idemdb_core::backoff_delay`).
   const ceiling = Math.min(retry.maxDelayMs, retry.baseDelayMs * 2 ** Math.max(0, attempt - 1));
   return Math.random() * ceiling; // full jitter
 }
@@ -143,11 +201,6 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     };
     signal?.addEventListener('abort', onAbort, { once: true });
   });
-}
-
-/** Statuses retried with the same key: the server may not have finished, or asks to come back. */
-function retryable(status: number): boolean {
-  return status >= 500 || status === 409 || status === 429 || status === 408;
 }
 
 /**
@@ -171,7 +224,10 @@ function keptHeaders(response: Response): [string, string][] {
 }
 
 /**
- * Sends a stored intent until it gets a final response: the same key on every attempt;
+ * Sends a stored intent until it gets a final response, following the core's retry contract
+ * (`classifyAnswer`): the same key on every attempt; a replayed response and any stored
+ * 2xx/3xx/4xx are final; a problem that needs a person (`needs-reconciliation`, `expired`,
+ * ...) or a spent attempt budget puts it in `needs_attention` (`NeedsAttentionError`);
  * network errors, timeouts, 5xx, 408, 409 and 429 are retried with exponential backoff and
  * full jitter, honouring `Retry-After`; 422 is a conflict, recorded and never retried.
  */
@@ -180,19 +236,27 @@ export async function sendIntent(store: IntentStore, intent: Intent, options: Se
 }
 
 /** Options of `sendIntent`: those of `idempotentFetch` that do not make the intent. */
-type SendOptions = Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical'>;
+type SendOptions = Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical' | 'storedHeaders'>;
 
 /** `sendIntent`, answering with the intent as finally recorded too. */
-async function deliver(store: IntentStore, intent: Intent, options: SendOptions): Promise<{ response: Response; intent: Intent }> {
+async function deliver(
+  store: IntentStore,
+  intent: Intent,
+  options: SendOptions,
+  extra: Record<string, string> = {},
+): Promise<{ response: Response; intent: Intent }> {
   const scope = { tenant: intent.tenant, operation: intent.operation };
   const retry: Required<RetryOptions> = {
-    maxAttempts: options.retry?.maxAttempts ?? 5,
-    baseDelayMs: options.retry?.baseDelayMs ?? 250,
-    maxDelayMs: options.retry?.maxDelayMs ?? 30_000,
-    timeoutMs: options.retry?.timeoutMs ?? 15_000,
+    maxAttempts: options.retry?.maxAttempts ?? RETRY_DEFAULTS.attemptsPerCall,
+    attemptsPerIntent: options.retry?.attemptsPerIntent ?? RETRY_DEFAULTS.attemptsPerIntent,
+    baseDelayMs: options.retry?.baseDelayMs ?? RETRY_DEFAULTS.baseDelayMs,
+    maxDelayMs: options.retry?.maxDelayMs ?? RETRY_DEFAULTS.maxDelayMs,
+    timeoutMs: options.retry?.timeoutMs ?? RETRY_DEFAULTS.timeoutMs,
   };
+  let lastAnswer: IntentResponse | null = null;
+  const budgetUsed = (i: Intent) => i.attempts - (i.budgetStart ?? 0);
   const doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
-  const headerName = options.headerName ?? 'Idempotency-Key';
+  const headerName = options.headerName ?? KEY_HEADER;
   let lastStatus: number | undefined;
   let lastError: unknown;
   // Another sender (a second tab, an overlapping resume) may finish the intent while this one
@@ -207,15 +271,34 @@ async function deliver(store: IntentStore, intent: Intent, options: SendOptions)
       return stored;
     }
   };
+  const attention = async (cause: AttentionCause, answer: IntentResponse | null) => {
+    const before = intent;
+    const after = await record(() => store.markNeedsAttention(scope, before.key, cause, answer));
+    if (before.state === 'pending' && after.state === 'needs_attention') options.onNeedsAttention?.(after);
+    return after;
+  };
   for (let attempt = 1; ; attempt++) {
     if (intent.state === 'completed') {
-      if (intent.response.status === 422) {
-        throw new ConflictError(`the server refused key ${intent.key} as bound to a different request (422)`, responseOf(intent));
+      const replayed = intent.response.headers.some(([name, value]) => name === REPLAYED_HEADER && value === 'true');
+      if (intent.response.status === 422 && !replayed) {
+        throw new ConflictError(`the server refused key ${intent.key} as bound to a different request (422)`, responseOf(intent.response));
       }
-      return { response: responseOf(intent), intent };
+      return { response: responseOf(intent.response), intent };
     }
     if (intent.state === 'abandoned') throw new AbandonedError(`intent ${intent.key} was abandoned: ${intent.reason}`, intent.reason);
+    if (intent.state === 'needs_attention') {
+      throw new NeedsAttentionError(
+        `intent ${intent.key} needs attention (${intent.cause}); it is not sent again until reopened or abandoned`,
+        intent.key,
+        intent.cause,
+        intent.response ? responseOf(intent.response) : undefined,
+      );
+    }
     if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending');
+    if (budgetUsed(intent) >= retry.attemptsPerIntent) {
+      intent = await attention('retries_exhausted', lastAnswer);
+      continue;
+    }
     if (attempt > retry.maxAttempts) {
       throw new RetriesExhaustedError(
         `no final response for intent ${intent.key} after ${retry.maxAttempts} attempts; it stays pending and is resumed later`,
@@ -226,7 +309,9 @@ async function deliver(store: IntentStore, intent: Intent, options: SendOptions)
     }
 
     const descriptor = rebuild(intent);
+    const url = target(descriptor.url, options.baseUrl);
     const headers = new Headers(descriptor.headers);
+    for (const [name, value] of Object.entries(extra)) headers.set(name, value);
     const transport = typeof options.transportHeaders === 'function' ? await options.transportHeaders(intent) : options.transportHeaders;
     for (const [name, value] of Object.entries(transport ?? {})) headers.set(name, value);
     headers.set(headerName, keyHeaderValue(intent.key, options.keyFormat ?? 'sf-string'));
@@ -241,7 +326,7 @@ async function deliver(store: IntentStore, intent: Intent, options: SendOptions)
     options.signal?.addEventListener('abort', onAbort, { once: true });
     let response: Response | undefined;
     try {
-      response = await doFetch(descriptor.url, { method: descriptor.method, headers, body, signal: timeout.signal });
+      response = await doFetch(url, { method: descriptor.method, headers, body, signal: timeout.signal });
     } catch (error) {
       lastError = error;
     } finally {
@@ -253,19 +338,12 @@ async function deliver(store: IntentStore, intent: Intent, options: SendOptions)
       if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending', { cause: lastError });
       intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: timeout.signal.aborted ? 'timeout' : 'network_error' }));
       if (intent.state !== 'pending') continue;
-      await sleep(backoffMs(attempt, retry), options.signal);
+      await sleep(backoffMs(budgetUsed(intent), retry), options.signal);
       continue;
     }
     lastStatus = response.status;
-    if (retryable(response.status)) {
-      const wait = retryAfterMs(response, retry.maxDelayMs) ?? backoffMs(attempt, retry);
-      await response.body?.cancel().catch(() => undefined);
-      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'status', status: response.status }));
-      if (intent.state !== 'pending') continue;
-      await sleep(wait, options.signal);
-      continue;
-    }
-    let bytes: Uint8Array;
+    const wait = retryAfterMs(response, retry.maxDelayMs) ?? backoffMs(budgetUsed(intent), retry);
+    let bytes: Uint8Array<ArrayBuffer>;
     try {
       bytes = new Uint8Array(await response.arrayBuffer());
     } catch (error) {
@@ -273,34 +351,69 @@ async function deliver(store: IntentStore, intent: Intent, options: SendOptions)
       lastError = error;
       intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'network_error' }));
       if (intent.state !== 'pending') continue;
-      await sleep(backoffMs(attempt, retry), options.signal);
+      await sleep(backoffMs(budgetUsed(intent), retry), options.signal);
       continue;
     }
-    intent = await record(() => store.recordResponse(scope, intent.key, { status: response.status, headers: keptHeaders(response), body: bytes }));
+    const answer: IntentResponse = { status: response.status, headers: keptHeaders(response), body: bytes };
+    const verdict = classify(response, bytes);
+    if (verdict.class === 'retry') {
+      const status = response.status;
+      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'status', status }));
+      lastAnswer = answer;
+      if (intent.state !== 'pending') continue;
+      await sleep(wait, options.signal);
+    } else if (verdict.class === 'needs_attention') {
+      intent = await attention(verdict.cause, answer);
+    } else {
+      intent = await record(() => store.recordResponse(scope, intent.key, answer));
+    }
   }
+}
+
+/** The contract's class of an answer: replayed or not, and the problem its body names. */
+function classify(response: Response, body: Uint8Array) {
+  const replayed = response.headers.get(REPLAYED_HEADER) === 'true';
+  let problem;
+  if ((response.headers.get('content-type') ?? '').startsWith('application/problem+json')) {
+    try {
+      const parsed = JSON.parse(decoder.decode(body)) as { type?: unknown; code?: unknown };
+      problem = problemCode(parsed?.type, parsed?.code);
+    } catch {
+      // not a readable problem: the status decides
+    }
+  }
+  return classifyAnswer(response.status, replayed, problem);
 }
 
 /**
  * `fetch` that cannot run the same mutation twice: persists the intent (key, canonical
  * request, fingerprint) **before the request leaves**, sets `Idempotency-Key`, retries
  * safely, records the final response and returns it. Throws `ConflictError` on 422,
- * `RetriesExhaustedError` when every attempt failed (the intent stays pending: call
- * `resumePending` later, or `autoResume`).
+ * `NeedsAttentionError` when the answer needs a person (the intent is not resumed),
+ * `RetriesExhaustedError` when this call's attempts failed (the intent stays pending: call
+ * `resumePending` later, or `autoResume`), `AbortedError` for an aborted signal (nothing is
+ * stored when it was aborted before the call). `onStored` is called with the intent (its key
+ * included) once it is durable, before the first send.
  */
 export async function idempotentFetch(
   store: IntentStore,
   input: Request | string | URL,
-  options: IdempotentFetchOptions & { init?: RequestInit },
+  options: IdempotentFetchOptions & { init?: RequestInit; onStored?: (intent: Intent) => void },
 ): Promise<Response> {
   if (!options?.scope) throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'idempotentFetch needs options.scope');
+  if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted before the intent was stored; nothing was stored or sent');
   let intent: Intent;
+  let transport: Record<string, string>;
   try {
-    const descriptor = await describe(input, options.init);
-    intent = await store.createIntent(options.scope, descriptor, { key: options.key, canonical: options.canonical });
+    const described = await describe(input, options.init, options.storedHeaders ?? STORED_HEADERS);
+    transport = described.transport;
+    intent = await store.createIntent(options.scope, described.descriptor, { key: options.key, canonical: options.canonical });
   } catch (error) {
     throw toIdemdbError(error);
   }
-  return sendIntent(store, intent, options);
+  // The intent is durable: tell the app (its key included) before anything is sent.
+  options.onStored?.(intent);
+  return (await deliver(store, intent, options, transport)).response;
 }
 
 /**
@@ -350,7 +463,8 @@ export interface AutoResumeOptions extends NonNullable<Parameters<typeof resumeP
 /**
  * Resumes pending intents now, every time the platform comes back online (the `online` event
  * of the window or worker, or `navigator.onLine` turning true), and periodically while some
- * are pending. Returns a function that stops it.
+ * are pending. Stops when `options.signal` aborts (it also stops the sends under way); the
+ * returned function stops it too.
  */
 export function autoResume(store: IntentStore, options: AutoResumeOptions = {}): () => void {
   let running: Promise<void> | undefined;
@@ -401,10 +515,16 @@ export function autoResume(store: IntentStore, options: AutoResumeOptions = {}):
       }, retryEveryMs),
     );
   }
-  run();
-  return () => {
+  const stop = () => {
     stopped = true;
     scope.removeEventListener?.('online', run);
     for (const timer of timers) clearInterval(timer);
   };
+  if (options.signal?.aborted) {
+    stop();
+    return stop;
+  }
+  options.signal?.addEventListener('abort', stop, { once: true });
+  run();
+  return stop;
 }

@@ -3,7 +3,7 @@
  * `FileSystemSyncAccessHandle`, one holder at a time (Web Lock `idemdb:<name>`), created under a
  * temporary name and moved into place; snapshot import and deletion.
  */
-import { StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
+import { AbortedError, StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
 import { getEngine } from './engine.js';
 import { newKey, openRaw, type Store, type StoreOptions } from './store.js';
 import type { SyncAccessHandle } from '../wasm/idemdb_wasm_node.cjs';
@@ -15,6 +15,8 @@ export interface OpfsOptions extends StoreOptions {
    * once; `true` waits until it is released; a number waits at most that many milliseconds.
    */
   wait?: boolean | number;
+  /** Stops waiting: the open rejects with `AbortedError` (already aborted: it does not start). */
+  signal?: AbortSignal;
 }
 
 interface LockManagerLike {
@@ -48,13 +50,22 @@ export async function openOpfsStoreWith(name: string, options: OpfsOptions = {})
   // Hold the lock from acquisition until close: the callback's promise settles on release.
   let release!: () => void;
   const held = new Promise<void>((resolve) => (release = resolve));
+  const aborted = () => new AbortedError('IDEMDB_ABORTED', `opening the OPFS store "${name}" was aborted`);
+  if (options.signal?.aborted) throw aborted();
   const acquired = await new Promise<boolean>((resolve, reject) => {
     const wait = options.wait ?? false;
-    const controller = typeof wait === 'number' ? new AbortController() : undefined;
-    const timer = controller ? setTimeout(() => controller.abort(), wait as number) : undefined;
+    const controller = wait === false ? undefined : new AbortController();
+    const timer = typeof wait === 'number' ? setTimeout(() => controller?.abort(), wait) : undefined;
+    const onAbort = () => {
+      if (timer) clearTimeout(timer);
+      controller?.abort();
+      reject(aborted());
+    };
+    options.signal?.addEventListener('abort', onAbort, { once: true });
     locks
       .request(`idemdb:${name}`, wait === false ? { ifAvailable: true } : { signal: controller?.signal }, async (lock) => {
         if (timer) clearTimeout(timer);
+        options.signal?.removeEventListener('abort', onAbort);
         if (!lock) return resolve(false);
         resolve(true);
         await held;

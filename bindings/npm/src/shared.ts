@@ -19,8 +19,8 @@ export interface SharedStoreOptions extends StoreOptions {
  * snapshots (leases cannot cross tabs). Their signatures are `Store`'s, made asynchronous.
  */
 const SHARED_METHODS = [
-  'createIntent', 'getIntent', 'recordAttempt', 'recordResponse', 'abandonIntent',
-  'pendingIntents', 'listIntents', 'purgeIntents', 'exportSnapshot', 'flush',
+  'createIntent', 'getIntent', 'recordAttempt', 'recordResponse', 'abandonIntent', 'markNeedsAttention', 'reopenIntent',
+  'pendingIntents', 'listIntents', 'intentsNeedingAttention', 'purgeIntents', 'exportSnapshot', 'flush',
 ] as const satisfies readonly (keyof Store)[];
 type Method = (typeof SHARED_METHODS)[number];
 const METHODS = new Set<string>(SHARED_METHODS);

@@ -7,6 +7,7 @@ import { guard, InvalidInputError, type IdemdbError } from './errors.js';
 import { getEngine, type RawLease, type RawStore } from './engine.js';
 import type {
   AttemptOutcome,
+  AttentionCause,
   CanonicalOptions,
   ExpiryPurge,
   Intent,
@@ -19,6 +20,7 @@ import type {
 export type {
   Attempt,
   AttemptOutcome,
+  AttentionCause,
   CanonicalOptions,
   ExpiryPurge,
   HostStorage,
@@ -196,7 +198,40 @@ export class Store {
     return this.#run((raw) => raw.recordResponse(scope.tenant, scope.operation, key, response.status, response.headers ?? [], body));
   }
 
-  /** Abandons a pending intent with a reason; it will not be resumed. */
+  /**
+   * Puts a pending intent in `needs_attention` with `cause` and the last answer: it is not
+   * resumed until `reopenIntent` or `abandonIntent`. `idempotentFetch` calls it itself.
+   */
+  markNeedsAttention(
+    scope: Scope,
+    key: string,
+    cause: AttentionCause,
+    response?: { status: number; headers?: [string, string][]; body?: Body } | null,
+  ): Intent {
+    checkScope(scope);
+    const body = response ? bodyBytes(response.body) : null;
+    return this.#run((raw) =>
+      raw.markNeedsAttention(scope.tenant, scope.operation, key, cause, response?.status ?? null, response?.headers ?? [], body),
+    );
+  }
+
+  /**
+   * Makes an intent that needs attention pending again, with a new attempt budget (its attempt
+   * count is kept): after a reconciliation, when sending it again with the same key is right.
+   */
+  reopenIntent(scope: Scope, key: string): Intent {
+    checkScope(scope);
+    return this.#run((raw) => raw.reopenIntent(scope.tenant, scope.operation, key));
+  }
+
+  /** Every intent that needs attention, oldest first. */
+  intentsNeedingAttention(): Intent[] {
+    return this.listIntents()
+      .filter((intent) => intent.state === 'needs_attention')
+      .sort((a, b) => a.createdAt - b.createdAt || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  }
+
+  /** Abandons a pending intent (or one that needs attention) with a reason; it will not be resumed. */
   abandonIntent(scope: Scope, key: string, reason: string): Intent {
     checkScope(scope);
     return this.#run((raw) => raw.abandonIntent(scope.tenant, scope.operation, key, reason));

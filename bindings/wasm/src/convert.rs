@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idemdb::{
     AttemptOutcome, AttemptOutcomeKind, Canonicalizer, Coded, Error, ErrorCode, ExpiredLease, Intent, IntentError,
-    IntentState, Named, Normaliser, Policy, Record, Reservation, State,
+    IntentResponse, IntentState, Named, Normaliser, Policy, Record, Reservation, State,
 };
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -184,19 +184,24 @@ pub(crate) fn intent(intent: &Intent) -> JsValue {
         }
         None => out.set("lastAttempt", JsValue::NULL),
     };
+    out = out.set("budgetStart", intent.budget_start);
     match &intent.state {
-        IntentState::Completed { response } => {
-            let headers = Array::new();
-            for (name, value) in &response.headers {
-                headers.push(&Array::of2(&name.into(), &value.into()));
-            }
-            let response =
-                Obj::new().set("status", response.status).set("headers", headers).bytes("body", &response.body).build();
-            out.set("response", response).build()
-        }
+        IntentState::Completed { response } => out.set("response", intent_response(response)).build(),
         IntentState::Abandoned { reason } => out.set("reason", reason.as_str()).build(),
+        IntentState::NeedsAttention { cause, response } => {
+            let response = response.as_ref().map(intent_response).unwrap_or(JsValue::NULL);
+            out.set("cause", cause.as_str()).set("response", response).build()
+        }
         _ => out.build(),
     }
+}
+
+fn intent_response(response: &IntentResponse) -> JsValue {
+    let headers = Array::new();
+    for (name, value) in &response.headers {
+        headers.push(&Array::of2(&name.into(), &value.into()));
+    }
+    Obj::new().set("status", response.status).set("headers", headers).bytes("body", &response.body).build()
 }
 
 pub(crate) fn headers(value: &JsValue) -> Result<Vec<(String, String)>, JsValue> {

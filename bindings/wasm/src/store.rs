@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use idemdb::{
-    Clock, Durability, ErrorCode, Failure, FailureKind, Fingerprint, IdempotencyKey, IntentResponse, Lease, Resolution,
-    ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
+    AttentionCause, Clock, Durability, ErrorCode, Failure, FailureKind, Fingerprint, IdempotencyKey, IntentResponse,
+    Lease, Resolution, ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
 };
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
@@ -326,7 +326,42 @@ impl WasmStore {
         Ok(convert::intent(&intent))
     }
 
-    /// Abandons a pending intent with a reason.
+    /// Puts a pending intent in needs-attention with `cause` and the last answer (`status`
+    /// null for none): it is not resumed until reopened or abandoned.
+    #[wasm_bindgen(js_name = markNeedsAttention, unchecked_return_type = "Intent")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn mark_needs_attention(
+        &self,
+        tenant: &str,
+        operation: &str,
+        key_str: &str,
+        #[wasm_bindgen(unchecked_param_type = "AttentionCause")] cause: &str,
+        status: Option<u16>,
+        #[wasm_bindgen(unchecked_param_type = "[string, string][]")] headers: JsValue,
+        body: Option<Vec<u8>>,
+    ) -> Result<JsValue, JsValue> {
+        let cause = convert::parse_name::<AttentionCause>(cause, "attention cause")?;
+        let response = match status {
+            Some(status) => {
+                Some(IntentResponse { status, headers: convert::headers(&headers)?, body: body.unwrap_or_default() })
+            }
+            None => None,
+        };
+        let intent = self
+            .store()?
+            .mark_needs_attention(&scope(tenant, operation)?, &key(key_str)?, cause, response)
+            .map_err(from_intent)?;
+        Ok(convert::intent(&intent))
+    }
+
+    /// Makes an intent that needs attention pending again, with a new attempt budget.
+    #[wasm_bindgen(js_name = reopenIntent, unchecked_return_type = "Intent")]
+    pub fn reopen_intent(&self, tenant: &str, operation: &str, key_str: &str) -> Result<JsValue, JsValue> {
+        let intent = self.store()?.reopen_intent(&scope(tenant, operation)?, &key(key_str)?).map_err(from_intent)?;
+        Ok(convert::intent(&intent))
+    }
+
+    /// Abandons a pending intent (or one that needs attention) with a reason.
     #[wasm_bindgen(js_name = abandonIntent, unchecked_return_type = "Intent")]
     pub fn abandon_intent(
         &self,

@@ -80,7 +80,7 @@ export type Attempt = AttemptOutcome & { at: number };
 export interface IntentResponse {
   status: number;
   headers: [string, string][];
-  body: Uint8Array;
+  body: Uint8Array<ArrayBuffer>;
 }
 
 interface IntentBase {
@@ -89,7 +89,7 @@ interface IntentBase {
   /** The idempotency key, made once when the intent was created. */
   key: string;
   /** The canonical request (RFC 8785 JSON bytes). */
-  request: Uint8Array;
+  request: Uint8Array<ArrayBuffer>;
   /** Hex fingerprint of the canonical request. */
   fingerprint: string;
   attempts: number;
@@ -97,18 +97,24 @@ interface IntentBase {
   /** Milliseconds since the epoch. */
   createdAt: number;
   updatedAt: number;
+  /** `attempts` when the intent was last reopened (0 before): its attempt budget counts from here. */
+  budgetStart: number;
 }
+
+/** Why an intent needs a person before anything else is sent. */
+export type AttentionCause = 'needs_reconciliation' | 'expired' | 'provider_key_expired' | 'unreadable' | 'retries_exhausted';
 
 /** A client intent, as stored. */
 export type Intent =
   | (IntentBase & { state: 'pending' })
   | (IntentBase & { state: 'completed'; response: IntentResponse })
-  | (IntentBase & { state: 'abandoned'; reason: string });
+  | (IntentBase & { state: 'abandoned'; reason: string })
+  | (IntentBase & { state: 'needs_attention'; cause: AttentionCause; response: IntentResponse | null });
 
 /** The answer to `reserve`, with the engine's own lease object. */
 export type RawReservation =
   | { status: 'acquired'; lease: WasmLease }
-  | { status: 'replay'; outcome: 'completed' | 'failed'; body: Uint8Array }
+  | { status: 'replay'; outcome: 'completed' | 'failed'; body: Uint8Array<ArrayBuffer> }
   | { status: 'in_progress'; retryAfterMs: number }
   | { status: 'mismatch'; stored: string }
   | { status: 'needs_reconciliation'; cause: 'lease_expired' | 'reported' }
@@ -122,7 +128,7 @@ export interface StoredRecord {
   attempts: number;
   createdAt: number;
   updatedAt: number;
-  body?: Uint8Array;
+  body?: Uint8Array<ArrayBuffer>;
 }
 
 /** What `purgeExpired` did. */

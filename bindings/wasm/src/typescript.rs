@@ -13,8 +13,12 @@ mod tests {
     use std::fmt::Write;
 
     use idemdb::{
-        AttemptOutcomeKind, Durability, ErrorCode, ExpiredLease, FailureKind, IntentStateKind, Named, Normaliser,
-        OutcomeClass, ReservationKind, ResolutionKind, StateKind, UncertainCause,
+        AttemptOutcomeKind, AttentionCause, Durability, ErrorCode, ExpiredLease, FailureKind, IntentStateKind, Named,
+        Normaliser, OutcomeClass, ReservationKind, ResolutionKind, StateKind, UncertainCause,
+    };
+    use idemdb::{
+        DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
+        DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES,
     };
 
     const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../npm/src/generated/vocabulary.ts");
@@ -80,7 +84,55 @@ mod tests {
             "DURABILITIES",
             "How durable a commit is when the call returns.",
         );
+        vocabulary::<AttentionCause>(
+            &mut out,
+            "AttentionCause",
+            "ATTENTION_CAUSES",
+            "Why an intent needs a person before anything else is sent.",
+        );
+        vocabulary::<KeyForm>(&mut out, "KeyForm", "KEY_FORMS", "How a client writes the key in its header.");
+        retry_contract(&mut out);
         out
+    }
+
+    /// The core's client retry contract (`idemdb_core::classify_answer` and its constants), as data.
+    fn retry_contract(out: &mut String) {
+        let ms = |d: std::time::Duration| d.as_millis();
+        let _ = writeln!(out, "\n/** The retry contract's defaults (the core's `DEFAULT_*`). */");
+        let _ = writeln!(
+            out,
+            "export const RETRY_DEFAULTS = {{\n  attemptsPerCall: {},\n  attemptsPerIntent: {},\n  baseDelayMs: {},\n  \
+             maxDelayMs: {},\n  timeoutMs: {},\n}} as const;",
+            DEFAULT_ATTEMPTS_PER_CALL,
+            DEFAULT_ATTEMPTS_PER_INTENT,
+            ms(DEFAULT_BASE_DELAY),
+            ms(DEFAULT_MAX_DELAY),
+            ms(DEFAULT_ATTEMPT_TIMEOUT)
+        );
+        let _ = writeln!(out, "/** The request header carrying the key. */");
+        let _ = writeln!(out, "export const KEY_HEADER = '{KEY_HEADER}';");
+        let _ = writeln!(out, "/** The response header of a replayed response (value `true`). */");
+        let _ = writeln!(out, "export const REPLAYED_HEADER = '{REPLAYED_HEADER}';");
+        let statuses: Vec<String> = RETRIED_STATUSES.iter().map(u16::to_string).collect();
+        let _ = writeln!(out, "/** Statuses retried besides every 5xx. */");
+        let _ = writeln!(out, "export const RETRIED_STATUSES: readonly number[] = [{}];", statuses.join(", "));
+        let problems: Vec<String> = RETRIED_PROBLEMS.iter().map(|code| format!("'{}'", code.as_str())).collect();
+        let _ = writeln!(out, "/** Problem codes that say a retry with the same key may succeed. */");
+        let _ = writeln!(
+            out,
+            "export const RETRIED_PROBLEMS: readonly EngineErrorCode[] = [\n  {},\n];",
+            problems.join(",\n  ")
+        );
+        let attention: Vec<String> = ErrorCode::ALL
+            .iter()
+            .filter_map(|code| Some(format!("{}: '{}'", code.as_str(), AttentionCause::of_problem(*code)?.as_str())))
+            .collect();
+        let _ = writeln!(out, "/** Problem codes that need a person, and the cause each gives. */");
+        let _ = writeln!(
+            out,
+            "export const ATTENTION_PROBLEMS: Partial<Record<EngineErrorCode, AttentionCause>> = {{\n  {},\n}};",
+            attention.join(",\n  ")
+        );
     }
 
     /// `'a' | 'b' | ...` of a vocabulary, in its order.
@@ -99,6 +151,7 @@ mod tests {
             ("normalisers", union::<Normaliser>(), types),
             ("expired-lease rules", union::<ExpiredLease>(), types),
             ("durability", union::<Durability>(), types),
+            ("attention causes", union::<AttentionCause>(), types),
             ("outcomes", union::<OutcomeClass>(), types),
             ("uncertain causes", union::<UncertainCause>(), types),
             ("record states", union::<StateKind>(), types),

@@ -103,6 +103,9 @@ pub enum ErrorCode {
     FenceExhausted,
     /// The store was opened read-only and the call writes.
     ReadOnly,
+    /// A client intent needs a person (or a reconciliation): it is not sent again until it is
+    /// reopened or abandoned.
+    NeedsAttention,
 }
 
 crate::names!(ErrorCode, "error code", {
@@ -148,6 +151,7 @@ crate::names!(ErrorCode, "error code", {
     NotReady => "IDEMDB_NOT_READY",
     FenceExhausted => "IDEMDB_FENCE_EXHAUSTED",
     ReadOnly => "IDEMDB_READ_ONLY",
+    NeedsAttention => "IDEMDB_NEEDS_ATTENTION",
 });
 
 impl ErrorCode {

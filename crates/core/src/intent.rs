@@ -11,6 +11,12 @@
 //! Like [`decide`](crate::decide), every change is a pure function from the stored intent to
 //! the intent to write; a storage adapter runs it inside one write transaction.
 //!
+//! An answer that retrying cannot change but that is not a result — the server needs a
+//! reconciliation, the stored response expired, or the intent's attempt budget ran out — puts
+//! the intent in **needs attention** ([`Intent::needs_attention`]), with the last answer kept.
+//! It is not resumed; a person (or a reconciler) then [reopens](Intent::reopen) it, which
+//! gives it a new attempt budget, or [abandons](Intent::abandon) it.
+//!
 //! ```
 //! use idemdb_core::{AttemptOutcome, Fingerprint, IdempotencyKey, Intent, IntentResponse, Scope, Timestamp};
 //!
@@ -31,18 +37,23 @@
 //! # Byte layout
 //!
 //! Stored under the intent's `ScopedKey::encode` (length-prefixed tenant, operation, key);
-//! the value is `version:u8 (= 1) · bincode-standard(StoredIntent)`, where `StoredIntent` is,
+//! the value is `version:u8 (= 2) · bincode-standard(StoredIntent)`, where `StoredIntent` is,
 //! in order: `request: bytes`, `fingerprint: [u8; 32]`, `state: IntentState`, `attempts: u32`,
-//! `last_attempt: Option<Attempt>`, `created_at: u64`, `updated_at: u64`.
+//! `last_attempt: Option<Attempt>`, `created_at: u64`, `updated_at: u64`, `budget_start: u32`.
+//!
+//! Version history: format 1 had no `budget_start` (read as 0) and no `NeedsAttention` state
+//! (variant 3 of `IntentState`); a format-1 value reads unchanged.
 
 use core::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DecodeError, ErrorCode, Fingerprint, IdempotencyKey, Scope, ScopedKey, Timestamp, codec};
+use crate::{AttentionCause, DecodeError, ErrorCode, Fingerprint, IdempotencyKey, Scope, ScopedKey, Timestamp, codec};
 
 /// Format version of stored intent values.
-pub const INTENT_FORMAT: u8 = 1;
+pub const INTENT_FORMAT: u8 = 2;
+/// The first intent format, still read.
+const INTENT_FORMAT_1: u8 = 1;
 /// Longest abandon reason accepted, in bytes.
 pub const MAX_ABANDON_REASON_LEN: usize = 1024;
 /// Most response headers an intent keeps.
@@ -138,7 +149,7 @@ pub struct IntentResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum IntentState {
-    /// Not finished: resume it (same key) until it completes or is abandoned.
+    /// Not finished: resume it (same key) until it completes, needs attention or is abandoned.
     Pending,
     /// The final response was recorded.
     Completed {
@@ -149,6 +160,14 @@ pub enum IntentState {
     Abandoned {
         /// Why, as the client said.
         reason: String,
+    },
+    /// Retrying cannot help: a person (or a reconciler) decides. Not resumed; reopen it after
+    /// a reconciliation, or abandon it.
+    NeedsAttention {
+        /// Why.
+        cause: AttentionCause,
+        /// The last answer, when there was one.
+        response: Option<IntentResponse>,
     },
 }
 
@@ -162,9 +181,16 @@ pub enum IntentStateKind {
     Completed,
     /// [`IntentState::Abandoned`].
     Abandoned,
+    /// [`IntentState::NeedsAttention`].
+    NeedsAttention,
 }
 
-crate::names!(IntentStateKind, "intent state", { Pending => "pending", Completed => "completed", Abandoned => "abandoned" });
+crate::names!(IntentStateKind, "intent state", {
+    Pending => "pending",
+    Completed => "completed",
+    Abandoned => "abandoned",
+    NeedsAttention => "needs_attention",
+});
 
 impl IntentState {
     /// Which state this is.
@@ -173,10 +199,11 @@ impl IntentState {
             IntentState::Pending => IntentStateKind::Pending,
             IntentState::Completed { .. } => IntentStateKind::Completed,
             IntentState::Abandoned { .. } => IntentStateKind::Abandoned,
+            IntentState::NeedsAttention { .. } => IntentStateKind::NeedsAttention,
         }
     }
 
-    /// The state's stable name: `pending`, `completed` or `abandoned`.
+    /// The state's stable name: `pending`, `completed`, `abandoned` or `needs_attention`.
     pub fn name(&self) -> &'static str {
         self.kind().as_str()
     }
@@ -192,7 +219,8 @@ pub enum IntentRefusal {
     /// The key already names an intent with a different request. A new request needs a new key.
     #[error("the key already names an intent with a different request")]
     KeyReused,
-    /// The intent is finished (completed or abandoned) and cannot take this change.
+    /// The intent is not pending (completed, abandoned or needing attention) and cannot take
+    /// this change.
     #[error("intent is {state}; cannot {action}")]
     Finished {
         /// The intent's state.
@@ -268,6 +296,9 @@ pub struct Intent {
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
+    /// `attempts` when the intent was last [reopened](Intent::reopen) (0 before): the intent's
+    /// attempt budget counts the attempts since.
+    pub budget_start: u32,
 }
 
 impl Intent {
@@ -283,10 +314,16 @@ impl Intent {
             last_attempt: None,
             created_at: now,
             updated_at: now,
+            budget_start: 0,
         }
     }
 
-    /// Whether the intent is still to be sent (neither completed nor abandoned).
+    /// Attempts since the intent was created or last reopened: what its attempt budget counts.
+    pub fn budget_used(&self) -> u32 {
+        self.attempts.saturating_sub(self.budget_start)
+    }
+
+    /// Whether the intent is still to be sent (not completed, abandoned or needing attention).
     pub fn is_pending(&self) -> bool {
         self.state == IntentState::Pending
     }
@@ -335,12 +372,7 @@ impl Intent {
         max_body_bytes: usize,
         now: Timestamp,
     ) -> Result<Option<Intent>, IntentRefusal> {
-        if response.body.len() > max_body_bytes {
-            return Err(IntentRefusal::ResponseTooLarge { len: response.body.len(), max: max_body_bytes });
-        }
-        if response.headers.len() > MAX_RESPONSE_HEADERS {
-            return Err(IntentRefusal::TooManyHeaders { count: response.headers.len(), max: MAX_RESPONSE_HEADERS });
-        }
+        check_response(&response, max_body_bytes)?;
         match &self.state {
             IntentState::Pending => {
                 let mut next = self.clone();
@@ -352,7 +384,54 @@ impl Intent {
         }
     }
 
-    /// Abandons a pending intent with a reason (kept for the retention period); `None` when
+    /// Puts a pending intent in [`IntentState::NeedsAttention`] with `cause` and the last
+    /// answer; `None` when it already needs attention for the same cause (nothing to write).
+    ///
+    /// # Errors
+    /// [`IntentRefusal::ResponseTooLarge`], [`IntentRefusal::TooManyHeaders`] for the answer;
+    /// [`IntentRefusal::Finished`] when the intent is completed, abandoned, or needs attention
+    /// for another cause.
+    pub fn needs_attention(
+        &self,
+        cause: AttentionCause,
+        response: Option<IntentResponse>,
+        max_body_bytes: usize,
+        now: Timestamp,
+    ) -> Result<Option<Intent>, IntentRefusal> {
+        if let Some(response) = &response {
+            check_response(response, max_body_bytes)?;
+        }
+        match &self.state {
+            IntentState::Pending => {
+                let mut next = self.clone();
+                next.state = IntentState::NeedsAttention { cause, response };
+                Ok(Some(next.touched(now)))
+            }
+            IntentState::NeedsAttention { cause: stored, .. } if *stored == cause => Ok(None),
+            other => Err(IntentRefusal::Finished { state: other.kind(), action: "mark as needing attention" }),
+        }
+    }
+
+    /// Makes an intent that needs attention pending again — after a reconciliation, when a
+    /// send with the same key is what the app wants — with a new attempt budget (the attempt
+    /// count is kept). `None` when it is pending already.
+    ///
+    /// # Errors
+    /// [`IntentRefusal::Finished`] when it is completed or abandoned.
+    pub fn reopen(&self, now: Timestamp) -> Result<Option<Intent>, IntentRefusal> {
+        match &self.state {
+            IntentState::NeedsAttention { .. } => {
+                let mut next = self.clone();
+                next.state = IntentState::Pending;
+                next.budget_start = next.attempts;
+                Ok(Some(next.touched(now)))
+            }
+            IntentState::Pending => Ok(None),
+            other => Err(IntentRefusal::Finished { state: other.kind(), action: "reopen" }),
+        }
+    }
+
+    /// Abandons a pending intent (or one that needs attention) with a reason (kept for the retention period); `None` when
     /// it was abandoned already (nothing to write).
     ///
     /// # Errors
@@ -366,7 +445,7 @@ impl Intent {
             return Err(IntentRefusal::ReasonTooLong { len: reason.len(), max: MAX_ABANDON_REASON_LEN });
         }
         match &self.state {
-            IntentState::Pending => {
+            IntentState::Pending | IntentState::NeedsAttention { .. } => {
                 let mut next = self.clone();
                 next.state = IntentState::Abandoned { reason: reason.to_string() };
                 Ok(Some(next.touched(now)))
@@ -377,9 +456,11 @@ impl Intent {
     }
 
     /// Whether client-side retention removes the intent at `now`: it is finished and last
-    /// changed at least `keep_for` ago. Pending intents are never removed.
+    /// changed at least `keep_for` ago. Pending intents, and those that need attention, are
+    /// never removed.
     pub fn is_due_for_removal(&self, keep_for: Duration, now: Timestamp) -> bool {
-        !self.is_pending() && self.updated_at.saturating_add(keep_for) <= now
+        matches!(self.state, IntentState::Completed { .. } | IntentState::Abandoned { .. })
+            && self.updated_at.saturating_add(keep_for) <= now
     }
 
     fn refuse_unless_pending(&self, action: &'static str) -> Result<(), IntentRefusal> {
@@ -400,14 +481,28 @@ impl Intent {
         codec::encode_versioned(INTENT_FORMAT, &StoredIntentRef::of(self))
     }
 
-    /// The intent stored under encoded `scoped` with value `value`.
+    /// The intent stored under encoded `scoped` with value `value` (format 1 or 2).
     ///
     /// # Errors
     /// [`DecodeError`] for identity bytes or a value that do not decode, or a value of
-    /// another format version.
+    /// a newer format version.
     pub fn decode(scoped: &[u8], value: &[u8]) -> Result<Intent, DecodeError> {
         let scoped = ScopedKey::decode(scoped).map_err(|error| DecodeError::Malformed { reason: error.to_string() })?;
-        let stored: StoredIntent = codec::decode_versioned(value, INTENT_FORMAT)?;
+        let stored: StoredIntent = if value.first() == Some(&INTENT_FORMAT_1) {
+            // Format 1 is format 2 without the trailing `budget_start`: read it as format 2 with
+            // `budget_start` 0 (one varint byte), so one decoder serves both.
+            let mut upgraded = Vec::with_capacity(value.len() + 1);
+            upgraded.push(INTENT_FORMAT);
+            upgraded.extend_from_slice(&value[1..]);
+            upgraded.push(0);
+            let stored: StoredIntent = codec::decode_versioned(&upgraded, INTENT_FORMAT)?;
+            if matches!(stored.state, IntentState::NeedsAttention { .. }) {
+                return Err(DecodeError::Malformed { reason: "intent format 1 has no needs-attention state".into() });
+            }
+            stored
+        } else {
+            codec::decode_versioned(value, INTENT_FORMAT)?
+        };
         Ok(Intent {
             scope: scoped.scope,
             key: scoped.key,
@@ -418,8 +513,20 @@ impl Intent {
             last_attempt: stored.last_attempt,
             created_at: stored.created_at,
             updated_at: stored.updated_at,
+            budget_start: stored.budget_start,
         })
     }
+}
+
+/// A response's limits: its body size and header count.
+fn check_response(response: &IntentResponse, max_body_bytes: usize) -> Result<(), IntentRefusal> {
+    if response.body.len() > max_body_bytes {
+        return Err(IntentRefusal::ResponseTooLarge { len: response.body.len(), max: max_body_bytes });
+    }
+    if response.headers.len() > MAX_RESPONSE_HEADERS {
+        return Err(IntentRefusal::TooManyHeaders { count: response.headers.len(), max: MAX_RESPONSE_HEADERS });
+    }
+    Ok(())
 }
 
 /// The stored value, owned (for decoding).
@@ -432,6 +539,7 @@ struct StoredIntent {
     last_attempt: Option<Attempt>,
     created_at: Timestamp,
     updated_at: Timestamp,
+    budget_start: u32,
 }
 
 /// The stored value, borrowed (for encoding): serialises to the same bytes.
@@ -444,6 +552,7 @@ struct StoredIntentRef<'a> {
     last_attempt: Option<Attempt>,
     created_at: Timestamp,
     updated_at: Timestamp,
+    budget_start: u32,
 }
 
 impl<'a> StoredIntentRef<'a> {
@@ -456,6 +565,7 @@ impl<'a> StoredIntentRef<'a> {
             last_attempt: intent.last_attempt,
             created_at: intent.created_at,
             updated_at: intent.updated_at,
+            budget_start: intent.budget_start,
         }
     }
 }
@@ -564,9 +674,7 @@ mod tests {
         assert_eq!("abandoned".parse::<IntentStateKind>(), Ok(IntentStateKind::Abandoned));
     }
 
-    /// Golden bytes of intent format 1. A change to the encoding must add a format version.
-    #[test]
-    fn golden_format_1_intent() {
+    fn golden_intent() -> Intent {
         let mut intent = pending();
         intent.request = b"{}".to_vec();
         intent.fingerprint = Fingerprint::from_bytes([0xab; 32]);
@@ -575,20 +683,61 @@ mod tests {
         intent.last_attempt = Some(Attempt { at: at(1_700_000_000_000), outcome: AttemptOutcome::Status(503) });
         intent.created_at = at(1_700_000_000_000);
         intent.updated_at = at(1_700_000_000_001);
+        intent
+    }
+
+    fn unhex(hex: &str) -> Vec<u8> {
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+    }
+
+    /// Golden bytes of intent format 1, as released: they still read, with `budget_start` 0.
+    #[test]
+    fn golden_format_1_intent_still_reads() {
+        let bytes = unhex(concat!(
+            "01",                                                               // format
+            "027b7d",                                                           // request "{}"
+            "abababababababababababababababababababababababababababababababab", // fingerprint
+            "01c9",                                                             // Completed, 201
+            "010c636f6e74656e742d74797065106170706c69636174696f6e2f6a736f6e",   // 1 header
+            "026f6b",                                                           // body "ok"
+            "02",                                                               // attempts
+            "01fd0068e5cf8b01000001fbf701",                                     // Some(at, Status(503))
+            "fd0068e5cf8b010000fd0168e5cf8b010000"                              // created, updated
+        ));
+        let intent = golden_intent();
+        let scoped = ScopedKey::new(intent.scope.clone(), intent.key.clone()).encode();
+        assert_eq!(Intent::decode(&scoped, &bytes), Ok(intent));
+        let mut attention = bytes.clone();
+        attention[36] = 3; // the state's variant: NeedsAttention did not exist in format 1
+        assert!(matches!(Intent::decode(&scoped, &attention), Err(DecodeError::Malformed { .. })));
+    }
+
+    /// Golden bytes of intent format 2. A change to the encoding must add a format version.
+    #[test]
+    fn golden_format_2_intent() {
+        let mut intent = golden_intent();
+        intent.state = IntentState::NeedsAttention {
+            cause: AttentionCause::NeedsReconciliation,
+            response: Some(response(409, b"")),
+        };
+        intent.budget_start = 1;
         let bytes = intent.encode();
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,
             concat!(
-                "01",                                                               // format
+                "02",                                                               // format
                 "027b7d",                                                           // request "{}"
                 "abababababababababababababababababababababababababababababababab", // fingerprint
-                "01c9",                                                             // Completed, 201
+                "03",                                                               // NeedsAttention
+                "00",                                                               // NeedsReconciliation
+                "01fb9901",                                                         // Some(409)
                 "010c636f6e74656e742d74797065106170706c69636174696f6e2f6a736f6e",   // 1 header
-                "026f6b",                                                           // body "ok"
+                "00",                                                               // body ""
                 "02",                                                               // attempts
                 "01fd0068e5cf8b01000001fbf701",                                     // Some(at, Status(503))
-                "fd0068e5cf8b010000fd0168e5cf8b010000"                              // created, updated
+                "fd0068e5cf8b010000fd0168e5cf8b010000",                             // created, updated
+                "01"                                                                // budget_start
             )
         );
         let scoped = ScopedKey::new(intent.scope.clone(), intent.key.clone()).encode();
@@ -596,9 +745,38 @@ mod tests {
     }
 
     #[test]
+    fn needs_attention_keeps_the_answer_stops_sends_and_is_finished_by_reopen_or_abandon() {
+        let sent = pending().record_attempt(AttemptOutcome::Sent, at(11)).unwrap().unwrap();
+        let cause = AttentionCause::NeedsReconciliation;
+        let parked = sent.needs_attention(cause, Some(response(409, b"p")), 4, at(12)).unwrap().unwrap();
+        assert_eq!(parked.state.kind(), IntentStateKind::NeedsAttention);
+        assert_eq!(parked.state, IntentState::NeedsAttention { cause, response: Some(response(409, b"p")) });
+        assert!(!parked.is_pending());
+        assert!(!parked.is_due_for_removal(Duration::ZERO, at(u64::MAX)), "kept until a person acts");
+        assert_eq!(parked.needs_attention(cause, None, 4, at(13)), Ok(None));
+        assert!(matches!(
+            parked.needs_attention(AttentionCause::Expired, None, 4, at(13)),
+            Err(IntentRefusal::Finished { .. })
+        ));
+        assert!(matches!(parked.record_attempt(AttemptOutcome::Sent, at(13)), Err(IntentRefusal::Finished { .. })));
+        assert_eq!(
+            sent.needs_attention(cause, Some(response(409, &[0; 5])), 4, at(12)),
+            Err(IntentRefusal::ResponseTooLarge { len: 5, max: 4 })
+        );
+        let reopened = parked.reopen(at(14)).unwrap().unwrap();
+        assert!(reopened.is_pending());
+        assert_eq!((reopened.attempts, reopened.budget_start, reopened.budget_used()), (1, 1, 0));
+        assert_eq!(reopened.reopen(at(15)), Ok(None));
+        let abandoned = parked.abandon("refunded by hand", at(14)).unwrap().unwrap();
+        assert_eq!(abandoned.state.kind(), IntentStateKind::Abandoned);
+        assert!(matches!(abandoned.reopen(at(15)), Err(IntentRefusal::Finished { .. })));
+    }
+
+    #[test]
     fn corrupt_and_newer_values_are_typed_errors() {
         let scoped = ScopedKey::new(pending().scope, pending().key).encode();
-        for value in [vec![INTENT_FORMAT + 1, 0], vec![INTENT_FORMAT, 0xff, 0xff], vec![]] {
+        for value in [vec![INTENT_FORMAT + 1, 0], vec![INTENT_FORMAT, 0xff, 0xff], vec![INTENT_FORMAT_1, 0xff], vec![]]
+        {
             assert!(Intent::decode(&scoped, &value).is_err(), "{value:?}");
         }
         assert!(matches!(Intent::decode(b"\xff", &pending().encode()), Err(DecodeError::Malformed { .. })));

@@ -51,6 +51,7 @@ mod names;
 mod policy;
 mod purge;
 mod record;
+mod retry;
 mod time;
 mod transition;
 mod workflow;
@@ -81,6 +82,11 @@ pub use policy::{
 };
 pub use purge::PurgeReport;
 pub use record::{MAX_FENCE, OutcomeClass, Record, RecordError, Retention, State, StateKind, UncertainCause};
+pub use retry::{
+    AnswerClass, AttentionCause, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT,
+    DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES,
+    backoff_ceiling, backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
+};
 pub use time::{DecisionTime, Timestamp};
 pub use transition::{
     Failure, FailureKind, Resolution, ResolutionKind, TransitionError, check_holder, complete, fail, reconcile, renew,

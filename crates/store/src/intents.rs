@@ -27,8 +27,8 @@ use std::time::Duration;
 use redb::ReadableTable;
 
 use idemdb_core::{
-    AttemptOutcome, CanonicalError, Canonicalizer, DecodeError, ErrorCode, Fingerprint, IdempotencyKey, Intent,
-    IntentRefusal, IntentResponse, KeyError, Scope, ScopedKey, Timestamp,
+    AttemptOutcome, AttentionCause, CanonicalError, Canonicalizer, DecodeError, ErrorCode, Fingerprint, IdempotencyKey,
+    Intent, IntentRefusal, IntentResponse, IntentStateKind, KeyError, Scope, ScopedKey, Timestamp,
 };
 
 use crate::tables::{INTENTS, open_optional};
@@ -230,7 +230,8 @@ impl Store {
         self.update_intent(scope, key, "record a response", |intent, now| intent.record_response(response, limit, now))
     }
 
-    /// Abandons a pending intent with a reason (kept for the retention period). Abandoning an
+    /// Abandons a pending intent (or one that needs attention) with a reason (kept for the
+    /// retention period). Abandoning an
     /// abandoned intent again is a no-op.
     ///
     /// # Errors
@@ -238,6 +239,51 @@ impl Store {
     /// [`IntentRefusal::ReasonEmpty`] or [`IntentRefusal::ReasonTooLong`]; storage errors.
     pub fn abandon_intent(&self, scope: &Scope, key: &IdempotencyKey, reason: &str) -> Result<Intent, IntentError> {
         self.update_intent(scope, key, "abandon", |intent, now| intent.abandon(reason, now))
+    }
+
+    /// Puts a pending intent in needs-attention with `cause` and the last answer (see
+    /// [`Intent::needs_attention`]): it is not resumed until [reopened](Store::reopen_intent) or
+    /// [abandoned](Store::abandon_intent).
+    ///
+    /// # Errors
+    /// [`IntentRefusal::NotFound`]; [`IntentRefusal::Finished`] when it is completed,
+    /// abandoned or needs attention for another cause; the response limits; storage errors.
+    pub fn mark_needs_attention(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        cause: AttentionCause,
+        response: Option<IntentResponse>,
+    ) -> Result<Intent, IntentError> {
+        let limit = self.policy(scope.operation()).max_result_bytes();
+        self.update_intent(scope, key, "mark as needing attention", |intent, now| {
+            intent.needs_attention(cause, response, limit, now)
+        })
+    }
+
+    /// Makes an intent that needs attention pending again, with a new attempt budget (see
+    /// [`Intent::reopen`]): after a reconciliation, when sending it again with the same key
+    /// is right. Reopening a pending intent is a no-op.
+    ///
+    /// # Errors
+    /// [`IntentRefusal::NotFound`]; [`IntentRefusal::Finished`] when it is completed or
+    /// abandoned; storage errors.
+    pub fn reopen_intent(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Intent, IntentError> {
+        self.update_intent(scope, key, "reopen", |intent, now| intent.reopen(now))
+    }
+
+    /// Every intent that needs attention, oldest first.
+    ///
+    /// # Errors
+    /// Storage errors; a corrupt stored intent.
+    pub fn intents_needing_attention(&self) -> Result<Vec<Intent>, IntentError> {
+        let mut found: Vec<Intent> = self
+            .all_intents()?
+            .into_iter()
+            .filter(|intent| intent.state.kind() == IntentStateKind::NeedsAttention)
+            .collect();
+        found.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.key.cmp(&b.key)));
+        Ok(found)
     }
 
     /// Client-side retention: removes up to `budget` finished (completed or abandoned)
@@ -475,6 +521,34 @@ mod tests {
     }
 
     #[test]
+    fn needing_attention_is_not_resumed_nor_purged_and_is_finished_by_reopen_or_abandon() {
+        let (store, clock, scope, canon) = setup();
+        let (a, b) = (IdempotencyKey::new("a").unwrap(), IdempotencyKey::new("b").unwrap());
+        store.create_intent(&scope, &a, b"{}", &canon).unwrap();
+        store.create_intent(&scope, &b, b"{}", &canon).unwrap();
+        store.record_attempt(&scope, &a, AttemptOutcome::Sent).unwrap();
+        let cause = AttentionCause::NeedsReconciliation;
+        let parked = store.mark_needs_attention(&scope, &a, cause, Some(response(409, b"problem"))).unwrap();
+        assert_eq!(parked.state, IntentState::NeedsAttention { cause, response: Some(response(409, b"problem")) });
+        store.mark_needs_attention(&scope, &b, AttentionCause::RetriesExhausted, None).unwrap();
+        assert!(store.pending_intents().unwrap().is_empty(), "needs-attention intents are not resumed");
+        let waiting: Vec<_> = store.intents_needing_attention().unwrap().into_iter().map(|i| i.key).collect();
+        assert_eq!(waiting, [a.clone(), b.clone()]);
+        clock.advance(Duration::from_secs(365 * 24 * 3600));
+        assert_eq!(store.purge_intents(Duration::ZERO, 10).unwrap().removed, 0, "kept until a person acts");
+        let reopened = store.reopen_intent(&scope, &a).unwrap();
+        assert_eq!(
+            (reopened.state.kind(), reopened.attempts, reopened.budget_used()),
+            (IntentStateKind::Pending, 1, 0)
+        );
+        assert_eq!(store.pending_intents().unwrap().len(), 1);
+        store.abandon_intent(&scope, &b, "refunded by hand").unwrap();
+        assert!(store.intents_needing_attention().unwrap().is_empty());
+        let finished = store.reopen_intent(&scope, &b).unwrap_err();
+        assert_eq!(finished.code(), ErrorCode::IntentFinished);
+    }
+
+    #[test]
     fn retention_removes_only_finished_intents_after_keep_for() {
         let (store, clock, scope, canon) = setup();
         let keys: Vec<IdempotencyKey> = (0..4).map(|i| IdempotencyKey::new(format!("k-{i}")).unwrap()).collect();
@@ -515,6 +589,26 @@ mod tests {
         assert_eq!(pending[0].key, key);
         assert_eq!(pending[0].attempts, 1);
         assert_eq!(pending[0].request, br#"{"amount":"1"}"#);
+    }
+
+    /// A store written before format 2: its pending intent reads, resumes and is rewritten.
+    #[test]
+    fn a_format_1_intent_in_an_old_store_reads_and_resumes() {
+        let (store, _, scope, _) = setup();
+        let key = IdempotencyKey::new("old").unwrap();
+        let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
+        let mut v1 = vec![1u8, 2, b'{', b'}'];
+        v1.extend([0xab; 32]);
+        v1.extend([0, 3, 0, 10, 10]); // Pending, 3 attempts, no last attempt, created 10, updated 10
+        let tx = store.engine.db.writable().unwrap().begin_write().unwrap();
+        tx.open_table(INTENTS).unwrap().insert(encoded.as_slice(), v1.as_slice()).unwrap();
+        tx.commit().unwrap();
+        let old = store.intent(&scope, &key).unwrap().unwrap();
+        assert_eq!((old.state.kind(), old.attempts, old.budget_start), (IntentStateKind::Pending, 3, 0));
+        assert_eq!(store.pending_intents().unwrap(), [old]);
+        let sent = store.record_attempt(&scope, &key, AttemptOutcome::Sent).unwrap();
+        assert_eq!(sent.attempts, 4);
+        assert_eq!(store.intent(&scope, &key).unwrap(), Some(sent));
     }
 
     #[test]

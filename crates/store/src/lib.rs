@@ -99,16 +99,22 @@ pub use txn::Txn;
 pub use workflow::{EffectFilter, delivery_policy_name};
 
 pub use idemdb_core::{
-    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AuditEvent, AuditKind, CanonicalError,
-    Canonicalizer, Claim, Coded, Compensation, DecisionTime, Delivery, DeliveryOutcome, DeliveryOutcomeKind,
-    DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode, ExpiredLease,
-    Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer, InboxRefusal,
-    Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord, JobRefusal,
-    JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
+    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AttentionCause, AuditEvent, AuditKind,
+    CanonicalError, Canonicalizer, Claim, Coded, Compensation, DecisionTime, Delivery, DeliveryOutcome,
+    DeliveryOutcomeKind, DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode,
+    ExpiredLease, Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer,
+    InboxRefusal, Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord,
+    JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
     NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass,
     Policy, PolicyError, ProviderState, PurgeReport, Record, RecordError, Reservation, ReservationKind, Resolution,
     ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError,
     UncertainCause, UnknownName, ValidTransition,
+};
+/// The client retry contract (see [`idemdb_core::classify_answer`]).
+pub use idemdb_core::{
+    AnswerClass, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
+    DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES, backoff_ceiling,
+    backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
 };
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;

@@ -47,6 +47,7 @@ export const ENGINE_ERROR_CODES = [
   'IDEMDB_NOT_READY',
   'IDEMDB_FENCE_EXHAUSTED',
   'IDEMDB_READ_ONLY',
+  'IDEMDB_NEEDS_ATTENTION',
 ] as const;
 /** Every stable error code. */
 export type EngineErrorCode = (typeof ENGINE_ERROR_CODES)[number];
@@ -114,6 +115,7 @@ export const INTENT_STATES = [
   'pending',
   'completed',
   'abandoned',
+  'needs_attention',
 ] as const;
 /** Where a client intent is in its life. */
 export type IntentState = (typeof INTENT_STATES)[number];
@@ -154,3 +156,54 @@ export const DURABILITIES = [
 ] as const;
 /** How durable a commit is when the call returns. */
 export type Durability = (typeof DURABILITIES)[number];
+
+/** Why an intent needs a person before anything else is sent. */
+export const ATTENTION_CAUSES = [
+  'needs_reconciliation',
+  'expired',
+  'provider_key_expired',
+  'unreadable',
+  'retries_exhausted',
+] as const;
+/** Why an intent needs a person before anything else is sent. */
+export type AttentionCause = (typeof ATTENTION_CAUSES)[number];
+
+/** How a client writes the key in its header. */
+export const KEY_FORMS = [
+  'sf-string',
+  'bare',
+] as const;
+/** How a client writes the key in its header. */
+export type KeyForm = (typeof KEY_FORMS)[number];
+
+/** The retry contract's defaults (the core's `DEFAULT_*`). */
+export const RETRY_DEFAULTS = {
+  attemptsPerCall: 5,
+  attemptsPerIntent: 20,
+  baseDelayMs: 250,
+  maxDelayMs: 30000,
+  timeoutMs: 15000,
+} as const;
+/** The request header carrying the key. */
+export const KEY_HEADER = 'idempotency-key';
+/** The response header of a replayed response (value `true`). */
+export const REPLAYED_HEADER = 'idempotent-replayed';
+/** Statuses retried besides every 5xx. */
+export const RETRIED_STATUSES: readonly number[] = [408, 409, 429];
+/** Problem codes that say a retry with the same key may succeed. */
+export const RETRIED_PROBLEMS: readonly EngineErrorCode[] = [
+  'IDEMDB_IN_PROGRESS',
+  'IDEMDB_STORAGE',
+  'IDEMDB_UNAVAILABLE',
+  'IDEMDB_STORE_BUSY',
+  'IDEMDB_COMMIT_UNKNOWN',
+  'IDEMDB_CLOSED',
+];
+/** Problem codes that need a person, and the cause each gives. */
+export const ATTENTION_PROBLEMS: Partial<Record<EngineErrorCode, AttentionCause>> = {
+  IDEMDB_CORRUPT: 'unreadable',
+  IDEMDB_NEWER_FORMAT: 'unreadable',
+  IDEMDB_NEEDS_RECONCILIATION: 'needs_reconciliation',
+  IDEMDB_EXPIRED: 'expired',
+  IDEMDB_PROVIDER_KEY_EXPIRED: 'provider_key_expired',
+};

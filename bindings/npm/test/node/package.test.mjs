@@ -164,7 +164,7 @@ describe('what the README documents', () => {
     const options = (iface) => [...declarations.slice(declarations.indexOf(`interface ${iface}`)).split('\n}')[0].matchAll(/^\s{4}(\w+)\??:/gm)].map((m) => m[1]);
     for (const name of options('IdempotentFetchOptions')) assert.match(section, new RegExp(`\`${name}\``), `option ${name}`);
     for (const name of options('RetryOptions')) assert.match(section, new RegExp(`\`retry\\.${name}\``), `retry.${name}`);
-    for (const fallback of ['`5`', '`250`', '`30000`', '`15000`', "`'Idempotency-Key'`"]) assert.ok(section.includes(fallback), fallback);
+    for (const fallback of ['`5`', '`250`', '`30000`', '`15000`', '`20`', "`'idempotency-key'`"]) assert.ok(section.includes(fallback), fallback);
   });
 
   test('resumePending reports the intent as recorded after the sends', async () => {

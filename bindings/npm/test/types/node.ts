@@ -19,3 +19,6 @@ void hosted; void waitOption; void code;
 // @ts-expect-error a read that returns bytes is not a HostStorage
 const wrong: HostStorage = { read: (_o: number, n: number) => new Uint8Array(n), write: () => {}, size: () => 0, truncate: () => {}, flush: () => {} };
 void wrong;
+// The README's replay: the engine's bytes are a BodyInit under TypeScript 5.9 (Uint8Array<ArrayBuffer>).
+if (r.status === 'replay') { const replayed: Response = new Response(r.body); void replayed; }
+if (intent.state === 'completed') { const recorded: Response = new Response(intent.response.body); void recorded; }

@@ -15,3 +15,5 @@ const answer: Reservation = store.reserve({ tenant: 't', operation: 'o' }, 'k', 
 if (answer.status === 'acquired') store.complete(answer.lease, new Uint8Array([1]));
 const response: Response = new Response(null);
 void accepted; void response;
+// The README's replay: the engine's bytes are a BodyInit under TypeScript 5.9 (Uint8Array<ArrayBuffer>).
+if (answer.status === 'replay') { const replayed: Response = new Response(answer.body, { status: 201 }); void replayed; }

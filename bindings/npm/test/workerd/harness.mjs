@@ -19,7 +19,7 @@ const SKIP = new Set(['node.js', 'node-file.js', 'browser.js', 'opfs.js', 'share
 /** The package's modules, each by its path under node_modules, and `idemdb` as an alias of the workerd entry. */
 export function packageModules(idemdbSource = "export * from './node_modules/idemdb/dist/esm/workerd.js';") {
   const modules = [`(name = "idemdb", esModule = ${JSON.stringify(idemdbSource)})`];
-  for (const sub of ['dist/esm', 'dist/wasm']) {
+  for (const sub of ['dist/esm', 'dist/esm/generated', 'dist/wasm']) {
     for (const file of readdirSync(join(pkgRoot, sub))) {
       if (SKIP.has(file)) continue;
       const name = `node_modules/idemdb/${sub}/${file}`;
@@ -42,7 +42,7 @@ export function workerdConfig(workerFile, { durable, modules = packageModules(),
   if (durable) {
     services.push(`(name = "do-disk", disk = (path = ${JSON.stringify(durable.dir)}, writable = true))`);
     objects = `
-  durableObjectNamespaces = [(className = ${JSON.stringify(durable.className)}, uniqueKey = "idemdb-test-${durable.className}", enableSql = true)],
+  durableObjectNamespaces = [(className = ${JSON.stringify(durable.className)}, uniqueKey = "idemdb-test-${durable.className}", enableSql = ${durable.sql === false ? 'false' : 'true'})],
   durableObjectStorage = (localDisk = "do-disk"),
   bindings = [(name = ${JSON.stringify(durable.binding)}, durableObjectNamespace = ${JSON.stringify(durable.className)})],`;
   }

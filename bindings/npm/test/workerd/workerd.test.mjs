@@ -140,6 +140,37 @@ describe('Durable Object store on local disk', () => {
   });
 });
 
+describe('Durable Object without SQL', () => {
+  test('openDurableObjectStore answers UnsupportedError, not the platform\'s plain Error', async () => {
+    writeFileSync(
+      join(project, 'nosql.js'),
+      `import { DurableObject } from 'cloudflare:workers';
+import { openDurableObjectStore } from 'idemdb';
+export class Plain extends DurableObject {
+  async fetch() {
+    try {
+      await openDurableObjectStore(this.ctx.storage);
+      return Response.json({ opened: true });
+    } catch (error) {
+      return Response.json({ name: error.name, code: error.code, message: error.message });
+    }
+  }
+}
+export default { fetch: (request, env) => env.PLAIN.get(env.PLAIN.idFromName('a')).fetch(request) };
+`,
+    );
+    const dir = mkdtempSync(join(tmpdir(), 'idemdb-nosql-'));
+    const config = writeConfig('nosql.capnp', workerdConfig('nosql.js', { durable: { className: 'Plain', binding: 'PLAIN', dir, sql: false } }));
+    const server = await serveWorkerd(config, { probe: '/' });
+    try {
+      const { message, ...answer } = await (await fetch(`${server.base}/`)).json();
+      assert.deepEqual(answer, { name: 'UnsupportedError', code: 'IDEMDB_UNSUPPORTED' }, `${message}\n${server.logs()}`);
+    } finally {
+      server.stop();
+    }
+  });
+});
+
 describe('README', () => {
   test('the Durable Object example (worker and config) runs as written and keeps its records across a restart', async () => {
     writeFileSync(join(project, 'worker.js'), readmeBlock(project, '// worker.js'));

@@ -1,16 +1,17 @@
 //! [`ClientError`]: why an intent has no final answer, or a refused one.
 
 use http::StatusCode;
-use idemdb::{Coded, ErrorCode, IdempotencyKey, IntentError};
+use idemdb::{AttentionCause, Coded, ErrorCode, IdempotencyKey, IntentError};
 
 use super::Answer;
 
 /// A call of [`IdempotentClient`](super::IdempotentClient) failed.
 ///
-/// Only a [conflict](ClientError::is_conflict) and an [abandoned](ErrorCode::Abandoned) intent
-/// are final. After [retries ran out](ClientError::is_retries_exhausted) or a store error the
-/// intent stays pending, and [`resume_pending`](super::IdempotentClient::resume_pending) sends
-/// it again with the same key.
+/// A [conflict](ClientError::is_conflict), an [abandoned](ErrorCode::Abandoned) intent and one
+/// that [needs attention](ClientError::needs_attention) are final: nothing is sent again
+/// until a person reopens it. After a call's [retries ran out](ClientError::is_retries_exhausted)
+/// or a store error the intent stays pending, and
+/// [`resume_pending`](super::IdempotentClient::resume_pending) sends it again with the same key.
 #[derive(Debug)]
 pub struct ClientError {
     kind: Kind,
@@ -29,6 +30,8 @@ enum Kind {
     },
     /// The intent was abandoned.
     Abandoned { reason: String },
+    /// The intent needs a person; the last answer, when there was one.
+    NeedsAttention { key: IdempotencyKey, cause: AttentionCause, answer: Option<Box<Answer>> },
     /// The intent store failed (or refused the request).
     Store(IntentError),
     /// The request cannot be built or sent as stored (a bad URL, method or header).
@@ -53,17 +56,23 @@ impl ClientError {
         ClientError { kind: Kind::Abandoned { reason } }
     }
 
+    pub(crate) fn attention(key: IdempotencyKey, cause: AttentionCause, answer: Option<Answer>) -> Self {
+        ClientError { kind: Kind::NeedsAttention { key, cause, answer: answer.map(Box::new) } }
+    }
+
     pub(crate) fn invalid(reason: impl Into<String>) -> Self {
         ClientError { kind: Kind::InvalidRequest(reason.into()) }
     }
 
     /// The stable code: [`ErrorCode::Conflict`], [`ErrorCode::RetriesExhausted`],
-    /// [`ErrorCode::Abandoned`], [`ErrorCode::InvalidRequest`], or the store error's code.
+    /// [`ErrorCode::Abandoned`], [`ErrorCode::NeedsAttention`], [`ErrorCode::InvalidRequest`],
+    /// or the store error's code.
     pub fn code(&self) -> ErrorCode {
         match &self.kind {
             Kind::Conflict(_) => ErrorCode::Conflict,
             Kind::RetriesExhausted { .. } => ErrorCode::RetriesExhausted,
             Kind::Abandoned { .. } => ErrorCode::Abandoned,
+            Kind::NeedsAttention { .. } => ErrorCode::NeedsAttention,
             Kind::Store(error) => error.code(),
             Kind::InvalidRequest(_) => ErrorCode::InvalidRequest,
         }
@@ -80,10 +89,21 @@ impl ClientError {
         matches!(self.kind, Kind::RetriesExhausted { .. })
     }
 
-    /// The server's 422 answer, for a conflict.
+    /// Why the intent needs attention, when it does: it is not resumed until reopened
+    /// ([`Store::reopen_intent`](idemdb::Store::reopen_intent)) or abandoned.
+    pub fn needs_attention(&self) -> Option<AttentionCause> {
+        match &self.kind {
+            Kind::NeedsAttention { cause, .. } => Some(*cause),
+            _ => None,
+        }
+    }
+
+    /// The server's answer: the 422 of a conflict, or the last answer of an intent that needs
+    /// attention.
     pub fn answer(&self) -> Option<&Answer> {
         match &self.kind {
             Kind::Conflict(answer) => Some(answer),
+            Kind::NeedsAttention { answer, .. } => answer.as_deref(),
             _ => None,
         }
     }
@@ -111,6 +131,13 @@ impl std::fmt::Display for ClientError {
                 f.write_str("; it stays pending and is resumed later")
             }
             Kind::Abandoned { reason } => write!(f, "the intent was abandoned: {reason}"),
+            Kind::NeedsAttention { key, cause, answer } => {
+                write!(f, "the intent with key {} needs attention ({cause})", KeyLen(key))?;
+                if let Some(answer) = answer {
+                    write!(f, " after status {}", answer.status)?;
+                }
+                f.write_str("; it is not sent again until reopened or abandoned")
+            }
             Kind::Store(error) => write!(f, "intent store: {error}"),
             Kind::InvalidRequest(reason) => write!(f, "the stored request cannot be sent: {reason}"),
         }

@@ -3,11 +3,30 @@
 //!
 //! [`IdempotentClient::send`] first stores the **intent** — its key and canonical request —
 //! durably in the embedded store, *before the first byte leaves*; then it sends with
-//! `Idempotency-Key`, retrying with the same key on network errors, timeouts, 5xx, 408, 409
-//! and 429 (exponential backoff with full jitter, honouring `Retry-After`). The final answer is
-//! recorded with the intent. A 422 is a conflict: recorded, returned as an error, never
-//! retried. If the app dies or gives up mid-way, the intent stays pending and
+//! `Idempotency-Key` and follows the core's retry contract ([`idemdb_core::classify_answer`],
+//! the same rules as the npm package's):
+//!
+//! - **final**, recorded, never sent again: any replayed response (`Idempotent-Replayed:
+//!   true`, whatever its status), any 2xx, 3xx or 4xx, and a 422 (returned as a conflict);
+//! - **needs attention**, recorded with the last answer, not resumed: a problem type that says
+//!   retrying cannot help (`needs-reconciliation`, `expired`, `provider-key-expired`,
+//!   `corrupt`, `newer-format`), or the intent's attempt budget
+//!   ([`Retry::attempts_per_intent`], counted across resumes) running out. The
+//!   [`on_needs_attention`](IdempotentClient::on_needs_attention) callback tells the app; a
+//!   person reopens it after a reconciliation ([`Store::reopen_intent`]) or abandons it
+//!   ([`Store::abandon_intent`]);
+//! - **retried** with the same key: network errors, timeouts, 408, 409, 429 and 5xx, with
+//!   exponential backoff and full jitter, honouring `Retry-After`.
+//!
+//! If the app dies or a call's attempts run out, the intent stays pending and
 //! [`IdempotentClient::resume_pending`] sends it again, with the same key, at the next start.
+//!
+//! **What an intent stores.** The method, the URL as given — a path such as `/v1/payments` is
+//! resolved against the [base URL](IdempotentClient::base_url) at each send, so a service that
+//! moved is reached after a restart — the body, and only the headers of an allow-list
+//! ([`STORED_HEADERS`] by default, [`IdempotentClient::stored_headers`] to change it). Other
+//! headers given to [`IntentRequest::header`] go with this process's attempts only;
+//! credentials come from [`IdempotentClient::transport_headers`], called before every send.
 //!
 //! ```no_run
 //! use idemdb::{Scope, Store};
@@ -16,6 +35,8 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = Store::open("app-intents.idemdb")?;
 //! let client = IdempotentClient::new(store, reqwest::Client::new())
+//!     // Paths in intents are resolved against the service's current address.
+//!     .base_url("http://127.0.0.1:8080".parse()?)
 //!     // Credentials are added to every attempt and never stored with the intent.
 //!     .transport_headers(|_intent| {
 //!         let mut headers = http::HeaderMap::new();
@@ -28,7 +49,7 @@
 //! }
 //! let scope = Scope::new("me", "create_payment")?;
 //! let answer = client
-//!     .send(&scope, IntentRequest::post("http://127.0.0.1:8080/v1/payments").json(serde_json::json!({
+//!     .send(&scope, IntentRequest::post("/v1/payments").json(serde_json::json!({
 //!         "amount": "10.50", "currency": "BRL", "destination": "acct_x"
 //!     })))
 //!     .await?;
@@ -47,47 +68,31 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use idemdb::{
-    AttemptOutcome, Canonicalizer, IdempotencyKey, Intent, IntentError, IntentRefusal, IntentResponse, IntentState,
-    MAX_RESPONSE_HEADERS, Scope, Store,
+    AttemptOutcome, AttentionCause, Canonicalizer, IdempotencyKey, Intent, IntentError, IntentRefusal, IntentResponse,
+    IntentState, MAX_RESPONSE_HEADERS, Scope, Store,
 };
+use idemdb_core::{AnswerClass, KEY_HEADER, KeyForm, REPLAYED_HEADER, classify_answer, key_header_value, problem_code};
 use serde_json::Value;
 
 pub use error::ClientError;
 pub use retry::{Retry, retryable};
 
-use crate::key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, key_header_value};
-
-/// Request headers that are transport or credentials: never stored with an intent (and so
-/// never part of its fingerprint). Given to [`IntentRequest::header`], they go with this
-/// process's attempts only; [`IdempotentClient::transport_headers`] supplies them on every
-/// attempt, resumed ones included.
-pub const TRANSPORT_HEADERS: &[&str] = &[
-    "authorization",
-    "cookie",
-    "proxy-authorization",
-    "idempotency-key",
-    "traceparent",
-    "tracestate",
-    "x-request-id",
-    "x-correlation-id",
-    "user-agent",
-    "content-length",
-    "date",
-    "connection",
-    "host",
-];
+/// The request headers an intent stores by default (with its fingerprint): those that say
+/// what the request means. Every other header — credentials, cookies, API keys, tracing — is
+/// sent with this process's attempts only and never written to the store.
+pub const STORED_HEADERS: &[&str] =
+    &["content-type", "content-language", "accept", "accept-language", "if-match", "if-none-match", "prefer"];
 
 /// Response headers not kept with a recorded answer.
 const UNKEPT_RESPONSE_HEADERS: &[&str] = &["set-cookie", "date", "connection", "keep-alive", "transfer-encoding"];
 
-/// A request to make once: what an intent stores (method, URL, headers other than
-/// [transport ones](TRANSPORT_HEADERS), body).
+/// A request to make once: what an intent stores (method, URL, the
+/// [allowed](STORED_HEADERS) headers, body).
 #[derive(Debug, Clone)]
 pub struct IntentRequest {
     method: Method,
     url: String,
-    headers: BTreeMap<String, String>,
-    transport: HeaderMap,
+    headers: HeaderMap,
     body: Option<Body>,
 }
 
@@ -98,9 +103,10 @@ enum Body {
 }
 
 impl IntentRequest {
-    /// A request with `method` to `url`.
+    /// A request with `method` to `url`: a path (`/v1/payments`), resolved against the
+    /// client's [base URL](IdempotentClient::base_url) at each send, or an absolute URL.
     pub fn new(method: Method, url: impl Into<String>) -> Self {
-        IntentRequest { method, url: url.into(), headers: BTreeMap::new(), transport: HeaderMap::new(), body: None }
+        IntentRequest { method, url: url.into(), headers: HeaderMap::new(), body: None }
     }
 
     /// A POST to `url`.
@@ -113,17 +119,13 @@ impl IntentRequest {
         IntentRequest::new(Method::PATCH, url)
     }
 
-    /// Adds a header. [Transport headers](TRANSPORT_HEADERS) are sent but not stored;
-    /// invalid names or values are dropped.
+    /// Adds a header. Only the client's [stored headers](IdempotentClient::stored_headers) are
+    /// kept with the intent; the others are sent with this process's attempts only. Invalid
+    /// names or values are dropped.
     #[must_use]
     pub fn header(mut self, name: &str, value: &str) -> Self {
-        let name = name.to_ascii_lowercase();
-        if TRANSPORT_HEADERS.contains(&name.as_str()) {
-            if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
-                self.transport.insert(name, value);
-            }
-        } else {
-            self.headers.insert(name, value.to_string());
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+            self.headers.insert(name, value);
         }
         self
     }
@@ -131,7 +133,9 @@ impl IntentRequest {
     /// A JSON body (and `content-type: application/json` unless set).
     #[must_use]
     pub fn json(mut self, body: Value) -> Self {
-        self.headers.entry("content-type".into()).or_insert_with(|| "application/json".into());
+        if !self.headers.contains_key(http::header::CONTENT_TYPE) {
+            self.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
         self.body = Some(Body::Json(body));
         self
     }
@@ -143,13 +147,26 @@ impl IntentRequest {
         self
     }
 
-    /// The stored descriptor: the npm package's layout, so the two clients read each other's
-    /// intents.
-    fn descriptor(&self) -> Value {
+    /// The stored descriptor, with the headers of `stored` only, and the headers left out
+    /// (sent with this process's attempts): the npm package's layout, so the two clients read
+    /// each other's intents.
+    fn descriptor(&self, stored: &[String]) -> (Value, HeaderMap) {
+        let mut kept = BTreeMap::new();
+        let mut transport = HeaderMap::new();
+        for (name, value) in &self.headers {
+            match value.to_str() {
+                Ok(text) if stored.iter().any(|allowed| allowed == name.as_str()) => {
+                    kept.insert(name.as_str().to_string(), text.to_string());
+                }
+                _ => {
+                    transport.append(name.clone(), value.clone());
+                }
+            }
+        }
         let mut descriptor = serde_json::json!({
             "method": self.method.as_str(),
             "url": self.url,
-            "headers": self.headers,
+            "headers": kept,
         });
         if let Some(object) = descriptor.as_object_mut() {
             match &self.body {
@@ -162,7 +179,7 @@ impl IntentRequest {
                 None => {}
             }
         }
-        descriptor
+        (descriptor, transport)
     }
 }
 
@@ -194,7 +211,7 @@ impl Answer {
     /// Whether the server replayed a stored response (`Idempotent-Replayed: true`): an earlier
     /// attempt of this intent had reached it.
     pub fn replayed(&self) -> bool {
-        self.headers.get(IDEMPOTENT_REPLAYED).is_some_and(|value| value == "true")
+        self.headers.get(REPLAYED_HEADER).is_some_and(|value| value == "true")
     }
 }
 
@@ -208,6 +225,7 @@ pub struct Resumed {
 }
 
 type TransportFn = dyn Fn(&Intent) -> HeaderMap + Send + Sync;
+type AttentionFn = dyn Fn(&Intent) + Send + Sync;
 
 /// Sends intents at most once in effect: see the [module docs](self).
 #[derive(Clone)]
@@ -217,6 +235,10 @@ pub struct IdempotentClient {
     retry: Retry,
     canonicalizer: Canonicalizer,
     transport: Option<Arc<TransportFn>>,
+    attention: Option<Arc<AttentionFn>>,
+    base: Option<reqwest::Url>,
+    stored_headers: Vec<String>,
+    key_form: KeyForm,
 }
 
 impl std::fmt::Debug for IdempotentClient {
@@ -231,7 +253,50 @@ impl std::fmt::Debug for IdempotentClient {
 impl IdempotentClient {
     /// A client keeping intents in `store` and sending with `http`.
     pub fn new(store: Store, http: reqwest::Client) -> Self {
-        IdempotentClient { store, http, retry: Retry::default(), canonicalizer: Canonicalizer::new(), transport: None }
+        IdempotentClient {
+            store,
+            http,
+            retry: Retry::default(),
+            canonicalizer: Canonicalizer::new(),
+            transport: None,
+            attention: None,
+            base: None,
+            stored_headers: STORED_HEADERS.iter().map(|name| name.to_string()).collect(),
+            key_form: KeyForm::SfString,
+        }
+    }
+
+    /// The base that request paths (`/v1/payments`) are resolved against at each send,
+    /// resumed intents included: give the service's current address at start-up. Absolute
+    /// URLs in intents are sent as stored.
+    #[must_use]
+    pub fn base_url(mut self, base: reqwest::Url) -> Self {
+        self.base = Some(base);
+        self
+    }
+
+    /// The request headers an intent stores (default [`STORED_HEADERS`]); names are matched
+    /// in lower case. Every other header is sent with this process's attempts only.
+    #[must_use]
+    pub fn stored_headers<S: AsRef<str>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.stored_headers = names.into_iter().map(|name| name.as_ref().to_ascii_lowercase()).collect();
+        self
+    }
+
+    /// How the key is written in its header (default the structured-field string the idemdb
+    /// layer reads; [`KeyForm::Bare`] for servers that take an opaque token).
+    #[must_use]
+    pub fn key_form(mut self, form: KeyForm) -> Self {
+        self.key_form = form;
+        self
+    }
+
+    /// Called when an intent comes to need attention (with the intent as stored, its last
+    /// answer included), before the call returns [`ClientError::needs_attention`].
+    #[must_use]
+    pub fn on_needs_attention(mut self, callback: impl Fn(&Intent) + Send + Sync + 'static) -> Self {
+        self.attention = Some(Arc::new(callback));
+        self
     }
 
     /// The retry schedule (default [`Retry::default`]).
@@ -250,7 +315,8 @@ impl IdempotentClient {
     }
 
     /// Headers added to every attempt and never stored (credentials, tracing), called before
-    /// each attempt so a resumed intent gets a fresh token.
+    /// each attempt so a resumed intent gets a fresh token. This is where credentials come
+    /// from: nothing it returns reaches the store.
     #[must_use]
     pub fn transport_headers(mut self, headers: impl Fn(&Intent) -> HeaderMap + Send + Sync + 'static) -> Self {
         self.transport = Some(Arc::new(headers));
@@ -265,8 +331,8 @@ impl IdempotentClient {
     /// Creates an intent with a new key and sends it until it has a final answer.
     ///
     /// # Errors
-    /// [`ClientError`]: a conflict (422), retries exhausted (the intent stays pending), an
-    /// abandoned intent, or the store's error.
+    /// [`ClientError`]: a conflict (422), the call's retries exhausted (the intent stays
+    /// pending), an intent that needs attention or was abandoned, or the store's error.
     pub async fn send(&self, scope: &Scope, request: IntentRequest) -> Result<Answer, ClientError> {
         let key = Store::new_key().map_err(IntentError::from)?;
         self.send_with_key(scope, &key, request).await
@@ -283,13 +349,15 @@ impl IdempotentClient {
         key: &IdempotencyKey,
         request: IntentRequest,
     ) -> Result<Answer, ClientError> {
-        let descriptor = serde_json::to_vec(&request.descriptor()).map_err(|e| ClientError::invalid(e.to_string()))?;
+        let (descriptor, transport) = request.descriptor(&self.stored_headers);
+        let descriptor = serde_json::to_vec(&descriptor).map_err(|e| ClientError::invalid(e.to_string()))?;
         let (scope, key, canon) = (scope.clone(), key.clone(), self.canonicalizer.clone());
         let intent = self.blocking(move |store| store.create_intent(&scope, &key, &descriptor, &canon)).await?;
-        self.send_intent(intent, &request.transport).await
+        self.send_intent(intent, &transport).await
     }
 
     /// Sends every pending intent again with its own key, oldest first, one at a time.
+    /// Intents that need attention are not sent (see [`Store::intents_needing_attention`]).
     ///
     /// # Errors
     /// The store's error when the pending intents cannot be listed; each intent's own
@@ -304,22 +372,33 @@ impl IdempotentClient {
         Ok(resumed)
     }
 
-    /// The send loop (the npm `sendIntent`).
+    /// The send loop (the npm `sendIntent`): the core's retry contract decides what each
+    /// answer means.
     async fn send_intent(&self, mut intent: Intent, extra: &HeaderMap) -> Result<Answer, ClientError> {
         let mut last_status = None;
         let mut last_error = None;
+        let mut last_answer: Option<IntentResponse> = None;
         for attempt in 1.. {
             match &intent.state {
                 IntentState::Completed { response } => {
                     let answer = Answer::of(intent.key.clone(), response);
-                    return if answer.status == StatusCode::UNPROCESSABLE_ENTITY {
+                    return if answer.status == StatusCode::UNPROCESSABLE_ENTITY && !answer.replayed() {
                         Err(ClientError::conflict(answer))
                     } else {
                         Ok(answer)
                     };
                 }
                 IntentState::Abandoned { reason } => return Err(ClientError::abandoned(reason.clone())),
+                IntentState::NeedsAttention { cause, response } => {
+                    let answer = response.as_ref().map(|response| Answer::of(intent.key.clone(), response));
+                    return Err(ClientError::attention(intent.key.clone(), *cause, answer));
+                }
                 _ => {}
+            }
+            if intent.budget_used() >= self.retry.intent_attempts() {
+                let cause = AttentionCause::RetriesExhausted;
+                intent = self.record(&intent, Update::Attention(cause, last_answer.take())).await?;
+                continue;
             }
             if attempt > self.retry.attempts() {
                 return Err(ClientError::exhausted(intent.key, self.retry.attempts(), last_status, last_error));
@@ -330,6 +409,8 @@ impl IdempotentClient {
             if intent.state != IntentState::Pending {
                 continue;
             }
+            // The backoff grows with the intent's attempts, across resumes.
+            let backoff = self.retry.backoff(intent.budget_used(), fastrand::f64());
             let response = match self.http.execute(request).await {
                 Ok(response) => response,
                 Err(error) => {
@@ -338,22 +419,13 @@ impl IdempotentClient {
                     tracing::debug!(target: "idemdb_http", attempt, timeout = error.is_timeout(), "attempt failed");
                     last_error = Some(error);
                     intent = self.record(&intent, Update::Attempt(outcome)).await?;
-                    self.pause(self.retry.backoff(attempt, fastrand::f64())).await;
+                    self.pause(backoff).await;
                     continue;
                 }
             };
             let status = response.status();
             last_status = Some(status);
-            if retryable(status) {
-                let wait = self
-                    .retry
-                    .retry_after(response.headers(), SystemTime::now())
-                    .unwrap_or_else(|| self.retry.backoff(attempt, fastrand::f64()));
-                drop(response);
-                intent = self.record(&intent, Update::Attempt(AttemptOutcome::Status(status.as_u16()))).await?;
-                self.pause(wait).await;
-                continue;
-            }
+            let wait = self.retry.retry_after(response.headers(), SystemTime::now()).unwrap_or(backoff);
             let headers = kept_headers(response.headers());
             let body = match response.bytes().await {
                 Ok(body) => body,
@@ -361,12 +433,22 @@ impl IdempotentClient {
                     // The server answered, but the body was lost in transit: ask again.
                     last_error = Some(error);
                     intent = self.record(&intent, Update::Attempt(AttemptOutcome::NetworkError)).await?;
-                    self.pause(self.retry.backoff(attempt, fastrand::f64())).await;
+                    self.pause(backoff).await;
                     continue;
                 }
             };
-            let response = IntentResponse { status: status.as_u16(), headers, body: body.to_vec() };
-            intent = self.record(&intent, Update::Response(response)).await?;
+            let answer = IntentResponse { status: status.as_u16(), headers, body: body.to_vec() };
+            match classify(&answer) {
+                AnswerClass::Retry => {
+                    intent = self.record(&intent, Update::Attempt(AttemptOutcome::Status(status.as_u16()))).await?;
+                    last_answer = Some(answer);
+                    self.pause(wait).await;
+                }
+                AnswerClass::NeedsAttention(cause) => {
+                    intent = self.record(&intent, Update::Attention(cause, Some(answer))).await?;
+                }
+                _ => intent = self.record(&intent, Update::Response(answer)).await?,
+            }
         }
         Err(ClientError::exhausted(intent.key, self.retry.attempts(), last_status, last_error))
     }
@@ -378,7 +460,13 @@ impl IdempotentClient {
         let method = descriptor["method"].as_str().unwrap_or("POST");
         let method = Method::from_bytes(method.as_bytes()).map_err(|e| ClientError::invalid(e.to_string()))?;
         let url = descriptor["url"].as_str().ok_or_else(|| ClientError::invalid("no URL"))?;
-        let url = reqwest::Url::parse(url).map_err(|e| ClientError::invalid(e.to_string()))?;
+        let url = match (reqwest::Url::parse(url), &self.base) {
+            (Ok(absolute), _) => absolute,
+            (Err(_), Some(base)) => base.join(url).map_err(|e| ClientError::invalid(e.to_string()))?,
+            (Err(error), None) => {
+                return Err(ClientError::invalid(format!("{error} (a path needs the client's base_url)")));
+            }
+        };
         let mut request = reqwest::Request::new(method, url);
         *request.timeout_mut() = Some(self.retry.attempt_timeout());
         let headers = request.headers_mut();
@@ -400,7 +488,9 @@ impl IdempotentClient {
                 }
             }
         }
-        headers.insert(HeaderName::from_static(IDEMPOTENCY_KEY), key_header_value(&intent.key));
+        let key = HeaderValue::from_str(&key_header_value(intent.key.as_str(), self.key_form))
+            .map_err(|e| ClientError::invalid(e.to_string()))?;
+        headers.insert(HeaderName::from_static(KEY_HEADER), key);
         let body = match (&descriptor["body"], &descriptor["bodyText"]) {
             (Value::Null, Value::String(text)) => Some(text.clone().into_bytes()),
             (Value::Null, _) => None,
@@ -420,8 +510,15 @@ impl IdempotentClient {
             .blocking(move |store| match update {
                 Update::Attempt(outcome) => store.record_attempt(&scope, &key, outcome),
                 Update::Response(response) => store.record_response(&scope, &key, response),
+                Update::Attention(cause, response) => store.mark_needs_attention(&scope, &key, cause, response),
             })
             .await;
+        if let (Ok(stored), Some(callback)) = (&result, &self.attention)
+            && matches!(stored.state, IntentState::NeedsAttention { .. })
+            && intent.is_pending()
+        {
+            callback(stored);
+        }
         match result {
             Err(IntentError::Refused(IntentRefusal::Finished { .. })) => {
                 let (scope, key) = (intent.scope.clone(), intent.key.clone());
@@ -446,6 +543,21 @@ impl IdempotentClient {
 enum Update {
     Attempt(AttemptOutcome),
     Response(IntentResponse),
+    Attention(AttentionCause, Option<IntentResponse>),
+}
+
+/// The contract's class of a recorded answer: replayed or not, and the problem code its
+/// body names (`code`, or the slug of `type`).
+fn classify(answer: &IntentResponse) -> AnswerClass {
+    let header = |name: &str| answer.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let replayed = header(REPLAYED_HEADER) == Some("true");
+    let problem = if header("content-type").is_some_and(|t| t.starts_with("application/problem+json")) {
+        let body: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+        problem_code(body["type"].as_str(), body["code"].as_str())
+    } else {
+        None
+    };
+    classify_answer(answer.status, replayed, problem)
 }
 
 fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
@@ -461,23 +573,31 @@ fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
 mod tests {
     use super::*;
 
+    fn allowed() -> Vec<String> {
+        STORED_HEADERS.iter().map(|name| name.to_string()).collect()
+    }
+
     #[test]
-    fn transport_headers_stay_out_of_the_descriptor() {
-        let request = IntentRequest::post("http://127.0.0.1:1/v1/payments")
+    fn only_allowed_headers_are_stored_in_the_descriptor() {
+        let request = IntentRequest::post("/v1/payments")
             .header("Authorization", "Bearer acme")
-            .header("X-Client", "app/1")
+            .header("X-Api-Key", "secret")
+            .header("Accept", "application/json")
             .json(serde_json::json!({"amount": "10.50"}));
-        let descriptor = request.descriptor();
+        let (descriptor, transport) = request.descriptor(&allowed());
         assert_eq!(
             descriptor,
             serde_json::json!({
                 "method": "POST",
-                "url": "http://127.0.0.1:1/v1/payments",
-                "headers": {"content-type": "application/json", "x-client": "app/1"},
+                "url": "/v1/payments",
+                "headers": {"accept": "application/json", "content-type": "application/json"},
                 "body": {"amount": "10.50"},
             })
         );
-        assert_eq!(request.transport["authorization"], "Bearer acme");
+        assert_eq!(transport["authorization"], "Bearer acme");
+        assert_eq!(transport["x-api-key"], "secret");
+        let (custom, _) = request.descriptor(&["x-api-key".to_string()]);
+        assert_eq!(custom["headers"], serde_json::json!({"x-api-key": "secret"}), "the allow-list is configurable");
     }
 
     #[test]
@@ -491,7 +611,7 @@ mod tests {
         let scope = Scope::new("me", "pay").unwrap();
         let key = IdempotencyKey::new("k\"1").unwrap();
         let request = IntentRequest::post("http://127.0.0.1:1/p").text("hello");
-        let bytes = serde_json::to_vec(&request.descriptor()).unwrap();
+        let bytes = serde_json::to_vec(&request.descriptor(&allowed()).0).unwrap();
         let intent = store.create_intent(&scope, &key, &bytes, &Canonicalizer::new()).unwrap();
         let built = client.build(&intent, &HeaderMap::new()).unwrap();
         assert_eq!(built.method(), Method::POST);
@@ -499,6 +619,23 @@ mod tests {
         assert_eq!(built.headers()["authorization"], "Bearer fresh");
         assert_eq!(built.body().and_then(reqwest::Body::as_bytes), Some(&b"hello"[..]));
         assert_eq!(built.timeout(), Some(&Retry::default().attempt_timeout()));
+        let bare = client.clone().key_form(KeyForm::Bare).build(&intent, &HeaderMap::new()).unwrap();
+        assert_eq!(bare.headers()["idempotency-key"], "k\"1");
+    }
+
+    #[test]
+    fn a_stored_path_is_resolved_against_the_base_given_at_send_time() {
+        let store = Store::in_memory().unwrap();
+        let scope = Scope::new("me", "pay").unwrap();
+        let key = IdempotencyKey::new("k-1").unwrap();
+        let bytes = serde_json::to_vec(&IntentRequest::post("/v1/payments?x=1").descriptor(&allowed()).0).unwrap();
+        let intent = store.create_intent(&scope, &key, &bytes, &Canonicalizer::new()).unwrap();
+        let client = IdempotentClient::new(store, reqwest::Client::new());
+        let error = client.build(&intent, &HeaderMap::new()).unwrap_err();
+        assert_eq!(error.code(), idemdb::ErrorCode::InvalidRequest, "a path without a base is a typed error");
+        let moved = client.clone().base_url("http://10.0.0.2:9000/".parse().unwrap());
+        let built = moved.build(&intent, &HeaderMap::new()).unwrap();
+        assert_eq!(built.url().as_str(), "http://10.0.0.2:9000/v1/payments?x=1");
     }
 
     #[test]

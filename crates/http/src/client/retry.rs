@@ -1,44 +1,63 @@
-//! The client's retry schedule: which answers are retried, backoff with full jitter, and
-//! `Retry-After`.
+//! The client's retry schedule. The rules — which answers are final, retried or need a
+//! person, the defaults, backoff with full jitter, `Retry-After` — are the core's retry
+//! contract ([`idemdb_core::classify_answer`] and its neighbours), shared with the npm package;
+//! this file only holds the settings and reads `http` types.
 
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode, header};
+use idemdb_core::{
+    AnswerClass, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
+    DEFAULT_MAX_DELAY, Timestamp, backoff_ceiling, backoff_delay, classify_answer,
+};
 
 /// How a client retries one intent.
 ///
 /// ```
 /// use std::time::Duration;
 /// use idemdb_http::client::Retry;
-/// let retry = Retry::default().max_attempts(8).timeout(Duration::from_secs(5));
+/// let retry = Retry::default().max_attempts(8).attempts_per_intent(40).timeout(Duration::from_secs(5));
 /// assert_eq!(retry.attempts(), 8);
+/// assert_eq!(retry.intent_attempts(), 40);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retry {
     max_attempts: u32,
+    per_intent: u32,
     base_delay: Duration,
     max_delay: Duration,
     timeout: Duration,
 }
 
 impl Default for Retry {
-    /// 5 attempts per call; backoff from 250 ms doubling up to 30 s (also the cap on
-    /// `Retry-After`), with full jitter; 15 s per attempt.
+    /// The core's defaults: 5 attempts per call and 20 over the intent's life (across
+    /// resumes); backoff from 250 ms doubling up to 30 s (also the cap on `Retry-After`), with
+    /// full jitter; 15 s per attempt.
     fn default() -> Self {
         Retry {
-            max_attempts: 5,
-            base_delay: Duration::from_millis(250),
-            max_delay: Duration::from_secs(30),
-            timeout: Duration::from_secs(15),
+            max_attempts: DEFAULT_ATTEMPTS_PER_CALL,
+            per_intent: DEFAULT_ATTEMPTS_PER_INTENT,
+            base_delay: DEFAULT_BASE_DELAY,
+            max_delay: DEFAULT_MAX_DELAY,
+            timeout: DEFAULT_ATTEMPT_TIMEOUT,
         }
     }
 }
 
 impl Retry {
-    /// Attempts per call, the first included (at least 1).
+    /// Attempts per call, the first included (at least 1). When they run out the intent stays
+    /// pending and is resumed later.
     #[must_use]
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// Attempts over the intent's life, counted across resumes (at least 1). When they run out
+    /// the intent [needs attention](idemdb::IntentState::NeedsAttention) and is not resumed.
+    #[must_use]
+    pub fn attempts_per_intent(mut self, attempts: u32) -> Self {
+        self.per_intent = attempts.max(1);
         self
     }
 
@@ -68,41 +87,39 @@ impl Retry {
         self.max_attempts
     }
 
+    /// Attempts over the intent's life.
+    pub fn intent_attempts(&self) -> u32 {
+        self.per_intent
+    }
+
     /// The per-attempt timeout.
     pub fn attempt_timeout(&self) -> Duration {
         self.timeout
     }
 
-    /// The ceiling of the backoff before attempt `attempt + 1`: `base × 2^(attempt-1)`, at most
-    /// the maximum delay. The delay is drawn uniformly below it (full jitter).
+    /// The ceiling of the backoff after attempt `attempt` (see [`idemdb_core::backoff_ceiling`]).
     pub fn ceiling(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(1).min(30);
-        self.base_delay.saturating_mul(1 << doublings).min(self.max_delay)
+        backoff_ceiling(attempt, self.base_delay, self.max_delay)
     }
 
     /// A backoff delay after attempt `attempt`, with full jitter: uniform in `[0, ceiling)`.
     pub(crate) fn backoff(&self, attempt: u32, unit: f64) -> Duration {
-        self.ceiling(attempt).mul_f64(unit.clamp(0.0, 1.0))
+        backoff_delay(attempt, unit, self.base_delay, self.max_delay)
     }
 
     /// The server's `Retry-After` (seconds or an HTTP date), capped at the maximum delay.
     pub(crate) fn retry_after(&self, headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-        let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
-        let wait = match value.parse::<u64>() {
-            Ok(seconds) => Duration::from_secs(seconds),
-            Err(_) => httpdate::parse_http_date(value).ok()?.duration_since(now).unwrap_or(Duration::ZERO),
-        };
-        Some(wait.min(self.max_delay))
+        let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?;
+        let now = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let now = Timestamp::from_millis(u64::try_from(now.as_millis()).unwrap_or(u64::MAX));
+        idemdb_core::retry_after(value, now, self.max_delay)
     }
 }
 
-/// Whether a status is retried with the same key: the server may not have finished (409,
-/// 5xx), timed out reading (408), or asks to come back (429). 422 is a conflict, never retried.
+/// Whether a status alone (not replayed, no problem type) is retried with the same key: 408,
+/// 409, 429 and 5xx. The full rule reads the answer too: see [`idemdb_core::classify_answer`].
 pub fn retryable(status: StatusCode) -> bool {
-    status.is_server_error()
-        || status == StatusCode::CONFLICT
-        || status == StatusCode::TOO_MANY_REQUESTS
-        || status == StatusCode::REQUEST_TIMEOUT
+    classify_answer(status.as_u16(), false, None) == AnswerClass::Retry
 }
 
 #[cfg(test)]
@@ -120,19 +137,6 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_to_the_cap_with_full_jitter() {
-        let retry = Retry::default().base_delay(Duration::from_millis(100)).max_delay(Duration::from_secs(1));
-        assert_eq!(retry.ceiling(1), Duration::from_millis(100));
-        assert_eq!(retry.ceiling(2), Duration::from_millis(200));
-        assert_eq!(retry.ceiling(4), Duration::from_millis(800));
-        assert_eq!(retry.ceiling(5), Duration::from_secs(1));
-        assert_eq!(retry.ceiling(u32::MAX), Duration::from_secs(1));
-        assert_eq!(retry.backoff(3, 0.0), Duration::ZERO);
-        assert_eq!(retry.backoff(3, 0.5), Duration::from_millis(200));
-        assert_eq!(retry.backoff(3, 7.0), Duration::from_millis(400), "the unit is clamped");
-    }
-
-    #[test]
     fn retry_after_reads_seconds_and_dates_and_is_capped() {
         let retry = Retry::default().max_delay(Duration::from_secs(10));
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
@@ -145,8 +149,6 @@ mod tests {
         assert_eq!(with("3600"), Some(Duration::from_secs(10)));
         let later = httpdate::fmt_http_date(now + Duration::from_secs(4));
         assert_eq!(with(&later), Some(Duration::from_secs(4)));
-        let past = httpdate::fmt_http_date(now - Duration::from_secs(4));
-        assert_eq!(with(&past), Some(Duration::ZERO));
         assert_eq!(with("soon"), None);
         assert_eq!(retry.retry_after(&HeaderMap::new(), now), None);
     }
