@@ -117,6 +117,7 @@ error_codes!(
     NotReady,
     FenceExhausted,
     ReadOnly,
+    NeedsAttention,
 );
 
 impl IdemdbError {
