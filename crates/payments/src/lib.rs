@@ -88,6 +88,12 @@ pub fn payment_canonicalizer() -> Canonicalizer {
     canon.unwrap_or_default()
 }
 
+/// The layer's settings of `POST /v1/payments`: its name, canonical form, a 16 KiB body limit,
+/// and the default key forms and response policy (a handler's 400 releases the key).
+pub fn payment_operation() -> Operation {
+    Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024)
+}
+
 /// The service's router over `ledger` and `provider`, and the dispatcher of its charges (run
 /// it beside the router, for example with `tokio::spawn(dispatcher.run())`; without it,
 /// payments wait in the outbox).
@@ -109,11 +115,7 @@ pub fn router_with_admin<L: Ledger>(
 ) -> Result<(Router, Dispatcher<L>), KeyError> {
     let tenant = |parts: &Parts| bearer(&parts.headers);
     let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
-        .route(
-            Method::POST,
-            "/v1/payments",
-            Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024),
-        )
+        .route(Method::POST, "/v1/payments", payment_operation())
         .only_listed_routes();
     let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin });
     let router = Router::new()
@@ -146,5 +148,6 @@ async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap
 
 async fn policy_of<L: Ledger>(State(app): State<Arc<App<L>>>) -> Response {
     let policy = idemdb_interface::IdempotencyStore::policy(app.ledger.store(), payment_operation_name());
-    ([(header::CONTENT_TYPE, "application/json")], published_policy(policy).to_string()).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], published_policy(policy, &payment_operation()).to_string())
+        .into_response()
 }

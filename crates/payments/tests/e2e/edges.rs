@@ -1,0 +1,99 @@
+//! Every retry reaches a final answer, at the edges: the longest keys, keys sent unquoted, a
+//! request the handler refused before any effect, and the published policy. Effects are
+//! counted in the ledger.
+
+use idemdb_core::{EffectName, IdempotencyKey};
+use serde_json::Value;
+
+use crate::support::*;
+
+/// The provider key the service derives for `key` (the core's documented rule).
+fn provider_key(key: &str) -> String {
+    let effect = EffectName::new("charge").unwrap();
+    effect.provider_key(&IdempotencyKey::new(key).unwrap(), 1).unwrap().as_str().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_246_to_255_bytes_are_paid_once_and_replayed() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    for len in [245, 246, 250, 255] {
+        let key = format!("{len}-{}", "k".repeat(len - 4));
+        assert_eq!(key.len(), len);
+        let first = pay(&http, &server.url, "acme", &key, &payment("10.50")).await.unwrap();
+        assert_eq!((first.status, first.replayed), (201, false), "{len}: {}", String::from_utf8_lossy(&first.body));
+        let created: Value = serde_json::from_slice(&first.body).unwrap();
+        let derived = provider_key(&key);
+        assert!(derived.len() <= 255, "{len}: {derived}");
+        assert_eq!(created["provider_key"], derived.as_str());
+        let retry = pay(&http, &server.url, "acme", &key, &payment("10.50")).await.unwrap();
+        assert_eq!((retry.status, retry.replayed, &retry.body), (201, true, &first.body), "{len}");
+        let effects = effects(&http, &server.url, "acme").await;
+        assert_eq!(effects.payments_of(&key), 1, "{len}");
+        // Short forms are counted under the key, hashed ones under the provider key.
+        let counted = if len <= 245 { key.clone() } else { derived };
+        assert_eq!(effects.calls_of(&counted), 1, "{len}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_uuid_key_is_the_same_key_as_its_quoted_form() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    let uuid = "8e03978e-40d5-43e8-bc93-6894a57f9324";
+    let bare = pay_raw(&http, &server.url, "acme", uuid, &payment("10.50")).await;
+    assert_eq!((bare.status, bare.replayed), (201, false), "{}", String::from_utf8_lossy(&bare.body));
+    let quoted = pay_raw(&http, &server.url, "acme", &format!("\"{uuid}\""), &payment("10.50")).await;
+    assert_eq!((quoted.status, quoted.replayed, &quoted.body), (201, true, &bare.body));
+    let token = pay_raw(&http, &server.url, "acme", "order-77", &payment("10.50")).await;
+    assert_eq!(token.status, 201);
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!((effects.payments_of(uuid), effects.calls_of(uuid)), (1, 1));
+    assert_eq!((effects.payments_of("order-77"), effects.calls_of("order-77")), (1, 1));
+    // A value that is no key still gets 400, with what to send.
+    let spaced = pay_raw(&http, &server.url, "acme", "a b", &payment("10.50")).await;
+    assert_eq!(spaced.status, 400);
+    assert_eq!(spaced.problem.as_deref(), Some("urn:idemdb:problem:invalid-key"));
+    let detail: Value = serde_json::from_slice(&spaced.body).unwrap();
+    assert!(detail["detail"].as_str().unwrap().contains("send "), "{detail}");
+    assert_eq!(effects_count(&http, &server.url).await, 2);
+}
+
+async fn effects_count(http: &reqwest::Client, url: &str) -> usize {
+    effects(http, url, "acme").await.payments.values().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_any_effect_leaves_the_key_free_for_the_corrected_one() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    let refused = pay(&http, &server.url, "acme", "fix-1", &payment("10.505")).await.unwrap();
+    assert_eq!(refused.status, 400, "{}", String::from_utf8_lossy(&refused.body));
+    assert_eq!(effects_count(&http, &server.url).await, 0);
+    let fixed = pay(&http, &server.url, "acme", "fix-1", &payment("10.50")).await.unwrap();
+    assert_eq!((fixed.status, fixed.replayed), (201, false), "{}", String::from_utf8_lossy(&fixed.body));
+    // The corrected request is now the key's binding: its retry replays, the refused body is
+    // a different request.
+    let retry = pay(&http, &server.url, "acme", "fix-1", &payment("10.50")).await.unwrap();
+    assert_eq!((retry.status, retry.replayed), (201, true));
+    let again = pay(&http, &server.url, "acme", "fix-1", &payment("10.505")).await.unwrap();
+    assert_eq!(again.status, 422);
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!((effects.payments_of("fix-1"), effects.calls_of("fix-1")), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_published_policy_lists_every_limit_the_layer_enforces() {
+    let server = Db::redb().start(&[]);
+    let response = http().get(format!("{}/v1/idempotency-policy", server.url)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let policy: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    assert_eq!(policy["key"]["bytes"]["max"], 255);
+    assert!(policy["key"]["forms"].as_array().is_some_and(|forms| forms.len() == 3), "{policy}");
+    assert!(policy["key"]["derived_keys"].as_str().is_some_and(|rule| rule.contains("blake3")), "{policy}");
+    let operation = &policy["operations"][0];
+    assert_eq!(operation["max_body_bytes"], 16 * 1024);
+    assert!(operation["max_stored_response_bytes"].as_u64().is_some_and(|n| n > 0));
+    assert!(operation["retry_after"]["max_seconds"].as_u64().is_some(), "{operation}");
+    assert!(operation["fingerprint"]["caveats"].to_string().contains("2^53"), "{operation}");
+}
