@@ -85,6 +85,7 @@ mod idempotency;
 mod key;
 mod problem;
 mod response;
+mod webhook;
 
 pub use idempotency::{
     DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, HandleError, IdempotencyLayer, IdempotencyService,
@@ -93,6 +94,10 @@ pub use idempotency::{
 pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyForms, KeyHeaderError, key_header_value, parse_key_header};
 pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON, ProblemTypes};
 pub use response::{DEFAULT_REPLAY_HEADERS, RESPONSE_FORMAT, ResponseDecodeError, StoredResponse};
+pub use webhook::{
+    DEFAULT_WEBHOOK_TOLERANCE, VerifiedWebhook, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
+    WebhookSignatureError, WebhookVerifier,
+};
 
 #[cfg(feature = "client")]
 pub use client::IdempotentClient;

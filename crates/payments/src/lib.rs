@@ -42,7 +42,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::request::Parts;
 use idemdb_core::{Canonicalizer, KeyError, Normaliser};
-use idemdb_http::{IdempotencyLayer, Operation};
+use idemdb_http::{IdempotencyLayer, Operation, WebhookVerifier};
 
 use crate::dispatch::Charges;
 
@@ -54,7 +54,7 @@ pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
 pub use reconcile::RECONCILIATION_PATH;
-pub use webhook::{MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
+pub use webhook::{MAX_VERSION_STEP, MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 
 /// What the handlers share.
 #[derive(Debug)]
@@ -67,6 +67,8 @@ pub struct App<L> {
     charges: Charges,
     /// Admin requests (`None`: not enabled).
     admin: Option<Admin>,
+    /// The verifier of the provider's webhook signatures (`None`: deliveries are not signed).
+    webhooks: Option<WebhookVerifier>,
 }
 
 /// The tenant of a request: the token of `Authorization: Bearer <tenant>`.
@@ -113,11 +115,26 @@ pub fn router_with_admin<L: Ledger>(
     provider: Provider,
     admin: Option<Admin>,
 ) -> Result<(Router, Dispatcher<L>), KeyError> {
+    router_with(ledger, provider, admin, None)
+}
+
+/// [`router_with_admin`] whose webhooks must be signed: with `webhooks`, every delivery to
+/// [`WEBHOOK_PATH`] is verified first (Standard Webhooks `v1`), and an unsigned or forged one
+/// gets 401 `invalid-signature`.
+///
+/// # Errors
+/// As [`router`].
+pub fn router_with<L: Ledger>(
+    ledger: L,
+    provider: Provider,
+    admin: Option<Admin>,
+    webhooks: Option<WebhookVerifier>,
+) -> Result<(Router, Dispatcher<L>), KeyError> {
     let tenant = |parts: &Parts| bearer(&parts.headers);
     let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
         .route(Method::POST, "/v1/payments", payment_operation())
         .only_listed_routes();
-    let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin });
+    let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin, webhooks });
     let router = Router::new()
         .route("/v1/payments", post(payment::create::<L>))
         .route(WEBHOOK_PATH, post(webhook::receive::<L>).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)))

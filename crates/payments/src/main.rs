@@ -24,7 +24,7 @@ use clap::{ArgGroup, CommandFactory, Parser};
 use idemdb::{Policy, Store};
 use idemdb_postgres::PgStore;
 use payments_example::{
-    Admin, Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router_with_admin, timestamped_backup_name,
+    Admin, Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router_with, timestamped_backup_name,
 };
 
 /// A payments service with Idempotency-Key semantics (POST /v1/payments, POST
@@ -67,6 +67,11 @@ struct Args {
     /// destination, then loses its answer (the charge waits in GET /v1/reconciliation).
     #[arg(long, value_name = "DESTINATION")]
     provider_lose_responses_to: Option<String>,
+    /// The provider's webhook signing secret (`whsec_<base64>`, Standard Webhooks); without it
+    /// the environment's `PAYMENTS_WEBHOOK_SECRET`. With a secret, `POST /v1/webhooks/provider`
+    /// refuses every delivery that is not signed with it (401 `invalid-signature`).
+    #[arg(long, value_name = "SECRET")]
+    webhook_secret: Option<String>,
 }
 
 /// Which store backs the service, each with its own [`Ledger`]; the router and handlers are
@@ -123,6 +128,13 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
     if let Some(dir) = &args.backup_dir {
         std::fs::create_dir_all(dir)?;
     }
+    let secret = args.webhook_secret.clone().or_else(|| std::env::var("PAYMENTS_WEBHOOK_SECRET").ok());
+    let webhooks = match secret.filter(|secret| !secret.is_empty()) {
+        Some(secret) => {
+            Some(idemdb_http::WebhookVerifier::new(&secret).map_err(|error| format!("--webhook-secret: {error}"))?)
+        }
+        None => None,
+    };
     let admin = match &args.admin_token {
         Some(token) => Some(Admin::new(token.clone(), args.backup_dir.clone())?),
         None => None,
@@ -136,7 +148,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             if let Some(backup_dir) = &args.backup_dir {
                 backup_on_signal(ledger.clone(), backup_dir.clone());
             }
-            serve(ledger, provider, &args.addr, admin).await
+            serve(ledger, provider, &args.addr, admin, webhooks).await
         }
         Backend::Postgres { url, schema } => {
             let mut builder =
@@ -146,7 +158,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             }
             let store = builder.connect().await.map_err(|error| format!("cannot connect to PostgreSQL: {error}"))?;
             let provider = faults(Provider::postgres(store.clone(), latency).await?);
-            serve(PgLedger::new(store).await?, provider, &args.addr, admin).await
+            serve(PgLedger::new(store).await?, provider, &args.addr, admin, webhooks).await
         }
     }
 }
@@ -156,8 +168,9 @@ async fn serve<L: Ledger>(
     provider: Provider,
     addr: &str,
     admin: Option<Admin>,
+    webhooks: Option<idemdb_http::WebhookVerifier>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (router, dispatcher) = router_with_admin(ledger, provider, admin)?;
+    let (router, dispatcher) = router_with(ledger, provider, admin, webhooks)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     // Charges the previous process left in the outbox are dispatched from the start.
     let dispatcher = tokio::spawn(dispatcher.run());

@@ -18,7 +18,8 @@ use crate::{IdempotencyKey, IdentityPart, KeyError, MAX_KEY_LEN, Record, ScopedK
 pub use budget::{DuplicateCost, RetentionBudget};
 pub use inbox::{
     Admission, DELIVERY_FORMAT, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord, DomainGuard,
-    InboxAnswer, InboxDecision, InboxRefusal, NewerVersion, OBJECT_FORMAT, ObjectRecord, ValidTransition, accept,
+    InboxAnswer, InboxDecision, InboxRefusal, NewerVersion, NewerVersionWithin, OBJECT_FORMAT, ObjectRecord,
+    ValidTransition, accept,
 };
 pub use job::{
     Compensation, JOB_FORMAT, JobAnswer, JobDecision, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,

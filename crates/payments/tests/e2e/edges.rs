@@ -97,3 +97,72 @@ async fn the_published_policy_lists_every_limit_the_layer_enforces() {
     assert!(operation["retry_after"]["max_seconds"].as_u64().is_some(), "{operation}");
     assert!(operation["fingerprint"]["caveats"].to_string().contains("2^53"), "{operation}");
 }
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// `POST /v1/webhooks/provider` with `body` and the given signature headers.
+async fn signed_webhook(url: &str, body: &str, id: &str, timestamp: u64, signature: &str) -> (u16, Value) {
+    let request = http()
+        .post(format!("{url}/v1/webhooks/provider"))
+        .header("webhook-id", id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature);
+    json_answer(request, body).await
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_secret_only_signed_webhooks_apply_and_redeliveries_signed_again_are_duplicates() {
+    let server = Db::redb().start(&["--webhook-secret", SECRET]);
+    let signer = idemdb_http::WebhookVerifier::new(SECRET).unwrap();
+    let body = r#"{"delivery_id":"evt_1","object_id":"ch_1","version":2,"state":"refunded"}"#;
+    // Unsigned, and forged with another secret: refused, nothing recorded.
+    let (status, answer) = webhook(&http(), &server.url, body).await;
+    assert_eq!((status, answer["type"].as_str()), (401, Some("urn:payments-example:problem:invalid-signature")));
+    let forger = idemdb_http::WebhookVerifier::new("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap();
+    let ts = now_secs();
+    assert_eq!(signed_webhook(&server.url, body, "evt_1", ts, &forger.sign("evt_1", ts, body.as_bytes())).await.0, 401);
+    // A signature of another body, or an old timestamp: refused.
+    let tampered = body.replace("refunded", "succeeded");
+    assert_eq!(
+        signed_webhook(&server.url, &tampered, "evt_1", ts, &signer.sign("evt_1", ts, body.as_bytes())).await.0,
+        401
+    );
+    let old = ts - 3600;
+    assert_eq!(
+        signed_webhook(&server.url, body, "evt_1", old, &signer.sign("evt_1", old, body.as_bytes())).await.0,
+        401
+    );
+    // Signed: applied. The id must be the body's delivery id.
+    let (status, answer) =
+        signed_webhook(&server.url, body, "evt_1", ts, &signer.sign("evt_1", ts, body.as_bytes())).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("applied")), "{answer}");
+    assert_eq!(answer["object"]["version"], 2, "the first applied delivery is this one");
+    let (status, _) = signed_webhook(&server.url, body, "evt_9", ts, &signer.sign("evt_9", ts, body.as_bytes())).await;
+    assert_eq!(status, 400);
+    // The sender's retry: the same id, signed again later: a duplicate, nothing changes.
+    let later = ts + 60;
+    let (status, answer) =
+        signed_webhook(&server.url, body, "evt_1", later, &signer.sign("evt_1", later, body.as_bytes())).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("duplicate")), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_absurdly_ahead_is_refused_and_later_real_versions_still_apply() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    let forged = format!(r#"{{"delivery_id":"evt_f","object_id":"ch_1","version":{},"state":"refunded"}}"#, 1u64 << 63);
+    let (status, answer) = webhook(&http, &server.url, &forged).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("invalid_transition")), "{answer}");
+    assert_eq!(answer["object"], Value::Null, "nothing applied");
+    for version in [2, 3] {
+        let body =
+            format!(r#"{{"delivery_id":"evt_{version}","object_id":"ch_1","version":{version},"state":"s{version}"}}"#);
+        let (status, answer) = webhook(&http, &server.url, &body).await;
+        assert_eq!((status, answer["outcome"].as_str()), (200, Some("applied")), "{answer}");
+        assert_eq!(answer["object"]["version"], version);
+    }
+}

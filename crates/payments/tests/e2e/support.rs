@@ -240,13 +240,13 @@ pub async fn reconciliation(http: &reqwest::Client, url: &str, tenant: &str) -> 
 
 /// `POST /v1/webhooks/provider` with `body`: the status and the JSON answer.
 pub async fn webhook(http: &reqwest::Client, url: &str, body: &str) -> (u16, Value) {
-    let response = http
-        .post(format!("{url}/v1/webhooks/provider"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("webhook");
+    json_answer(http.post(format!("{url}/v1/webhooks/provider")), body).await
+}
+
+/// Sends `request` with the JSON `body`: the status and the JSON answer (`null` if none).
+pub async fn json_answer(request: reqwest::RequestBuilder, body: &str) -> (u16, Value) {
+    let response =
+        request.header("content-type", "application/json").body(body.to_string()).send().await.expect("request");
     let status = response.status().as_u16();
     let body = response.bytes().await.expect("body");
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
