@@ -31,6 +31,7 @@ mod pg_ledger;
 mod policy;
 mod provider;
 mod reconcile;
+mod refusals;
 mod webhook;
 
 use std::sync::Arc;
@@ -142,22 +143,32 @@ pub fn router_with<L: Ledger>(
         .route("/v1/ledger", get(ledger_of::<L>))
         .route(POLICY_PATH, get(policy_of::<L>))
         .route(BACKUP_PATH, post(admin::backup::<L>))
+        .fallback(refusals::not_found)
         .layer(idempotency)
+        .layer(axum::middleware::map_response(refusals::as_problem))
         .with_state(Arc::clone(&app));
     Ok((router, Dispatcher { app }))
 }
 
 async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap) -> Response {
     let Some(tenant) = bearer(&headers) else {
-        return (StatusCode::UNAUTHORIZED, "Authorization: Bearer <tenant> required").into_response();
+        return payment::problem(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "Authorization: Bearer <tenant> required",
+        );
     };
     let payments = match app.ledger.payments(&tenant).await {
         Ok(payments) => payments,
-        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+        Err(error) => {
+            return payment::problem(StatusCode::INTERNAL_SERVER_ERROR, "ledger-unavailable", &error.to_string());
+        }
     };
     let charges = match app.provider.charges(&tenant).await {
         Ok(charges) => charges,
-        Err(error) => return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+        Err(error) => {
+            return payment::problem(StatusCode::INTERNAL_SERVER_ERROR, "ledger-unavailable", &error.to_string());
+        }
     };
     let body = serde_json::json!({ "payments": payments, "provider_charges": charges });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()

@@ -166,3 +166,35 @@ async fn a_version_absurdly_ahead_is_refused_and_later_real_versions_still_apply
         assert_eq!(answer["object"]["version"], version);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_of_the_service_is_a_problem() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    let url = &server.url;
+    let big = format!(r#"{{"delivery_id":"evt_1","object_id":"ch_1","version":2,"state":"{}"}}"#, "x".repeat(20_000));
+    let requests = [
+        (http.get(format!("{url}/v1/payments")), 405, "method-not-allowed"),
+        (http.get(format!("{url}/no/such/path")), 404, "not-found"),
+        (http.get(format!("{url}/v1/ledger")), 401, "unauthenticated"),
+        (
+            http.post(format!("{url}/v1/webhooks/provider")).header("content-type", "application/json").body(big),
+            413,
+            "payload-too-large",
+        ),
+    ];
+    for (request, status, slug) in requests {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{slug}");
+        let media = response.headers().get("content-type").unwrap().to_str().unwrap().to_string();
+        assert_eq!(media, "application/problem+json", "{slug}");
+        let problem: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        assert_eq!(problem["status"], status, "{problem}");
+        assert_eq!(problem["type"], format!("urn:payments-example:problem:{slug}"), "{problem}");
+        assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()), "{problem}");
+    }
+    // Nothing reached the inbox: the object is unknown.
+    let (_, answer) =
+        webhook(&http, url, r#"{"delivery_id":"evt_2","object_id":"ch_1","version":1,"state":"s"}"#).await;
+    assert_eq!(answer["outcome"], "applied");
+}
