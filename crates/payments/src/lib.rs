@@ -32,6 +32,7 @@ mod policy;
 mod provider;
 mod reconcile;
 mod refusals;
+mod serve;
 mod webhook;
 
 use std::sync::Arc;
@@ -55,6 +56,7 @@ pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
 pub use reconcile::RECONCILIATION_PATH;
+pub use serve::{ReadTimeouts, serve};
 pub use webhook::{MAX_VERSION_STEP, MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 
 /// What the handlers share.

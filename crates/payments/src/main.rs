@@ -72,6 +72,12 @@ struct Args {
     /// refuses every delivery that is not signed with it (401 `invalid-signature`).
     #[arg(long, value_name = "SECRET")]
     webhook_secret: Option<String>,
+    /// How long a request's headers may take to arrive before the connection is closed.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    header_read_timeout_secs: u64,
+    /// How long a request's body may take to arrive before the request is refused.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    body_read_timeout_secs: u64,
 }
 
 /// Which store backs the service, each with its own [`Ledger`]; the router and handlers are
@@ -135,6 +141,10 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
         }
         None => None,
     };
+    let timeouts = payments_example::ReadTimeouts {
+        headers: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+        body: Duration::from_secs(args.body_read_timeout_secs.max(1)),
+    };
     let admin = match &args.admin_token {
         Some(token) => Some(Admin::new(token.clone(), args.backup_dir.clone())?),
         None => None,
@@ -148,7 +158,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             if let Some(backup_dir) = &args.backup_dir {
                 backup_on_signal(ledger.clone(), backup_dir.clone());
             }
-            serve(ledger, provider, &args.addr, admin, webhooks).await
+            serve(ledger, provider, &args.addr, admin, webhooks, timeouts).await
         }
         Backend::Postgres { url, schema } => {
             let mut builder =
@@ -158,7 +168,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             }
             let store = builder.connect().await.map_err(|error| format!("cannot connect to PostgreSQL: {error}"))?;
             let provider = faults(Provider::postgres(store.clone(), latency).await?);
-            serve(PgLedger::new(store).await?, provider, &args.addr, admin, webhooks).await
+            serve(PgLedger::new(store).await?, provider, &args.addr, admin, webhooks, timeouts).await
         }
     }
 }
@@ -169,13 +179,14 @@ async fn serve<L: Ledger>(
     addr: &str,
     admin: Option<Admin>,
     webhooks: Option<idemdb_http::WebhookVerifier>,
+    timeouts: payments_example::ReadTimeouts,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (router, dispatcher) = router_with(ledger, provider, admin, webhooks)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     // Charges the previous process left in the outbox are dispatched from the start.
     let dispatcher = tokio::spawn(dispatcher.run());
     println!("listening on http://{}", listener.local_addr()?);
-    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown()).await;
+    let served = payments_example::serve(listener, router, timeouts, shutdown()).await;
     dispatcher.abort();
     served?;
     Ok(())

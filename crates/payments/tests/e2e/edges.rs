@@ -198,3 +198,20 @@ async fn every_refusal_of_the_service_is_a_problem() {
         webhook(&http, url, r#"{"delivery_id":"evt_2","object_id":"ch_1","version":1,"state":"s"}"#).await;
     assert_eq!(answer["outcome"], "applied");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_its_headers_too_slowly_loses_the_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Db::redb().start(&["--header-read-timeout-secs", "1"]);
+    let mut slow = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+    slow.write_all(b"POST /v1/payments HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    // Never finish the head. The server closes the connection (possibly after a 408); the
+    // bound here only keeps a broken server from hanging the test.
+    let mut buffer = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(20), slow.read_to_end(&mut buffer)).await;
+    assert!(read.is_ok(), "the connection was still open after 20 s");
+    // The server still serves everyone else.
+    let reply = pay(&http(), &server.url, "acme", "after-slow", &payment("1.00")).await.unwrap();
+    assert_eq!(reply.status, 201);
+    assert_eq!(effects(&http(), &server.url, "acme").await.payments_of("after-slow"), 1);
+}
