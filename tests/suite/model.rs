@@ -354,7 +354,12 @@ impl Model {
             return fresh(self, "forgotten-in-place");
         }
         if record.fingerprint != fingerprint {
-            return Answer::Mismatch { stored: record.state.kind() };
+            if let MState::Released { .. } = record.state {
+                // A released key is bound to no request: the new one takes it.
+                record.fingerprint = fingerprint;
+            } else {
+                return Answer::Mismatch { stored: record.state.kind() };
+            }
         }
         let again = |record: &mut MRecord| {
             record.state = MState::InProgress { lease_until: now + LEASE_MS };
@@ -951,7 +956,6 @@ const MUST_REACH: &[&str] = &[
     "reserve:mismatch:in_progress",
     "reserve:mismatch:completed",
     "reserve:mismatch:failed",
-    "reserve:mismatch:released",
     "reserve:mismatch:uncertain",
     "reserve:mismatch:tombstone",
     "reserve:needs_reconciliation:LeaseExpired",

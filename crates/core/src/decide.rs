@@ -141,6 +141,11 @@ pub fn decide(
         return acquire_fresh(record.fence.max(fence_floor), fingerprint, now, policy, lease);
     }
     if record.fingerprint != *fingerprint {
+        if let State::Released { .. } = record.state {
+            // Released before any effect: the key is bound to no request, so any request may
+            // take it (Stripe's rule: a request refused before any effect leaves no binding).
+            return acquire_again(Record { fingerprint: *fingerprint, ..record }, now, policy, lease);
+        }
         return Ok(Decision::answer(Reservation::Mismatch { stored: record.state.kind() }));
     }
     Ok(match record.state {

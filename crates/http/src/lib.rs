@@ -36,7 +36,7 @@
 //! |---|---|---|---|
 //! | method or route not covered, or key optional and absent | the handler's | — | no record |
 //! | key required and absent | 400 | `key-missing` | no |
-//! | key not an sf-string, empty, over 255 bytes, non-ASCII, a space, sent twice | 400 | `invalid-key` | no |
+//! | key empty, over 255 bytes, non-ASCII, a space, sent twice, or not an sf-string under [`KeyForms::Strict`] | 400 | `invalid-key` | no |
 //! | no tenant from the [`TenantSource`] (or an invalid one) | 401 | `unauthenticated` | no |
 //! | body over the operation's limit | 413 | `too-large` | no |
 //! | JSON body without a canonical form | 400 | `invalid-request` | no |
@@ -59,10 +59,11 @@
 //! | response | default ([`OnResponse::Store`]) | may be set to |
 //! |---|---|---|
 //! | 1xx–3xx | completed, replayed | `Release`, `Uncertain` |
-//! | 4xx from the handler | failed definitively, replayed | `Release` (the handler changed nothing), `Uncertain` |
+//! | 400 from the handler | **released**: no binding; the corrected request may use the key (a 400 refuses the request before any effect, Stripe's rule) | `Store`, `Uncertain` |
+//! | other 4xx from the handler | failed definitively, replayed | `Release` (the handler changed nothing), `Uncertain` |
 //! | 5xx from the handler | failed definitively, replayed (Stripe's rule) | `Release`, `Uncertain` |
 //! | refusals of the layer before the handler ran (400, 401, 413, 409, 422, 410) | never stored | — |
-//! | the handler called [`LeaseHandle::release`] (its own validation failed) | released, not stored | — |
+//! | the handler called [`LeaseHandle::release`] (its own validation failed) | released, not stored, no binding | — |
 //! | the handler [completed in its own transaction](LeaseHandle::completed_by_handler) | what it stored | — |
 //! | too large for the store (1 MiB by default) or streamed (no known length) | sent to the first client as is; the key becomes **uncertain** | — |
 //! | the handler panicked, or its service returned an error | 500 problem `internal` (or the error) to the first client; the key becomes **uncertain** | — |
@@ -84,14 +85,19 @@ mod idempotency;
 mod key;
 mod problem;
 mod response;
+mod webhook;
 
 pub use idempotency::{
     DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, HandleError, IdempotencyLayer, IdempotencyService,
     LeaseHandle, OnResponse, Operation, ResponseFuture, ResponsePolicy, SingleTenant, TenantSource,
 };
-pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyHeaderError, key_header_value, parse_key_header};
+pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyForms, KeyHeaderError, key_header_value, parse_key_header};
 pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON, ProblemTypes};
 pub use response::{DEFAULT_REPLAY_HEADERS, RESPONSE_FORMAT, ResponseDecodeError, StoredResponse};
+pub use webhook::{
+    DEFAULT_WEBHOOK_TOLERANCE, VerifiedWebhook, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
+    WebhookSignatureError, WebhookVerifier,
+};
 
 #[cfg(feature = "client")]
 pub use client::IdempotentClient;

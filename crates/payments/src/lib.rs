@@ -31,6 +31,8 @@ mod pg_ledger;
 mod policy;
 mod provider;
 mod reconcile;
+mod refusals;
+mod serve;
 mod webhook;
 
 use std::sync::Arc;
@@ -42,7 +44,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::request::Parts;
 use idemdb_core::{Canonicalizer, KeyError, Normaliser};
-use idemdb_http::{IdempotencyLayer, Operation};
+use idemdb_http::{IdempotencyLayer, Operation, WebhookVerifier};
 
 use crate::dispatch::Charges;
 
@@ -54,7 +56,8 @@ pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
 pub use reconcile::{DEFAULT_RECONCILE_BUDGET, DEFAULT_RECONCILE_INTERVAL, RECONCILIATION_PATH, Reconciler, Round};
-pub use webhook::{MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
+pub use serve::{ReadTimeouts, serve};
+pub use webhook::{MAX_VERSION_STEP, MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 
 /// What the handlers share.
 #[derive(Debug)]
@@ -67,6 +70,8 @@ pub struct App<L> {
     charges: Charges,
     /// Admin requests (`None`: not enabled).
     admin: Option<Admin>,
+    /// The verifier of the provider's webhook signatures (`None`: deliveries are not signed).
+    webhooks: Option<WebhookVerifier>,
 }
 
 /// The tenant of a request: the token of `Authorization: Bearer <tenant>`.
@@ -88,6 +93,12 @@ pub fn payment_canonicalizer() -> Canonicalizer {
     canon.unwrap_or_default()
 }
 
+/// The layer's settings of `POST /v1/payments`: its name, canonical form, a 16 KiB body limit,
+/// and the default key forms and response policy (a handler's 400 releases the key).
+pub fn payment_operation() -> Operation {
+    Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024)
+}
+
 /// The service's router over `ledger` and `provider`, and the dispatcher of its charges (run
 /// it beside the router, for example with `tokio::spawn(dispatcher.run())`; without it,
 /// payments wait in the outbox).
@@ -107,15 +118,26 @@ pub fn router_with_admin<L: Ledger>(
     provider: Provider,
     admin: Option<Admin>,
 ) -> Result<(Router, Dispatcher<L>), KeyError> {
+    router_with(ledger, provider, admin, None)
+}
+
+/// [`router_with_admin`] whose webhooks must be signed: with `webhooks`, every delivery to
+/// [`WEBHOOK_PATH`] is verified first (Standard Webhooks `v1`), and an unsigned or forged one
+/// gets 401 `invalid-signature`.
+///
+/// # Errors
+/// As [`router`].
+pub fn router_with<L: Ledger>(
+    ledger: L,
+    provider: Provider,
+    admin: Option<Admin>,
+    webhooks: Option<WebhookVerifier>,
+) -> Result<(Router, Dispatcher<L>), KeyError> {
     let tenant = |parts: &Parts| bearer(&parts.headers);
     let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
-        .route(
-            Method::POST,
-            "/v1/payments",
-            Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024),
-        )
+        .route(Method::POST, "/v1/payments", payment_operation())
         .only_listed_routes();
-    let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin });
+    let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin, webhooks });
     let router = Router::new()
         .route("/v1/payments", post(payment::create::<L>))
         .route(WEBHOOK_PATH, post(webhook::receive::<L>).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)))
@@ -123,14 +145,20 @@ pub fn router_with_admin<L: Ledger>(
         .route("/v1/ledger", get(ledger_of::<L>))
         .route(POLICY_PATH, get(policy_of::<L>))
         .route(BACKUP_PATH, post(admin::backup::<L>))
+        .fallback(refusals::not_found)
         .layer(idempotency)
+        .layer(axum::middleware::map_response(refusals::as_problem))
         .with_state(Arc::clone(&app));
     Ok((router, Dispatcher { app }))
 }
 
 async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap) -> Response {
     let Some(tenant) = bearer(&headers) else {
-        return (StatusCode::UNAUTHORIZED, "Authorization: Bearer <tenant> required").into_response();
+        return payment::problem(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "Authorization: Bearer <tenant> required",
+        );
     };
     let payments = match app.ledger.payments(&tenant).await {
         Ok(payments) => payments,
@@ -158,5 +186,6 @@ async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap
 
 async fn policy_of<L: Ledger>(State(app): State<Arc<App<L>>>) -> Response {
     let policy = idemdb_interface::IdempotencyStore::policy(app.ledger.store(), payment_operation_name());
-    ([(header::CONTENT_TYPE, "application/json")], published_policy(policy).to_string()).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], published_policy(policy, &payment_operation()).to_string())
+        .into_response()
 }

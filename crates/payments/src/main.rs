@@ -24,7 +24,7 @@ use clap::{ArgGroup, CommandFactory, Parser};
 use idemdb::{ExpiredLease, Policy, Store};
 use idemdb_postgres::PgStore;
 use payments_example::{
-    Admin, Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router_with_admin, timestamped_backup_name,
+    Admin, Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router_with, timestamped_backup_name,
 };
 
 /// A payments service with Idempotency-Key semantics (POST /v1/payments, POST
@@ -82,6 +82,17 @@ struct Args {
     /// charges and releases uncertain payments that enqueued no charge.
     #[arg(long, default_value_t = 5)]
     reconcile_interval_secs: u64,
+    /// The provider's webhook signing secret (`whsec_<base64>`, Standard Webhooks); without it
+    /// the environment's `PAYMENTS_WEBHOOK_SECRET`. With a secret, `POST /v1/webhooks/provider`
+    /// refuses every delivery that is not signed with it (401 `invalid-signature`).
+    #[arg(long, value_name = "SECRET")]
+    webhook_secret: Option<String>,
+    /// How long a request's headers may take to arrive before the connection is closed.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    header_read_timeout_secs: u64,
+    /// How long a request's body may take to arrive before the request is refused.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    body_read_timeout_secs: u64,
 }
 
 /// Which store backs the service, each with its own [`Ledger`]; the router and handlers are
@@ -154,6 +165,17 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
     if let Some(dir) = &args.backup_dir {
         std::fs::create_dir_all(dir)?;
     }
+    let secret = args.webhook_secret.clone().or_else(|| std::env::var("PAYMENTS_WEBHOOK_SECRET").ok());
+    let webhooks = match secret.filter(|secret| !secret.is_empty()) {
+        Some(secret) => {
+            Some(idemdb_http::WebhookVerifier::new(&secret).map_err(|error| format!("--webhook-secret: {error}"))?)
+        }
+        None => None,
+    };
+    let timeouts = payments_example::ReadTimeouts {
+        headers: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+        body: Duration::from_secs(args.body_read_timeout_secs.max(1)),
+    };
     let admin = match &args.admin_token {
         Some(token) => Some(Admin::new(token.clone(), args.backup_dir.clone())?),
         None => None,
@@ -167,7 +189,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             if let Some(backup_dir) = &args.backup_dir {
                 backup_on_signal(ledger.clone(), backup_dir.clone());
             }
-            serve(ledger, provider, &args, admin).await
+            serve(ledger, provider, &args, admin, webhooks, timeouts).await
         }
         Backend::Postgres { url, schema } => {
             let url = Some(url.as_str()).filter(|url| !url.is_empty());
@@ -185,7 +207,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
                 .await
                 .map_err(|error| format!("cannot connect to PostgreSQL at {target}: {error}"))?;
             let provider = faults(Provider::postgres(store.clone(), latency).await?);
-            serve(PgLedger::new(store).await?, provider, &args, admin).await
+            serve(PgLedger::new(store).await?, provider, &args, admin, webhooks, timeouts).await
         }
     }
 }
@@ -195,8 +217,10 @@ async fn serve<L: Ledger>(
     provider: Provider,
     args: &Args,
     admin: Option<Admin>,
+    webhooks: Option<idemdb_http::WebhookVerifier>,
+    timeouts: payments_example::ReadTimeouts,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (router, dispatcher) = router_with_admin(ledger, provider, admin)?;
+    let (router, dispatcher) = router_with(ledger, provider, admin, webhooks)?;
     let listener = tokio::net::TcpListener::bind(&args.addr).await?;
     let mut reconciler = dispatcher.reconciler();
     reconciler.interval = Duration::from_secs(args.reconcile_interval_secs.max(1));
@@ -204,7 +228,7 @@ async fn serve<L: Ledger>(
     // Charges the previous process left in the outbox are dispatched from the start.
     let dispatcher = tokio::spawn(dispatcher.run());
     println!("listening on http://{}", listener.local_addr()?);
-    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown()).await;
+    let served = payments_example::serve(listener, router, timeouts, shutdown()).await;
     dispatcher.abort();
     reconciler.abort();
     served?;

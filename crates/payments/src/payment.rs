@@ -137,19 +137,22 @@ pub(crate) async fn create<L: Ledger>(
     };
     app.charges.wake();
     let limit = store.policy(scope.operation()).lease_ttl();
-    let unreadable = || {
-        // The charge is enqueued and the dispatcher settles it; the record stays in progress
-        // until then, so a retry is told to wait, then gets the stored answer.
+    let unreadable = || async {
+        // The charge is enqueued and the dispatcher settles it: the layer must not store this
+        // 503 as the payment's answer. Marked uncertain (or, if the store cannot even do that,
+        // left in progress), the record is completed by the dispatcher's report, and the
+        // reconciler decides what the provider did if that report is lost.
+        let _ = handle.mark_uncertain().await;
         problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "the payment's state could not be read")
     };
     let settled = match app.charges.settled(store, &item, limit).await {
         Ok(settled) => settled,
-        Err(_) => return unreadable(),
+        Err(_) => return unreadable().await,
     };
     if let Some(OutboxStateKind::Confirmed | OutboxStateKind::Failed) = settled {
         let record = match store.get(&scope, &key).await {
             Ok(record) => record,
-            Err(_) => return unreadable(),
+            Err(_) => return unreadable().await,
         };
         if let Some(record) = record
             && let RecordState::Completed { result: stored, .. } | RecordState::Failed { error: stored, .. } =

@@ -4,16 +4,21 @@
 //! arrive out of order never move an object back.
 //!
 //! The body: `{"delivery_id": "evt_1", "object_id": "ch_...", "version": 2, "state":
-//! "refunded", ...}` (other fields are kept with the object). A real service verifies the
-//! provider's signature before this; the example has none to verify.
+//! "refunded", ...}` (other fields are kept with the object). With a webhook secret
+//! (`--webhook-secret` or `PAYMENTS_WEBHOOK_SECRET`) every delivery is verified first
+//! (Standard Webhooks `v1`: `webhook-id`, `webhook-timestamp` within 5 minutes,
+//! `webhook-signature`), and its `delivery_id` must be its `webhook-id`. Versions more than
+//! [`MAX_VERSION_STEP`] ahead of the applied one are refused (recorded as an invalid
+//! transition, never applied), so a forged `2^63` cannot make every later version stale.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use idemdb_core::{Canonicalizer, Coded, Delivery, DeliveryOutcome, ErrorCode, InboxAnswer, NewerVersion};
+use idemdb_core::{Canonicalizer, Coded, Delivery, DeliveryOutcome, ErrorCode, InboxAnswer, NewerVersionWithin};
 use idemdb_interface::WorkflowStore;
 use serde_json::{Map, Value, json};
 
@@ -27,6 +32,8 @@ pub const WEBHOOK_PATH: &str = "/v1/webhooks/provider";
 pub const WEBHOOK_SOURCE: &str = "provider";
 /// Largest webhook body accepted, in bytes.
 pub const MAX_WEBHOOK_BYTES: usize = 16 * 1024;
+/// The largest step ahead of an object's applied version that a delivery may take.
+pub const MAX_VERSION_STEP: u64 = 1_000_000;
 
 /// Parses a webhook body into a delivery of [`WEBHOOK_SOURCE`]: `delivery_id` and `object_id`
 /// strings (1..=255 bytes of visible ASCII), `version` an integer, `state` a string; the
@@ -57,13 +64,24 @@ pub fn parse_delivery(body: &[u8]) -> Result<Delivery, String> {
 }
 
 /// The handler.
-pub(crate) async fn receive<L: Ledger>(State(app): State<Arc<App<L>>>, body: Bytes) -> Response {
+pub(crate) async fn receive<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap, body: Bytes) -> Response {
+    let verified = match &app.webhooks {
+        Some(verifier) => match verifier.verify(&headers, &body, SystemTime::now()) {
+            Ok(verified) => Some(verified),
+            Err(error) => return problem(StatusCode::UNAUTHORIZED, "invalid-signature", &error.to_string()),
+        },
+        None => None,
+    };
     let delivery = match parse_delivery(&body) {
         Ok(delivery) => delivery,
         Err(detail) => return problem(StatusCode::BAD_REQUEST, "invalid-webhook", &detail),
     };
+    if verified.is_some_and(|verified| verified.id() != delivery.delivery_id) {
+        return problem(StatusCode::BAD_REQUEST, "invalid-webhook", "`delivery_id` must be the delivery's webhook-id");
+    }
     let store = app.ledger.store();
-    let answer = match store.accept_delivery(&delivery, NewerVersion).await {
+    let guard = NewerVersionWithin { max_step: MAX_VERSION_STEP };
+    let answer = match store.accept_delivery(&delivery, guard).await {
         Ok(answer) => answer,
         Err(error) if error.code() == ErrorCode::DeliveryMismatch => {
             let detail = "this delivery id was delivered before with a different body";

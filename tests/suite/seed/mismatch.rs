@@ -39,6 +39,24 @@ fn store_with_record_in(state: &str) -> (Fixture, Scope, IdempotencyKey) {
 }
 
 #[test]
+fn a_released_key_is_bound_to_no_request_so_a_different_body_takes_it() {
+    let (fixture, scope, key) = store_with_record_in("released");
+    let store = fixture.store();
+    let before = store.get(&scope, &key).expect("get").expect("the released record");
+    let ledger = EffectLedger::new();
+    let answer = deliver(store, &ledger, &scope, &key, &fp(2), "the corrected request");
+    assert!(matches!(answer, Delivery::Ran(_)), "{answer:?}");
+    assert_eq!(ledger.total(), 1, "the corrected request runs once");
+    let after = store.get(&scope, &key).expect("get").expect("record");
+    assert_eq!(after.fingerprint, fp(2), "now bound to the corrected request");
+    assert!(after.fence > before.fence, "a new fence");
+    // The first body is now the different request.
+    let other = deliver(store, &ledger, &scope, &key, &fp(1), "the first body again");
+    assert!(matches!(other, Delivery::Answered(Reservation::Mismatch { .. })), "{other:?}");
+    assert_eq!(ledger.total(), 1);
+}
+
+#[test]
 fn a_different_body_under_a_used_key_is_a_mismatch_in_every_state_and_changes_nothing() {
     let cases = [
         ("in_progress", StateKind::InProgress),
@@ -46,7 +64,6 @@ fn a_different_body_under_a_used_key_is_a_mismatch_in_every_state_and_changes_no
         ("completed", StateKind::Completed),
         ("completed, response expired", StateKind::Completed),
         ("failed", StateKind::Failed),
-        ("released", StateKind::Released),
         ("uncertain, reported", StateKind::Uncertain),
         ("uncertain, lease expired", StateKind::Uncertain),
         ("tombstone", StateKind::Tombstone),

@@ -251,6 +251,37 @@ impl DomainGuard for NewerVersion {
     }
 }
 
+/// [`NewerVersion`] with a bound: an update more than `max_step` versions ahead of the
+/// applied one (of 0 for an object not seen before) is refused as an invalid transition —
+/// recorded under its delivery id, never applied. A sender's versions grow step by step; one
+/// absurdly far ahead (a forged `2^63`) would otherwise make every later real version stale.
+///
+/// ```
+/// use idemdb_core::{accept, Delivery, Fingerprint, InboxAnswer, NewerVersionWithin, Timestamp};
+/// let at = Timestamp::from_millis(1);
+/// let guard = NewerVersionWithin { max_step: 1_000 };
+/// let forged = Delivery::new("p", "evt_x", "ch_1", 1 << 63, "refunded", Fingerprint::from_bytes([9; 32]), vec![])?;
+/// assert!(matches!(accept(None, None, &forged, &guard, at)?.answer, InboxAnswer::InvalidTransition { .. }));
+/// let real = Delivery::new("p", "evt_1", "ch_1", 2, "succeeded", Fingerprint::from_bytes([1; 32]), vec![])?;
+/// assert_eq!(accept(None, None, &real, &guard, at)?.answer, InboxAnswer::Applied);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct NewerVersionWithin {
+    /// The largest step ahead of the applied version that is accepted.
+    pub max_step: u64,
+}
+
+impl DomainGuard for NewerVersionWithin {
+    fn admits(&self, current: Option<&ObjectRecord>, incoming: &Delivery) -> Admission {
+        let applied = current.map_or(0, |object| object.version);
+        if incoming.version > applied.saturating_add(self.max_step) {
+            return Admission::InvalidTransition;
+        }
+        NewerVersion.admits(current, incoming)
+    }
+}
+
 /// Applies an update when the application's rule says the state change (`from` → `to`) is
 /// valid; `from` is `None` for an object not seen before.
 ///

@@ -13,12 +13,13 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::key::validate;
-use crate::{IdempotencyKey, IdentityPart, KeyError, Record, ScopedKey, Timestamp};
+use crate::{IdempotencyKey, IdentityPart, KeyError, MAX_KEY_LEN, Record, ScopedKey, Timestamp};
 
 pub use budget::{DuplicateCost, RetentionBudget};
 pub use inbox::{
     Admission, DELIVERY_FORMAT, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord, DomainGuard,
-    InboxAnswer, InboxDecision, InboxRefusal, NewerVersion, OBJECT_FORMAT, ObjectRecord, ValidTransition, accept,
+    InboxAnswer, InboxDecision, InboxRefusal, NewerVersion, NewerVersionWithin, OBJECT_FORMAT, ObjectRecord,
+    ValidTransition, accept,
 };
 pub use job::{
     Compensation, JOB_FORMAT, JobAnswer, JobDecision, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,
@@ -102,16 +103,45 @@ impl EffectName {
         &self.0
     }
 
-    /// The provider idempotency key of this effect of the intent named by `local`:
-    /// `<local>:<name>-v<version>`. It is the same on every dispatch, so a provider that keeps
-    /// keys answers a repeat with the first effect's result.
+    /// The provider idempotency key of this effect of the intent named by `local`. It is the
+    /// same on every dispatch, so a provider that keeps keys answers a repeat with the first
+    /// effect's result, and it is never over [`MAX_KEY_LEN`], so every valid local key can be
+    /// dispatched:
+    ///
+    /// * the **short form** `<local>:<name>-v<version>` when it fits in 255 bytes;
+    /// * else the **hashed form** `b3~<hash>~<name>-v<version>`, where `<hash>` is the 64
+    ///   lower-case hex digits of the BLAKE3 hash of the short form it stands for (which may be
+    ///   up to 255 + 71 bytes long). It has no `:`, and every short form has one, so the two
+    ///   never collide; two hashed forms are equal only for equal short forms (unless BLAKE3
+    ///   collides). At most 3 + 64 + 1 + 64 + 2 + 5 = 139 bytes.
+    ///
+    /// ```
+    /// use idemdb_core::{EffectName, IdempotencyKey};
+    /// let charge = EffectName::new("charge")?;
+    /// let short = IdempotencyKey::new("k".repeat(245))?;
+    /// assert_eq!(charge.provider_key(&short, 1)?.as_str(), format!("{}:charge-v1", "k".repeat(245)));
+    /// let long = IdempotencyKey::new("k".repeat(246))?;
+    /// let hashed = charge.provider_key(&long, 1)?;
+    /// assert!(hashed.as_str().starts_with("b3~") && hashed.as_str().ends_with("~charge-v1"));
+    /// assert_eq!(hashed.as_str().len(), 3 + 64 + 10);
+    /// # Ok::<(), idemdb_core::KeyError>(())
+    /// ```
     ///
     /// # Errors
-    /// [`KeyError::TooLong`] when the result is over 255 bytes.
+    /// None in practice: both forms are visible ASCII within the limit (the type stays a
+    /// `Result` for the key rules it applies).
     pub fn provider_key(&self, local: &IdempotencyKey, version: u16) -> Result<IdempotencyKey, KeyError> {
-        IdempotencyKey::new(format!("{}:{}-v{version}", local.as_str(), self.0))
+        let short = format!("{}:{}-v{version}", local.as_str(), self.0);
+        if short.len() <= MAX_KEY_LEN {
+            return IdempotencyKey::new(short);
+        }
+        let hash = blake3::hash(short.as_bytes()).to_hex();
+        IdempotencyKey::new(format!("{HASHED_KEY_PREFIX}{hash}~{}-v{version}", self.0))
     }
 }
+
+/// The start of a hashed provider key (see [`EffectName::provider_key`]).
+pub const HASHED_KEY_PREFIX: &str = "b3~";
 
 impl TryFrom<String> for EffectName {
     type Error = KeyError;

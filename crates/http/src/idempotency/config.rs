@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use idemdb_core::{CanonicalError, Canonicalizer, Fingerprint, FingerprintBuilder};
 
+use crate::key::KeyForms;
 use crate::response::DEFAULT_REPLAY_HEADERS;
 
 /// Default limit on a request body the layer reads to fingerprint it: 1 MiB.
@@ -40,6 +41,13 @@ pub enum OnResponse {
 /// missing or invalid key, a body over the limit or not canonicalisable, no tenant, a
 /// conflict) are never stored.
 ///
+/// One status is an exception by default: a handler's **`400 Bad Request` releases the key**
+/// ([`OnResponse::Release`]). A 400 says the request itself was refused — its validation
+/// failed before any effect — so, as in Stripe's API, it leaves no binding: the corrected
+/// request may use the same key (it is bound to the corrected body from then on), and the
+/// same request runs the validation again. A handler whose 400 can follow an effect says
+/// `.status(StatusCode::BAD_REQUEST, OnResponse::Store)`.
+///
 /// ```
 /// use http::StatusCode;
 /// use idemdb_http::{OnResponse, ResponsePolicy};
@@ -57,12 +65,13 @@ pub struct ResponsePolicy {
 }
 
 impl Default for ResponsePolicy {
+    /// Store everything but a `400 Bad Request`, which releases the key.
     fn default() -> Self {
         ResponsePolicy {
             success: OnResponse::Store,
             client_errors: OnResponse::Store,
             server_errors: OnResponse::Store,
-            overrides: Vec::new(),
+            overrides: vec![(StatusCode::BAD_REQUEST, OnResponse::Release)],
         }
     }
 }
@@ -132,7 +141,7 @@ impl ResponsePolicy {
 pub struct Operation {
     pub(crate) name: Option<String>,
     pub(crate) key_required: bool,
-    pub(crate) accept_bare_keys: bool,
+    pub(crate) key_forms: KeyForms,
     pub(crate) canonicalizer: Canonicalizer,
     pub(crate) max_body_bytes: usize,
     pub(crate) responses: ResponsePolicy,
@@ -142,7 +151,8 @@ pub struct Operation {
 }
 
 impl Default for Operation {
-    /// No name (the method and matched route name it), a required key, JSON bodies
+    /// No name (the method and matched route name it), a required key in any of the
+    /// [lenient](KeyForms::Lenient) spellings, JSON bodies
     /// canonicalised without exclusions, a 1 MiB body limit, Stripe's response policy, the
     /// [default replay headers](crate::DEFAULT_REPLAY_HEADERS), and an immediate 409 for a
     /// duplicate in progress with `Retry-After` of at most a second.
@@ -150,7 +160,7 @@ impl Default for Operation {
         Operation {
             name: None,
             key_required: true,
-            accept_bare_keys: false,
+            key_forms: KeyForms::Lenient,
             canonicalizer: Canonicalizer::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             responses: ResponsePolicy::default(),
@@ -181,11 +191,21 @@ impl Operation {
         self
     }
 
-    /// Also accepts keys sent without structured-field quoting (`Idempotency-Key: abc`), as
-    /// many clients written for Stripe do. See [`parse_key_header`](crate::parse_key_header).
+    /// Accepts keys sent without structured-field quoting (`Idempotency-Key: abc`), as many
+    /// clients written for Stripe do: [`KeyForms::Lenient`], the default (kept for services
+    /// that said so before it was).
     #[must_use]
     pub fn accept_bare_keys(mut self) -> Self {
-        self.accept_bare_keys = true;
+        self.key_forms = KeyForms::Lenient;
+        self
+    }
+
+    /// Accepts only the draft's form, an sf-string (`Idempotency-Key: "abc"`):
+    /// [`KeyForms::Strict`]. Other values get 400 `invalid-key` with a detail that says what
+    /// to send.
+    #[must_use]
+    pub fn strict_keys(mut self) -> Self {
+        self.key_forms = KeyForms::Strict;
         self
     }
 
@@ -237,6 +257,57 @@ impl Operation {
     pub fn in_progress_retry_after(mut self, cap: Duration) -> Self {
         self.retry_after = cap;
         self
+    }
+
+    /// What this operation enforces, as a JSON object for a service's published policy (the
+    /// draft asks servers to publish theirs): the key forms and limits, the body limit, the
+    /// `Retry-After` rule of a 409 in progress, and what the fingerprint cannot tell apart.
+    /// The store's limits (lease, TTLs, stored response size) come from its
+    /// [`Policy`](idemdb_core::Policy); a service adds them beside these.
+    ///
+    /// ```
+    /// let limits = idemdb_http::Operation::new().max_body_bytes(16 * 1024).published_limits();
+    /// assert_eq!(limits["key"]["bytes"]["max"], 255);
+    /// assert_eq!(limits["max_body_bytes"], 16 * 1024);
+    /// ```
+    pub fn published_limits(&self) -> serde_json::Value {
+        let forms: &[&str] = match self.key_forms {
+            KeyForms::Strict => &["RFC 8941 sf-string: Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\""],
+            _ => &[
+                "RFC 8941 sf-string: Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\" (parameters ignored)",
+                "RFC 8941 sf-token: Idempotency-Key: order-842",
+                "a bare value, taken whole: Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324",
+            ],
+        };
+        serde_json::json!({
+            "key": {
+                "required": self.key_required,
+                "forms": forms,
+                "same_key": "every accepted spelling of the same characters is one key",
+                "bytes": {"min": 1, "max": idemdb_core::MAX_KEY_LEN},
+                "alphabet": "visible ASCII (0x21-0x7E)",
+                "derived_keys": "a downstream key <key>:<effect>-v<version> over 255 bytes is sent as \
+                    b3~<blake3 hex of the full derived key>~<effect>-v<version> (never over 255 bytes, never equal to a short form)",
+            },
+            "max_body_bytes": self.max_body_bytes,
+            "retry_after": {
+                "max_seconds": self.retry_after.as_secs(),
+                "rule": "409 in-progress: the first request's remaining lease, at most max_seconds; none on needs-reconciliation",
+            },
+            "fingerprint": {
+                "of": "method, path and query, and the body (RFC 8785 canonical JSON for JSON media types, the raw bytes otherwise)",
+                "caveats": [
+                    "JSON numbers are compared as IEEE 754 doubles (RFC 8785): integers above 2^53 that round to the same double, \
+                     and 1 vs 1.0, are the same request; send large integers as strings",
+                    "members named by the operation's exclusions are not part of the request",
+                ],
+            },
+            "handler_400": if self.responses.on(StatusCode::BAD_REQUEST) == OnResponse::Release {
+                "released: the key keeps no binding, the corrected request may use it"
+            } else {
+                "stored and replayed"
+            },
+        })
     }
 
     /// The fingerprint of a request: the method, the path and query, and the body —
@@ -313,5 +384,8 @@ mod tests {
         assert_eq!(policy.on(StatusCode::NOT_FOUND), OnResponse::Store);
         assert_eq!(policy.on(StatusCode::INTERNAL_SERVER_ERROR), OnResponse::Uncertain);
         assert_eq!(policy.on(StatusCode::BAD_GATEWAY), OnResponse::Store, "the last override wins");
+        assert_eq!(ResponsePolicy::default().on(StatusCode::BAD_REQUEST), OnResponse::Release);
+        assert_eq!(ResponsePolicy::default().on(StatusCode::UNPROCESSABLE_ENTITY), OnResponse::Store);
+        assert_eq!(policy.on(StatusCode::BAD_REQUEST), OnResponse::Release, "the default override stays");
     }
 }

@@ -281,7 +281,7 @@ where
                     "Idempotency-Key was sent more than once",
                 ));
             }
-            (Some(value), None) => match parse_key_header(value, op.accept_bare_keys) {
+            (Some(value), None) => match parse_key_header(value, op.key_forms) {
                 Ok(key) => key,
                 Err(error) => {
                     return Head::Refuse(Problem::new(

@@ -229,3 +229,42 @@ async fn a_handler_can_renew_release_or_mark_uncertain() {
     assert_eq!(effects.count(), 4);
     assert_eq!(record(&store, "POST /uncertain", "k-3").unwrap().state.kind(), StateKind::Uncertain);
 }
+
+#[tokio::test]
+async fn a_handlers_400_or_release_leaves_no_binding_so_the_corrected_request_runs() {
+    let (store, _) = store();
+    let effects = Effects::default();
+    // Refuses `"amount":"10.505"` before any effect: by its 400 alone (the default policy
+    // releases it) on `/plain`, by `release()` and then 400 on `/released`; charges otherwise.
+    let handler = {
+        let effects = effects.clone();
+        move |request: Request<Body>| {
+            let effects = effects.clone();
+            async move {
+                let handle: LeaseHandle<idemdb::Store> = handle_of(&request);
+                let path = request.uri().path().to_string();
+                let body = axum::body::to_bytes(request.into_body(), 1024).await.unwrap();
+                if body.windows(6).any(|w| w == b"10.505") {
+                    if path == "/released" {
+                        handle.release().await.unwrap();
+                    }
+                    return Response::builder().status(400).body(Body::from("bad amount")).unwrap();
+                }
+                effects.add();
+                Response::builder().status(201).body(Body::from("charged")).unwrap()
+            }
+        }
+    };
+    let svc = service(layer(store.clone(), Operation::new()), handler);
+    for path in ["/plain", "/released"] {
+        let refused = send(&svc, post(path, Some("k-1"), r#"{"amount":"10.505"}"#)).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{path}");
+        assert_eq!(record(&store, &format!("POST {path}"), "k-1").unwrap().state.kind(), StateKind::Released);
+        let fixed = send(&svc, post(path, Some("k-1"), r#"{"amount":"10.50"}"#)).await;
+        assert_eq!((fixed.status, fixed.replayed()), (StatusCode::CREATED, false), "{path}: {:?}", fixed.body);
+        assert!(send(&svc, post(path, Some("k-1"), r#"{"amount":"10.50"}"#)).await.replayed(), "{path}");
+        let first_body = send(&svc, post(path, Some("k-1"), r#"{"amount":"10.505"}"#)).await;
+        assert_eq!(first_body.status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: bound to the corrected body now");
+    }
+    assert_eq!(effects.count(), 2, "one charge per key");
+}

@@ -52,7 +52,7 @@ async fn malformed_keys_are_400_invalid_key_and_never_reach_the_handler() {
         too_long.as_bytes(),        // 256 bytes
         "\"caf\u{e9}\"".as_bytes(), // non-ASCII
         b"\"a b\"",                 // a space: not a key byte
-        b"k-1",                     // a token, not a string
+        b"a b",                     // unquoted, with a space
         b"\"unterminated",
     ];
     for value in values {
@@ -74,16 +74,33 @@ async fn malformed_keys_are_400_invalid_key_and_never_reach_the_handler() {
 }
 
 #[tokio::test]
-async fn bare_keys_are_accepted_only_when_the_operation_says_so() {
+async fn a_string_a_token_and_a_bare_uuid_are_one_key_by_default_and_strict_takes_strings_only() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op").accept_bare_keys()), created(effects.clone()));
-    let mut bare = post("/things", None, BODY);
-    bare.headers_mut().insert("idempotency-key", http::HeaderValue::from_static("k-1"));
-    assert_eq!(send(&svc, bare).await.status, StatusCode::CREATED);
-    // The quoted form names the same key: a replay.
+    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let with_key = |value: &'static str| {
+        let mut request = post("/things", None, BODY);
+        request.headers_mut().insert("idempotency-key", http::HeaderValue::from_static(value));
+        request
+    };
+    let uuid = "8e03978e-40d5-43e8-bc93-6894a57f9324";
+    assert_eq!(send(&svc, with_key("8e03978e-40d5-43e8-bc93-6894a57f9324")).await.status, StatusCode::CREATED);
+    assert!(send(&svc, post("/things", Some(uuid), BODY)).await.replayed(), "the quoted form is the same key");
+    assert_eq!(send(&svc, with_key("k-1")).await.status, StatusCode::CREATED);
     assert!(send(&svc, post("/things", Some("k-1"), BODY)).await.replayed());
-    assert_eq!(effects.count(), 1);
+    assert!(send(&svc, with_key("  k-1 ")).await.replayed());
+    assert_eq!(effects.count(), 2);
+
+    let strict = service(layer(store.clone(), Operation::named("strict").strict_keys()), created(effects.clone()));
+    for value in ["k-1", "8e03978e-40d5-43e8-bc93-6894a57f9324"] {
+        let answer = send(&strict, with_key(value)).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{value}");
+        assert_eq!(answer.problem(), "urn:idemdb:problem:invalid-key");
+        let detail = answer.json()["detail"].as_str().unwrap().to_string();
+        assert!(detail.contains("send the key as a quoted string"), "{detail}");
+    }
+    assert_eq!(send(&strict, post("/things", Some("k-1"), BODY)).await.status, StatusCode::CREATED);
+    assert_eq!(effects.count(), 3);
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod backup;
+mod edges;
 mod payments;
 mod postgres;
 mod readme;

@@ -37,10 +37,35 @@ fn the_provider_key_is_derived_from_the_local_key_and_the_effect() {
     assert_eq!(item.provider_key.as_str(), "order-842:authorize-v1");
     assert_eq!(item.record_fence, 5);
     assert_eq!(item.due_at(), Some(at(0)));
-    let long = IdempotencyKey::new("k".repeat(250)).unwrap();
-    let scoped = ScopedKey::new(Scope::new("a", "b").unwrap(), long);
-    let lease = Lease::new(scoped, 1, at(1), 1);
-    assert!(OutboxItem::new(&lease, EffectName::new("authorize").unwrap(), 1, vec![], at(0)).is_err());
+    // Every valid key can be dispatched: a derived key over 255 bytes takes its hashed form.
+    let item_of = |key: String| {
+        let scoped = ScopedKey::new(Scope::new("a", "b").unwrap(), IdempotencyKey::new(key).unwrap());
+        let lease = Lease::new(scoped, 1, at(1), 1);
+        OutboxItem::new(&lease, EffectName::new("authorize").unwrap(), 1, vec![], at(0)).unwrap().provider_key
+    };
+    let longest = item_of("k".repeat(255));
+    assert_eq!(longest, item_of("k".repeat(255)), "stable");
+    assert!(longest.as_str().starts_with(crate::HASHED_KEY_PREFIX) && longest.as_str().ends_with("~authorize-v1"));
+    assert_ne!(longest, item_of("k".repeat(254)));
+    assert_eq!(item_of("k".repeat(242)).as_str(), format!("{}:authorize-v1", "k".repeat(242)));
+    assert!(item_of("k".repeat(243)).as_str().starts_with(crate::HASHED_KEY_PREFIX));
+}
+
+#[test]
+fn hashed_provider_keys_never_equal_a_short_form() {
+    let effect = EffectName::new("e").unwrap();
+    let long = IdempotencyKey::new("x".repeat(255)).unwrap();
+    let hashed = effect.provider_key(&long, 7).unwrap();
+    assert!(!hashed.as_str().contains(':'));
+    // A local key spelled like the hash part gets a short form, with a `:`: another key.
+    let hash_part = hashed.as_str().strip_suffix("~e-v7").unwrap();
+    let lookalike = effect.provider_key(&IdempotencyKey::new(hash_part).unwrap(), 7).unwrap();
+    assert_ne!(lookalike, hashed);
+    assert_eq!(lookalike.as_str(), format!("{hash_part}:e-v7"));
+    // The hash covers the whole short form: the version and the name change it.
+    assert_ne!(effect.provider_key(&long, 8).unwrap().as_str().get(..67), hashed.as_str().get(..67));
+    let other = EffectName::new("f").unwrap().provider_key(&long, 7).unwrap();
+    assert_ne!(other.as_str().get(..67), hashed.as_str().get(..67));
 }
 
 #[test]

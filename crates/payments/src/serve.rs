@@ -1,0 +1,69 @@
+//! Serving the router with read timeouts: a client that sends its headers, or its body, too
+//! slowly (a slowloris) loses its connection instead of holding it.
+//!
+//! * **Headers**: hyper's HTTP/1 `header_read_timeout` (with tokio's timer): the whole head
+//!   must arrive within it, or the connection is closed.
+//! * **Body**: `tower_http::timeout::RequestBodyTimeoutLayer`: reading the body fails after the
+//!   timeout, and the handler (or the idempotency layer, before any reservation) refuses it.
+//!
+//! A service on `idemdb-http` serving through plain `axum::serve` should set the same two
+//! limits in its own server.
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+/// The read timeouts of the example's server.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadTimeouts {
+    /// How long a request's head may take to arrive.
+    pub headers: Duration,
+    /// How long its body may take.
+    pub body: Duration,
+}
+
+impl Default for ReadTimeouts {
+    /// 10 seconds for the headers, 30 for the body.
+    fn default() -> Self {
+        ReadTimeouts { headers: Duration::from_secs(10), body: Duration::from_secs(30) }
+    }
+}
+
+/// Serves `router` on `listener` with `timeouts` until `shutdown` resolves (then it stops
+/// accepting; connections in progress run on their own tasks).
+///
+/// # Errors
+/// None in practice: a failed accept is skipped.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    timeouts: ReadTimeouts,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let router = router.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(timeouts.body));
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let service = router.clone().map_request(|request: http::Request<Incoming>| request.map(Body::new));
+        let service = TowerToHyperService::new(service);
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(timeouts.headers);
+            // A connection's end (the client left, a timeout) is not the server's error.
+            let _ = builder.serve_connection(TokioIo::new(stream), service).with_upgrades().await;
+        });
+    }
+}

@@ -1,0 +1,217 @@
+//! Every retry reaches a final answer, at the edges: the longest keys, keys sent unquoted, a
+//! request the handler refused before any effect, and the published policy. Effects are
+//! counted in the ledger.
+
+use idemdb_core::{EffectName, IdempotencyKey};
+use serde_json::Value;
+
+use crate::support::*;
+
+/// The provider key the service derives for `key` (the core's documented rule).
+fn provider_key(key: &str) -> String {
+    let effect = EffectName::new("charge").unwrap();
+    effect.provider_key(&IdempotencyKey::new(key).unwrap(), 1).unwrap().as_str().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_246_to_255_bytes_are_paid_once_and_replayed() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    for len in [245, 246, 250, 255] {
+        let key = format!("{len}-{}", "k".repeat(len - 4));
+        assert_eq!(key.len(), len);
+        let first = pay(&http, &server.url, "acme", &key, &payment("10.50")).await.unwrap();
+        assert_eq!((first.status, first.replayed), (201, false), "{len}: {}", String::from_utf8_lossy(&first.body));
+        let created: Value = serde_json::from_slice(&first.body).unwrap();
+        let derived = provider_key(&key);
+        assert!(derived.len() <= 255, "{len}: {derived}");
+        assert_eq!(created["provider_key"], derived.as_str());
+        let retry = pay(&http, &server.url, "acme", &key, &payment("10.50")).await.unwrap();
+        assert_eq!((retry.status, retry.replayed, &retry.body), (201, true, &first.body), "{len}");
+        let effects = effects(&http, &server.url, "acme").await;
+        assert_eq!(effects.payments_of(&key), 1, "{len}");
+        // Short forms are counted under the key, hashed ones under the provider key.
+        let counted = if len <= 245 { key.clone() } else { derived };
+        assert_eq!(effects.calls_of(&counted), 1, "{len}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_uuid_key_is_the_same_key_as_its_quoted_form() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    let uuid = "8e03978e-40d5-43e8-bc93-6894a57f9324";
+    let bare = pay_raw(&http, &server.url, "acme", uuid, &payment("10.50")).await;
+    assert_eq!((bare.status, bare.replayed), (201, false), "{}", String::from_utf8_lossy(&bare.body));
+    let quoted = pay_raw(&http, &server.url, "acme", &format!("\"{uuid}\""), &payment("10.50")).await;
+    assert_eq!((quoted.status, quoted.replayed, &quoted.body), (201, true, &bare.body));
+    let token = pay_raw(&http, &server.url, "acme", "order-77", &payment("10.50")).await;
+    assert_eq!(token.status, 201);
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!((effects.payments_of(uuid), effects.calls_of(uuid)), (1, 1));
+    assert_eq!((effects.payments_of("order-77"), effects.calls_of("order-77")), (1, 1));
+    // A value that is no key still gets 400, with what to send.
+    let spaced = pay_raw(&http, &server.url, "acme", "a b", &payment("10.50")).await;
+    assert_eq!(spaced.status, 400);
+    assert_eq!(spaced.problem.as_deref(), Some("urn:idemdb:problem:invalid-key"));
+    let detail: Value = serde_json::from_slice(&spaced.body).unwrap();
+    assert!(detail["detail"].as_str().unwrap().contains("send "), "{detail}");
+    assert_eq!(effects_count(&http, &server.url).await, 2);
+}
+
+async fn effects_count(http: &reqwest::Client, url: &str) -> usize {
+    effects(http, url, "acme").await.payments.values().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_any_effect_leaves_the_key_free_for_the_corrected_one() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    let refused = pay(&http, &server.url, "acme", "fix-1", &payment("10.505")).await.unwrap();
+    assert_eq!(refused.status, 400, "{}", String::from_utf8_lossy(&refused.body));
+    assert_eq!(effects_count(&http, &server.url).await, 0);
+    let fixed = pay(&http, &server.url, "acme", "fix-1", &payment("10.50")).await.unwrap();
+    assert_eq!((fixed.status, fixed.replayed), (201, false), "{}", String::from_utf8_lossy(&fixed.body));
+    // The corrected request is now the key's binding: its retry replays, the refused body is
+    // a different request.
+    let retry = pay(&http, &server.url, "acme", "fix-1", &payment("10.50")).await.unwrap();
+    assert_eq!((retry.status, retry.replayed), (201, true));
+    let again = pay(&http, &server.url, "acme", "fix-1", &payment("10.505")).await.unwrap();
+    assert_eq!(again.status, 422);
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!((effects.payments_of("fix-1"), effects.calls_of("fix-1")), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_published_policy_lists_every_limit_the_layer_enforces() {
+    let server = Db::redb().start(&[]);
+    let response = http().get(format!("{}/v1/idempotency-policy", server.url)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let policy: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    assert_eq!(policy["key"]["bytes"]["max"], 255);
+    assert!(policy["key"]["forms"].as_array().is_some_and(|forms| forms.len() == 3), "{policy}");
+    assert!(policy["key"]["derived_keys"].as_str().is_some_and(|rule| rule.contains("blake3")), "{policy}");
+    let operation = &policy["operations"][0];
+    assert_eq!(operation["max_body_bytes"], 16 * 1024);
+    assert!(operation["max_stored_response_bytes"].as_u64().is_some_and(|n| n > 0));
+    assert!(operation["retry_after"]["max_seconds"].as_u64().is_some(), "{operation}");
+    assert!(operation["fingerprint"]["caveats"].to_string().contains("2^53"), "{operation}");
+}
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// `POST /v1/webhooks/provider` with `body` and the given signature headers.
+async fn signed_webhook(url: &str, body: &str, id: &str, timestamp: u64, signature: &str) -> (u16, Value) {
+    let request = http()
+        .post(format!("{url}/v1/webhooks/provider"))
+        .header("webhook-id", id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature);
+    json_answer(request, body).await
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_secret_only_signed_webhooks_apply_and_redeliveries_signed_again_are_duplicates() {
+    let server = Db::redb().start(&["--webhook-secret", SECRET]);
+    let signer = idemdb_http::WebhookVerifier::new(SECRET).unwrap();
+    let body = r#"{"delivery_id":"evt_1","object_id":"ch_1","version":2,"state":"refunded"}"#;
+    // Unsigned, and forged with another secret: refused, nothing recorded.
+    let (status, answer) = webhook(&http(), &server.url, body).await;
+    assert_eq!((status, answer["type"].as_str()), (401, Some("urn:payments-example:problem:invalid-signature")));
+    let forger = idemdb_http::WebhookVerifier::new("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap();
+    let ts = now_secs();
+    assert_eq!(signed_webhook(&server.url, body, "evt_1", ts, &forger.sign("evt_1", ts, body.as_bytes())).await.0, 401);
+    // A signature of another body, or an old timestamp: refused.
+    let tampered = body.replace("refunded", "succeeded");
+    assert_eq!(
+        signed_webhook(&server.url, &tampered, "evt_1", ts, &signer.sign("evt_1", ts, body.as_bytes())).await.0,
+        401
+    );
+    let old = ts - 3600;
+    assert_eq!(
+        signed_webhook(&server.url, body, "evt_1", old, &signer.sign("evt_1", old, body.as_bytes())).await.0,
+        401
+    );
+    // Signed: applied. The id must be the body's delivery id.
+    let (status, answer) =
+        signed_webhook(&server.url, body, "evt_1", ts, &signer.sign("evt_1", ts, body.as_bytes())).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("applied")), "{answer}");
+    assert_eq!(answer["object"]["version"], 2, "the first applied delivery is this one");
+    let (status, _) = signed_webhook(&server.url, body, "evt_9", ts, &signer.sign("evt_9", ts, body.as_bytes())).await;
+    assert_eq!(status, 400);
+    // The sender's retry: the same id, signed again later: a duplicate, nothing changes.
+    let later = ts + 60;
+    let (status, answer) =
+        signed_webhook(&server.url, body, "evt_1", later, &signer.sign("evt_1", later, body.as_bytes())).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("duplicate")), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_absurdly_ahead_is_refused_and_later_real_versions_still_apply() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    let forged = format!(r#"{{"delivery_id":"evt_f","object_id":"ch_1","version":{},"state":"refunded"}}"#, 1u64 << 63);
+    let (status, answer) = webhook(&http, &server.url, &forged).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("invalid_transition")), "{answer}");
+    assert_eq!(answer["object"], Value::Null, "nothing applied");
+    for version in [2, 3] {
+        let body =
+            format!(r#"{{"delivery_id":"evt_{version}","object_id":"ch_1","version":{version},"state":"s{version}"}}"#);
+        let (status, answer) = webhook(&http, &server.url, &body).await;
+        assert_eq!((status, answer["outcome"].as_str()), (200, Some("applied")), "{answer}");
+        assert_eq!(answer["object"]["version"], version);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_of_the_service_is_a_problem() {
+    let server = Db::redb().start(&[]);
+    let http = http();
+    let url = &server.url;
+    let big = format!(r#"{{"delivery_id":"evt_1","object_id":"ch_1","version":2,"state":"{}"}}"#, "x".repeat(20_000));
+    let requests = [
+        (http.get(format!("{url}/v1/payments")), 405, "method-not-allowed"),
+        (http.get(format!("{url}/no/such/path")), 404, "not-found"),
+        (http.get(format!("{url}/v1/ledger")), 401, "unauthenticated"),
+        (
+            http.post(format!("{url}/v1/webhooks/provider")).header("content-type", "application/json").body(big),
+            413,
+            "payload-too-large",
+        ),
+    ];
+    for (request, status, slug) in requests {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{slug}");
+        let media = response.headers().get("content-type").unwrap().to_str().unwrap().to_string();
+        assert_eq!(media, "application/problem+json", "{slug}");
+        let problem: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+        assert_eq!(problem["status"], status, "{problem}");
+        assert_eq!(problem["type"], format!("urn:payments-example:problem:{slug}"), "{problem}");
+        assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()), "{problem}");
+    }
+    // Nothing reached the inbox: the object is unknown.
+    let (_, answer) =
+        webhook(&http, url, r#"{"delivery_id":"evt_2","object_id":"ch_1","version":1,"state":"s"}"#).await;
+    assert_eq!(answer["outcome"], "applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_its_headers_too_slowly_loses_the_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Db::redb().start(&["--header-read-timeout-secs", "1"]);
+    let mut slow = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+    slow.write_all(b"POST /v1/payments HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    // Never finish the head. The server closes the connection (possibly after a 408); the
+    // bound here only keeps a broken server from hanging the test.
+    let mut buffer = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(20), slow.read_to_end(&mut buffer)).await;
+    assert!(read.is_ok(), "the connection was still open after 20 s");
+    // The server still serves everyone else.
+    let reply = pay(&http(), &server.url, "acme", "after-slow", &payment("1.00")).await.unwrap();
+    assert_eq!(reply.status, 201);
+    assert_eq!(effects(&http(), &server.url, "acme").await.payments_of("after-slow"), 1);
+}
