@@ -2904,6 +2904,17 @@ enum IdemdbError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
          * Whether repeating the same call later may succeed unchanged.
          */transient: Bool
     )
+    case NeedsAttention(
+        /**
+         * The stable code (`IDEMDB_...`), as the core spells it.
+         */code: String, 
+        /**
+         * What happened, for logs and people (not for matching).
+         */detail: String, 
+        /**
+         * Whether repeating the same call later may succeed unchanged.
+         */transient: Bool
+    )
 
     
 
@@ -3139,6 +3150,11 @@ public struct FfiConverterTypeIdemdbError: FfiConverterRustBuffer {
             transient: try FfiConverterBool.read(from: &buf)
             )
         case 42: return .ReadOnly(
+            code: try FfiConverterString.read(from: &buf), 
+            detail: try FfiConverterString.read(from: &buf), 
+            transient: try FfiConverterBool.read(from: &buf)
+            )
+        case 43: return .NeedsAttention(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
@@ -3444,6 +3460,13 @@ public struct FfiConverterTypeIdemdbError: FfiConverterRustBuffer {
         
         case let .ReadOnly(code,detail,transient):
             writeInt(&buf, Int32(42))
+            FfiConverterString.write(code, into: &buf)
+            FfiConverterString.write(detail, into: &buf)
+            FfiConverterBool.write(transient, into: &buf)
+            
+        
+        case let .NeedsAttention(code,detail,transient):
+            writeInt(&buf, Int32(43))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
