@@ -49,6 +49,12 @@ pub trait Ledger: Clone + Send + Sync + 'static {
     /// The store.
     fn store(&self) -> &Self::Store;
 
+    /// Whether other instances of the service share the store (PostgreSQL): a key in progress
+    /// may then be held by a live request elsewhere (see `IdempotencyLayer::shared_store`).
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Writes `payment` (a JSON object with `id`) for `tenant` and settles `item` (the
     /// charge's outbox item: as claimed for a report, as found for a resolution) in **one**
     /// commit: both or neither. A confirmed charge completes the idempotency record with its

@@ -137,6 +137,7 @@ pub fn router_with<L: Ledger>(
     let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
         .route(Method::POST, "/v1/payments", payment_operation())
         .only_listed_routes();
+    let idempotency = if ledger.shared() { idempotency.shared_store() } else { idempotency };
     let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin, webhooks });
     let router = Router::new()
         .route("/v1/payments", post(payment::create::<L>))

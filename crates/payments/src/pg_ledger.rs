@@ -93,6 +93,10 @@ impl Ledger for PgLedger {
         &self.store
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn record_payment(
         &self,
         tenant: &str,

@@ -252,7 +252,10 @@ impl Operation {
 
     /// The longest `Retry-After` of a 409 in progress (default 1 s). The store knows how long
     /// the first request's lease has left, which can be a minute; a payment usually finishes
-    /// in a second, so clients are told to come back sooner than the lease runs out.
+    /// in a second, so clients are told to come back sooner than the lease runs out. When the
+    /// first request's process is gone (no request of this layer holds the key, and the store
+    /// is not [shared](crate::IdempotencyLayer::shared_store)) nothing will finish sooner: the
+    /// 409 then carries the lease's whole remaining time.
     #[must_use]
     pub fn in_progress_retry_after(mut self, cap: Duration) -> Self {
         self.retry_after = cap;
@@ -292,7 +295,7 @@ impl Operation {
             "max_body_bytes": self.max_body_bytes,
             "retry_after": {
                 "max_seconds": self.retry_after.as_secs(),
-                "rule": "409 in-progress: the first request's remaining lease, at most max_seconds; none on needs-reconciliation",
+                "rule": "409 in-progress: the first request's remaining lease, at most max_seconds while it runs; its whole remaining lease when its process is gone (after a restart); none on needs-reconciliation",
             },
             "fingerprint": {
                 "of": "method, path and query, and the body (RFC 8785 canonical JSON for JSON media types, the raw bytes otherwise)",

@@ -8,6 +8,7 @@ use tower_layer::Layer;
 
 use super::IdempotencyService;
 use super::config::Operation;
+use super::holders::Holders;
 use super::tenant::TenantSource;
 use crate::problem::ProblemTypes;
 
@@ -82,6 +83,11 @@ pub(crate) struct Config {
     pub(crate) default: Option<Arc<Resolved>>,
     pub(crate) problems: ProblemTypes,
     pub(crate) correlation_header: Option<HeaderName>,
+    /// The keys this layer's requests hold now (shared by every clone of the layer).
+    pub(crate) holders: Arc<Holders>,
+    /// Whether other processes reserve keys in the same store (a fleet on PostgreSQL): a key
+    /// in progress that no request here holds may then have a live holder elsewhere.
+    pub(crate) shared_store: bool,
 }
 
 impl Config {
@@ -106,6 +112,8 @@ impl<S: IdempotencyStore + Clone, T: TenantSource> IdempotencyLayer<S, T> {
             default: Some(Resolved::new(Operation::default())),
             problems: ProblemTypes::default(),
             correlation_header: None,
+            holders: Arc::default(),
+            shared_store: false,
         };
         IdempotencyLayer { store, tenant: Arc::new(tenant), config: Arc::new(config) }
     }
@@ -159,6 +167,19 @@ impl<S: IdempotencyStore + Clone, T: TenantSource> IdempotencyLayer<S, T> {
     #[must_use]
     pub fn correlation_header(self, name: HeaderName) -> Self {
         self.edit(|config| config.correlation_header = Some(name))
+    }
+}
+
+impl<S: IdempotencyStore + Clone, T: TenantSource> IdempotencyLayer<S, T> {
+    /// Says that other processes reserve keys in the same store (several instances of a
+    /// service on one PostgreSQL database). Without it, a key in progress that no request of
+    /// this layer holds has a holder that is gone (a process that died; the store is this
+    /// process's alone), and its 409 carries the lease's real remaining time as `Retry-After`
+    /// instead of the operation's cap; with it, every 409 in progress uses the cap, since the
+    /// holder may be working in another instance.
+    #[must_use]
+    pub fn shared_store(self) -> Self {
+        self.edit(|config| config.shared_store = true)
     }
 }
 

@@ -29,6 +29,7 @@ mod config;
 mod error;
 mod future;
 mod handle;
+mod holders;
 mod layer;
 mod tenant;
 
@@ -241,6 +242,8 @@ where
             recorder.record("answer", reservation.name());
             match reservation {
                 Reservation::Acquired(lease) => {
+                    // Held until this task ends: a duplicate meanwhile knows its holder works.
+                    let _held = self.ctx.config.holders.hold(key_hash);
                     let handle =
                         LeaseHandle::new(self.ctx.store.clone(), lease, key_hash, operation.replay_headers.clone());
                     let mut request = Request::from_parts(parts, ReqB::from(bytes));
@@ -252,7 +255,11 @@ where
                     }
                 }
                 Reservation::Replay { body, .. } => Ok(self.ctx.replay(&body)),
-                other => Ok(self.ctx.refuse(refusal(&other, &operation.operation))),
+                other => {
+                    let config = &self.ctx.config;
+                    let holder_gone = !config.shared_store && !config.holders.holds(&key_hash);
+                    Ok(self.ctx.refuse(refusal(&other, &operation.operation, holder_gone)))
+                }
             }
         }
         .instrument(span)
@@ -540,15 +547,18 @@ async fn reserve<S: IdempotencyStore>(
     }
 }
 
-/// The refusal of an answer that is neither an acquisition nor a replay.
-fn refusal(reservation: &Reservation, operation: &Operation) -> Problem {
+/// The refusal of an answer that is neither an acquisition nor a replay. `holder_gone`: no
+/// request of this layer holds the key and no other process can (see
+/// [`IdempotencyLayer::shared_store`]), so an attempt in progress belongs to a process that
+/// died, and the wait is the lease's remaining time, not the operation's cap.
+fn refusal(reservation: &Reservation, operation: &Operation, holder_gone: bool) -> Problem {
     match reservation {
         Reservation::InProgress { retry_after } => Problem::new(
             ErrorCode::InProgress,
             StatusCode::CONFLICT,
             "a request with this Idempotency-Key is being processed; retry after the time given",
         )
-        .retry_after((*retry_after).min(operation.retry_after)),
+        .retry_after(if holder_gone { *retry_after } else { (*retry_after).min(operation.retry_after) }),
         Reservation::Mismatch { .. } => Problem::new(
             ErrorCode::KeyMismatch,
             StatusCode::UNPROCESSABLE_ENTITY,

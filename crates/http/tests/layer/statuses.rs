@@ -218,6 +218,35 @@ async fn a_duplicate_while_the_first_runs_is_409_with_retry_after() {
 }
 
 #[tokio::test]
+async fn a_key_whose_holder_is_gone_gets_the_lease_s_remaining_time_as_retry_after() {
+    let (store, clock) = store();
+    let effects = Effects::default();
+    let (handler, entered, release) = gated(effects.clone());
+    // The first layer stands for a process that died holding the key: the second layer (the
+    // restarted service over the same store) holds nothing.
+    let before = service(layer(store.clone(), Operation::named("op")), handler);
+    let first = tokio::spawn({
+        let svc = before.clone();
+        async move { send(&svc, post("/things", Some("k-1"), BODY)).await }
+    });
+    entered.notified().await;
+    let after = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let refused = send(&after, post("/things", Some("k-1"), BODY)).await;
+    assert_eq!(refused.problem(), "urn:idemdb:problem:in-progress");
+    assert_eq!(refused.headers["retry-after"], "60", "nothing here will finish it before its lease ends");
+    clock.advance(Duration::from_secs(20));
+    assert_eq!(send(&after, post("/things", Some("k-1"), BODY)).await.headers["retry-after"], "40");
+    // In a fleet the holder may be working in another instance: the cap applies.
+    let fleet = service(layer(store.clone(), Operation::named("op")).shared_store(), created(effects.clone()));
+    assert_eq!(send(&fleet, post("/things", Some("k-1"), BODY)).await.headers["retry-after"], "1");
+    // The layer that holds it caps its own duplicates.
+    assert_eq!(send(&before, post("/things", Some("k-1"), BODY)).await.headers["retry-after"], "1");
+    release.notify_one();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(effects.count(), 1, "no duplicate ran");
+}
+
+#[tokio::test]
 async fn with_a_bounded_wait_the_duplicate_gets_the_first_response() {
     let (store, _) = store();
     let effects = Effects::default();
