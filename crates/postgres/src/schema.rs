@@ -300,6 +300,7 @@ impl Sql {
             &self.identity,
             &wf.outbox_lock,
             &wf.outbox_get,
+            &wf.outbox_any,
             &wf.outbox_insert,
             &wf.outbox_update,
             &wf.outbox_due,
