@@ -25,6 +25,25 @@ impl KeyHash {
         KeyHash(out)
     }
 
+    /// The keyed hash that logs show for a tenant, under a store's 32-byte secret: BLAKE3 in
+    /// keyed mode with a key derived from the secret for this purpose alone, so a tenant's
+    /// hash is stable across a store's logs (and its instances, which share the secret),
+    /// never equals any key's hash, and tells nothing about the tenant to whoever reads logs
+    /// without the secret.
+    ///
+    /// ```
+    /// use idemdb_core::KeyHash;
+    /// let secret = [7; 32];
+    /// assert_eq!(KeyHash::tenant(&secret, "acme"), KeyHash::tenant(&secret, "acme"));
+    /// assert_ne!(KeyHash::tenant(&secret, "acme"), KeyHash::tenant(&secret, "acne"));
+    /// assert_ne!(KeyHash::tenant(&secret, "acme"), KeyHash::compute(&secret, b"acme"));
+    /// assert!(!KeyHash::tenant(&secret, "acme").to_string().contains("acme"));
+    /// ```
+    pub fn tenant(secret: &[u8; 32], tenant: &str) -> Self {
+        let key = blake3::derive_key("idemdb 2026-12 tenant hash for logs", secret);
+        KeyHash::compute(&key, tenant.as_bytes())
+    }
+
     /// A hash read back from storage (an adapter that keeps the audit trail in columns).
     ///
     /// ```

@@ -96,7 +96,7 @@ pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON, ProblemTypes};
 pub use response::{DEFAULT_REPLAY_HEADERS, RESPONSE_FORMAT, ResponseDecodeError, StoredResponse};
 pub use webhook::{
     DEFAULT_WEBHOOK_TOLERANCE, VerifiedWebhook, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
-    WebhookSignatureError, WebhookVerifier,
+    WebhookSignatureError, WebhookSigner, WebhookVerifier,
 };
 
 #[cfg(feature = "client")]

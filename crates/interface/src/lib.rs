@@ -83,6 +83,10 @@ pub trait IdempotencyStore: Send + Sync {
     /// the raw key.
     fn key_hash(&self, scope: &Scope, key: &IdempotencyKey) -> KeyHash;
 
+    /// The keyed hash that logs use for a tenant ([`KeyHash::tenant`] under the store's
+    /// secret): safe to log, never the raw tenant.
+    fn tenant_hash(&self, tenant: &str) -> KeyHash;
+
     /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
     /// `correlation` is recorded in the audit trail and log events when given.
     fn reserve(

@@ -82,9 +82,11 @@ struct Args {
     /// charges and releases uncertain payments that enqueued no charge.
     #[arg(long, default_value_t = 5)]
     reconcile_interval_secs: u64,
-    /// The provider's webhook signing secret (`whsec_<base64>`, Standard Webhooks); without it
-    /// the environment's `PAYMENTS_WEBHOOK_SECRET`. With a secret, `POST /v1/webhooks/provider`
-    /// refuses every delivery that is not signed with it (401 `invalid-signature`).
+    /// The provider's webhook key, Standard Webhooks: a shared signing secret
+    /// (`whsec_<base64>`, `v1` HMAC signatures) or the provider's ed25519 public key
+    /// (`whpk_<base64>`, `v1a` signatures); without it the environment's
+    /// `PAYMENTS_WEBHOOK_SECRET`. With a key, `POST /v1/webhooks/provider` refuses every
+    /// delivery that is not signed with it (401 `invalid-signature`).
     #[arg(long, value_name = "SECRET")]
     webhook_secret: Option<String>,
     /// How long a request's headers may take to arrive before the connection is closed.

@@ -11,7 +11,7 @@ use deadpool_postgres::Client;
 use deadpool_postgres::tokio_postgres::Row;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
-use idemdb_core::{AuditEvent, AuditKind, Fingerprint, KeyHash, Named, Scope, Timestamp};
+use idemdb_core::{AuditEvent, AuditKind, Fingerprint, IdempotencyKey, KeyHash, Named, Scope, ScopedKey, Timestamp};
 
 use crate::error::{DbError, Error};
 
@@ -34,20 +34,25 @@ pub(crate) struct AuditRow {
 }
 
 impl AuditRow {
+    /// The row of an event on `(scope, key)`, hashed under the store's `secret`; emits the
+    /// event's `tracing` event (the key and the tenant as keyed hashes, never raw).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         at: Timestamp,
         kind: AuditKind,
         scope: &Scope,
-        key_hash: KeyHash,
+        key: &IdempotencyKey,
+        secret: &[u8; 32],
         fence: u64,
         fingerprint: Option<&Fingerprint>,
         correlation: Option<&str>,
     ) -> Self {
+        let key_hash = KeyHash::compute(secret, &ScopedKey::encode_parts(scope, key));
         tracing::debug!(
             target: "idemdb",
             event = kind.as_str(),
             key_hash = %key_hash,
-            tenant = scope.tenant(),
+            tenant_hash = %KeyHash::tenant(secret, scope.tenant()),
             operation = scope.operation(),
             fence,
             correlation = correlation.unwrap_or(""),

@@ -23,6 +23,10 @@ impl IdempotencyStore for PgStore {
         PgStore::key_hash(self, scope, key)
     }
 
+    fn tenant_hash(&self, tenant: &str) -> KeyHash {
+        PgStore::tenant_hash(self, tenant)
+    }
+
     fn reserve(
         &self,
         scope: &Scope,

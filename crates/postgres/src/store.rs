@@ -171,7 +171,7 @@ impl Inner {
         fingerprint: Option<&Fingerprint>,
         correlation: Option<&str>,
     ) -> Option<AuditRow> {
-        let row = AuditRow::new(at, kind, scope, self.key_hash(scope, key), fence, fingerprint, correlation);
+        let row = AuditRow::new(at, kind, scope, key, &self.secret, fence, fingerprint, correlation);
         self.settings.audit.then_some(row)
     }
 
@@ -313,6 +313,12 @@ impl PgStore {
     /// for every instance (it lives in the database), so their logs correlate.
     pub fn key_hash(&self, scope: &Scope, key: &IdempotencyKey) -> KeyHash {
         self.inner.key_hash(scope, key)
+    }
+
+    /// The keyed hash that log events show for a tenant ([`KeyHash::tenant`] under the shared
+    /// secret, so every instance logs one tenant alike): the raw tenant never reaches a log.
+    pub fn tenant_hash(&self, tenant: &str) -> KeyHash {
+        KeyHash::tenant(&self.inner.secret, tenant)
     }
 
     /// Runs `attempt` until it succeeds, fails for good, has failed [`MAX_ATTEMPTS`] times in
@@ -463,7 +469,8 @@ impl PgStore {
             predicted,
             AuditKind::from(fresh.answer.kind()),
             scope,
-            inner.key_hash(scope, key),
+            key,
+            &inner.secret,
             record.fence,
             Some(fingerprint),
             correlation,

@@ -174,6 +174,10 @@ impl Engine {
         KeyHash::compute(&self.secret, scoped)
     }
 
+    pub(crate) fn tenant_hash(&self, tenant: &str) -> KeyHash {
+        KeyHash::tenant(&self.secret, tenant)
+    }
+
     pub(crate) fn fence_floor(&self) -> u64 {
         self.fence_floor.load(Ordering::SeqCst)
     }
@@ -244,7 +248,7 @@ impl Engine {
             target: "idemdb",
             event = kind.as_str(),
             key_hash = %key_hash,
-            tenant = scope.tenant(),
+            tenant_hash = %self.tenant_hash(scope.tenant()),
             operation = scope.operation(),
             fence,
             correlation = correlation.unwrap_or(""),

@@ -155,7 +155,7 @@ impl Store {
         })?;
         for intent in &created {
             let key_hash = self.key_hash(&intent.scope, &intent.key);
-            tracing::debug!(target: "idemdb", event = "intent_created", key_hash = %key_hash, tenant = intent.scope.tenant(), operation = intent.scope.operation());
+            tracing::debug!(target: "idemdb", event = "intent_created", key_hash = %key_hash, tenant_hash = %self.tenant_hash(intent.scope.tenant()), operation = intent.scope.operation());
         }
         Ok(created)
     }

@@ -74,6 +74,10 @@ impl IdempotencyStore for Store {
         Store::key_hash(self, scope, key)
     }
 
+    fn tenant_hash(&self, tenant: &str) -> KeyHash {
+        Store::tenant_hash(self, tenant)
+    }
+
     fn reserve(
         &self,
         scope: &Scope,

@@ -122,6 +122,12 @@ impl Store {
         self.engine.key_hash_of(&ScopedKey::encode_parts(scope, key))
     }
 
+    /// The keyed hash that log events show for a tenant ([`KeyHash::tenant`] under the
+    /// store's secret): the raw tenant never reaches a log.
+    pub fn tenant_hash(&self, tenant: &str) -> KeyHash {
+        self.engine.tenant_hash(tenant)
+    }
+
     /// A new random idempotency key (UUID v4 from the operating system's CSPRNG).
     ///
     /// # Errors

@@ -212,7 +212,7 @@ where
             target: "idemdb_http",
             "idempotency",
             key_hash = %key_hash,
-            tenant = scope.tenant(),
+            tenant_hash = %self.ctx.store.tenant_hash(scope.tenant()),
             operation = scope.operation(),
             answer = tracing::field::Empty,
         );

@@ -8,6 +8,7 @@
 
 mod cancel;
 mod handler;
+mod logs;
 mod replay;
 mod router;
 mod statuses;

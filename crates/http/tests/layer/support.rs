@@ -165,6 +165,10 @@ impl IdempotencyStore for Watched {
         IdempotencyStore::key_hash(&self.inner, scope, key)
     }
 
+    fn tenant_hash(&self, tenant: &str) -> KeyHash {
+        IdempotencyStore::tenant_hash(&self.inner, tenant)
+    }
+
     async fn reserve(
         &self,
         scope: &Scope,

@@ -117,12 +117,12 @@ fn now_secs() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_secret_only_signed_webhooks_apply_and_redeliveries_signed_again_are_duplicates() {
     let server = Db::redb().start(&["--webhook-secret", SECRET]);
-    let signer = idemdb_http::WebhookVerifier::new(SECRET).unwrap();
+    let signer = idemdb_http::WebhookSigner::new(SECRET).unwrap();
     let body = r#"{"delivery_id":"evt_1","object_id":"ch_1","version":2,"state":"refunded"}"#;
     // Unsigned, and forged with another secret: refused, nothing recorded.
     let (status, answer) = webhook(&http(), &server.url, body).await;
     assert_eq!((status, answer["type"].as_str()), (401, Some("urn:payments-example:problem:invalid-signature")));
-    let forger = idemdb_http::WebhookVerifier::new("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap();
+    let forger = idemdb_http::WebhookSigner::new("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap();
     let ts = now_secs();
     assert_eq!(signed_webhook(&server.url, body, "evt_1", ts, &forger.sign("evt_1", ts, body.as_bytes())).await.0, 401);
     // A signature of another body, or an old timestamp: refused.
@@ -147,6 +147,28 @@ async fn with_a_secret_only_signed_webhooks_apply_and_redeliveries_signed_again_
     let later = ts + 60;
     let (status, answer) =
         signed_webhook(&server.url, body, "evt_1", later, &signer.sign("evt_1", later, body.as_bytes())).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("duplicate")), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_providers_public_key_only_its_ed25519_signed_webhooks_apply() {
+    let signer = idemdb_http::WebhookSigner::ed25519_from_seed([21; 32]);
+    let public = signer.public_key().unwrap();
+    let server = Db::redb().start(&["--webhook-secret", &public]);
+    let body = r#"{"delivery_id":"evt_a","object_id":"ch_1","version":2,"state":"refunded"}"#;
+    let ts = now_secs();
+    // An HMAC signature (any secret) and another key pair's signature: refused.
+    let hmac = idemdb_http::WebhookSigner::new(SECRET).unwrap().sign("evt_a", ts, body.as_bytes());
+    assert_eq!(signed_webhook(&server.url, body, "evt_a", ts, &hmac).await.0, 401);
+    let other = idemdb_http::WebhookSigner::ed25519_from_seed([22; 32]).sign("evt_a", ts, body.as_bytes());
+    assert_eq!(signed_webhook(&server.url, body, "evt_a", ts, &other).await.0, 401);
+    // Signed with the provider's key: applied once; a redelivery signed again is a duplicate.
+    let (status, answer) =
+        signed_webhook(&server.url, body, "evt_a", ts, &signer.sign("evt_a", ts, body.as_bytes())).await;
+    assert_eq!((status, answer["outcome"].as_str()), (200, Some("applied")), "{answer}");
+    let later = ts + 30;
+    let (status, answer) =
+        signed_webhook(&server.url, body, "evt_a", later, &signer.sign("evt_a", later, body.as_bytes())).await;
     assert_eq!((status, answer["outcome"].as_str()), (200, Some("duplicate")), "{answer}");
 }
 
