@@ -83,6 +83,7 @@
 pub mod client;
 mod idempotency;
 mod key;
+pub mod metrics;
 mod problem;
 mod response;
 mod webhook;

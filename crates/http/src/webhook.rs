@@ -479,8 +479,7 @@ mod tests {
     #[test]
     fn v1a_signatures_verify_with_the_public_key_alone() {
         let signer = WebhookSigner::new(&whsk([3; 32])).unwrap();
-        let from_seed =
-            WebhookSigner::new(&format!("{SIGNING_KEY_PREFIX}{}", STANDARD.encode([3u8; 32]))).unwrap();
+        let from_seed = WebhookSigner::new(&format!("{SIGNING_KEY_PREFIX}{}", STANDARD.encode([3u8; 32]))).unwrap();
         let public = signer.public_key().unwrap();
         assert!(public.starts_with(PUBLIC_KEY_PREFIX));
         assert_eq!(from_seed.public_key().unwrap(), public, "a seed and its key pair are one key");
@@ -509,7 +508,10 @@ mod tests {
         let flipped = format!("v1a,{}", STANDARD.encode(&bytes));
         assert_eq!(refuse(&headers(ID, "1614265330", &flipped), BODY), WebhookSignatureError::NoValidSignature);
         // The tolerance applies as for v1.
-        assert!(matches!(verifier.verify(&good, BODY, at(TS + 301)), Err(WebhookSignatureError::OutsideTolerance { .. })));
+        assert!(matches!(
+            verifier.verify(&good, BODY, at(TS + 301)),
+            Err(WebhookSignatureError::OutsideTolerance { .. })
+        ));
     }
 
     #[test]
@@ -526,6 +528,9 @@ mod tests {
             verifier.verify(&headers(ID, "1614265330", &unknown), BODY, at(TS)).unwrap_err(),
             WebhookSignatureError::NoValidSignature
         );
-        assert_eq!(WebhookVerifier::new(SECRET).unwrap().with_key("whpk_AAAA").unwrap_err(), WebhookSignatureError::InvalidSecret);
+        assert_eq!(
+            WebhookVerifier::new(SECRET).unwrap().with_key("whpk_AAAA").unwrap_err(),
+            WebhookSignatureError::InvalidSecret
+        );
     }
 }

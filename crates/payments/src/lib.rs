@@ -26,6 +26,7 @@
 mod admin;
 mod dispatch;
 mod ledger;
+pub mod metrics;
 mod payment;
 mod pg_ledger;
 mod policy;
@@ -50,7 +51,9 @@ use crate::dispatch::Charges;
 
 pub use admin::{Admin, BACKUP_PATH, timestamped_backup_name, valid_backup_name};
 pub use dispatch::{CHARGE_EFFECT, CHARGE_VERSION, Dispatcher};
+
 pub use ledger::{BackupOutcome, Ledger, LedgerError, PAYMENTS, RedbLedger};
+pub use metrics::METRICS_PATH;
 pub use payment::{PaymentRequest, payment_operation_name};
 pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
@@ -146,6 +149,7 @@ pub fn router_with<L: Ledger>(
         .route("/v1/ledger", get(ledger_of::<L>))
         .route(POLICY_PATH, get(policy_of::<L>))
         .route(BACKUP_PATH, post(admin::backup::<L>))
+        .route(METRICS_PATH, get(metrics::render))
         .fallback(refusals::not_found)
         .layer(idempotency)
         .layer(axum::middleware::map_response(refusals::as_problem))

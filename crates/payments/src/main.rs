@@ -28,7 +28,8 @@ use payments_example::{
 };
 
 /// A payments service with Idempotency-Key semantics (POST /v1/payments, POST
-/// /v1/webhooks/provider, GET /v1/reconciliation, GET /v1/ledger, GET /v1/idempotency-policy).
+/// /v1/webhooks/provider, GET /v1/reconciliation, GET /v1/ledger, GET /v1/idempotency-policy,
+/// GET /metrics).
 #[derive(Debug, Parser)]
 #[command(version, group(ArgGroup::new("backend").required(true).args(["data", "postgres"])))]
 struct Args {
@@ -136,6 +137,10 @@ async fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // The layer's and the reconciler's metrics, served at GET /metrics in Prometheus text.
+    if let Err(error) = payments_example::metrics::install() {
+        eprintln!("payments-example: metrics are off: {error}");
+    }
     let backend = args.backend().unwrap_or_else(|error| error.exit());
     match run(args, backend).await {
         Ok(()) => ExitCode::SUCCESS,

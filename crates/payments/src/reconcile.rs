@@ -141,6 +141,7 @@ impl<L: Ledger> Reconciler<L> {
         let Ok(queue) = store.reconciliation_queue(self.budget).await else {
             return round;
         };
+        let found = queue.len();
         for attention in queue {
             let decided = match &attention {
                 Attention::Effect { item, .. } if item.effect == app.charges.effect => self.charge(item).await,
@@ -162,6 +163,7 @@ impl<L: Ledger> Reconciler<L> {
         if round.not_found > 0 {
             app.charges.wake();
         }
+        crate::metrics::round(found, &round);
         round
     }
 

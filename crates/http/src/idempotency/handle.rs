@@ -1,5 +1,6 @@
 //! The handler's access to its lease: [`LeaseHandle`], in the request extensions.
 
+use crate::metrics::{self, Settlement};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -130,7 +131,10 @@ impl<S: IdempotencyStore> LeaseHandle<S> {
     /// nothing: the record stays in progress and becomes uncertain when its lease expires.
     pub async fn mark_uncertain(&self) -> Result<(), HandleError> {
         self.claim(Settled::Uncertain)?;
-        self.inner.store.fail(&self.lease(), Failure::Uncertain).await.map_err(HandleError::store)
+        let lease = self.lease();
+        metrics::timed("fail", self.inner.store.fail(&lease, Failure::Uncertain)).await.map_err(HandleError::store)?;
+        metrics::settled(lease.scope().operation(), Settlement::Uncertain);
+        Ok(())
     }
 
     /// Releases the key: the request failed before any effect, and a retry of the same
@@ -140,7 +144,10 @@ impl<S: IdempotencyStore> LeaseHandle<S> {
     /// The store's error, or a settled handle.
     pub async fn release(&self) -> Result<(), HandleError> {
         self.claim(Settled::Released)?;
-        self.inner.store.fail(&self.lease(), Failure::Retryable).await.map_err(HandleError::store)
+        let lease = self.lease();
+        metrics::timed("fail", self.inner.store.fail(&lease, Failure::Retryable)).await.map_err(HandleError::store)?;
+        metrics::settled(lease.scope().operation(), Settlement::Released);
+        Ok(())
     }
 
     /// The bytes the layer would store for this response (its status, the headers on the
@@ -156,7 +163,9 @@ impl<S: IdempotencyStore> LeaseHandle<S> {
     /// # Errors
     /// A handle settled otherwise before.
     pub fn completed_by_handler(&self) -> Result<(), HandleError> {
-        self.claim(Settled::ByHandler)
+        self.claim(Settled::ByHandler)?;
+        metrics::settled(self.lease().scope().operation(), Settlement::Completed);
+        Ok(())
     }
 }
 

@@ -60,6 +60,7 @@ pub use layer::IdempotencyLayer;
 pub use tenant::{SingleTenant, TenantSource};
 
 use crate::key::{IDEMPOTENCY_KEY, parse_key_header};
+use crate::metrics::{self, Settlement};
 use crate::problem::Problem;
 use crate::response::StoredResponse;
 use future::CatchUnwind;
@@ -174,7 +175,10 @@ where
         let (parts, body) = request.into_parts();
         let (key, scope, operation) = match self.head(&parts) {
             Head::PassThrough => return self.inner.call(Request::from_parts(parts, body)).await,
-            Head::Refuse(problem) => return Ok(self.ctx.refuse(problem)),
+            Head::Refuse(problem) => {
+                metrics::refused(problem.code);
+                return Ok(self.ctx.refuse(problem));
+            }
             Head::Keyed { key, scope, operation } => (key, scope, operation),
         };
         // From here on the request runs on a task of its own: once a key is reserved the
@@ -220,7 +224,10 @@ where
         async move {
             let (bytes, fingerprint) = match read_and_fingerprint(&parts, body, &operation.operation).await {
                 Ok(read) => read,
-                Err(problem) => return Ok(self.ctx.refuse(problem)),
+                Err(problem) => {
+                    metrics::refused(problem.code);
+                    return Ok(self.ctx.refuse(problem));
+                }
             };
             let correlation = self.correlation(&parts);
             let reservation = match reserve(
@@ -236,10 +243,12 @@ where
                 Ok(reservation) => reservation,
                 Err(error) => {
                     tracing::warn!(target: "idemdb_http", code = error.code().as_str(), %error, "reservation failed");
+                    metrics::refused(error.code());
                     return Ok(self.ctx.refuse(Problem::store_failed(error.code())));
                 }
             };
             recorder.record("answer", reservation.name());
+            metrics::answer(scope.operation(), &reservation);
             match reservation {
                 Reservation::Acquired(lease) => {
                     // Held until this task ends: a duplicate meanwhile knows its holder works.
@@ -366,8 +375,12 @@ impl<S: IdempotencyStore, T> Ctx<S, T> {
     async fn settle_after_panic<B: From<Bytes>>(&self, handle: &LeaseHandle<S>) -> Response<B> {
         let _ = handle.claim(Settled::ByLayer);
         tracing::error!(target: "idemdb_http", "a panic after the reservation; the key is marked uncertain unless it was settled");
-        if let Err(error) = self.store.fail(&handle.lease(), Failure::Uncertain).await {
-            tracing::debug!(target: "idemdb_http", code = error.code().as_str(), %error, "the key was settled before the panic");
+        let lease = handle.lease();
+        match metrics::timed("fail", self.store.fail(&lease, Failure::Uncertain)).await {
+            Ok(()) => metrics::settled(lease.scope().operation(), Settlement::Uncertain),
+            Err(error) => {
+                tracing::debug!(target: "idemdb_http", code = error.code().as_str(), %error, "the key was settled before the panic");
+            }
         }
         self.refuse(Problem::new(
             ErrorCode::Internal,
@@ -383,7 +396,12 @@ impl<S: IdempotencyStore, T> Ctx<S, T> {
             return;
         }
         tracing::error!(target: "idemdb_http", why, "the outcome is unknown; the key is marked uncertain");
-        if let Err(error) = self.store.fail(&handle.lease(), Failure::Uncertain).await {
+        let lease = handle.lease();
+        let marked = metrics::timed("fail", self.store.fail(&lease, Failure::Uncertain)).await;
+        if marked.is_ok() {
+            metrics::settled(lease.scope().operation(), Settlement::Uncertain);
+        }
+        if let Err(error) = marked {
             tracing::error!(target: "idemdb_http", code = error.code().as_str(), %error, "could not mark the key uncertain; it becomes uncertain when its lease expires");
         }
     }
@@ -400,11 +418,11 @@ impl<S: IdempotencyStore, T> Ctx<S, T> {
         let lease = handle.lease();
         match operation.operation.responses.on(response.status()) {
             OnResponse::Release => {
-                self.report(self.store.fail(&lease, Failure::Retryable).await, "release");
+                self.report(&lease, Settlement::Released, self.store.fail(&lease, Failure::Retryable)).await;
                 response
             }
             OnResponse::Uncertain => {
-                self.report(self.store.fail(&lease, Failure::Uncertain).await, "mark uncertain");
+                self.report(&lease, Settlement::Uncertain, self.store.fail(&lease, Failure::Uncertain)).await;
                 response
             }
             OnResponse::Store => self.store_response(response, &lease, &operation.replay_headers).await,
@@ -425,14 +443,14 @@ impl<S: IdempotencyStore, T> Ctx<S, T> {
             // Streamed (no known length) or larger than the store keeps: the first client gets
             // it as it is, and the key can never run again — it becomes uncertain.
             tracing::warn!(target: "idemdb_http", limit, "response too large or streamed; not stored, the key is marked uncertain");
-            self.report(self.store.fail(lease, Failure::Uncertain).await, "mark uncertain");
+            self.report(lease, Settlement::Uncertain, self.store.fail(lease, Failure::Uncertain)).await;
             return Response::from_parts(parts, body);
         }
         let bytes = match Limited::new(body, room).collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(_) => {
                 // The body failed (or outgrew its size hint) after the handler ran.
-                self.report(self.store.fail(lease, Failure::Uncertain).await, "mark uncertain");
+                self.report(lease, Settlement::Uncertain, self.store.fail(lease, Failure::Uncertain)).await;
                 return self.refuse(Problem::new(
                     ErrorCode::Internal,
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -443,18 +461,28 @@ impl<S: IdempotencyStore, T> Ctx<S, T> {
         };
         let stored = StoredResponse::new(parts.status, &parts.headers, replay, bytes.clone()).encode();
         if parts.status.as_u16() < 400 {
-            self.report(self.store.complete(lease, stored).await, "complete");
+            self.report(lease, Settlement::Completed, self.store.complete(lease, stored)).await;
         } else {
-            self.report(self.store.fail(lease, Failure::Definitive(stored)).await, "store the failure");
+            self.report(lease, Settlement::Failed, self.store.fail(lease, Failure::Definitive(stored))).await;
         }
         Response::from_parts(parts, B::from(bytes))
     }
 
-    fn report(&self, result: Result<(), S::Error>, action: &'static str) {
-        if let Err(error) = result {
-            // The response still goes to the client; the record stays in progress and becomes
-            // uncertain when its lease expires, so the handler is not run again.
-            tracing::error!(target: "idemdb_http", action, code = error.code().as_str(), %error, "could not settle the key");
+    /// Awaits the settling store call, counting it as `settlement`, or logging why it failed.
+    async fn report(
+        &self,
+        lease: &Lease,
+        settlement: Settlement,
+        call: impl std::future::Future<Output = Result<(), S::Error>>,
+    ) {
+        let name = if settlement == Settlement::Completed { "complete" } else { "fail" };
+        match metrics::timed(name, call).await {
+            Ok(()) => metrics::settled(lease.scope().operation(), settlement),
+            Err(error) => {
+                // The response still goes to the client; the record stays in progress and
+                // becomes uncertain when its lease expires, so the handler is not run again.
+                tracing::error!(target: "idemdb_http", ?settlement, code = error.code().as_str(), %error, "could not settle the key");
+            }
         }
     }
 
@@ -536,7 +564,7 @@ async fn reserve<S: IdempotencyStore>(
     let deadline = operation.wait.map(|wait| Instant::now() + wait);
     let mut pause = Duration::from_millis(5);
     loop {
-        let reservation = store.reserve(scope, key, fingerprint, correlation).await?;
+        let reservation = metrics::timed("reserve", store.reserve(scope, key, fingerprint, correlation)).await?;
         let (Reservation::InProgress { .. }, Some(deadline)) = (&reservation, deadline) else { return Ok(reservation) };
         let now = Instant::now();
         if now >= deadline {

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cancel;
+mod counted;
 mod handler;
 mod logs;
 mod replay;

@@ -237,3 +237,46 @@ async fn a_client_sending_its_headers_too_slowly_loses_the_connection() {
     assert_eq!(reply.status, 201);
     assert_eq!(effects(&http(), &server.url, "acme").await.payments_of("after-slow"), 1);
 }
+
+/// The value of the series `name{labels…}` in Prometheus text, 0 when absent.
+fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} ")))
+        .find(|line| labels.iter().all(|(k, v)| line.contains(&format!("{k}=\"{v}\""))))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_answers_and_settlements_in_prometheus_text() {
+    let server = Db::redb().start(&["--reconcile-interval-secs", "1"]);
+    let http = http();
+    for key in ["m-1", "m-2"] {
+        assert_eq!(pay(&http, &server.url, "acme", key, &payment("10.50")).await.unwrap().status, 201);
+    }
+    assert!(pay(&http, &server.url, "acme", "m-1", &payment("10.50")).await.unwrap().replayed);
+    assert_eq!(pay(&http, &server.url, "acme", "m-1", &payment("99.00")).await.unwrap().status, 422);
+    let response = http.get(format!("{}/metrics", server.url)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
+    let text = response.text().await.unwrap();
+    let op = ("operation", "create_payment");
+    assert_eq!(series(&text, "idemdb_http_answers_total", &[op, ("answer", "acquired")]), 2.0, "{text}");
+    assert_eq!(series(&text, "idemdb_http_answers_total", &[op, ("answer", "replay")]), 1.0, "{text}");
+    assert_eq!(series(&text, "idemdb_http_answers_total", &[op, ("answer", "mismatch")]), 1.0, "{text}");
+    assert_eq!(series(&text, "idemdb_http_settlements_total", &[op, ("outcome", "completed")]), 2.0, "{text}");
+    assert!(text.contains("idemdb_http_store_call_seconds"), "{text}");
+    // The reconciler's gauges appear after its first round (every second here).
+    let mut rounds = String::new();
+    for _ in 0..50 {
+        rounds = http.get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
+        if rounds.contains("payments_reconciliation_queue_depth ") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(series(&rounds, "payments_reconciliation_queue_depth", &[]), 0.0, "{rounds}");
+    assert!(rounds.contains("payments_reconciliation_queue_depth 0"), "nothing to reconcile: {rounds}");
+    assert!(!text.contains("acme") && !text.contains("m-1"), "no tenant or key in the metrics: {text}");
+    assert_eq!(effects_count(&http, &server.url).await, 2, "two payments, whatever was asked");
+}
