@@ -14,6 +14,9 @@
 //! * [`clock_faults`]: wall-clock jumps forward and back, put right later, around deliveries,
 //!   purges and reopens, checked in true time;
 //! * [`kill`]: a child process on a file store, killed with SIGKILL at random moments;
+//! * [`http_flow`]: the payments example served as a process, with clients hanging up at
+//!   random points and the service killed with requests in flight; every key must reach a
+//!   final answer without an operator;
 //! * [`live_backup`]: backups taken by a writer process at random moments while it writes and
 //!   is killed, each opened alone, verified and checked against what was acknowledged before it;
 //! * [`races`]: threads racing on shared keys over file and memory stores;
@@ -44,6 +47,7 @@ pub mod clock_faults;
 pub mod concurrent;
 pub mod fault;
 pub mod fuzzing;
+pub mod http_flow;
 pub mod journal_aliases;
 pub mod journal_damage;
 pub mod journal_replace;

@@ -52,6 +52,8 @@ struct Size {
     journal_damage: u64,
     journal_aliases: u64,
     journal_replace: u64,
+    /// Rounds of the HTTP flow (40 keys each: a run per key).
+    http_rounds: u64,
 }
 
 const QUICK: Size = Size {
@@ -70,6 +72,7 @@ const QUICK: Size = Size {
     journal_damage: 5_000,
     journal_aliases: 500,
     journal_replace: 500,
+    http_rounds: 25,
 };
 const FULL: Size = Size {
     name: "full",
@@ -87,13 +90,15 @@ const FULL: Size = Size {
     journal_damage: 100_000,
     journal_aliases: 10_000,
     journal_replace: 10_000,
+    http_rounds: 500,
 };
 
 /// The sections of a run, in the order they run.
-const SECTIONS: [&str; 14] = [
+const SECTIONS: [&str; 15] = [
     "sweep",
     "concurrent",
     "kill",
+    "http",
     "races",
     "clock",
     "operators",
@@ -282,6 +287,43 @@ fn reliability(args: &[String]) -> Result<bool, String> {
             t.elapsed()
         );
         print_notes("kill -9", &kills.notes);
+    }
+
+    // 2b. The HTTP flow: the payments service killed and hung up on.
+    let mut http = idemdb_reliability::http_flow::HttpFlowReport::default();
+    let http_runs = size.http_rounds * HTTP_KEYS_PER_ROUND;
+    if runs("http") {
+        let t = Instant::now();
+        let service = build_payments()?;
+        http = idemdb_reliability::http_flow::run(&idemdb_reliability::http_flow::HttpFlowConfig {
+            service,
+            rounds: size.http_rounds,
+            keys_per_round: HTTP_KEYS_PER_ROUND,
+            seed,
+            store_args: Vec::new(),
+        })
+        .map_err(|e| format!("http flow: {e}"))?;
+        timings.push(("http flow", t.elapsed()));
+        println!(
+            "  http flow: {} runs, {} kills, every final answer within {} ms of its round; clients: {} waited, {} cut their request, {} hung up after sending, {} cut the answer; {} acknowledged; retries: {} replayed, {} ran fresh, {} waits; unresolved {} double {} lost {} unexpected {} in {:.1?}",
+            group(http.runs),
+            http.kills,
+            http.slowest_final_ms,
+            http.waited,
+            http.cut_requests,
+            http.hung_up,
+            http.cut_answers,
+            http.acknowledged,
+            http.replayed_on_retry,
+            http.fresh_on_retry,
+            http.waits,
+            http.unresolved,
+            http.double,
+            http.lost,
+            http.unexpected,
+            t.elapsed()
+        );
+        print_notes("http flow", &http.notes);
     }
 
     // 3. Races.
@@ -573,6 +615,11 @@ fn reliability(args: &[String]) -> Result<bool, String> {
     push(files, row("integrity failures", integrity, zero(integrity)));
     push(promises, row("protocol errors", protocol, zero(protocol)));
     push(runs("kill"), row("kills", kills.kills, Some((&at_least(size.kills), kills.kills >= size.kills))));
+    push(runs("http"), row("HTTP flow runs", http.runs, Some((&at_least(http_runs), http.runs >= http_runs))));
+    push(runs("http"), row("HTTP keys left without answer", http.unresolved, zero(http.unresolved)));
+    push(runs("http"), row("HTTP double effects", http.double, zero(http.double)));
+    push(runs("http"), row("HTTP acknowledged answers lost", http.lost, zero(http.lost)));
+    push(runs("http"), row("HTTP unexpected answers", http.unexpected, zero(http.unexpected)));
     let backups_ok = backups.backups >= size.backups && backups.clean() && backups.completions_checked > 0;
     push(
         runs("backup"),
@@ -761,6 +808,23 @@ fn build_cli() -> Result<PathBuf, String> {
 
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+/// Keys per round of the HTTP flow.
+const HTTP_KEYS_PER_ROUND: u64 = 40;
+
+/// Builds the payments service (the debug build the tests use, already there after them) and
+/// returns its path.
+fn build_payments() -> Result<PathBuf, String> {
+    let status = cargo()
+        .args(["build", "--quiet", "-p", "payments-example", "--bin", "payments-example"])
+        .current_dir(workspace_root())
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err("building payments-example failed".into());
+    }
+    Ok(target_dir().join("debug").join(format!("payments-example{}", std::env::consts::EXE_SUFFIX)))
 }
 
 /// Builds the kill test's child in release mode and returns its path.

@@ -208,3 +208,25 @@ fn exactly_one_backend_is_required() {
     }
     assert!(!dir.path().join("never-created").exists(), "nothing was opened");
 }
+
+/// The reliability harness's HTTP flow on PostgreSQL: 1,000 payments whose clients hang up at
+/// random points, the service killed with SIGKILL with requests in flight in 20 of the 25
+/// rounds; every key reaches 201 without an operator, one payment and one charge per key, and
+/// every acknowledged answer is what retries replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_hang_ups_and_kills_leave_every_key_with_a_final_answer_and_one_effect() {
+    let Some(Db::Postgres { url, schema }) = Db::postgres("http_flow").await else { return };
+    let config = idemdb_reliability::http_flow::HttpFlowConfig {
+        service: env!("CARGO_BIN_EXE_payments-example").into(),
+        rounds: 25,
+        keys_per_round: 40,
+        seed: 0x5047,
+        store_args: ["--postgres", url.as_str(), "--schema", schema.as_str()].map(Into::into).to_vec(),
+    };
+    let report =
+        tokio::task::spawn_blocking(move || idemdb_reliability::http_flow::run(&config)).await.unwrap().unwrap();
+    println!("{report:?}");
+    assert_eq!((report.runs, report.kills), (1_000, 20));
+    assert!(report.clean(), "{report:?}");
+    assert!(report.acknowledged > 0 && report.cut_requests > 0 && report.hung_up > 0, "{report:?}");
+}
