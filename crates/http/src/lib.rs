@@ -85,6 +85,7 @@ mod idempotency;
 mod key;
 pub mod metrics;
 mod problem;
+pub mod reconcile;
 mod response;
 mod webhook;
 

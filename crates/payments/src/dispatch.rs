@@ -124,11 +124,7 @@ impl<L: Ledger> Dispatcher<L> {
     /// The reconciler of the same service, with the default interval and budget (see
     /// [`Reconciler`](crate::Reconciler)); run it beside the dispatcher.
     pub fn reconciler(&self) -> crate::Reconciler<L> {
-        crate::Reconciler {
-            app: Arc::clone(&self.app),
-            interval: crate::DEFAULT_RECONCILE_INTERVAL,
-            budget: crate::DEFAULT_RECONCILE_BUDGET,
-        }
+        crate::reconcile::reconciler(Arc::clone(&self.app))
     }
 
     /// Dispatches charges until the task is dropped: each claimed charge on a task of its own,

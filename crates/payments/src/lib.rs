@@ -58,7 +58,7 @@ pub use payment::{PaymentRequest, payment_operation_name};
 pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
-pub use reconcile::{DEFAULT_RECONCILE_BUDGET, DEFAULT_RECONCILE_INTERVAL, RECONCILIATION_PATH, Reconciler, Round};
+pub use reconcile::{ChargeLookup, RECONCILIATION_PATH, Reconciler};
 pub use serve::{ReadTimeouts, serve};
 pub use webhook::{MAX_VERSION_STEP, MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 

@@ -229,8 +229,7 @@ async fn serve<L: Ledger>(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (router, dispatcher) = router_with(ledger, provider, admin, webhooks)?;
     let listener = tokio::net::TcpListener::bind(&args.addr).await?;
-    let mut reconciler = dispatcher.reconciler();
-    reconciler.interval = Duration::from_secs(args.reconcile_interval_secs.max(1));
+    let reconciler = dispatcher.reconciler().interval(Duration::from_secs(args.reconcile_interval_secs.max(1)));
     let reconciler = tokio::spawn(reconciler.run());
     // Charges the previous process left in the outbox are dispatched from the start.
     let dispatcher = tokio::spawn(dispatcher.run());

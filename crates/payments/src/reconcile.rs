@@ -1,19 +1,16 @@
 //! `GET /v1/reconciliation`: the reconciliation queue of the bearer's tenant, oldest first —
 //! charges whose outcome is unknown (the provider's answer was lost) and payments whose attempt
-//! ended without a known outcome — and the [`Reconciler`] that drives them to a fact by asking
-//! the provider. Retries of a waiting key get `409 needs-reconciliation` meanwhile.
+//! ended without a known outcome — and the [`Reconciler`] (the library's task with
+//! [`ChargeLookup`]) that drives them to a fact by asking the provider. Retries of a waiting key get `409 needs-reconciliation` meanwhile.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use idemdb_core::{
-    Attention, ExpiredLease, IdempotencyKey, OutboxItem, OutboxState, ProviderState, Resolution, Scope,
-    State as RecordState,
-};
-use idemdb_interface::{IdempotencyStore, WorkflowStore};
+use idemdb_core::{Attention, OutboxItem, OutboxState, ProviderState};
+use idemdb_http::reconcile::{EffectDecision, EffectLookup};
+use idemdb_interface::WorkflowStore;
 use serde_json::{Value, json};
 
 use crate::dispatch::{ChargeOrder, confirmed_payment};
@@ -74,134 +71,55 @@ pub(crate) async fn list<L: Ledger>(State(app): State<Arc<App<L>>>, headers: Hea
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-/// How often the reconciler looks at the queue, by default.
-pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(5);
-/// How many queue entries one round decides, by default.
-pub const DEFAULT_RECONCILE_BUDGET: usize = 64;
-
-/// What one reconciliation round did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Round {
-    /// Charges the provider had made: the payment row written and the record completed.
-    pub confirmed: usize,
-    /// Charges the provider has no trace of: sent again under the same provider key.
-    pub not_found: usize,
-    /// Payments whose attempt ended uncertain with no charge enqueued: released, so the retry
-    /// runs.
-    pub released: usize,
-    /// Entries no fact could decide this round (the provider or the store failed): left for
-    /// the next round, or for a person.
-    pub left: usize,
-}
-
-/// The reconciler of one service: run it beside the router and the dispatcher. Every
-/// `interval` it takes up to `budget` entries of the reconciliation queue and drives each to a
-/// fact:
-///
-/// * an **uncertain charge** is looked up at the provider by its provider key — found: the
-///   payment row is written and the charge resolved confirmed in one commit (the record
-///   completes with the payment's `201`, which retries replay); not found: resolved
-///   `not_found`, which sends it again with the same provider key;
-/// * an **uncertain payment record with no charge enqueued** (its attempt died or failed before
-///   the outbox had the charge, and the operation declares every effect through the outbox) is
-///   released: the retry runs.
-///
-/// Every resolution is in the store's audit trail (`effect_resolved`, `reconciled`) and in the
-/// service's log with its cause. What no fact decides stays listed at
-/// [`RECONCILIATION_PATH`].
+/// The payments' side of reconciliation, for the library's
+/// [`Reconciler`](idemdb_http::reconcile::Reconciler): an uncertain charge is looked up at the
+/// provider by its provider key — found: the payment row is written and the charge resolved
+/// confirmed in one commit (the record completes with the payment's `201`, which retries
+/// replay); not found: resolved `not_found`, and the dispatcher woken to send it again under
+/// the same provider key.
 #[derive(Debug)]
-pub struct Reconciler<L> {
+pub struct ChargeLookup<L> {
     pub(crate) app: Arc<App<L>>,
-    /// Time between rounds.
-    pub interval: Duration,
-    /// Entries per round.
-    pub budget: usize,
 }
 
-impl<L: Ledger> Reconciler<L> {
-    /// Runs rounds until the task is dropped.
-    pub async fn run(self) {
-        loop {
-            tokio::time::sleep(self.interval).await;
-            let round = self.round().await;
-            if round != Round::default() {
-                eprintln!(
-                    "payments-example: reconciled {} confirmed, {} not found (sent again), {} released; {} left",
-                    round.confirmed, round.not_found, round.released, round.left
-                );
-            }
-        }
-    }
+/// The reconciler of the payments service: the library's task with [`ChargeLookup`], the
+/// payment operation declared to charge only through the outbox (an uncertain payment with no
+/// charge enqueued is released, so its retry runs). Every resolution is in the store's audit
+/// trail (`effect_resolved`, `reconciled`), the log and the metrics; what no fact decides stays
+/// listed at [`RECONCILIATION_PATH`].
+pub type Reconciler<L> = idemdb_http::reconcile::Reconciler<<L as Ledger>::Store, ChargeLookup<L>>;
 
-    /// One round (see the type's docs).
-    pub async fn round(&self) -> Round {
-        let app = &self.app;
-        let store = app.ledger.store();
-        let mut round = Round::default();
-        let Ok(queue) = store.reconciliation_queue(self.budget).await else {
-            return round;
-        };
-        let found = queue.len();
-        for attention in queue {
-            let decided = match &attention {
-                Attention::Effect { item, .. } if item.effect == app.charges.effect => self.charge(item).await,
-                Attention::Record { scoped, record, .. }
-                    if scoped.scope.operation() == payment_operation_name()
-                        && matches!(record.state, RecordState::Uncertain { .. }) =>
-                {
-                    self.record(&scoped.scope, &scoped.key).await
-                }
-                _ => None,
-            };
-            match decided {
-                Some(Decided::Confirmed) => round.confirmed += 1,
-                Some(Decided::NotFound) => round.not_found += 1,
-                Some(Decided::Released) => round.released += 1,
-                None => round.left += 1,
-            }
-        }
-        if round.not_found > 0 {
-            app.charges.wake();
-        }
-        crate::metrics::round(found, &round);
-        round
-    }
+/// The service's reconciler over `app`, every `DEFAULT_RECONCILE_INTERVAL`.
+pub(crate) fn reconciler<L: Ledger>(app: Arc<App<L>>) -> Reconciler<L> {
+    let store = app.ledger.store().clone();
+    let charge = app.charges.effect.clone();
+    idemdb_http::reconcile::Reconciler::new(store, ChargeLookup { app }).declare(payment_operation_name(), [charge])
+}
 
-    async fn charge(&self, item: &OutboxItem) -> Option<Decided> {
+impl<L: Ledger> EffectLookup<L::Store> for ChargeLookup<L> {
+    async fn decide(&self, store: &L::Store, item: &OutboxItem) -> EffectDecision {
         let app = &self.app;
+        if item.effect != app.charges.effect {
+            return EffectDecision::Undecided;
+        }
         let tenant = item.scope.tenant();
-        let found = app.provider.find(tenant, item.provider_key.as_str()).await.ok()?;
-        let Some(charge) = found else {
-            let resolved =
-                app.ledger.store().resolve_effect(&item.scope, &item.key, &item.effect, ProviderState::NotFound).await;
-            return resolved.ok().map(|_| Decided::NotFound);
+        let Ok(found) = app.provider.find(tenant, item.provider_key.as_str()).await else {
+            return EffectDecision::Undecided;
         };
-        let order = ChargeOrder::from_payload(&item.payload).ok()?;
-        let reference = charge["id"].as_str()?.to_string();
+        let Some(charge) = found else {
+            if store.resolve_effect(&item.scope, &item.key, &item.effect, ProviderState::NotFound).await.is_err() {
+                return EffectDecision::Undecided;
+            }
+            app.charges.wake();
+            return EffectDecision::NotFound;
+        };
+        let Ok(order) = ChargeOrder::from_payload(&item.payload) else { return EffectDecision::Undecided };
+        let Some(reference) = charge["id"].as_str().map(str::to_string) else { return EffectDecision::Undecided };
         let (payment, result) = confirmed_payment(item, &order, &reference);
         let state = ProviderState::Confirmed { reference, result };
-        app.ledger.record_payment(tenant, &payment, item, Settlement::Resolved(state)).await.ok()?;
-        Some(Decided::Confirmed)
-    }
-
-    async fn record(&self, scope: &Scope, key: &IdempotencyKey) -> Option<Decided> {
-        let store = self.app.ledger.store();
-        let policy = store.policy(scope.operation());
-        if policy.expired_lease() != ExpiredLease::TakeoverIfNoEffect {
-            return None;
+        match app.ledger.record_payment(tenant, &payment, item, Settlement::Resolved(state)).await {
+            Ok(_) => EffectDecision::Confirmed,
+            Err(_) => EffectDecision::Undecided,
         }
-        // Effects are enqueued only while the record is in progress, by its holder: an
-        // uncertain record with no charge now will never get one.
-        if store.effect(scope, key, &self.app.charges.effect).await.ok()?.is_some() {
-            return None;
-        }
-        store.reconcile(scope, key, Resolution::Released).await.ok()?;
-        Some(Decided::Released)
     }
-}
-
-enum Decided {
-    Confirmed,
-    NotFound,
-    Released,
 }

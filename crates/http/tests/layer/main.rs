@@ -10,6 +10,7 @@ mod cancel;
 mod counted;
 mod handler;
 mod logs;
+mod reconciler;
 mod replay;
 mod router;
 mod statuses;

@@ -270,13 +270,13 @@ async fn metrics_count_answers_and_settlements_in_prometheus_text() {
     let mut rounds = String::new();
     for _ in 0..50 {
         rounds = http.get(format!("{}/metrics", server.url)).send().await.unwrap().text().await.unwrap();
-        if rounds.contains("payments_reconciliation_queue_depth ") {
+        if rounds.contains("idemdb_reconciliation_queue_depth ") {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    assert_eq!(series(&rounds, "payments_reconciliation_queue_depth", &[]), 0.0, "{rounds}");
-    assert!(rounds.contains("payments_reconciliation_queue_depth 0"), "nothing to reconcile: {rounds}");
+    assert_eq!(series(&rounds, "idemdb_reconciliation_queue_depth", &[]), 0.0, "{rounds}");
+    assert!(rounds.contains("idemdb_reconciliation_queue_depth 0"), "nothing to reconcile: {rounds}");
     assert!(!text.contains("acme") && !text.contains("m-1"), "no tenant or key in the metrics: {text}");
     assert_eq!(effects_count(&http, &server.url).await, 2, "two payments, whatever was asked");
 }

@@ -456,5 +456,5 @@ async fn the_reconciler_releases_an_uncertain_payment_that_never_enqueued_its_ch
     let Reservation::Acquired(again) = store.reserve(&scope, &key, &fp).unwrap() else { panic!("the retry runs") };
     assert_eq!(again.attempt(), 2);
     // Nothing is left to decide.
-    assert_eq!(dispatcher.reconciler().round().await, payments_example::Round::default());
+    assert_eq!(dispatcher.reconciler().round().await, idemdb_http::reconcile::Round::default());
 }

@@ -1,0 +1,245 @@
+//! The reconciler: a task a service runs beside its router, which drives every entry of the
+//! reconciliation queue it can to a fact, so that retries of those keys reach a final answer
+//! without an operator.
+//!
+//! Every `interval` (5 s by default) a round takes up to `budget` entries (64 by default) of
+//! [`WorkflowStore::reconciliation_queue`], oldest first, and for each:
+//!
+//! * an **uncertain effect** (the outbox lost the provider's answer) goes to the application's
+//!   [`EffectLookup`], which asks where the effect happened — the provider, by the effect's
+//!   provider key — and resolves it through the store: confirmed (the application writes its
+//!   business row and completes the record with a response retries replay, in one commit), or
+//!   not found (resolved `not_found`, so the outbox sends it again under the same provider
+//!   key, which the provider dedupes), or undecided (the provider could not be asked: next
+//!   round);
+//! * an **uncertain record** of an operation [declared](Reconciler::declare) to make its
+//!   effects only through the outbox, with none of those effects enqueued, is released: its
+//!   attempt provably made no effect (effects are enqueued only by the lease's holder while the
+//!   record is in progress, so an uncertain record with none never gets one), and the retry runs;
+//! * anything else is left, listed in the queue for a person.
+//!
+//! Every resolution is in the store's audit trail (`effect_resolved`, `reconciled`), in the log
+//! (target `idemdb_http`, with the key's hash) and in the metrics:
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | [`QUEUE_DEPTH`] | gauge | | entries the last round found (at most its budget) |
+//! | [`LEFT`] | gauge | | of those, the entries no fact decided: a person's queue |
+//! | [`RESOLUTIONS`] | counter | `cause` | `confirmed`, `not_found`, `released` |
+//!
+//! ```no_run
+//! # async fn run(store: idemdb::Store) {
+//! use idemdb_core::{EffectName, OutboxItem};
+//! use idemdb_http::reconcile::{EffectDecision, EffectLookup, Reconciler};
+//!
+//! /// A provider that can be asked about a charge by its provider key.
+//! struct Provider;
+//!
+//! impl EffectLookup<idemdb::Store> for Provider {
+//!     async fn decide(&self, _store: &idemdb::Store, _item: &OutboxItem) -> EffectDecision {
+//!         // Ask the provider about `item.provider_key`; resolve through the store.
+//!         EffectDecision::Undecided
+//!     }
+//! }
+//!
+//! let charge = EffectName::new("charge").expect("a valid effect name");
+//! let reconciler = Reconciler::new(store, Provider).declare("create_payment", [charge]);
+//! tokio::spawn(reconciler.run());
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use idemdb_core::{Attention, EffectName, ExpiredLease, IdempotencyKey, OutboxItem, Resolution, Scope, State};
+use idemdb_interface::WorkflowStore;
+
+/// How often a round runs, by default.
+pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(5);
+/// How many entries one round decides, by default.
+pub const DEFAULT_RECONCILE_BUDGET: usize = 64;
+
+/// Entries the last round found.
+pub const QUEUE_DEPTH: &str = "idemdb_reconciliation_queue_depth";
+/// Entries the last round left undecided.
+pub const LEFT: &str = "idemdb_reconciliation_left";
+/// Resolutions by cause.
+pub const RESOLUTIONS: &str = "idemdb_reconciliation_resolutions_total";
+
+/// What the application found out about one uncertain effect, after resolving it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectDecision {
+    /// The effect happened; the record was completed (with the application's business row).
+    Confirmed,
+    /// The effect did not happen; it was resolved `not_found` and will be sent again.
+    NotFound,
+    /// No fact this round (the provider or the store could not be reached).
+    Undecided,
+}
+
+/// The application's part of reconciliation: finding out whether an uncertain effect
+/// happened, and resolving it.
+pub trait EffectLookup<S: WorkflowStore>: Send + Sync + 'static {
+    /// Decides `item`, an effect whose outcome is unknown: ask where it happened (the provider,
+    /// by `item.provider_key`) and resolve it through `store` —
+    /// [`WorkflowStore::resolve_effect`], or the application's own transaction that writes its
+    /// business row and resolves the effect in one commit — then say what was decided.
+    /// Effects the application does not know are [`EffectDecision::Undecided`].
+    fn decide(&self, store: &S, item: &OutboxItem) -> impl Future<Output = EffectDecision> + Send;
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Round {
+    /// Entries the round took from the queue.
+    pub found: usize,
+    /// Effects the lookup confirmed (their records completed).
+    pub confirmed: usize,
+    /// Effects the lookup found not to have happened (sent again).
+    pub not_found: usize,
+    /// Uncertain records with no effect enqueued, released so their retry runs.
+    pub released: usize,
+    /// Entries no fact decided this round.
+    pub left: usize,
+}
+
+/// The reconciler (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Reconciler<S, L> {
+    store: S,
+    lookup: L,
+    interval: Duration,
+    budget: usize,
+    /// Operations whose effects all go through the outbox, with those effects' names.
+    declared: BTreeMap<String, Vec<EffectName>>,
+}
+
+impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
+    /// A reconciler over `store` asking `lookup`, every 5 s, 64 entries a round.
+    pub fn new(store: S, lookup: L) -> Self {
+        Reconciler {
+            store,
+            lookup,
+            interval: DEFAULT_RECONCILE_INTERVAL,
+            budget: DEFAULT_RECONCILE_BUDGET,
+            declared: BTreeMap::new(),
+        }
+    }
+
+    /// The time between rounds (at least 10 ms).
+    #[must_use]
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The entries one round decides (at least 1).
+    #[must_use]
+    pub fn budget(mut self, budget: usize) -> Self {
+        self.budget = budget.max(1);
+        self
+    }
+
+    /// Declares that `operation` makes its external effects only through the outbox, as
+    /// `effects`: an uncertain record of it with none of them enqueued is released (its retry
+    /// runs) when its policy's expired-lease rule is
+    /// [`TakeoverIfNoEffect`](ExpiredLease::TakeoverIfNoEffect), the same rule the store
+    /// applies to a retry after the lease.
+    #[must_use]
+    pub fn declare(mut self, operation: impl Into<String>, effects: impl IntoIterator<Item = EffectName>) -> Self {
+        self.declared.entry(operation.into()).or_default().extend(effects);
+        self
+    }
+
+    /// The lookup (to share its state with the rest of the application).
+    pub fn lookup(&self) -> &L {
+        &self.lookup
+    }
+
+    /// Runs rounds until the task is dropped or aborted.
+    pub async fn run(self) {
+        loop {
+            tokio::time::sleep(self.interval).await;
+            let round = self.round().await;
+            if round.confirmed + round.not_found + round.released > 0 || round.left > 0 {
+                tracing::info!(
+                    target: "idemdb_http",
+                    confirmed = round.confirmed,
+                    not_found = round.not_found,
+                    released = round.released,
+                    left = round.left,
+                    "reconciliation round"
+                );
+            }
+        }
+    }
+
+    /// One round (see the [module docs](self)).
+    pub async fn round(&self) -> Round {
+        let mut round = Round::default();
+        let queue = match self.store.reconciliation_queue(self.budget).await {
+            Ok(queue) => queue,
+            Err(error) => {
+                tracing::warn!(target: "idemdb_http", %error, "the reconciliation queue could not be read");
+                return round;
+            }
+        };
+        round.found = queue.len();
+        for attention in queue {
+            match &attention {
+                Attention::Effect { item, .. } => match self.lookup.decide(&self.store, item).await {
+                    EffectDecision::Confirmed => {
+                        self.resolved(&item.scope, &item.key, "confirmed");
+                        round.confirmed += 1;
+                    }
+                    EffectDecision::NotFound => {
+                        self.resolved(&item.scope, &item.key, "not_found");
+                        round.not_found += 1;
+                    }
+                    EffectDecision::Undecided => round.left += 1,
+                },
+                Attention::Record { scoped, record, .. } if matches!(record.state, State::Uncertain { .. }) => {
+                    if self.release_if_effect_free(&scoped.scope, &scoped.key).await {
+                        self.resolved(&scoped.scope, &scoped.key, "released");
+                        round.released += 1;
+                    } else {
+                        round.left += 1;
+                    }
+                }
+                _ => round.left += 1,
+            }
+        }
+        metrics::gauge!(QUEUE_DEPTH).set(round.found as f64);
+        metrics::gauge!(LEFT).set(round.left as f64);
+        round
+    }
+
+    fn resolved(&self, scope: &Scope, key: &IdempotencyKey, cause: &'static str) {
+        metrics::counter!(RESOLUTIONS, "cause" => cause).increment(1);
+        let key_hash = self.store.key_hash(scope, key);
+        tracing::info!(target: "idemdb_http", %key_hash, operation = scope.operation(), cause, "reconciled");
+    }
+
+    /// Releases an uncertain record of a declared operation with no declared effect enqueued.
+    async fn release_if_effect_free(&self, scope: &Scope, key: &IdempotencyKey) -> bool {
+        let Some(effects) = self.declared.get(scope.operation()) else { return false };
+        if self.store.policy(scope.operation()).expired_lease() != ExpiredLease::TakeoverIfNoEffect {
+            return false;
+        }
+        for effect in effects {
+            match self.store.effect(scope, key, effect).await {
+                Ok(None) => {}
+                Ok(Some(_)) | Err(_) => return false,
+            }
+        }
+        self.store.reconcile(scope, key, Resolution::Released).await.is_ok()
+    }
+}
+
+/// Registers the descriptions of the reconciler's metrics with the installed recorder.
+pub fn describe() {
+    metrics::describe_gauge!(QUEUE_DEPTH, "entries the last reconciliation round found");
+    metrics::describe_gauge!(LEFT, "entries the last round left for a person");
+    metrics::describe_counter!(RESOLUTIONS, "reconciler resolutions by cause");
+}

@@ -1,0 +1,74 @@
+//! The library reconciler over the redb store: each uncertain effect goes to the lookup once a
+//! round, declared operations' uncertain records with no effect are released, and the rest is
+//! left for a person.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use idemdb::{
+    EffectName, EffectReport, ExpiredLease, Failure, Fingerprint, IdempotencyKey, OutboxItem, Policy, ProviderState,
+    Reservation, Scope, Store,
+};
+use idemdb_http::reconcile::{EffectDecision, EffectLookup, Reconciler, Round};
+use idemdb_interface::WorkflowStore;
+
+/// A provider that has no trace of any charge: every lookup resolves `not_found`.
+#[derive(Clone, Default)]
+struct NothingCharged(Arc<AtomicUsize>);
+
+impl EffectLookup<Store> for NothingCharged {
+    async fn decide(&self, store: &Store, item: &OutboxItem) -> EffectDecision {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        match WorkflowStore::resolve_effect(store, &item.scope, &item.key, &item.effect, ProviderState::NotFound).await {
+            Ok(_) => EffectDecision::NotFound,
+            Err(_) => EffectDecision::Undecided,
+        }
+    }
+}
+
+fn acquire(store: &Store, scope: &Scope, key: &str) -> idemdb::Lease {
+    let key = IdempotencyKey::new(key).unwrap();
+    match store.reserve(scope, &key, &Fingerprint::from_bytes([1; 32])).unwrap() {
+        Reservation::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_round_decides_what_facts_can_and_leaves_the_rest() {
+    let policy = Policy::default().with_expired_lease(ExpiredLease::TakeoverIfNoEffect);
+    let store = Store::builder().policy("pay", policy.clone()).policy("other", policy).in_memory().unwrap();
+    let (pay, other) = (Scope::new("acme", "pay").unwrap(), Scope::new("acme", "other").unwrap());
+    let charge = EffectName::new("charge").unwrap();
+    // An effect whose outcome is unknown.
+    let lease = acquire(&store, &pay, "lost-answer");
+    store.enqueue_effect(&lease, &charge, 1, b"{}".to_vec()).unwrap();
+    let claimed = store.claim_effects(1).unwrap();
+    store.report_effect(&claimed[0], EffectReport::Unknown { reason: "timeout".into() }).unwrap();
+    // An uncertain record of the declared operation with no charge: provably effect-free.
+    let gave_up = acquire(&store, &pay, "gave-up");
+    store.fail(&gave_up, Failure::Uncertain).unwrap();
+    // The same of an undeclared operation: nobody knows its effects, so a person decides.
+    let unknown = acquire(&store, &other, "unknown");
+    store.fail(&unknown, Failure::Uncertain).unwrap();
+
+    let lookups = NothingCharged::default();
+    let reconciler = Reconciler::new(store.clone(), lookups.clone()).declare("pay", [charge.clone()]);
+    let round = reconciler.round().await;
+    assert_eq!(round, Round { found: 3, confirmed: 0, not_found: 1, released: 1, left: 1 });
+    assert_eq!(lookups.0.load(Ordering::SeqCst), 1, "one lookup for the one uncertain effect");
+    // The released key runs again; the effect is pending again (sent under the same provider key).
+    let again = acquire(&store, &pay, "gave-up");
+    assert_eq!(again.attempt(), 2);
+    let resent = store.claim_effects(10).unwrap();
+    assert_eq!(resent.len(), 1, "the charge is dispatched again");
+    // Until the re-sent charge is reported, its record stays listed (it has an effect, so it
+    // is never released); once reported, it completes.
+    assert_eq!(reconciler.round().await, Round { found: 2, left: 2, ..Round::default() });
+    let confirmed = EffectReport::Confirmed { reference: "ch_1".into(), result: b"paid".to_vec() };
+    store.report_effect(&resent[0], confirmed).unwrap();
+    // What is left is left: the next round finds only the undeclared record.
+    let next = reconciler.round().await;
+    assert_eq!(next, Round { found: 1, left: 1, ..Round::default() });
+    assert_eq!(lookups.0.load(Ordering::SeqCst), 1);
+}
