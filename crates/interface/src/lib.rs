@@ -46,8 +46,8 @@
 use std::future::Future;
 
 use idemdb_core::{
-    Coded, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record, Reservation, Resolution,
-    Scope,
+    Coded, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
+    Resolution, Scope,
 };
 
 mod clock;
@@ -95,6 +95,21 @@ pub trait IdempotencyStore: Send + Sync {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
+    ) -> impl Future<Output = Result<Reservation, Self::Error>> + Send;
+
+    /// [`reserve`](Self::reserve) that, when it acquires the key, enqueues `effects` in the
+    /// outbox **in the same transaction**: an acquired reservation has its effects in the
+    /// outbox, any other answer enqueued nothing. For operations whose external effects all go
+    /// through the outbox, this closes the window in which a record is in progress with its
+    /// effect not yet written (a process that dies there leaves nothing to classify). With no
+    /// effects it is `reserve`.
+    fn reserve_enqueuing(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+        effects: Vec<NewEffect>,
     ) -> impl Future<Output = Result<Reservation, Self::Error>> + Send;
 
     /// Stores the result of the lease's attempt; retries replay it byte for byte.

@@ -89,6 +89,17 @@ pub(crate) struct ChargeOrder {
 }
 
 impl ChargeOrder {
+    /// The charge of a validated payment request, its payment id made from the key's hash
+    /// (the same on every retry).
+    pub(crate) fn for_request(request: crate::PaymentRequest, key_hash: idemdb_core::KeyHash) -> ChargeOrder {
+        ChargeOrder {
+            payment_id: format!("pay_{key_hash}"),
+            amount: request.amount,
+            currency: request.currency,
+            destination: request.destination,
+        }
+    }
+
     pub(crate) fn to_payload(&self) -> Vec<u8> {
         json!({
             "payment_id": self.payment_id,

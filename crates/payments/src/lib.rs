@@ -97,9 +97,20 @@ pub fn payment_canonicalizer() -> Canonicalizer {
 }
 
 /// The layer's settings of `POST /v1/payments`: its name, canonical form, a 16 KiB body limit,
-/// and the default key forms and response policy (a handler's 400 releases the key).
+/// the charge enqueued with the reservation (one commit), and the default key forms and
+/// response policy (a handler's 400 releases the key).
 pub fn payment_operation() -> Operation {
-    Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024)
+    let operation =
+        Operation::named(payment_operation_name()).canonicalizer(payment_canonicalizer()).max_body_bytes(16 * 1024);
+    match idemdb_core::EffectName::new(CHARGE_EFFECT) {
+        // The charge goes into the outbox in the reserving commit; a body the handler will
+        // refuse enqueues nothing.
+        Ok(charge) => operation.enqueue_on_reserve(charge, CHARGE_VERSION, |body, key_hash| {
+            let request = PaymentRequest::parse(body).ok()?;
+            Some(dispatch::ChargeOrder::for_request(request, key_hash).to_payload())
+        }),
+        Err(_) => operation,
+    }
 }
 
 /// The service's router over `ledger` and `provider`, and the dispatcher of its charges (run

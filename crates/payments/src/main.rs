@@ -76,9 +76,10 @@ struct Args {
     #[arg(long, value_name = "DESTINATION")]
     provider_lose_responses_to: Option<String>,
     /// Fault injection: the process aborts when a payment to this destination has reserved its
-    /// key but not yet enqueued its charge (its retry after the lease runs again).
+    /// key (its charge enqueued in the same commit) and before the charge is sent; the next
+    /// process dispatches it, and the retry replays the payment.
     #[arg(long, value_name = "DESTINATION")]
-    crash_before_enqueue_to: Option<String>,
+    crash_after_reserve_to: Option<String>,
     /// Seconds between rounds of the reconciler, which asks the provider about uncertain
     /// charges and releases uncertain payments that enqueued no charge.
     #[arg(long, default_value_t = 5)]
@@ -164,8 +165,8 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             Some(destination) => provider.lose_responses_to(destination.clone()),
             None => provider,
         };
-        match &args.crash_before_enqueue_to {
-            Some(destination) => provider.crash_before_enqueue_to(destination.clone()),
+        match &args.crash_after_reserve_to {
+            Some(destination) => provider.crash_after_reserve_to(destination.clone()),
             None => provider,
         }
     };

@@ -1,6 +1,7 @@
-//! `POST /v1/payments`: validate, enqueue the charge in the outbox under the provider key
-//! `<key>:charge-v1`, and answer once the dispatcher has settled it (the dispatcher writes the
-//! payment row and completes the idempotency record in one commit).
+//! `POST /v1/payments`: validate, find the charge the layer enqueued in the outbox with the
+//! reservation (one commit; provider key `<key>:charge-v1`), and answer once the dispatcher has
+//! settled it (the dispatcher writes the payment row and completes the idempotency record in
+//! one commit).
 
 use std::sync::Arc;
 
@@ -109,20 +110,21 @@ pub(crate) async fn create<L: Ledger>(
     };
     let (scope, key) = (handle.scope(), handle.key());
     let store = app.ledger.store();
-    let order = ChargeOrder {
-        payment_id: format!("pay_{}", handle.key_hash()),
-        amount: request.amount,
-        currency: request.currency,
-        destination: request.destination,
-    };
-    if app.provider.crashes_before_enqueue(&order.destination) {
-        eprintln!("payments-example: fault injection: aborting before the charge is enqueued");
+    let order = ChargeOrder::for_request(request, handle.key_hash());
+    if app.provider.crashes_after_reserve(&order.destination) {
+        eprintln!("payments-example: fault injection: aborting after the reservation, before the charge is sent");
         std::process::abort();
     }
-    let item = match store
-        .enqueue_effect(&handle.lease(), &app.charges.effect, CHARGE_VERSION, order.to_payload())
-        .await
-    {
+    // The layer enqueued the charge with the reservation (`payment_operation`); a router
+    // whose operation does not has the handler enqueue it, in a commit of its own.
+    let enqueued = match store.effect(&scope, &key, &app.charges.effect).await {
+        Ok(Some(item)) => Ok(item),
+        Ok(None) => {
+            store.enqueue_effect(&handle.lease(), &app.charges.effect, CHARGE_VERSION, order.to_payload()).await
+        }
+        Err(error) => Err(error),
+    };
+    let item = match enqueued {
         Ok(item) => item,
         Err(error) if nothing_changed(&error) => {
             // Nothing was enqueued (the store says so): release the key, a retry runs again.

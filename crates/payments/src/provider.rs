@@ -54,7 +54,7 @@ pub struct Provider {
     storage: Storage,
     latency: Duration,
     lose_responses_to: Option<String>,
-    crash_before_enqueue_to: Option<String>,
+    crash_after_reserve_to: Option<String>,
 }
 
 impl std::fmt::Debug for Provider {
@@ -91,7 +91,7 @@ impl Provider {
             storage: Storage::Redb(Arc::new(db)),
             latency,
             lose_responses_to: None,
-            crash_before_enqueue_to: None,
+            crash_after_reserve_to: None,
         })
     }
 
@@ -120,7 +120,7 @@ impl Provider {
         );
         let list = format!("SELECT charge::text, calls FROM {table} WHERE tenant = $1 ORDER BY provider_key");
         let storage = Storage::Postgres(Arc::new(PgCharges { store, charge, list }));
-        Ok(Provider { storage, latency, lose_responses_to: None, crash_before_enqueue_to: None })
+        Ok(Provider { storage, latency, lose_responses_to: None, crash_after_reserve_to: None })
     }
 
     /// A fault to show reconciliation: charges to `destination` are made (and counted), then
@@ -132,17 +132,17 @@ impl Provider {
     }
 
     /// A fault to show automatic recovery: the service process aborts (as `kill -9` would)
-    /// when a payment to `destination` has reserved its key and not yet enqueued its charge —
-    /// the one window in which a record exists with provably no effect behind it.
-    pub fn crash_before_enqueue_to(mut self, destination: impl Into<String>) -> Provider {
-        self.crash_before_enqueue_to = Some(destination.into());
+    /// when a payment to `destination` has reserved its key — its charge enqueued in the same
+    /// commit — and before the dispatcher sent the charge. The next process dispatches it.
+    pub fn crash_after_reserve_to(mut self, destination: impl Into<String>) -> Provider {
+        self.crash_after_reserve_to = Some(destination.into());
         self
     }
 
-    /// Whether the fault of [`crash_before_enqueue_to`](Provider::crash_before_enqueue_to)
+    /// Whether the fault of [`crash_after_reserve_to`](Provider::crash_after_reserve_to)
     /// applies to a payment to `destination`.
-    pub fn crashes_before_enqueue(&self, destination: &str) -> bool {
-        self.crash_before_enqueue_to.as_deref() == Some(destination)
+    pub fn crashes_after_reserve(&self, destination: &str) -> bool {
+        self.crash_after_reserve_to.as_deref() == Some(destination)
     }
 
     /// Charges, idempotently by `(tenant, provider_key)`: a repeated key returns the first

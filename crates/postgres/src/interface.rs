@@ -5,8 +5,8 @@ use std::future::Future;
 
 use idemdb_core::{
     Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, Failure, Fingerprint, IdempotencyKey,
-    InboxAnswer, JobAnswer, JobLease, JobRecord, KeyHash, Lease, ObjectRecord, OutboxItem, Policy, ProviderState,
-    PurgeReport, Record, Reservation, Resolution, Scope,
+    InboxAnswer, JobAnswer, JobLease, JobRecord, KeyHash, Lease, NewEffect, ObjectRecord, OutboxItem, Policy,
+    ProviderState, PurgeReport, Record, Reservation, Resolution, Scope,
 };
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
 
@@ -35,6 +35,17 @@ impl IdempotencyStore for PgStore {
         correlation: Option<&str>,
     ) -> impl Future<Output = Result<Reservation, Error>> + Send {
         PgStore::reserve(self, scope, key, fingerprint, correlation)
+    }
+
+    fn reserve_enqueuing(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+        effects: Vec<NewEffect>,
+    ) -> impl Future<Output = Result<Reservation, Error>> + Send {
+        PgStore::reserve_enqueuing(self, scope, key, fingerprint, correlation, effects)
     }
 
     fn complete(&self, lease: &Lease, result: Vec<u8>) -> impl Future<Output = Result<(), Error>> + Send {

@@ -144,7 +144,7 @@ pub use workflow::OutboxListener;
 pub use idemdb_core::{
     Attention, AuditEvent, AuditKind, Coded, Compensation, Delivery, DeliveryRecord, DomainGuard, EffectName,
     EffectReport, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, InboxAnswer, InboxRefusal, JobAnswer,
-    JobLease, JobRecord, JobRefusal, KeyHash, Lease, NewerVersion, ObjectRecord, OutboxItem, OutboxRefusal,
+    JobLease, JobRecord, JobRefusal, KeyHash, Lease, NewEffect, NewerVersion, ObjectRecord, OutboxItem, OutboxRefusal,
     OutboxState, OutboxStateKind, OutcomeClass, Policy, ProviderState, PurgeReport, Record, Reservation, Resolution,
     Scope, ScopedKey, State, StateKind, Timestamp, TransitionError, ValidTransition,
 };

@@ -42,8 +42,8 @@ use idemdb_core::{
     JobRecord, ObjectRecord, OutboxItem, ProviderState,
 };
 use idemdb_core::{
-    Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record, Reservation, Resolution, Scope,
-    validate_correlation,
+    Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
+    Resolution, Scope, validate_correlation,
 };
 use idemdb_interface::IdempotencyStore;
 #[cfg(feature = "workflow")]
@@ -96,6 +96,43 @@ impl IdempotencyStore for Store {
                 return Ok(answer);
             }
             off_runtime(move || store.reserve_in_commit(scope, key, fingerprint, correlation)).await
+        }
+    }
+
+    fn reserve_enqueuing(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+        effects: Vec<NewEffect>,
+    ) -> impl Future<Output = Result<Reservation, Error>> + Send {
+        let store = self.clone();
+        let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
+        let correlation = correlation.map(str::to_string);
+        async move {
+            if let Some(correlation) = &correlation {
+                validate_correlation(correlation)?;
+            }
+            // A replay, a conflict or a key in progress needs no commit: no effect is enqueued
+            // for an answer other than an acquisition.
+            if let Some(answer) = store.answer_from_snapshot(&scope, &key, &fingerprint, correlation.as_deref())? {
+                return Ok(answer);
+            }
+            #[cfg(feature = "workflow")]
+            {
+                off_runtime(move || {
+                    store.reserve_enqueuing(&scope, &key, &fingerprint, correlation.as_deref(), effects)
+                })
+                .await
+            }
+            #[cfg(not(feature = "workflow"))]
+            {
+                if !effects.is_empty() {
+                    return Err(Error::Internal("effects need the outbox (the `workflow` feature)"));
+                }
+                off_runtime(move || store.reserve_in_commit(scope, key, fingerprint, correlation)).await
+            }
         }
     }
 

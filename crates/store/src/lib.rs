@@ -105,10 +105,10 @@ pub use idemdb_core::{
     ExpiredLease, Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer,
     InboxRefusal, Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord,
     JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
-    NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass,
-    Policy, PolicyError, ProviderState, PurgeReport, Record, RecordError, Reservation, ReservationKind, Resolution,
-    ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError,
-    UncertainCause, UnknownName, ValidTransition,
+    NewEffect, NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind,
+    OutcomeClass, Policy, PolicyError, ProviderState, PurgeReport, Record, RecordError, Reservation, ReservationKind,
+    Resolution, ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp,
+    TransitionError, UncertainCause, UnknownName, ValidTransition,
 };
 /// The client retry contract (see [`idemdb_core::classify_answer`]).
 pub use idemdb_core::{

@@ -252,7 +252,7 @@ impl Store {
         self.reserve_inner(scope, key, fingerprint, Some(correlation))
     }
 
-    fn reserve_inner(
+    pub(crate) fn reserve_inner(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,

@@ -26,8 +26,8 @@ pub use job::{
     StepRecord, claim_job,
 };
 pub use outbox::{
-    Claim, EffectDoubt, EffectReport, MAX_REASON_LEN, MAX_REFERENCE_LEN, OUTBOX_FORMAT, OutboxItem, OutboxRefusal,
-    OutboxState, OutboxStateKind, ProviderState, backoff,
+    Claim, EffectDoubt, EffectReport, MAX_REASON_LEN, MAX_REFERENCE_LEN, NewEffect, OUTBOX_FORMAT, OutboxItem,
+    OutboxRefusal, OutboxState, OutboxStateKind, ProviderState, backoff,
 };
 
 /// One entry of the reconciliation queue.

@@ -1,10 +1,11 @@
 //! Per-operation settings: whether a key is required, how the request is fingerprinted,
 //! which responses are stored, which headers are replayed, and how long a duplicate waits.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use idemdb_core::{CanonicalError, Canonicalizer, Fingerprint, FingerprintBuilder};
+use idemdb_core::{CanonicalError, Canonicalizer, EffectName, Fingerprint, FingerprintBuilder, KeyHash};
 
 use crate::key::KeyForms;
 use crate::response::DEFAULT_REPLAY_HEADERS;
@@ -148,6 +149,28 @@ pub struct Operation {
     pub(crate) replay_headers: Vec<String>,
     pub(crate) wait: Option<Duration>,
     pub(crate) retry_after: Duration,
+    pub(crate) effects: Vec<ReserveEffect>,
+}
+
+/// Makes an effect's payload from a request's body (and its key's hash, an id that is the
+/// same for every retry and safe to show); `None` enqueues nothing.
+pub type EffectPayload = dyn Fn(&[u8], KeyHash) -> Option<Vec<u8>> + Send + Sync;
+
+/// An effect the layer enqueues with the reservation (see [`Operation::enqueue_on_reserve`]).
+#[derive(Clone)]
+pub(crate) struct ReserveEffect {
+    pub(crate) effect: EffectName,
+    pub(crate) version: u16,
+    pub(crate) payload: Arc<EffectPayload>,
+}
+
+impl std::fmt::Debug for ReserveEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReserveEffect")
+            .field("effect", &self.effect)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Operation {
@@ -167,6 +190,7 @@ impl Default for Operation {
             replay_headers: DEFAULT_REPLAY_HEADERS.iter().map(|name| (*name).to_string()).collect(),
             wait: None,
             retry_after: DEFAULT_IN_PROGRESS_RETRY_AFTER,
+            effects: Vec::new(),
         }
     }
 }
@@ -175,6 +199,39 @@ impl Operation {
     /// The defaults, named by the method and matched route (`POST /v1/payments`).
     pub fn new() -> Self {
         Operation::default()
+    }
+
+    /// Enqueues the outbox effect `effect` (provider-key version `version`) **in the same
+    /// transaction as the reservation** that acquires the key
+    /// ([`IdempotencyStore::reserve_enqueuing`](idemdb_interface::IdempotencyStore::reserve_enqueuing)),
+    /// with the payload `payload` makes from the request's body and the key's hash: once the
+    /// key is acquired the effect is in the outbox, so no process death between the two can
+    /// leave a record in progress with its effect unwritten. The handler then finds the effect
+    /// with `WorkflowStore::effect` rather than enqueueing it. `payload` returning `None` (a
+    /// body the handler will refuse) enqueues nothing for that request; the handler's own
+    /// validation decides, and its 400 releases the key as usual.
+    ///
+    /// ```
+    /// use idemdb_core::EffectName;
+    /// use idemdb_http::Operation;
+    ///
+    /// let charge = EffectName::new("charge").expect("a valid effect name");
+    /// let op = Operation::named("create_payment").enqueue_on_reserve(charge, 1, |body, key_hash| {
+    ///     let order: serde_json::Value = serde_json::from_slice(body).ok()?;
+    ///     let amount = order.get("amount")?.as_str()?;
+    ///     Some(format!(r#"{{"payment_id":"pay_{key_hash}","amount":"{amount}"}}"#).into_bytes())
+    /// });
+    /// # let _ = op;
+    /// ```
+    #[must_use]
+    pub fn enqueue_on_reserve(
+        mut self,
+        effect: EffectName,
+        version: u16,
+        payload: impl Fn(&[u8], KeyHash) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> Self {
+        self.effects.push(ReserveEffect { effect, version, payload: Arc::new(payload) });
+        self
     }
 
     /// The defaults, with the operation name `name` (the scope's operation; it is also the

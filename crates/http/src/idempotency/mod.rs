@@ -45,14 +45,16 @@ use http::{Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemdb_core::{
-    CanonicalError, Coded, ErrorCode, Failure, Fingerprint, IdempotencyKey, IdentityPart, KeyError, Lease, Reservation,
-    Scope, validate_correlation,
+    CanonicalError, Coded, ErrorCode, Failure, Fingerprint, IdempotencyKey, IdentityPart, KeyError, Lease, NewEffect,
+    Reservation, Scope, validate_correlation,
 };
 use idemdb_interface::IdempotencyStore;
 use tower_service::Service;
 use tracing::Instrument;
 
-pub use config::{DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, OnResponse, Operation, ResponsePolicy};
+pub use config::{
+    DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, EffectPayload, OnResponse, Operation, ResponsePolicy,
+};
 pub use error::HandleError;
 pub use future::ResponseFuture;
 pub use handle::LeaseHandle;
@@ -230,6 +232,17 @@ where
                 }
             };
             let correlation = self.correlation(&parts);
+            // The effects enqueued with the reservation, made from the body before anything is
+            // stored.
+            let effects: Vec<NewEffect> = operation
+                .operation
+                .effects
+                .iter()
+                .filter_map(|spec| {
+                    let payload = (spec.payload)(&bytes, key_hash)?;
+                    Some(NewEffect { effect: spec.effect.clone(), version: spec.version, payload })
+                })
+                .collect();
             let reservation = match reserve(
                 &self.ctx.store,
                 &scope,
@@ -237,6 +250,7 @@ where
                 &fingerprint,
                 correlation.as_deref(),
                 &operation.operation,
+                effects,
             )
             .await
             {
@@ -560,11 +574,19 @@ async fn reserve<S: IdempotencyStore>(
     fingerprint: &Fingerprint,
     correlation: Option<&str>,
     operation: &Operation,
+    effects: Vec<NewEffect>,
 ) -> Result<Reservation, S::Error> {
     let deadline = operation.wait.map(|wait| Instant::now() + wait);
     let mut pause = Duration::from_millis(5);
     loop {
-        let reservation = metrics::timed("reserve", store.reserve(scope, key, fingerprint, correlation)).await?;
+        let call = async {
+            if effects.is_empty() {
+                store.reserve(scope, key, fingerprint, correlation).await
+            } else {
+                store.reserve_enqueuing(scope, key, fingerprint, correlation, effects.clone()).await
+            }
+        };
+        let reservation = metrics::timed("reserve", call).await?;
         let (Reservation::InProgress { .. }, Some(deadline)) = (&reservation, deadline) else { return Ok(reservation) };
         let now = Instant::now();
         if now >= deadline {

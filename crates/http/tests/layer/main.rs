@@ -8,6 +8,7 @@
 
 mod cancel;
 mod counted;
+mod effects;
 mod handler;
 mod logs;
 mod reconciler;

@@ -19,7 +19,8 @@ struct NothingCharged(Arc<AtomicUsize>);
 impl EffectLookup<Store> for NothingCharged {
     async fn decide(&self, store: &Store, item: &OutboxItem) -> EffectDecision {
         self.0.fetch_add(1, Ordering::SeqCst);
-        match WorkflowStore::resolve_effect(store, &item.scope, &item.key, &item.effect, ProviderState::NotFound).await {
+        match WorkflowStore::resolve_effect(store, &item.scope, &item.key, &item.effect, ProviderState::NotFound).await
+        {
             Ok(_) => EffectDecision::NotFound,
             Err(_) => EffectDecision::Undecided,
         }

@@ -169,6 +169,21 @@ impl IdempotencyStore for Watched {
         IdempotencyStore::tenant_hash(&self.inner, tenant)
     }
 
+    async fn reserve_enqueuing(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+        effects: Vec<idemdb::NewEffect>,
+    ) -> Result<Reservation, idemdb::Error> {
+        if self.down.load(Ordering::SeqCst) {
+            let io = std::io::Error::other("disk unplugged");
+            return Err(idemdb::Error::from(idemdb::redb::StorageError::Io(io)));
+        }
+        IdempotencyStore::reserve_enqueuing(&self.inner, scope, key, fingerprint, correlation, effects).await
+    }
+
     async fn reserve(
         &self,
         scope: &Scope,

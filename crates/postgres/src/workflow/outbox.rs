@@ -7,8 +7,8 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 use futures_util::future::try_join;
 
 use idemdb_core::{
-    AuditKind, Claim, EffectName, EffectReport, IdempotencyKey, Lease, OutboxItem, OutboxRefusal, Policy,
-    ProviderState, Scope, StateKind, Timestamp,
+    AuditKind, Claim, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
+    OutboxRefusal, Policy, ProviderState, Reservation, Scope, StateKind, Timestamp,
 };
 
 use crate::audit::to_sql_ms;
@@ -314,6 +314,43 @@ impl PgTxn {
 }
 
 impl PgStore {
+    /// [`PgStore::reserve`] that, when it acquires the key, enqueues `effects` in the outbox
+    /// in the same transaction: an acquired reservation has its effects in the outbox, any
+    /// other answer enqueued nothing. With no effects it is `reserve` (one round trip for a
+    /// new key); with effects it takes the locked path, in one transaction.
+    ///
+    /// # Errors
+    /// As [`PgStore::reserve`] and [`PgTxn::enqueue_effect`]; on an error the transaction is
+    /// rolled back (or its commit's outcome is unknown: `CommitUnknown`).
+    pub async fn reserve_enqueuing(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+        effects: Vec<NewEffect>,
+    ) -> Result<Reservation, Error> {
+        if effects.is_empty() {
+            return self.reserve(scope, key, fingerprint, correlation).await;
+        }
+        let effects = &effects;
+        self.in_txn(|mut txn| async move {
+            let lease = match txn.reserve_traced(scope, key, fingerprint, correlation).await {
+                Ok(Reservation::Acquired(lease)) => lease,
+                other => return (txn, other),
+            };
+            for effect in effects {
+                if let Err(error) =
+                    txn.enqueue_effect(&lease, &effect.effect, effect.version, effect.payload.clone()).await
+                {
+                    return (txn, Err(error));
+                }
+            }
+            (txn, Ok(Reservation::Acquired(lease)))
+        })
+        .await
+    }
+
     /// [`PgTxn::enqueue_effect`] in a transaction of its own.
     ///
     /// # Errors

@@ -51,6 +51,7 @@ const TESTS: &[(&str, Test)] = &[
     ("workflow_stories_match_the_embedded_store", workflow::stories),
     ("behind_pgbouncer_in_transaction_mode_everything_works", pgbouncer::transaction_mode),
     ("an_effect_enqueued_in_the_application_transaction_commits_with_it", workflow::effect_in_application_transaction),
+    ("an_effect_enqueued_with_the_reservation_exists_exactly_when_the_key_was_acquired", workflow::reserve_enqueuing),
     ("dispatchers_on_many_connections_claim_each_item_once", workflow::dispatchers_claim_each_item_once),
     ("the_reconciliation_queue_lists_uncertain_records_and_effects", workflow::reconciliation_queue),
     ("concurrent_deliveries_of_one_object_apply_the_newest_once_each", workflow::concurrent_deliveries),

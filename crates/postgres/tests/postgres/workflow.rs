@@ -9,7 +9,7 @@ use std::time::Duration;
 use idemdb_interface::conformance;
 use idemdb_postgres::{
     Attention, Delivery, EffectName, EffectReport, ErrorCode, Fingerprint, IdempotencyKey, InboxAnswer, ManualClock,
-    NewerVersion, OutboxStateKind, PgStore, Policy, Reservation, Scope, TimeSource,
+    NewEffect, NewerVersion, OutboxStateKind, PgStore, Policy, Reservation, Scope, TimeSource,
 };
 use libtest_mimic::Failed;
 
@@ -40,6 +40,37 @@ async fn acquire(store: &PgStore, key: &IdempotencyKey) -> idemdb_postgres::Leas
         Reservation::Acquired(lease) => lease,
         other => panic!("expected a lease, got {other:?}"),
     }
+}
+
+/// `reserve_enqueuing`: the acquiring reservation and its effect are one commit; any other
+/// answer enqueues nothing; no effects is a plain reservation.
+pub fn reserve_enqueuing(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        const S: &str = "idemdb_wf_reserve_enqueue";
+        fresh_schema(&env.url, S).await;
+        let store = builder(env, S).connect().await.expect("connect");
+        let charge = EffectName::new("charge").expect("effect");
+        let effect = || vec![NewEffect { effect: charge.clone(), version: 1, payload: b"10.50".to_vec() }];
+        let answer = store.reserve_enqueuing(&scope(), &key("pay-1"), &FP, None, effect()).await.expect("reserve");
+        assert!(matches!(answer, Reservation::Acquired(_)), "a new key: {answer:?}");
+        let item = store.effect(&scope(), &key("pay-1"), &charge).await.expect("effect").expect("enqueued with it");
+        assert_eq!((item.provider_key.as_str(), item.payload.as_slice()), ("pay-1:charge-v1", &b"10.50"[..]));
+        // A duplicate while it runs: in progress, and still one effect.
+        let again = store.reserve_enqueuing(&scope(), &key("pay-1"), &FP, None, effect()).await.expect("again");
+        assert!(matches!(again, Reservation::InProgress { .. }), "{again:?}");
+        assert_eq!(store.claim_effects(8).await.expect("claim").len(), 1, "one effect to dispatch");
+        // Another request under the key: refused, nothing enqueued for it.
+        let other = Fingerprint::from_bytes([2; 32]);
+        let mismatch = store.reserve_enqueuing(&scope(), &key("pay-1"), &other, None, effect()).await.expect("other");
+        assert!(matches!(mismatch, Reservation::Mismatch { .. }), "{mismatch:?}");
+        // No effects: a plain reservation, nothing in the outbox.
+        let plain = store.reserve_enqueuing(&scope(), &key("pay-2"), &FP, None, Vec::new()).await.expect("plain");
+        assert!(matches!(plain, Reservation::Acquired(_)), "{plain:?}");
+        assert!(store.effect(&scope(), &key("pay-2"), &charge).await.expect("effect").is_none());
+        drop(store);
+        fresh_schema(&env.url, S).await;
+    });
+    Ok(())
 }
 
 /// `PgTxn::enqueue_effect`: the business row and its effect commit together or not at all;

@@ -5,8 +5,8 @@
 use redb::ReadableTable;
 
 use idemdb_core::{
-    AuditKind, Claim, EffectName, EffectReport, IdempotencyKey, Lease, OutboxItem, OutboxRefusal, OutboxStateKind,
-    ProviderState, Scope, ScopedKey, Timestamp,
+    AuditKind, Claim, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
+    OutboxRefusal, OutboxStateKind, ProviderState, Reservation, Scope, ScopedKey, Timestamp,
 };
 
 use crate::tables::{
@@ -198,6 +198,40 @@ impl Txn<'_> {
 }
 
 impl Store {
+    /// [`Store::reserve`] (with an optional correlation id) that, when it acquires the key, enqueues `effects` in the
+    /// outbox in the same commit: an acquired reservation has its effects in the outbox, any
+    /// other answer enqueued nothing. With no effects it is `reserve_traced`.
+    ///
+    /// # Errors
+    /// As [`Store::reserve_traced`] and [`Txn::enqueue_effect`]; on an error nothing is
+    /// committed.
+    pub fn reserve_enqueuing(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: Option<&str>,
+        effects: Vec<NewEffect>,
+    ) -> Result<Reservation, Error> {
+        if let Some(correlation) = correlation {
+            idemdb_core::validate_correlation(correlation)?;
+        }
+        if effects.is_empty() {
+            return self.reserve_inner(scope, key, fingerprint, correlation);
+        }
+        let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
+        let correlation = correlation.map(str::to_string);
+        self.group.run(&self.engine, move |txn| {
+            let answer = txn.reserve_traced(&scope, &key, &fingerprint, correlation.as_deref())?;
+            if let Reservation::Acquired(lease) = &answer {
+                for effect in &effects {
+                    txn.enqueue_effect(lease, &effect.effect, effect.version, effect.payload.clone())?;
+                }
+            }
+            Ok(answer)
+        })
+    }
+
     /// [`Txn::enqueue_effect`] in a transaction of its own.
     ///
     /// # Errors

@@ -280,6 +280,20 @@ impl OutboxRefusal {
 
 crate::coded!(OutboxRefusal);
 
+/// An effect to enqueue in the outbox in the same transaction as the reservation that
+/// acquires its key (see `IdempotencyStore::reserve_enqueuing`): if the key is acquired, the
+/// effect is in the outbox; if not, nothing is enqueued. No window exists in which a record is
+/// in progress while its effect is still to be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEffect {
+    /// The effect's name (`charge`): with the key, its provider key.
+    pub effect: EffectName,
+    /// The version of the effect's provider-key derivation.
+    pub version: u16,
+    /// What the dispatcher sends.
+    pub payload: Vec<u8>,
+}
+
 /// One external effect of an intent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
