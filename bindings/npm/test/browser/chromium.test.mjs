@@ -125,6 +125,41 @@ describe('two tabs', () => {
     await two.close();
   });
 
+  test('a second tab gets a clear answer: told at once that it is queued, a typed error when its wait runs out', async () => {
+    const one = await openPage(context, site);
+    const two = await openPage(context, site);
+    await spawn(one, 'w');
+    await spawn(two, 'w');
+    const events = (page) => page.evaluate(() => window.events('w').filter((e) => e.event === 'queued').map((e) => e.info));
+    // A free store: opened at once, nobody is told of a queue.
+    ok(await call(one, 'w', 'open', { name: 'queued.idemdb', wait: 5000, queued: true }));
+    assert.deepEqual(await events(one), []);
+    ok(await call(one, 'w', 'create', { request: { tab: 1 } }));
+    // Held by tab one: tab two is told it is queued, then gets StoreBusyError saying how long it waited.
+    const refused = await call(two, 'w', 'open', { name: 'queued.idemdb', wait: 300, queued: true });
+    assert.equal(refused.error?.name, 'StoreBusyError');
+    assert.equal(refused.error?.code, 'IDEMDB_STORE_BUSY');
+    assert.equal(refused.error?.waitedMs, 300);
+    assert.match(refused.error?.message, /still held by another tab or worker after waiting 300 ms/);
+    assert.deepEqual(await events(two), [{ name: 'queued.idemdb', waitMs: 300 }]);
+    // An invalid bound is refused before anything waits.
+    const invalid = await call(two, 'w', 'open', { name: 'queued.idemdb', wait: -1, queued: true });
+    assert.equal(invalid.error?.code, 'IDEMDB_INVALID_ARGUMENT');
+    assert.equal((await events(two)).length, 1);
+    // Waiting without a bound: queued at once, opened when tab one closes, with its intent.
+    const waiting = call(two, 'w', 'open', { name: 'queued.idemdb', wait: true, queued: true });
+    await two.waitForFunction(() => window.events('w').filter((e) => e.event === 'queued').length === 2);
+    const unbounded = (await events(two))[1];
+    assert.equal(unbounded.name, 'queued.idemdb');
+    assert.equal(unbounded.waitMs ?? 'none', 'none');
+    ok(await call(one, 'w', 'close'));
+    ok(await waiting);
+    assert.equal(ok(await call(two, 'w', 'pending')).length, 1);
+    ok(await call(two, 'w', 'close'));
+    await one.close();
+    await two.close();
+  });
+
   test('shared store: one elected writer, the other tab works through it and takes over when it dies', async () => {
     const one = await openPage(context, site);
     const two = await openPage(context, site);
