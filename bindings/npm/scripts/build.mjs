@@ -13,7 +13,7 @@ import { gzipSync } from 'node:zlib';
  * The most the .wasm may weigh gzipped (level 9); scripts/test-all.sh fails above it. Set from
  * the size the levers that paid reach (README "Size"), with a little room.
  */
-const WASM_GZIP_BUDGET = 314_000;
+const WASM_GZIP_BUDGET = 316_000;
 
 const pkgDir = join(dirname(fileURLToPath(import.meta.url)), '..');
 const root = join(pkgDir, '..', '..');

@@ -18,7 +18,8 @@ LEVERS=("$@")
 [ ${#LEVERS[@]} -gt 0 ] || LEVERS=(baseline opt-s wasm-opt-oz wasm-opt-os keep-sections tracing-off immediate-abort no-location fmt-debug-shallow nightly-tracing-off optimize-for-size shipped)
 BINARYEN_VERSION=132.0.0
 
-gz() { node -e "const b=require('fs').readFileSync(process.argv[1]);console.log(b.length, require('zlib').gzipSync(b,{level:9}).length)" "$1"; }
+# raw, gzip level 9 and brotli quality 11 bytes of a file.
+gz() { node -e "const z=require('zlib');const b=require('fs').readFileSync(process.argv[1]);console.log(b.length, z.gzipSync(b,{level:9}).length, z.brotliCompressSync(b,{params:{[z.constants.BROTLI_PARAM_QUALITY]:11,[z.constants.BROTLI_PARAM_SIZE_HINT]:b.length}}).length)" "$1"; }
 
 wasm_opt() {
   if [ ! -x "$OUT/binaryen/node_modules/.bin/wasm-opt" ]; then
@@ -43,8 +44,8 @@ bindgen() { # bindgen INPUT OUTDIR [extra flags]; prints the .wasm path
 }
 STRIP=(--remove-name-section --remove-producers-section)
 
-report() { printf '%-20s %10s %10s   %s\n' "$1" $(gz "$2") "$3"; }
-printf '%-20s %10s %10s   %s\n' lever raw gzip note
+report() { printf '%-20s %10s %10s %10s   %s\n' "$1" $(gz "$2") "$3"; }
+printf '%-20s %10s %10s %10s   %s\n' lever raw gzip brotli note
 
 for lever in "${LEVERS[@]}"; do
   case $lever in

@@ -46,7 +46,17 @@ export class StoreClosedError extends IdemdbError {}
  * The store is open elsewhere (another tab, worker or process holds it). Retry later, pass
  * `{ wait: true }`, or send the work through the tab that holds it.
  */
-export class StoreBusyError extends IdemdbError {}
+export class StoreBusyError extends IdemdbError {
+  /**
+   * How long the open waited for the holder before giving up (`{ wait: ms }` ran out), in ms;
+   * `undefined` when it did not wait.
+   */
+  readonly waitedMs: number | undefined;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; waitedMs?: number }) {
+    super(code, message, options);
+    this.waitedMs = options?.waitedMs;
+  }
+}
 /** The file is not an idemdb store, or has a format this build cannot read. */
 export class OpenError extends IdemdbError {}
 /** The platform lacks something the store needs (OPFS outside a dedicated worker, Web Locks). */

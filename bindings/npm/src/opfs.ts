@@ -3,7 +3,7 @@
  * `FileSystemSyncAccessHandle`, one holder at a time (Web Lock `idemdb:<name>`), created under a
  * temporary name and moved into place; snapshot import and deletion.
  */
-import { AbortedError, StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
+import { AbortedError, InvalidInputError, StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
 import { getEngine } from './engine.js';
 import { newKey, openRaw, type Store, type StoreOptions } from './store.js';
 import type { SyncAccessHandle } from '../wasm/idemdb_wasm_node.cjs';
@@ -15,6 +15,12 @@ export interface OpfsOptions extends StoreOptions {
    * once; `true` waits until it is released; a number waits at most that many milliseconds.
    */
   wait?: boolean | number;
+  /**
+   * Called once, at once, when another tab or worker holds the store and this open starts to
+   * wait for it (`wait` is `true` or a number): the page can say "open in another tab" instead
+   * of showing nothing. Not called when the store is free, nor with `wait: false`.
+   */
+  onQueued?: (info: { name: string; waitMs: number | undefined }) => void;
   /** Stops waiting: the open rejects with `AbortedError` (already aborted: it does not start). */
   signal?: AbortSignal;
 }
@@ -47,35 +53,53 @@ export async function openOpfsStoreWith(name: string, options: OpfsOptions = {})
   if (!nav.locks) throw new UnsupportedError('IDEMDB_UNSUPPORTED', 'Web Locks are not available here (navigator.locks)');
   const locks = nav.locks;
 
-  // Hold the lock from acquisition until close: the callback's promise settles on release.
   let release!: () => void;
   const held = new Promise<void>((resolve) => (release = resolve));
   const aborted = () => new AbortedError('IDEMDB_ABORTED', `opening the OPFS store "${name}" was aborted`);
   if (options.signal?.aborted) throw aborted();
-  const acquired = await new Promise<boolean>((resolve, reject) => {
-    const wait = options.wait ?? false;
-    const controller = wait === false ? undefined : new AbortController();
-    const timer = typeof wait === 'number' ? setTimeout(() => controller?.abort(), wait) : undefined;
-    const onAbort = () => {
-      if (timer) clearTimeout(timer);
-      controller?.abort();
-      reject(aborted());
-    };
+  const wait = options.wait ?? false;
+  if (typeof wait !== 'boolean' && !(typeof wait === 'number' && wait >= 0 && Number.isFinite(wait))) {
+    throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'wait must be true, false or a number of milliseconds');
+  }
+  // Held from acquisition until close: the callback's promise settles on release.
+  const lock = (request: { ifAvailable?: boolean; signal?: AbortSignal }) =>
+    new Promise<boolean>((resolve, reject) => {
+      locks
+        .request(`idemdb:${name}`, request, async (granted) => {
+          if (!granted) return resolve(false);
+          resolve(true);
+          await held;
+        })
+        .catch((error: unknown) => {
+          if ((error as { name?: string })?.name === 'AbortError') resolve(false);
+          else reject(toIdemdbError(error));
+        });
+    });
+  // First without waiting, so that a page learns at once that another holder has the store.
+  let acquired = await lock({ ifAvailable: true });
+  if (!acquired && wait !== false) {
+    if (options.signal?.aborted) throw aborted();
+    const waitMs = wait === true ? undefined : wait;
+    options.onQueued?.({ name, waitMs });
+    const controller = new AbortController();
+    const timer = waitMs === undefined ? undefined : setTimeout(() => controller.abort(), waitMs);
+    const onAbort = () => controller.abort();
     options.signal?.addEventListener('abort', onAbort, { once: true });
-    locks
-      .request(`idemdb:${name}`, wait === false ? { ifAvailable: true } : { signal: controller?.signal }, async (lock) => {
-        if (timer) clearTimeout(timer);
-        options.signal?.removeEventListener('abort', onAbort);
-        if (!lock) return resolve(false);
-        resolve(true);
-        await held;
-      })
-      .catch((error: unknown) => {
-        if (timer) clearTimeout(timer);
-        if ((error as { name?: string })?.name === 'AbortError') resolve(false);
-        else reject(toIdemdbError(error));
-      });
-  });
+    try {
+      acquired = await lock({ signal: controller.signal });
+    } finally {
+      if (timer) clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+    if (!acquired && options.signal?.aborted) throw aborted();
+    if (!acquired) {
+      throw new StoreBusyError(
+        'IDEMDB_STORE_BUSY',
+        `the OPFS store "${name}" is still held by another tab or worker after waiting ${waitMs} ms (one writer at a time); tell the user it is open elsewhere, wait again, or send the work through the tab that holds it`,
+        { waitedMs: waitMs },
+      );
+    }
+  }
   if (!acquired) throw busy(name);
 
   let handle: SyncHandleLike;

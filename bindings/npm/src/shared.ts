@@ -6,7 +6,18 @@
 import { StoreBusyError, UnsupportedError, toIdemdbError } from './errors.js';
 import { syncHandleFor } from './opfs.js';
 import { getEngine } from './engine.js';
-import { newKey, openRaw, type CanonicalOptions, type Intent, type JsonRequest, type Scope, type Store, type StoreOptions } from './store.js';
+import {
+  iterateIntents,
+  newKey,
+  openRaw,
+  type CanonicalOptions,
+  type Intent,
+  type IntentIterationOptions,
+  type JsonRequest,
+  type Scope,
+  type Store,
+  type StoreOptions,
+} from './store.js';
 
 /** Options of `openSharedStore`. */
 export interface SharedStoreOptions extends StoreOptions {
@@ -20,7 +31,7 @@ export interface SharedStoreOptions extends StoreOptions {
  */
 const SHARED_METHODS = [
   'createIntent', 'getIntent', 'recordAttempt', 'recordResponse', 'abandonIntent', 'markNeedsAttention', 'reopenIntent',
-  'pendingIntents', 'listIntents', 'intentsNeedingAttention', 'purgeIntents', 'exportSnapshot', 'flush',
+  'pendingIntents', 'listIntents', 'intentPage', 'intentsNeedingAttention', 'purgeIntents', 'exportSnapshot', 'flush',
 ] as const satisfies readonly (keyof Store)[];
 type Method = (typeof SHARED_METHODS)[number];
 const METHODS = new Set<string>(SHARED_METHODS);
@@ -168,6 +179,16 @@ export class SharedStore {
   createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions }): Promise<Intent> {
     return this.#call('createIntent', scope, request, { ...options, key: options?.key ?? newKey() });
   }
+  /** As `Store.intents`: every intent in key order, one page (one call to the writer) at a time. */
+  intents(options?: IntentIterationOptions): AsyncGenerator<Intent, void, undefined> {
+    return iterateIntents((page) => this.intentPage(page), options);
+  }
+
+  /** `close()`, for `using shared = await openSharedStore(name)`. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
   /** Closes: a writer releases the file and the lock (a follower then takes over). */
   close(): void {
     if (this.#closed) return;

@@ -3,7 +3,7 @@
  * checks, bytes in and out, leases kept opaque, and every engine error turned into a typed
  * `IdemdbError`. The value types come from the engine's generated declarations.
  */
-import { guard, InvalidInputError, type IdemdbError } from './errors.js';
+import { AbortedError, guard, InvalidInputError, type IdemdbError } from './errors.js';
 import { getEngine, type RawLease, type RawStore } from './engine.js';
 import type {
   AttemptOutcome,
@@ -11,6 +11,7 @@ import type {
   CanonicalOptions,
   ExpiryPurge,
   Intent,
+  IntentPage,
   IntentPurge,
   RawReservation,
   StoredRecord,
@@ -25,6 +26,7 @@ export type {
   ExpiryPurge,
   HostStorage,
   Intent,
+  IntentPage,
   IntentPurge,
   IntentResponse,
   PolicyOptions,
@@ -56,6 +58,72 @@ export interface Lease {
 
 /** The answer to `reserve`. */
 export type Reservation = Exclude<RawReservation, { status: 'acquired' }> | { status: 'acquired'; lease: Lease };
+
+declare global {
+  interface SymbolConstructor {
+    /**
+     * The method a `using` declaration calls when its block ends (explicit resource management;
+     * declared here as in `lib.esnext.disposable`, so the typings need no extra library).
+     */
+    readonly dispose: unique symbol;
+  }
+}
+
+/** Where a client intent is in its life: `Intent['state']`. */
+export type IntentState = Intent['state'];
+
+/** Options of `Store.intentPage`. */
+export interface IntentPageOptions {
+  /** The `next` of the page before (omit, or `null`, for the first page). */
+  after?: string | null;
+  /** The most intents in the page, 1 to 10 000 (default 100). */
+  limit?: number;
+  /** Only intents in this state. */
+  state?: IntentState;
+}
+
+/** Options of `Store.intents`. */
+export interface IntentIterationOptions {
+  /** Only intents in this state. */
+  state?: IntentState;
+  /** How many intents each range read holds, 1 to 10 000 (default 100). */
+  pageSize?: number;
+  /** Stops the iteration (`AbortedError`) before the next page is read. */
+  signal?: AbortSignal;
+}
+
+/** The default size of an intent page. */
+export const DEFAULT_PAGE_SIZE = 100;
+
+/** @internal Checks page options before anything is read. */
+export function pageArgs(options: IntentPageOptions | undefined): [string | null, number, string | null] {
+  const limit = options?.limit ?? DEFAULT_PAGE_SIZE;
+  if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) {
+    throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'limit must be an integer from 1 to 10000');
+  }
+  const after = options?.after ?? null;
+  if (after !== null && typeof after !== 'string') throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'after must be the `next` of an earlier page');
+  return [after, limit, options?.state ?? null];
+}
+
+/**
+ * @internal Every intent, page by page (`intentPage` of a store, synchronous or not): one
+ * bounded range read per page, never the whole table at once.
+ */
+export async function* iterateIntents(
+  page: (options: IntentPageOptions) => IntentPage | Promise<IntentPage>,
+  options: IntentIterationOptions | undefined,
+): AsyncGenerator<Intent, void, undefined> {
+  const limit = options?.pageSize ?? DEFAULT_PAGE_SIZE;
+  pageArgs({ limit });
+  let after: string | null = null;
+  do {
+    if (options?.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'the intent iteration was aborted');
+    const read: IntentPage = await page({ after, limit, state: options?.state });
+    yield* read.intents;
+    after = read.next;
+  } while (after !== null);
+}
 
 const encoder = new TextEncoder();
 
@@ -242,9 +310,29 @@ export class Store {
     return this.#run((raw) => raw.pendingIntents());
   }
 
-  /** Every intent. */
+  /** Every intent, in key order (the whole table at once: see `intentPage` and `intents` for large stores). */
   listIntents(): Intent[] {
     return this.#run((raw) => raw.listIntents());
+  }
+
+  /**
+   * One page of intents in key order (tenant, operation, key), at most `limit` (default 100),
+   * after the cursor `after` (the `next` of the page before), only those in `state` if given.
+   * One bounded range read: a page costs its own size, however many intents the store holds.
+   * `next` is `null` after the last page. Intents created between pages appear in a later page
+   * when their key sorts after the cursor; none is returned twice.
+   */
+  intentPage(options?: IntentPageOptions): IntentPage {
+    const [after, limit, state] = pageArgs(options);
+    return this.#run((raw) => raw.intentPage(after, limit, state));
+  }
+
+  /**
+   * Every intent (or those in `options.state`), in key order, read `pageSize` at a time:
+   * `for await (const intent of store.intents({ state: 'pending' })) { ... }`.
+   */
+  intents(options?: IntentIterationOptions): AsyncGenerator<Intent, void, undefined> {
+    return iterateIntents((page) => this.intentPage(page), options);
   }
 
   /**
@@ -325,6 +413,11 @@ export class Store {
    */
   exportSnapshot(): Uint8Array {
     return this.#run((raw) => raw.exportSnapshot());
+  }
+
+  /** `close()`, for `using store = await openMemoryStore()`: closed when the block ends. */
+  [Symbol.dispose](): void {
+    this.close();
   }
 
   /** Closes the store and releases its file, handle or lock. Closing twice is a no-op. */

@@ -22,6 +22,7 @@ export async function startServer({ staticRoot } = {}) {
     rawKeys: [], // the Idempotency-Key header values as they arrived
     drops: new Map(), // key -> responses still to drop
     busy: new Map(), // key -> 503s still to send
+    holdMs: 0, // how long a response waits after its effect (a slow network): reloads then land mid-flight
   };
   const server = createServer(async (req, res) => {
     const url = new URL(req.url, 'http://localhost');
@@ -50,6 +51,7 @@ export async function startServer({ staticRoot } = {}) {
         state.effectsByKey.set(key, JSON.stringify({ charge: `ch_${state.effects}`, request: body ? JSON.parse(body) : null }));
         state.drops.set(key, Number(url.searchParams.get('drop') ?? 0));
       }
+      if (state.holdMs > 0) await new Promise((resolve) => setTimeout(resolve, state.holdMs));
       const toDrop = state.drops.get(key) ?? 0;
       if (toDrop > 0) {
         state.drops.set(key, toDrop - 1);
@@ -93,6 +95,7 @@ export async function startServer({ staticRoot } = {}) {
       state.rawKeys.length = 0;
       state.drops.clear();
       state.busy.clear();
+      state.holdMs = 0;
     },
     close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
   };

@@ -80,6 +80,29 @@ fn abandon(store: &idemdb::Store, scope: &Scope, key_text: &str, reason: &str) -
     Ok(Intent::from_core(&intent))
 }
 
+fn mark_needs_attention(
+    store: &idemdb::Store,
+    scope: &Scope,
+    key_text: &str,
+    cause: &str,
+    response: Option<&IntentResponse>,
+) -> Result<Intent> {
+    let cause = <idemdb::AttentionCause as idemdb::Named>::parse_name(cause)
+        .map_err(|error| IdemdbError::new(idemdb::ErrorCode::UnknownName, format!("attention cause: {error}")))?;
+    let intent =
+        store.mark_needs_attention(&scope.to_core()?, &key(key_text)?, cause, response.map(IntentResponse::to_core))?;
+    Ok(Intent::from_core(&intent))
+}
+
+fn reopen(store: &idemdb::Store, scope: &Scope, key_text: &str) -> Result<Intent> {
+    let intent = store.reopen_intent(&scope.to_core()?, &key(key_text)?)?;
+    Ok(Intent::from_core(&intent))
+}
+
+fn needing_attention(store: &idemdb::Store) -> Result<Vec<Intent>> {
+    Ok(store.intents_needing_attention()?.iter().map(Intent::from_core).collect())
+}
+
 fn fingerprint(hex: &str) -> Result<idemdb::Fingerprint> {
     idemdb::Fingerprint::from_hex(hex).ok_or_else(|| {
         IdemdbError::new(
@@ -220,6 +243,42 @@ impl IdemStore {
     /// `IDEMDB_INVALID_ARGUMENT` for an empty or too long reason.
     pub fn abandon_intent(&self, scope: Scope, key: String, reason: String) -> Result<Intent> {
         abandon(&*self.store()?, &scope, &key, &reason)
+    }
+
+    /// Puts a pending intent in `needs_attention` with `cause` (`needs_reconciliation`,
+    /// `expired`, `provider_key_expired`, `unreadable`, `retries_exhausted`) and the last
+    /// answer: it is not resumed until [`IdemStore::reopen_intent`] or
+    /// [`IdemStore::abandon_intent`].
+    ///
+    /// # Errors
+    /// `IDEMDB_UNKNOWN_NAME` for another cause; `IDEMDB_NOT_FOUND`; `IDEMDB_INTENT_FINISHED`
+    /// when it is completed, abandoned or needs attention for another cause; `IDEMDB_TOO_LARGE`.
+    pub fn mark_needs_attention(
+        &self,
+        scope: Scope,
+        key: String,
+        cause: String,
+        response: Option<IntentResponse>,
+    ) -> Result<Intent> {
+        mark_needs_attention(&*self.store()?, &scope, &key, &cause, response.as_ref())
+    }
+
+    /// Makes an intent that needs attention pending again, with a new attempt budget (after a
+    /// reconciliation, when sending it again with the same key is right). Reopening a pending
+    /// intent is a no-op.
+    ///
+    /// # Errors
+    /// `IDEMDB_NOT_FOUND`; `IDEMDB_INTENT_FINISHED` when it is completed or abandoned.
+    pub fn reopen_intent(&self, scope: Scope, key: String) -> Result<Intent> {
+        reopen(&*self.store()?, &scope, &key)
+    }
+
+    /// Every intent that needs attention, oldest first, each with its cause and last answer.
+    ///
+    /// # Errors
+    /// `IDEMDB_CORRUPT`; storage errors.
+    pub fn intents_needing_attention(&self) -> Result<Vec<Intent>> {
+        needing_attention(&*self.store()?)
     }
 
     /// Reserves `(scope, key)` for a request with `fingerprint` (64 hex digits, from

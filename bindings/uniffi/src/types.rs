@@ -229,12 +229,19 @@ pub struct Intent {
     pub request: Vec<u8>,
     /// The request's fingerprint (64 hex digits).
     pub fingerprint: String,
-    /// `pending`, `completed` or `abandoned`.
+    /// `pending`, `completed`, `abandoned` or `needs_attention`.
     pub state: String,
-    /// The final response, once `completed`.
+    /// The final response, once `completed`; the last answer (when there was one), in
+    /// `needs_attention`.
     pub response: Option<IntentResponse>,
     /// Why it was abandoned, once `abandoned`.
     pub abandon_reason: Option<String>,
+    /// Why it needs a person, in `needs_attention` (`needs_reconciliation`, `expired`,
+    /// `provider_key_expired`, `unreadable`, `retries_exhausted`): it is not sent again until
+    /// [reopened](crate::IdemStore::reopen_intent) or abandoned.
+    pub attention_cause: Option<String>,
+    /// Attempts recorded when it was last reopened (0 before): its attempt budget counts from here.
+    pub budget_start: u32,
     /// Attempts recorded.
     pub attempts: u32,
     /// The most recent attempt's outcome (`sent`, `status`, `network_error`, `timeout`).
@@ -251,10 +258,15 @@ pub struct Intent {
 
 impl Intent {
     pub(crate) fn from_core(intent: &idemdb::Intent) -> Self {
-        let (response, abandon_reason) = match &intent.state {
-            idemdb::IntentState::Completed { response } => (Some(IntentResponse::from_core(response)), None),
-            idemdb::IntentState::Abandoned { reason } => (None, Some(reason.clone())),
-            _ => (None, None),
+        let (response, abandon_reason, attention_cause) = match &intent.state {
+            idemdb::IntentState::Completed { response } => (Some(IntentResponse::from_core(response)), None, None),
+            idemdb::IntentState::Abandoned { reason } => (None, Some(reason.clone()), None),
+            idemdb::IntentState::NeedsAttention { cause, response } => (
+                response.as_ref().map(IntentResponse::from_core),
+                None,
+                Some(idemdb::Named::as_str(*cause).to_string()),
+            ),
+            _ => (None, None, None),
         };
         Intent {
             scope: Scope::from_core(&intent.scope),
@@ -264,6 +276,8 @@ impl Intent {
             state: intent.state.name().to_string(),
             response,
             abandon_reason,
+            attention_cause,
+            budget_start: intent.budget_start,
             attempts: intent.attempts,
             last_attempt: intent.last_attempt.map(|a| a.outcome.kind().as_str().to_string()),
             last_attempt_status: intent.last_attempt.and_then(|a| a.outcome.status()),

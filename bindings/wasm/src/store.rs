@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use idemdb::{
     AttentionCause, Clock, Durability, ErrorCode, Failure, FailureKind, Fingerprint, IdempotencyKey, IntentResponse,
-    Lease, Resolution, ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
+    IntentStateKind, Lease, Resolution, ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
 };
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
@@ -389,6 +389,21 @@ impl WasmStore {
         Ok(intents.iter().map(convert::intent).collect())
     }
 
+    /// One page of intents in key order after the cursor `after` (a page's `next`), at most
+    /// `limit` of them (1 to 10 000), only those in `state` when it is given: one bounded range read.
+    #[wasm_bindgen(js_name = intentPage, unchecked_return_type = "IntentPage")]
+    pub fn intent_page(&self, after: Option<String>, limit: u32, state: Option<String>) -> Result<JsValue, JsValue> {
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(invalid(format!("limit must be from 1 to {MAX_PAGE}")));
+        }
+        let state = state.map(|name| convert::parse_name::<IntentStateKind>(&name, "intent state")).transpose()?;
+        let cursor = after.map(|text| cursor_bytes(&text)).transpose()?;
+        let page = self.store()?.intents_page(cursor.as_deref(), limit as usize, state).map_err(from_intent)?;
+        let intents: Array = page.intents.iter().map(convert::intent).collect();
+        let next = page.next.map_or(JsValue::NULL, |bytes| JsValue::from_str(&cursor_text(&bytes)));
+        Ok(Obj::new().set("intents", intents).set("next", next).build())
+    }
+
     /// Removes up to `budget` finished intents older than `keep_for_ms`.
     #[wasm_bindgen(js_name = purgeIntents, unchecked_return_type = "IntentPurge")]
     pub fn purge_intents(&self, keep_for_ms: f64, budget: u32) -> Result<JsValue, JsValue> {
@@ -396,6 +411,30 @@ impl WasmStore {
         let purge = self.store()?.purge_intents(keep_for, budget as usize).map_err(from_intent)?;
         Ok(Obj::new().set("removed", purge.removed as f64).set("more", purge.more).build())
     }
+}
+
+/// The largest page `intentPage` reads.
+const MAX_PAGE: u32 = 10_000;
+
+/// A page cursor as text: the encoded scoped key in lowercase hexadecimal.
+fn cursor_text(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
+/// The bytes of a cursor written by [`cursor_text`].
+fn cursor_bytes(text: &str) -> Result<Vec<u8>, JsValue> {
+    let refuse = || invalid("cursor must be the `next` of an earlier page");
+    if text.is_empty() || !text.len().is_multiple_of(2) || text.len() > 4096 {
+        return Err(refuse());
+    }
+    let digit = |c: u8| char::from(c).to_digit(16).ok_or_else(refuse);
+    text.as_bytes().chunks(2).map(|pair| Ok(((digit(pair[0])? << 4) | digit(pair[1])?) as u8)).collect()
 }
 
 fn parse_fingerprint(hex: &str) -> Result<Fingerprint, JsValue> {

@@ -138,6 +138,12 @@ export interface ExpiryPurge {
   more: boolean;
 }
 
+/** One page of `intentPage`: its intents in key order, and the cursor of the next page (`null` after the last). */
+export interface IntentPage {
+  intents: Intent[];
+  next: string | null;
+}
+
 /** What `purgeIntents` did. */
 export interface IntentPurge {
   removed: number;

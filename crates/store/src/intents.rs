@@ -22,6 +22,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::ops::Bound;
 use std::time::Duration;
 
 use redb::ReadableTable;
@@ -33,6 +34,17 @@ use idemdb_core::{
 
 use crate::tables::{INTENTS, open_optional};
 use crate::{Error, Store};
+
+/// One page of [`Store::intents_page`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IntentPage {
+    /// The intents of the page, in key order.
+    pub intents: Vec<Intent>,
+    /// The cursor of the next page (the encoded scoped key of the page's last intent), or
+    /// `None` when no intent follows.
+    pub next: Option<Vec<u8>>,
+}
 
 /// What one [`Store::purge_intents`] pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -196,6 +208,46 @@ impl Store {
             out.push(decode(key.value(), value.value())?);
         }
         Ok(out)
+    }
+
+    /// One page of intents in key order (scope, then key), starting after the cursor `after`
+    /// (the `next` of the page before; `None` for the first page), of at most `limit` intents
+    /// (at least one), only those in `state` when it is given. The read is one bounded range
+    /// of the table: `limit` matching intents and the next match, however many the store holds.
+    /// A page is a consistent read; intents created between pages appear in a later page when
+    /// their key sorts after the cursor.
+    ///
+    /// # Errors
+    /// Storage errors; a corrupt stored intent.
+    pub fn intents_page(
+        &self,
+        after: Option<&[u8]>,
+        limit: usize,
+        state: Option<IntentStateKind>,
+    ) -> Result<IntentPage, IntentError> {
+        let limit = limit.max(1);
+        let read = self.engine.db.begin_read().map_err(Error::from)?;
+        let Some(table) = open_optional(&read, INTENTS)? else { return Ok(IntentPage::default()) };
+        let range = match after {
+            Some(cursor) => table.range::<&[u8]>((Bound::Excluded(cursor), Bound::Unbounded)),
+            None => table.range::<&[u8]>(..),
+        }
+        .map_err(Error::from)?;
+        let mut page = IntentPage::default();
+        for entry in range {
+            let (key, value) = entry.map_err(Error::from)?;
+            let intent = decode(key.value(), value.value())?;
+            if state.is_some_and(|wanted| intent.state.kind() != wanted) {
+                continue;
+            }
+            if page.intents.len() == limit {
+                // One more match exists: the page ends at its last intent.
+                page.next = Some(ScopedKey::encode_parts(&page.intents[limit - 1].scope, &page.intents[limit - 1].key));
+                break;
+            }
+            page.intents.push(intent);
+        }
+        Ok(page)
     }
 
     /// Records an attempt of a pending intent (see [`Intent::record_attempt`]). Returns the
@@ -408,6 +460,51 @@ mod tests {
             vec![(&scope, &fresh, b"{}"), (&scope, &keys[1], b"{oops")];
         assert!(matches!(store.create_intents(&invalid, &canon), Err(IntentError::Request(_))));
         assert_eq!(store.all_intents().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn pages_walk_every_intent_once_in_key_order_with_a_state_filter() {
+        let (store, _, scope, canon) = setup();
+        let other = Scope::new("zz", "pay").unwrap();
+        for i in 0..7 {
+            let key = IdempotencyKey::new(format!("p-{i}")).unwrap();
+            store.create_intent(if i % 2 == 0 { &scope } else { &other }, &key, b"{}", &canon).unwrap();
+        }
+        // Two of them finish: the pending filter skips them.
+        store.record_response(&scope, &IdempotencyKey::new("p-2").unwrap(), response(201, b"ok")).unwrap();
+        store.abandon_intent(&other, &IdempotencyKey::new("p-5").unwrap(), "gone").unwrap();
+
+        let walk = |state: Option<IntentStateKind>, limit: usize| {
+            let mut seen = Vec::new();
+            let mut pages = 0;
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let page = store.intents_page(after.as_deref(), limit, state).unwrap();
+                assert!(page.intents.len() <= limit.max(1));
+                pages += 1;
+                seen.extend(page.intents.iter().map(|i| format!("{}/{}", i.scope.tenant(), i.key.as_str())));
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            (seen, pages)
+        };
+        let all: Vec<String> =
+            store.all_intents().unwrap().iter().map(|i| format!("{}/{}", i.scope.tenant(), i.key.as_str())).collect();
+        assert_eq!(all.len(), 7);
+        assert_eq!(walk(None, 3), (all.clone(), 3));
+        assert_eq!(walk(None, 7), (all.clone(), 1));
+        assert_eq!(walk(None, 100), (all.clone(), 1));
+        // A limit of 0 reads one intent per page.
+        assert_eq!(walk(None, 0), (all.clone(), 7));
+        let (pending, pages) = walk(Some(IntentStateKind::Pending), 2);
+        assert_eq!(pending, ["me/p-0", "me/p-4", "me/p-6", "zz/p-1", "zz/p-3"]);
+        assert_eq!(pages, 3);
+        assert_eq!(walk(Some(IntentStateKind::NeedsAttention), 5), (Vec::<String>::new(), 1));
+        // A cursor past every key: an empty last page.
+        let end = store.intents_page(Some(&[0xff; 4]), 5, None).unwrap();
+        assert_eq!(end, IntentPage::default());
     }
 
     #[test]

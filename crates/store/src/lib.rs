@@ -83,7 +83,7 @@ pub use error::{Error, OpenError, StorageError};
 pub use idemdb_interface::SystemClock;
 pub use idemdb_interface::{Clock, ManualClock};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
-pub use intents::{IntentError, IntentPurge};
+pub use intents::{IntentError, IntentPage, IntentPurge};
 pub use journal::DEFAULT_JOURNAL_BYTES;
 pub use journal::wal::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS, JournalStats};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

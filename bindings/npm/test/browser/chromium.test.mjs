@@ -4,6 +4,7 @@
 // browser comes back online; store snapshots read natively and the other way round.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -120,6 +121,41 @@ describe('two tabs', () => {
     }
     assert.deepEqual(new Set(ok(await call(two, 'w', 'pending'))), new Set(keys));
     assert.equal(keys.length, 6);
+    ok(await call(two, 'w', 'close'));
+    await one.close();
+    await two.close();
+  });
+
+  test('a second tab gets a clear answer: told at once that it is queued, a typed error when its wait runs out', async () => {
+    const one = await openPage(context, site);
+    const two = await openPage(context, site);
+    await spawn(one, 'w');
+    await spawn(two, 'w');
+    const events = (page) => page.evaluate(() => window.events('w').filter((e) => e.event === 'queued').map((e) => e.info));
+    // A free store: opened at once, nobody is told of a queue.
+    ok(await call(one, 'w', 'open', { name: 'queued.idemdb', wait: 5000, queued: true }));
+    assert.deepEqual(await events(one), []);
+    ok(await call(one, 'w', 'create', { request: { tab: 1 } }));
+    // Held by tab one: tab two is told it is queued, then gets StoreBusyError saying how long it waited.
+    const refused = await call(two, 'w', 'open', { name: 'queued.idemdb', wait: 300, queued: true });
+    assert.equal(refused.error?.name, 'StoreBusyError');
+    assert.equal(refused.error?.code, 'IDEMDB_STORE_BUSY');
+    assert.equal(refused.error?.waitedMs, 300);
+    assert.match(refused.error?.message, /still held by another tab or worker after waiting 300 ms/);
+    assert.deepEqual(await events(two), [{ name: 'queued.idemdb', waitMs: 300 }]);
+    // An invalid bound is refused before anything waits.
+    const invalid = await call(two, 'w', 'open', { name: 'queued.idemdb', wait: -1, queued: true });
+    assert.equal(invalid.error?.code, 'IDEMDB_INVALID_ARGUMENT');
+    assert.equal((await events(two)).length, 1);
+    // Waiting without a bound: queued at once, opened when tab one closes, with its intent.
+    const waiting = call(two, 'w', 'open', { name: 'queued.idemdb', wait: true, queued: true });
+    await two.waitForFunction(() => window.events('w').filter((e) => e.event === 'queued').length === 2);
+    const unbounded = (await events(two))[1];
+    assert.equal(unbounded.name, 'queued.idemdb');
+    assert.equal(unbounded.waitMs ?? 'none', 'none');
+    ok(await call(one, 'w', 'close'));
+    ok(await waiting);
+    assert.equal(ok(await call(two, 'w', 'pending')).length, 1);
     ok(await call(two, 'w', 'close'));
     await one.close();
     await two.close();
@@ -265,12 +301,15 @@ describe('README: the browser worker example as written', () => {
         new Promise((resolve, reject) => {
           const worker = new Worker(workerUrl, { type: 'module' });
           worker.onerror = (e) => reject(new Error(e.message));
+          const id = crypto.randomUUID();
+          let stored = false;
           worker.onmessage = ({ data }) => {
             if ('resumed' in data) return; // autoResume's start-up pass
-            resolve(data);
+            if (data.id === id && data.stored === true) return void (stored = true);
+            resolve({ ...data, stored, sameId: data.id === id });
             worker.terminate();
           };
-          worker.postMessage({ amount: '7.00' }); // right after new Worker(...)
+          worker.postMessage({ id, payment: { amount: '7.00' } }); // right after new Worker(...)
         }),
       url,
     );
@@ -294,7 +333,73 @@ describe('README: the browser worker example as written', () => {
     const answer = await payAtOnce(page, '/browser/readme.worker.js');
     assert.equal(answer.status, 201, JSON.stringify(answer));
     assert.equal(answer.body.charge, 'ch_1');
+    assert.ok(answer.stored && answer.sameId, 'told "stored" before the answer, by the id it posted');
     assert.equal(site.state.effects, 1);
+    await page.close();
+  });
+
+  test('120 payments through the README worker, page reloads at random points: each told "stored" is sent exactly once, and reposting the others is safe', async () => {
+    site.reset();
+    const documented = "'/node_modules/idemdb/dist/esm/browser.js'";
+    writeFileSync(join(project, 'browser', 'readme.worker.js'), example().replaceAll("from 'idemdb'", `from ${documented}`));
+    site.state.holdMs = 60; // each effect's response comes 60 ms after it: reloads cut answers off
+    const page = await openPage(context, site);
+    const stored = new Set(); // ids the page was told are on disk
+    const answered = new Map(); // id -> status
+    await page.exposeFunction('report', (data) => {
+      if (data.stored === true) stored.add(data.id);
+      else if (data.id && typeof data.status === 'number') answered.set(data.id, data.status);
+    });
+    const start = () => page.evaluate(() => {
+      window.payments = new Worker('/browser/readme.worker.js', { type: 'module' });
+      window.payments.onmessage = ({ data }) => window.report(data);
+    });
+    const post = (messages) => page.evaluate((list) => list.forEach((m) => window.payments.postMessage(m)), messages);
+    // A fixed seed: the same reload points on every run.
+    let seed = 20261202;
+    const random = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+    const ids = Array.from({ length: 120 }, (_, n) => `pay-${String(n).padStart(3, '0')}-${randomUUID()}`);
+    const payment = (id) => ({ id, payment: { n: Number(id.slice(4, 7)), amount: '10.00' } });
+    await start();
+    let reloads = 0;
+    let toldBeforeAReload = 0;
+    for (let i = 0; i < ids.length; ) {
+      const burst = ids.slice(i, i + 1 + Math.floor(random() * 6));
+      i += burst.length;
+      await post(burst.map(payment));
+      if (random() < 0.3) {
+        // Reload at a random point after the burst was posted: mid-flight.
+        await new Promise((resolve) => setTimeout(resolve, Math.floor(random() * 400)));
+        const toldNow = ids.filter((id) => stored.has(id) && !answered.has(id)).length;
+        toldBeforeAReload += toldNow;
+        await page.reload();
+        await page.waitForFunction(() => window.ready === true);
+        await start();
+        reloads += 1;
+      }
+    }
+    // The last page stays: its worker resumes what the reloads cut off. The page reposts, with
+    // the same id, every payment it got no answer for (told "stored" or not).
+    const unanswered = () => ids.filter((id) => !answered.has(id));
+    await post(unanswered().map(payment));
+    for (let round = 0; round < 1200 && unanswered().length > 0; round++) await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.deepEqual(unanswered(), [], 'every payment answered in the end');
+    assert.ok(reloads >= 3, `reloads: ${reloads}`);
+    assert.ok(toldBeforeAReload >= 1, 'some reload came between "stored" and the answer');
+    site.state.holdMs = 0;
+    // The server's effects, counted per payment (the request's n) and per key.
+    const effects = new Map();
+    for (const [key, body] of site.state.effectsByKey) {
+      const n = JSON.parse(body).request.n;
+      effects.set(n, [...(effects.get(n) ?? []), key]);
+    }
+    for (const id of ids) {
+      const n = payment(id).payment.n;
+      assert.deepEqual(effects.get(n), [id], `payment ${n}: one effect, under its own id`);
+    }
+    assert.equal(site.state.effects, 120);
+    assert.ok(stored.size >= 1 && [...stored].every((id) => answered.get(id) === 201));
+    console.log(`# README worker: ${reloads} reloads, ${stored.size} told stored, ${toldBeforeAReload} told stored but unanswered when a reload came, ${site.state.seen.length} sends for 120 effects`);
     await page.close();
   });
 

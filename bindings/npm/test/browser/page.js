@@ -22,7 +22,7 @@ window.call = (id, command, args = {}) => {
   return new Promise((resolve, reject) => {
     entry.pending.set(callId, { resolve, reject });
     entry.worker.postMessage({ id: callId, command, args });
-  }).catch((error) => ({ error: { name: error.name, code: error.code, message: error.message } }));
+  }).catch((error) => ({ error: { name: error.name, code: error.code, message: error.message, waitedMs: error.waitedMs } }));
 };
 
 window.events = (id) => workers.get(id).events;

@@ -52,8 +52,9 @@ const commands = {
     shared.close();
     return true;
   },
-  async open({ name, wait }) {
-    store = await openOpfsStore(name, { wait });
+  async open({ name, wait, queued }) {
+    const onQueued = queued ? (info) => postMessage({ event: 'queued', info }) : undefined;
+    store = await openOpfsStore(name, { wait, onQueued });
     return true;
   },
   async close() {
@@ -179,6 +180,6 @@ onmessage = async ({ data }) => {
   try {
     postMessage({ id: data.id, ok: true, value: await commands[data.command](data.args) });
   } catch (error) {
-    postMessage({ id: data.id, ok: false, error: { name: error.name, code: error.code, message: error.message } });
+    postMessage({ id: data.id, ok: false, error: { name: error.name, code: error.code, message: error.message, waitedMs: error.waitedMs } });
   }
 };

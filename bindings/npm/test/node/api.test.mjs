@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 
 import {
   AbandonedError,
+  AbortedError,
   ConflictError,
   IdemdbError,
   InvalidInputError,
@@ -120,6 +121,94 @@ describe('intents', () => {
     store.close();
     store.close();
     assert.throws(() => store.pendingIntents(), (e) => e instanceof StoreClosedError && e.code === 'IDEMDB_CLOSED');
+  });
+});
+
+describe('intent pages and iteration', () => {
+  const refund = { tenant: 'me', operation: 'refund' };
+
+  test('pages walk every intent once, in key order, with a cursor; the filter keeps one state', async () => {
+    const store = await openMemoryStore();
+    const made = [
+      ...store.createIntents(scope, Array.from({ length: 150 }, (_, n) => ({ n }))),
+      ...store.createIntents(refund, Array.from({ length: 100 }, (_, n) => ({ n }))),
+    ];
+    for (const intent of made.slice(0, 40)) store.recordResponse(scope, intent.key, { status: 201, body: 'ok' });
+    const all = store.listIntents().map((i) => `${i.tenant}/${i.operation}/${i.key}`);
+    assert.equal(all.length, 250);
+
+    const walked = [];
+    const sizes = [];
+    let after = null;
+    do {
+      const page = store.intentPage({ after, limit: 100 });
+      sizes.push(page.intents.length);
+      walked.push(...page.intents.map((i) => `${i.tenant}/${i.operation}/${i.key}`));
+      after = page.next;
+    } while (after !== null);
+    assert.deepEqual(sizes, [100, 100, 50]);
+    assert.deepEqual(walked, all, 'the pages are listIntents in order, none twice, none left out');
+
+    const pending = [];
+    for await (const intent of store.intents({ state: 'pending', pageSize: 7 })) pending.push(intent);
+    assert.equal(pending.length, 210);
+    assert.ok(pending.every((i) => i.state === 'pending'));
+    assert.deepEqual(new Set(pending.map((i) => i.key)), new Set(store.pendingIntents().map((i) => i.key)));
+    const done = store.intentPage({ state: 'completed', limit: 1000 });
+    assert.equal(done.intents.length, 40);
+    assert.equal(done.next, null);
+    store.close();
+  });
+
+  test('an intent created during an iteration after its cursor is met; none is met twice', async () => {
+    const store = await openMemoryStore();
+    store.createIntents(scope, [{ n: 1 }, { n: 2 }, { n: 3 }], { keys: ['b-1', 'b-2', 'b-3'] });
+    const seen = [];
+    for await (const intent of store.intents({ pageSize: 1 })) {
+      seen.push(intent.key);
+      if (intent.key === 'b-1') {
+        store.createIntent(scope, { n: 0 }, { key: 'a-0' }); // before the cursor: not met
+        store.createIntent(scope, { n: 9 }, { key: 'z-9' }); // after it: met
+      }
+    }
+    assert.deepEqual(seen, ['b-1', 'b-2', 'b-3', 'z-9']);
+    assert.equal(store.listIntents().length, 5);
+  });
+
+  test('bad page arguments are typed errors; an aborted iteration stops with AbortedError', async () => {
+    const store = await openMemoryStore();
+    store.createIntents(scope, [{ n: 1 }, { n: 2 }, { n: 3 }]);
+    for (const options of [{ limit: 0 }, { limit: 10_001 }, { limit: 1.5 }, { after: 'xyz' }, { after: 'abc' }, { after: '' }, { state: 'done' }]) {
+      assert.throws(() => store.intentPage(options), (e) => e instanceof InvalidInputError && e.code === 'IDEMDB_INVALID_ARGUMENT', JSON.stringify(options));
+    }
+    const controller = new AbortController();
+    const seen = [];
+    await assert.rejects(
+      (async () => {
+        for await (const intent of store.intents({ pageSize: 1, signal: controller.signal })) {
+          seen.push(intent.key);
+          controller.abort();
+        }
+      })(),
+      (e) => e instanceof AbortedError && e.code === 'IDEMDB_ABORTED',
+    );
+    assert.equal(seen.length, 1);
+    store.close();
+    await assert.rejects(store.intents().next(), (e) => e instanceof StoreClosedError);
+  });
+
+  test('Symbol.dispose closes a store and releases its file', async () => {
+    const file = join(dir, 'disposed.idemdb');
+    const first = await openFileStore(file);
+    first.createIntent(scope, { n: 1 }, { key: 'kept' });
+    await assert.rejects(openFileStore(file), StoreBusyError);
+    first[Symbol.dispose]();
+    assert.equal(first.isOpen, false);
+    const second = await openFileStore(file);
+    assert.equal(second.getIntent(scope, 'kept').key, 'kept');
+    second[Symbol.dispose]();
+    second[Symbol.dispose]();
+    assert.equal(second.isOpen, false);
   });
 });
 

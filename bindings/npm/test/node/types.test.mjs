@@ -17,6 +17,14 @@ const setups = {
     files: ['browser.ts'],
     compilerOptions: { module: 'NodeNext', moduleResolution: 'NodeNext', lib: ['ES2022', 'DOM', 'DOM.Iterable'], types: [] },
   },
+  'TypeScript 5.9 `using` (lib esnext.disposable), @types/node': {
+    files: ['using.ts'],
+    compilerOptions: { module: 'NodeNext', moduleResolution: 'NodeNext', lib: ['ES2022', 'esnext.disposable'], types: ['node'] },
+  },
+  'TypeScript 5.9 `using` in a browser page (lib ESNext, DOM), no @types/node': {
+    files: ['using.ts'],
+    compilerOptions: { module: 'NodeNext', moduleResolution: 'NodeNext', lib: ['ESNext', 'DOM', 'DOM.Iterable'], types: [] },
+  },
   'worker: lib WebWorker, bundler resolution, no @types/node': {
     files: ['worker.ts'],
     compilerOptions: { module: 'ESNext', moduleResolution: 'Bundler', lib: ['ES2022', 'WebWorker'], types: [] },

@@ -354,9 +354,19 @@ RustBuffer uniffi_idemdb_uniffi_fn_method_idemstore_intent(uint64_t ptr, RustBuf
 uint64_t uniffi_idemdb_uniffi_fn_method_idemstore_intent_async(uint64_t ptr, RustBuffer scope, RustBuffer key
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_INTENTS_NEEDING_ATTENTION
+#define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_INTENTS_NEEDING_ATTENTION
+RustBuffer uniffi_idemdb_uniffi_fn_method_idemstore_intents_needing_attention(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_IS_CLOSED
 #define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_IS_CLOSED
 int8_t uniffi_idemdb_uniffi_fn_method_idemstore_is_closed(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_MARK_NEEDS_ATTENTION
+#define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_MARK_NEEDS_ATTENTION
+RustBuffer uniffi_idemdb_uniffi_fn_method_idemstore_mark_needs_attention(uint64_t ptr, RustBuffer scope, RustBuffer key, RustBuffer cause, RustBuffer response, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_PATH
@@ -392,6 +402,11 @@ RustBuffer uniffi_idemdb_uniffi_fn_method_idemstore_record_response(uint64_t ptr
 #ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_RECORD_RESPONSE_ASYNC
 #define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_RECORD_RESPONSE_ASYNC
 uint64_t uniffi_idemdb_uniffi_fn_method_idemstore_record_response_async(uint64_t ptr, RustBuffer scope, RustBuffer key, RustBuffer response
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_REOPEN_INTENT
+#define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_REOPEN_INTENT
+RustBuffer uniffi_idemdb_uniffi_fn_method_idemstore_reopen_intent(uint64_t ptr, RustBuffer scope, RustBuffer key, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_FN_METHOD_IDEMSTORE_RESERVE
@@ -800,9 +815,21 @@ uint16_t uniffi_idemdb_uniffi_checksum_method_idemstore_intent_async(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_INTENTS_NEEDING_ATTENTION
+#define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_INTENTS_NEEDING_ATTENTION
+uint16_t uniffi_idemdb_uniffi_checksum_method_idemstore_intents_needing_attention(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_IS_CLOSED
 #define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_IS_CLOSED
 uint16_t uniffi_idemdb_uniffi_checksum_method_idemstore_is_closed(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_MARK_NEEDS_ATTENTION
+#define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_MARK_NEEDS_ATTENTION
+uint16_t uniffi_idemdb_uniffi_checksum_method_idemstore_mark_needs_attention(void
     
 );
 #endif
@@ -845,6 +872,12 @@ uint16_t uniffi_idemdb_uniffi_checksum_method_idemstore_record_response(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_RECORD_RESPONSE_ASYNC
 #define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_RECORD_RESPONSE_ASYNC
 uint16_t uniffi_idemdb_uniffi_checksum_method_idemstore_record_response_async(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_REOPEN_INTENT
+#define UNIFFI_FFIDEF_UNIFFI_IDEMDB_UNIFFI_CHECKSUM_METHOD_IDEMSTORE_REOPEN_INTENT
+uint16_t uniffi_idemdb_uniffi_checksum_method_idemstore_reopen_intent(void
     
 );
 #endif

@@ -93,6 +93,34 @@ fun defineTests() {
         }
     }
 
+    test("needs attention: its cause and last answer are kept until reopened or abandoned") {
+        val store = IdemStore.inMemory()
+        val canon = Canonicalizer(listOf())
+        val key = newKey()
+        store.createIntent(SCOPE, key, json("""{"amount":"10.50"}"""), canon)
+        store.recordAttempt(SCOPE, key, AttemptOutcome.Status(409u))
+        val answer = IntentResponse(409u, listOf(Header("content-type", "application/problem+json")), json("""{"type":"urn:idemdb:problem:needs-reconciliation"}"""))
+        val parked = store.markNeedsAttention(SCOPE, key, "needs_reconciliation", answer)
+        eq(parked.state, "needs_attention", "state")
+        eq(parked.attentionCause, "needs_reconciliation", "cause")
+        eq(String(parked.response!!.body), """{"type":"urn:idemdb:problem:needs-reconciliation"}""", "last answer")
+        eq(parked.response!!.status, 409.toUShort(), "last status")
+        eq(store.pendingIntents().size, 0, "not resumed")
+        eq(store.intentsNeedingAttention().map { it.key }, listOf(key), "listed")
+        eq(store.intent(SCOPE, key)?.attentionCause, "needs_reconciliation", "read back")
+        throws<IdemdbException.UnknownName> { store.markNeedsAttention(SCOPE, key, "bored", null) }
+        throws<IdemdbException.IntentFinished> { store.recordAttempt(SCOPE, key, AttemptOutcome.Sent) }
+        val reopened = store.reopenIntent(SCOPE, key)
+        eq(reopened.state, "pending", "reopened")
+        eq(reopened.attentionCause, null, "no cause once pending")
+        eq(reopened.budgetStart, 1u, "a new attempt budget")
+        eq(store.pendingIntents().map { it.key }, listOf(key), "pending again")
+        val other = newKey()
+        store.createIntent(SCOPE, other, json("{}"), canon)
+        eq(store.markNeedsAttention(SCOPE, other, "retries_exhausted", null).response, null, "no answer")
+        eq(store.abandonIntent(SCOPE, other, "refunded by hand").state, "abandoned", "abandoned from needs attention")
+    }
+
     test("reserve / complete / fail / replay for an app that is its own server") {
         val store = IdemStore.inMemory()
         val canon = Canonicalizer()

@@ -127,6 +127,33 @@ class Intents(unittest.TestCase):
         with self.assertRaises(IdemdbError.TooLarge):
             store.record_response(SCOPE, big, IntentResponse(status=200, headers=[], body=bytes(2 * 1024 * 1024)))
 
+    def test_needs_attention_keeps_its_cause_and_last_answer_until_reopened_or_abandoned(self):
+        store = IdemStore.in_memory()
+        canon = Canonicalizer(exclusions=[])
+        key = new_key()
+        store.create_intent(SCOPE, key, b'{"amount":"10.50"}', canon)
+        store.record_attempt(SCOPE, key, AttemptOutcome.STATUS(code=409))
+        answer = IntentResponse(status=409, headers=[Header(name="content-type", value="application/problem+json")], body=b'{"type":"urn:idemdb:problem:needs-reconciliation"}')
+        parked = store.mark_needs_attention(SCOPE, key, "needs_reconciliation", answer)
+        self.assertEqual((parked.state, parked.attention_cause, parked.response), ("needs_attention", "needs_reconciliation", answer))
+        self.assertEqual(store.pending_intents(), [], "not resumed")
+        self.assertEqual([i.key for i in store.intents_needing_attention()], [key])
+        self.assertEqual(store.intent(SCOPE, key), parked, "read back with its cause and answer")
+        with self.assertRaises(IdemdbError.UnknownName):
+            store.mark_needs_attention(SCOPE, key, "bored", None)
+        with self.assertRaises(IdemdbError.IntentFinished):
+            store.record_attempt(SCOPE, key, AttemptOutcome.SENT())
+        reopened = store.reopen_intent(SCOPE, key)
+        self.assertEqual((reopened.state, reopened.attention_cause, reopened.budget_start), ("pending", None, 1))
+        self.assertEqual([i.key for i in store.pending_intents()], [key])
+        self.assertEqual(store.intents_needing_attention(), [])
+        other = new_key()
+        store.create_intent(SCOPE, other, b"{}", canon)
+        no_answer = store.mark_needs_attention(SCOPE, other, "retries_exhausted", None)
+        self.assertEqual((no_answer.attention_cause, no_answer.response), ("retries_exhausted", None))
+        done = store.abandon_intent(SCOPE, other, "refunded by hand")
+        self.assertEqual((done.state, done.attention_cause), ("abandoned", None))
+
 
 class OwnServer(unittest.TestCase):
     def test_reserve_complete_fail_replay(self):

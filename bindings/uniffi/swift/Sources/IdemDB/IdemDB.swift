@@ -902,9 +902,29 @@ public protocol IdemStoreProtocol: AnyObject, Sendable {
     func intentAsync(scope: Scope, key: String) async throws  -> Intent?
     
     /**
+     * Every intent that needs attention, oldest first, each with its cause and last answer.
+     *
+     * # Errors
+     * `IDEMDB_CORRUPT`; storage errors.
+     */
+    func intentsNeedingAttention() throws  -> [Intent]
+    
+    /**
      * Whether [`IdemStore::close`] was called.
      */
     func isClosed()  -> Bool
+    
+    /**
+     * Puts a pending intent in `needs_attention` with `cause` (`needs_reconciliation`,
+     * `expired`, `provider_key_expired`, `unreadable`, `retries_exhausted`) and the last
+     * answer: it is not resumed until [`IdemStore::reopen_intent`] or
+     * [`IdemStore::abandon_intent`].
+     *
+     * # Errors
+     * `IDEMDB_UNKNOWN_NAME` for another cause; `IDEMDB_NOT_FOUND`; `IDEMDB_INTENT_FINISHED`
+     * when it is completed, abandoned or needs attention for another cause; `IDEMDB_TOO_LARGE`.
+     */
+    func markNeedsAttention(scope: Scope, key: String, cause: String, response: IntentResponse?) throws  -> Intent
     
     /**
      * The file's path (`None` for a store in memory).
@@ -963,6 +983,16 @@ public protocol IdemStoreProtocol: AnyObject, Sendable {
      * As [`IdemStore::record_response`].
      */
     func recordResponseAsync(scope: Scope, key: String, response: IntentResponse) async throws  -> Intent
+    
+    /**
+     * Makes an intent that needs attention pending again, with a new attempt budget (after a
+     * reconciliation, when sending it again with the same key is right). Reopening a pending
+     * intent is a no-op.
+     *
+     * # Errors
+     * `IDEMDB_NOT_FOUND`; `IDEMDB_INTENT_FINISHED` when it is completed or abandoned.
+     */
+    func reopenIntent(scope: Scope, key: String) throws  -> Intent
     
     /**
      * Reserves `(scope, key)` for a request with `fingerprint` (64 hex digits, from
@@ -1328,6 +1358,21 @@ open func intentAsync(scope: Scope, key: String)async throws  -> Intent?  {
 }
     
     /**
+     * Every intent that needs attention, oldest first, each with its cause and last answer.
+     *
+     * # Errors
+     * `IDEMDB_CORRUPT`; storage errors.
+     */
+open func intentsNeedingAttention()throws  -> [Intent]  {
+    return try  FfiConverterSequenceTypeIntent.lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_method_idemstore_intents_needing_attention(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
      * Whether [`IdemStore::close`] was called.
      */
 open func isClosed() -> Bool  {
@@ -1335,6 +1380,29 @@ open func isClosed() -> Bool  {
         uniffiCallStatus in
     uniffi_idemdb_uniffi_fn_method_idemstore_is_closed(
             self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Puts a pending intent in `needs_attention` with `cause` (`needs_reconciliation`,
+     * `expired`, `provider_key_expired`, `unreadable`, `retries_exhausted`) and the last
+     * answer: it is not resumed until [`IdemStore::reopen_intent`] or
+     * [`IdemStore::abandon_intent`].
+     *
+     * # Errors
+     * `IDEMDB_UNKNOWN_NAME` for another cause; `IDEMDB_NOT_FOUND`; `IDEMDB_INTENT_FINISHED`
+     * when it is completed, abandoned or needs attention for another cause; `IDEMDB_TOO_LARGE`.
+     */
+open func markNeedsAttention(scope: Scope, key: String, cause: String, response: IntentResponse?)throws  -> Intent  {
+    return try  FfiConverterTypeIntent_lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_method_idemstore_mark_needs_attention(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeScope_lower(scope),
+        FfiConverterString.lower(key),
+        FfiConverterString.lower(cause),
+        FfiConverterOptionTypeIntentResponse.lower(response),uniffiCallStatus
     )
 })
 }
@@ -1471,6 +1539,25 @@ open func recordResponseAsync(scope: Scope, key: String, response: IntentRespons
             liftFunc: FfiConverterTypeIntent_lift,
             errorHandler: FfiConverterTypeIdemdbError_lift
         )
+}
+    
+    /**
+     * Makes an intent that needs attention pending again, with a new attempt budget (after a
+     * reconciliation, when sending it again with the same key is right). Reopening a pending
+     * intent is a no-op.
+     *
+     * # Errors
+     * `IDEMDB_NOT_FOUND`; `IDEMDB_INTENT_FINISHED` when it is completed or abandoned.
+     */
+open func reopenIntent(scope: Scope, key: String)throws  -> Intent  {
+    return try  FfiConverterTypeIntent_lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_method_idemstore_reopen_intent(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeScope_lower(scope),
+        FfiConverterString.lower(key),uniffiCallStatus
+    )
+})
 }
     
     /**
@@ -1723,17 +1810,28 @@ public struct Intent: Equatable, Hashable {
      */
     public var fingerprint: String
     /**
-     * `pending`, `completed` or `abandoned`.
+     * `pending`, `completed`, `abandoned` or `needs_attention`.
      */
     public var state: String
     /**
-     * The final response, once `completed`.
+     * The final response, once `completed`; the last answer (when there was one), in
+     * `needs_attention`.
      */
     public var response: IntentResponse?
     /**
      * Why it was abandoned, once `abandoned`.
      */
     public var abandonReason: String?
+    /**
+     * Why it needs a person, in `needs_attention` (`needs_reconciliation`, `expired`,
+     * `provider_key_expired`, `unreadable`, `retries_exhausted`): it is not sent again until
+     * [reopened](crate::IdemStore::reopen_intent) or abandoned.
+     */
+    public var attentionCause: String?
+    /**
+     * Attempts recorded when it was last reopened (0 before): its attempt budget counts from here.
+     */
+    public var budgetStart: UInt32
     /**
      * Attempts recorded.
      */
@@ -1775,14 +1873,23 @@ public struct Intent: Equatable, Hashable {
          * The request's fingerprint (64 hex digits).
          */fingerprint: String, 
         /**
-         * `pending`, `completed` or `abandoned`.
+         * `pending`, `completed`, `abandoned` or `needs_attention`.
          */state: String, 
         /**
-         * The final response, once `completed`.
+         * The final response, once `completed`; the last answer (when there was one), in
+         * `needs_attention`.
          */response: IntentResponse?, 
         /**
          * Why it was abandoned, once `abandoned`.
          */abandonReason: String?, 
+        /**
+         * Why it needs a person, in `needs_attention` (`needs_reconciliation`, `expired`,
+         * `provider_key_expired`, `unreadable`, `retries_exhausted`): it is not sent again until
+         * [reopened](crate::IdemStore::reopen_intent) or abandoned.
+         */attentionCause: String?, 
+        /**
+         * Attempts recorded when it was last reopened (0 before): its attempt budget counts from here.
+         */budgetStart: UInt32, 
         /**
          * Attempts recorded.
          */attempts: UInt32, 
@@ -1808,6 +1915,8 @@ public struct Intent: Equatable, Hashable {
         self.state = state
         self.response = response
         self.abandonReason = abandonReason
+        self.attentionCause = attentionCause
+        self.budgetStart = budgetStart
         self.attempts = attempts
         self.lastAttempt = lastAttempt
         self.lastAttemptStatus = lastAttemptStatus
@@ -1839,6 +1948,8 @@ public struct FfiConverterTypeIntent: FfiConverterRustBuffer {
                 state: FfiConverterString.read(from: &buf), 
                 response: FfiConverterOptionTypeIntentResponse.read(from: &buf), 
                 abandonReason: FfiConverterOptionString.read(from: &buf), 
+                attentionCause: FfiConverterOptionString.read(from: &buf), 
+                budgetStart: FfiConverterUInt32.read(from: &buf), 
                 attempts: FfiConverterUInt32.read(from: &buf), 
                 lastAttempt: FfiConverterOptionString.read(from: &buf), 
                 lastAttemptStatus: FfiConverterOptionUInt16.read(from: &buf), 
@@ -1856,6 +1967,8 @@ public struct FfiConverterTypeIntent: FfiConverterRustBuffer {
         FfiConverterString.write(value.state, into: &buf)
         FfiConverterOptionTypeIntentResponse.write(value.response, into: &buf)
         FfiConverterOptionString.write(value.abandonReason, into: &buf)
+        FfiConverterOptionString.write(value.attentionCause, into: &buf)
+        FfiConverterUInt32.write(value.budgetStart, into: &buf)
         FfiConverterUInt32.write(value.attempts, into: &buf)
         FfiConverterOptionString.write(value.lastAttempt, into: &buf)
         FfiConverterOptionUInt16.write(value.lastAttemptStatus, into: &buf)
@@ -4161,7 +4274,13 @@ private let initializationResult: InitializationResult = {
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_intent_async() != 39800) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_intents_needing_attention() != 32767) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_is_closed() != 49450) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_mark_needs_attention() != 20427) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_path() != 19322) {
@@ -4183,6 +4302,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_record_response_async() != 41039) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_reopen_intent() != 32131) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_reserve() != 7899) {
