@@ -85,18 +85,7 @@ impl IdempotencyStore for Store {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> impl Future<Output = Result<Reservation, Error>> + Send {
-        let store = self.clone();
-        let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
-        let correlation = correlation.map(str::to_string);
-        async move {
-            if let Some(correlation) = &correlation {
-                validate_correlation(correlation)?;
-            }
-            if let Some(answer) = store.answer_from_snapshot(&scope, &key, &fingerprint, correlation.as_deref())? {
-                return Ok(answer);
-            }
-            off_runtime(move || store.reserve_in_commit(scope, key, fingerprint, correlation)).await
-        }
+        IdempotencyStore::reserve_enqueuing(self, scope, key, fingerprint, correlation, Vec::new())
     }
 
     fn reserve_enqueuing(
@@ -114,10 +103,13 @@ impl IdempotencyStore for Store {
             if let Some(correlation) = &correlation {
                 validate_correlation(correlation)?;
             }
-            // A replay, a conflict or a key in progress needs no commit: no effect is enqueued
-            // for an answer other than an acquisition.
+            // A replay, a conflict or a key in progress needs no commit (and no effect is
+            // enqueued for an answer other than an acquisition).
             if let Some(answer) = store.answer_from_snapshot(&scope, &key, &fingerprint, correlation.as_deref())? {
                 return Ok(answer);
+            }
+            if effects.is_empty() {
+                return off_runtime(move || store.reserve_in_commit(scope, key, fingerprint, correlation)).await;
             }
             #[cfg(feature = "workflow")]
             {
@@ -128,10 +120,7 @@ impl IdempotencyStore for Store {
             }
             #[cfg(not(feature = "workflow"))]
             {
-                if !effects.is_empty() {
-                    return Err(Error::Internal("effects need the outbox (the `workflow` feature)"));
-                }
-                off_runtime(move || store.reserve_in_commit(scope, key, fingerprint, correlation)).await
+                Err(Error::Internal("effects need the outbox (the `workflow` feature)"))
             }
         }
     }
