@@ -1,7 +1,7 @@
 //! What the layer writes to logs: keys and tenants as keyed hashes, never raw.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use http::StatusCode;
 use idemdb::{IdempotencyKey, Scope};
@@ -29,17 +29,26 @@ impl Captured {
     }
 }
 
-// A current-thread runtime: the request's task runs on this thread, under this subscriber.
+/// What every test of this binary logged: one process-wide subscriber (a subscriber of one
+/// thread would race with the interest that other threads' callsites cache).
+fn captured() -> &'static Captured {
+    static CAPTURED: OnceLock<Captured> = OnceLock::new();
+    CAPTURED.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
+        captured
+    })
+}
+
 #[tokio::test]
 async fn the_tenant_and_the_key_reach_logs_as_keyed_hashes_only() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let captured = captured();
 
     let (store, _) = store();
     let effects = Effects::default();
