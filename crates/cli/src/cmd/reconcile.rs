@@ -46,12 +46,44 @@ pub(crate) struct ReconcileArgs {
     /// The provider's reference of a confirmed effect.
     #[arg(long, value_name = "REF")]
     reference: Option<String>,
-    /// The result or failure body the intent replays.
+    /// The result or failure body the intent replays: the body of the HTTP response the
+    /// idempotency layer replays (see --status, --content-type), or the bytes as given with --raw.
     #[arg(long, value_name = "TEXT")]
     body: Option<String>,
+    /// The status of the replayed HTTP response (default 200 for a result, 500 for a failure).
+    #[arg(long, value_name = "CODE", conflicts_with = "raw", value_parser = parse_status)]
+    status: Option<u16>,
+    /// The Content-Type of the replayed HTTP response (default application/json).
+    #[arg(long, value_name = "TYPE", conflicts_with = "raw")]
+    content_type: Option<String>,
+    /// Store --body as given, not as an HTTP response: for records that the HTTP layer did not
+    /// write (its retries would get 500 corrupt for such a result).
+    #[arg(long)]
+    raw: bool,
     /// Send the effect again with the same provider key.
     #[arg(long, requires = "effect")]
     retry: bool,
+}
+
+fn parse_status(text: &str) -> Result<u16, String> {
+    match text.parse::<u16>() {
+        Ok(code) if (200..=599).contains(&code) => Ok(code),
+        _ => Err(format!("`{text}` is not an HTTP status from 200 to 599")),
+    }
+}
+
+/// The bytes a resolution stores: the HTTP response the layer replays (its own stored-response
+/// encoding), or `--body` as given with `--raw`.
+fn result_bytes(args: &ReconcileArgs, success: bool) -> Result<Vec<u8>, CliError> {
+    let body = args.body.clone().unwrap_or_default().into_bytes();
+    if args.raw {
+        return Ok(body);
+    }
+    let status = args.status.unwrap_or(if success { 200 } else { 500 });
+    let content_type = args.content_type.as_deref().unwrap_or("application/json");
+    idemdb_http::StoredResponse::build(status, content_type, None, body)
+        .map(|response| response.encode())
+        .map_err(|e| CliError::usage("--content-type", &e))
 }
 
 fn parse_resolution(name: &str) -> Result<ResolutionKind, String> {
@@ -72,10 +104,14 @@ pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
     let scope =
         Scope::new(tenant.as_str(), operation.as_str()).map_err(|e| CliError::usage("--tenant/--operation", &e))?;
     let key = IdempotencyKey::new(key.as_str()).map_err(|e| CliError::usage("--key", &e))?;
-    let body = args.body.clone().unwrap_or_default().into_bytes();
     let store = open_existing(file)?;
     let refused = |e: idemdb::Error| CliError::runtime_ctx(file, "the store refused the resolution", &e);
     let done = if let Some(kind) = args.resolve {
+        let body = if kind == ResolutionKind::Released {
+            Vec::new()
+        } else {
+            result_bytes(args, kind == ResolutionKind::Completed)?
+        };
         store.reconcile(&scope, &key, Resolution::of_kind(kind, body)).map_err(refused)?;
         json!({ "resolved": "record", "resolution": kind.as_str() })
     } else {
@@ -89,9 +125,9 @@ pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
                     let reference = args.reference.clone().ok_or_else(|| {
                         CliError::usage_msg("--reference", "confirmed needs the provider's reference")
                     })?;
-                    ProviderState::Confirmed { reference, result: body }
+                    ProviderState::Confirmed { reference, result: result_bytes(args, true)? }
                 }
-                Some("failed") => ProviderState::Failed { body },
+                Some("failed") => ProviderState::Failed { body: result_bytes(args, false)? },
                 Some("not_found") => ProviderState::NotFound,
                 other => {
                     let got = other.unwrap_or_default();
