@@ -79,6 +79,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "axum")]
+pub mod admin;
 #[cfg(feature = "client")]
 pub mod client;
 mod idempotency;

@@ -63,6 +63,10 @@ impl IdempotencyStore for PgStore {
     }
 }
 
+/// The operator listings: not read back from PostgreSQL here (query the tables with SQL); the
+/// admin API answers `501` for them.
+impl idemdb_interface::InspectStore for PgStore {}
+
 /// The workflow primitives: each method is the inherent method of the same name.
 impl WorkflowStore for PgStore {
     fn enqueue_effect(

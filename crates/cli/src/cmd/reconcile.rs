@@ -182,23 +182,18 @@ fn list(file: &std::path::Path, json: bool) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
+/// The admin API's spelling of an entry (keys hidden), and `what` for the table.
 fn entry_json(store: &Store, entry: &Attention) -> Value {
-    match entry {
-        Attention::Record { scoped, record, since } => json!({
-            "kind": "record",
-            "since": since.as_millis(),
-            "tenant": scoped.scope.tenant(),
-            "operation": scoped.scope.operation(),
-            "key_hash": store.key_hash(&scoped.scope, &scoped.key).to_string(),
-            "what": format!("record {}", record.state.kind()),
-        }),
-        Attention::Effect { item, since } => {
-            let mut out = item_json(store, item, false);
-            out["kind"] = json!("effect");
-            out["since"] = json!(since.as_millis());
-            out["what"] = json!(format!("effect {} ({})", item.effect, item.state.kind()));
-            out
-        }
-        _ => json!({ "kind": "unknown", "since": entry.since().as_millis() }),
-    }
+    let hash = match entry {
+        Attention::Record { scoped, .. } => store.key_hash(&scoped.scope, &scoped.key),
+        Attention::Effect { item, .. } => store.key_hash(&item.scope, &item.key),
+        _ => idemdb::KeyHash::from_bytes([0; 16]),
+    };
+    let mut out = idemdb_http::admin::attention_json(entry, hash, false);
+    out["what"] = json!(match entry {
+        Attention::Record { record, .. } => format!("record {}", record.state.kind()),
+        Attention::Effect { item, .. } => format!("effect {} ({})", item.effect, item.state.kind()),
+        _ => "unknown".to_string(),
+    });
+    out
 }
