@@ -51,7 +51,7 @@
 //!   effect. The service's [`ConfirmHook`] may resolve it itself (the payments example writes
 //!   its payment row and resolves the charge in one commit); otherwise the intent's record
 //!   completes with the HTTP response of `status` (default 200), `content_type` (default
-//!   `application/json`) and `body`, in the layer's own encoding ([`StoredResponse`]), so
+//!   `application/json`) and `body`, in the layer's own encoding ([`StoredResponse`](crate::StoredResponse)), so
 //!   retries replay it;
 //! * `"effect": NAME, "provider": "failed"` — nothing happened; the record fails with that
 //!   response (`status` default 500);
