@@ -84,6 +84,7 @@ async fn an_operator_resolves_a_lost_charge(db: &Db) -> Value {
     assert_eq!(done["cause"], "operator");
     assert_eq!(done["now"]["record"]["state"], "completed");
     assert_eq!(done["now"]["record"]["response"]["status"], 201, "the payment's 201 is stored: {done}");
+    assert_eq!(done["now"]["effects"][0]["state"], "confirmed", "{done}");
     // Twice is refused by the core: the charge is not uncertain any more.
     let (status, again) = admin_resolve(&http, &url, &resolve).await;
     assert_eq!((status, again["code"].as_str()), (409, Some("IDEMDB_WRONG_STATE")), "{again}");
@@ -130,6 +131,16 @@ async fn an_operator_resolves_a_lost_charge_on_postgres() {
     let now = an_operator_resolves_a_lost_charge(&db).await;
     assert!(now["history"].is_null(), "PostgreSQL's audit trail is not read back here: {now}");
     let server = db.start(&["--admin-token", TOKEN]);
-    let (status, outbox) = admin_get(&http(), &server.url, "/effects", Some(TOKEN)).await;
-    assert_eq!((status, outbox["code"].as_str()), (501, Some("IDEMDB_UNSUPPORTED")), "{outbox}");
+    let (status, outbox) = admin_get(&http(), &server.url, "/effects?state=confirmed&limit=5", Some(TOKEN)).await;
+    assert_eq!(status, 200, "{outbox}");
+    let items = outbox["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{outbox}");
+    assert_eq!(
+        (items[0]["idempotency_key"].as_str(), items[0]["state"].as_str()),
+        (Some("order-900"), Some("confirmed"))
+    );
+    let (status, none) = admin_get(&http(), &server.url, "/effects?state=uncertain", Some(TOKEN)).await;
+    assert_eq!((status, none["items"].as_array().map(Vec::len)), (200, Some(0)), "{none}");
+    let (status, inbox) = admin_get(&http(), &server.url, "/deliveries", Some(TOKEN)).await;
+    assert_eq!((status, inbox["code"].as_str()), (501, Some("IDEMDB_UNSUPPORTED")), "{inbox}");
 }
