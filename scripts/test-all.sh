@@ -95,6 +95,27 @@ if [ -x bindings/npm/scripts/test-all.sh ] || [ -f bindings/npm/scripts/test-all
   run_logged npm bash bindings/npm/scripts/test-all.sh
 fi
 
+admin_page() {
+  # The payments example's operator page (the admin API of idemdb-http) in headless Chromium
+  # through playwright-core (from bindings/npm/node_modules, installed by the step above): a
+  # lost charge resolved by clicking, then the retry replays 201 and the ledger has one
+  # payment. Chromium missing is a failure here, not a skip.
+  cargo build -q -p payments-example || return 1
+  local out status=0
+  out=$(mktemp)
+  IDEMDB_CHROMIUM="${IDEMDB_CHROMIUM:-$(command -v chromium || echo /usr/bin/chromium)}" \
+    node --test --test-reporter=tap crates/payments/tests/browser/admin-page.test.mjs >"$out" 2>&1 || status=1
+  cat "$out"
+  local pass fail
+  pass=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$out" | tail -n 1)
+  fail=$(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$out" | tail -n 1)
+  echo "js: ${pass:-0} passed, ${fail:-1} failed"
+  rm -f "$out"
+  return $status
+}
+step "payments example: the operator page in headless Chromium"
+run_logged admin-page admin_page
+
 uniffi_tests() {
   # The Kotlin, Python and Swift bindings (bindings/uniffi/scripts/test.sh): Kotlin compiled
   # with kotlinc and run on the JVM through JNA, Python through ctypes, the Swift sources

@@ -71,7 +71,7 @@ enum Command {
     /// List the webhook deliveries received.
     Inbox(cmd::outbox::InboxArgs),
     /// List the reconciliation queue, or resolve an entry once its outcome is known.
-    Reconcile(cmd::reconcile::ReconcileArgs),
+    Reconcile(Box<cmd::reconcile::ReconcileArgs>),
     /// Recover a store after a crash (replay its journal) and close it cleanly.
     Recover(cmd::recover::RecoverArgs),
 }

@@ -49,6 +49,8 @@ where
 
 #[path = "cli/backup.rs"]
 mod backup;
+#[path = "cli/http_reconcile.rs"]
+mod http_reconcile;
 
 fn arg(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
@@ -1239,6 +1241,7 @@ fn outbox_inbox_and_reconcile_show_and_resolve_the_workflow_state() {
         "auth_3",
         "--body",
         "{\"ok\":3}",
+        "--raw",
         "--json",
     ]))
     .code(0)
@@ -1277,7 +1280,7 @@ fn reconcile_resolves_an_uncertain_record_without_an_effect() {
     // Only uncertain records are reconciled; the completed one is refused.
     idemdb(resolve.iter().chain(&["paid", "--resolve", "failed"])).code(4);
     idemdb(resolve.iter().chain(&["unsure", "--resolve", "maybe"])).code(2);
-    idemdb(resolve.iter().chain(&["unsure", "--resolve", "failed", "--body", "not charged"])).code(0);
+    idemdb(resolve.iter().chain(&["unsure", "--resolve", "failed", "--body", "not charged", "--raw"])).code(0);
     let queue = idemdb(["reconcile", file, "--json"]).code(0).json();
     assert_eq!(queue["entries"].as_array().map(Vec::len), Some(0), "{queue}");
     let store = Store::open(&path).expect("reopen");

@@ -79,6 +79,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "axum")]
+pub mod admin;
 #[cfg(feature = "client")]
 pub mod client;
 mod idempotency;
@@ -95,7 +97,7 @@ pub use idempotency::{
 };
 pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyForms, KeyHeaderError, key_header_value, parse_key_header};
 pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON, ProblemTypes};
-pub use response::{DEFAULT_REPLAY_HEADERS, RESPONSE_FORMAT, ResponseDecodeError, StoredResponse};
+pub use response::{DEFAULT_REPLAY_HEADERS, RESPONSE_FORMAT, ResponseBuildError, ResponseDecodeError, StoredResponse};
 pub use webhook::{
     DEFAULT_WEBHOOK_TOLERANCE, VerifiedWebhook, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
     WebhookSignatureError, WebhookSigner, WebhookVerifier,

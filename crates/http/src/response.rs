@@ -61,6 +61,27 @@ impl ResponseDecodeError {
 
 idemdb_core::coded!(ResponseDecodeError);
 
+/// A response to store could not be made from the parts given ([`StoredResponse::build`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResponseBuildError {
+    /// The status is not from 100 to 999.
+    #[error("{0} is not an HTTP status")]
+    Status(u16),
+    /// A header value has bytes a header may not carry (a line break, a control character).
+    #[error("the {0} header value is not a valid header value")]
+    HeaderValue(&'static str),
+}
+
+impl ResponseBuildError {
+    /// The stable code: [`ErrorCode::InvalidRequest`](idemdb_core::ErrorCode::InvalidRequest).
+    pub fn code(&self) -> idemdb_core::ErrorCode {
+        idemdb_core::ErrorCode::InvalidRequest
+    }
+}
+
+idemdb_core::coded!(ResponseBuildError);
+
 /// A response as the layer stores it: status, allow-listed headers and the body, byte for byte.
 ///
 /// ```
@@ -94,6 +115,41 @@ impl StoredResponse {
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect();
         StoredResponse { status, headers, body: body.into() }
+    }
+
+    /// A response made of a status, a `Content-Type`, an optional `Location` and a body: what
+    /// code other than the layer (an operator's reconciliation, a dispatcher) completes a
+    /// record with, so that the layer replays it.
+    ///
+    /// ```
+    /// use idemdb_http::StoredResponse;
+    ///
+    /// let stored = StoredResponse::build(201, "application/json", Some("/v1/payments/p1"), &b"{}"[..])?;
+    /// let back = StoredResponse::decode(&stored.encode())?;
+    /// assert_eq!((back.status().as_u16(), back.headers().len()), (201, 2));
+    /// assert!(StoredResponse::build(201, "text/plain\n", None, &b""[..]).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ResponseBuildError`] for a status outside 100..=999 or a header value with bytes a
+    /// header may not carry.
+    pub fn build(
+        status: u16,
+        content_type: &str,
+        location: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> Result<StoredResponse, ResponseBuildError> {
+        let status = StatusCode::from_u16(status).map_err(|_| ResponseBuildError::Status(status))?;
+        let mut headers = vec![(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_str(content_type).map_err(|_| ResponseBuildError::HeaderValue("content-type"))?,
+        )];
+        if let Some(location) = location {
+            let value = HeaderValue::from_str(location).map_err(|_| ResponseBuildError::HeaderValue("location"))?;
+            headers.push((http::header::LOCATION, value));
+        }
+        Ok(StoredResponse { status, headers, body: body.into() })
     }
 
     /// The status.

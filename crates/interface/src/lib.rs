@@ -53,8 +53,10 @@ use idemdb_core::{
 mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod inspect;
 mod workflow;
 
+pub use inspect::{InspectStore, ListedDelivery};
 pub use workflow::WorkflowStore;
 
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

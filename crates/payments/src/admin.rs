@@ -132,3 +132,63 @@ fn not_on_this_backend() -> Response {
     let detail = "backups are for the embedded store (--data); back up PostgreSQL with its own tools";
     problem(StatusCode::NOT_IMPLEMENTED, "not-on-this-backend", detail)
 }
+
+/// Where the admin API of `idemdb-http` is mounted: the reconciliation queue, one record and
+/// its history, resolutions, the outbox and the inbox, and the operator's page at
+/// `GET /v1/admin`.
+pub const ADMIN_API_PATH: &str = "/v1/admin";
+
+/// The admin routes: `POST /v1/admin/backup` and, with `admin`, the admin API behind the admin
+/// bearer token (the page itself, `GET /v1/admin`, holds no data and loads without it; every
+/// call it makes carries the token).
+pub(crate) fn routes<L: Ledger>(app: &Arc<App<L>>) -> axum::Router {
+    let backup = axum::Router::new().route("/backup", axum::routing::post(backup::<L>)).with_state(Arc::clone(app));
+    let Some(admin) = app.admin.clone() else { return backup };
+    let api = idemdb_http::admin::AdminApi::new(app.ledger.store().clone())
+        .hook(PaymentRow { app: Arc::clone(app) })
+        .router()
+        .layer(axum::middleware::from_fn_with_state(admin, operators_only));
+    backup.merge(api)
+}
+
+/// Lets through requests with the admin token, and the page.
+async fn operators_only(
+    State(admin): State<Admin>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let page = request.method() == axum::http::Method::GET && request.uri().path() == "/";
+    if !page && !admin.authorised(request.headers()) {
+        return problem(StatusCode::UNAUTHORIZED, "unauthorized", "Authorization: Bearer <admin token> required");
+    }
+    next.run(request).await
+}
+
+/// An operator's confirmed charge: the payment row and the resolution in one commit, as the
+/// reconciler writes them, so the retry replays the payment's `201` and the ledger has its
+/// row.
+struct PaymentRow<L> {
+    app: Arc<App<L>>,
+}
+
+impl<L: Ledger> idemdb_http::admin::ConfirmHook<L::Store> for PaymentRow<L> {
+    async fn confirmed(
+        &self,
+        _store: &L::Store,
+        item: &idemdb_core::OutboxItem,
+        reference: &str,
+    ) -> Result<bool, idemdb_http::admin::HookError> {
+        if item.effect != self.app.charges.effect {
+            return Ok(false);
+        }
+        let order = crate::dispatch::ChargeOrder::from_payload(&item.payload).map_err(idemdb_http::admin::HookError)?;
+        let (payment, result) = crate::dispatch::confirmed_payment(item, &order, reference);
+        let state = idemdb_core::ProviderState::Confirmed { reference: reference.to_string(), result };
+        self.app
+            .ledger
+            .record_payment(item.scope.tenant(), &payment, item, crate::ledger::Settlement::Resolved(state))
+            .await
+            .map_err(|error| idemdb_http::admin::HookError(error.to_string()))?;
+        Ok(true)
+    }
+}

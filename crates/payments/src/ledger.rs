@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use idemdb::redb::TableDefinition;
 use idemdb::{BackupError, BackupOptions, BackupReport, EffectReport, OutboxItem, ProviderState, Store};
-use idemdb_interface::WorkflowStore;
+use idemdb_interface::InspectStore;
 use serde_json::Value;
 
 /// `(tenant, payment id)` → the payment as JSON.
@@ -44,7 +44,7 @@ pub enum Settlement {
 /// same transaction as the report that confirms their charge.
 pub trait Ledger: Clone + Send + Sync + 'static {
     /// The store the layer reserves keys in and the charges are enqueued in.
-    type Store: WorkflowStore + Clone + 'static;
+    type Store: InspectStore + Clone + 'static;
 
     /// The store.
     fn store(&self) -> &Self::Store;

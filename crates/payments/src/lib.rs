@@ -49,7 +49,7 @@ use idemdb_http::{IdempotencyLayer, Operation, WebhookVerifier};
 
 use crate::dispatch::Charges;
 
-pub use admin::{Admin, BACKUP_PATH, timestamped_backup_name, valid_backup_name};
+pub use admin::{ADMIN_API_PATH, Admin, BACKUP_PATH, timestamped_backup_name, valid_backup_name};
 pub use dispatch::{CHARGE_EFFECT, CHARGE_VERSION, Dispatcher};
 
 pub use ledger::{BackupOutcome, Ledger, LedgerError, PAYMENTS, RedbLedger};
@@ -159,8 +159,8 @@ pub fn router_with<L: Ledger>(
         .route(RECONCILIATION_PATH, get(reconcile::list::<L>))
         .route("/v1/ledger", get(ledger_of::<L>))
         .route(POLICY_PATH, get(policy_of::<L>))
-        .route(BACKUP_PATH, post(admin::backup::<L>))
         .route(METRICS_PATH, get(metrics::render))
+        .nest(ADMIN_API_PATH, admin::routes(&app).with_state(()))
         .fallback(refusals::not_found)
         .layer(idempotency)
         .layer(axum::middleware::map_response(refusals::as_problem))

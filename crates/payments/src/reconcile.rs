@@ -8,9 +8,10 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use idemdb_core::{Attention, OutboxItem, OutboxState, ProviderState};
+use idemdb_core::{Attention, OutboxItem, ProviderState};
+use idemdb_http::admin::attention_json;
 use idemdb_http::reconcile::{EffectDecision, EffectLookup};
-use idemdb_interface::WorkflowStore;
+use idemdb_interface::{IdempotencyStore, WorkflowStore};
 use serde_json::{Value, json};
 
 use crate::dispatch::{ChargeOrder, confirmed_payment};
@@ -21,37 +22,14 @@ use crate::{App, bearer};
 /// Where the queue is listed.
 pub const RECONCILIATION_PATH: &str = "/v1/reconciliation";
 
-/// One entry as JSON, or `None` for another tenant's.
-fn entry(tenant: &str, attention: &Attention) -> Option<Value> {
-    match attention {
-        Attention::Effect { item, since } if item.scope.tenant() == tenant => {
-            let cause = match &item.state {
-                OutboxState::Uncertain { cause } => Some(cause.as_str()),
-                _ => None,
-            };
-            Some(json!({
-                "kind": "effect",
-                "operation": item.scope.operation(),
-                "idempotency_key": item.key.as_str(),
-                "effect": item.effect.as_str(),
-                "provider_key": item.provider_key.as_str(),
-                "state": item.state.kind().as_str(),
-                "cause": cause,
-                "dispatches": item.dispatches,
-                "last_reason": item.last_reason,
-                "first_sent_at_ms": item.first_sent_at.map(|at| at.as_millis()),
-                "since_ms": since.as_millis(),
-            }))
-        }
-        Attention::Record { scoped, record, since } if scoped.scope.tenant() == tenant => Some(json!({
-            "kind": "record",
-            "operation": scoped.scope.operation(),
-            "idempotency_key": scoped.key.as_str(),
-            "state": record.state.kind().as_str(),
-            "since_ms": since.as_millis(),
-        })),
-        _ => None,
-    }
+/// One entry as JSON (the admin API's spelling), or `None` for another tenant's.
+fn entry<S: IdempotencyStore>(store: &S, tenant: &str, attention: &Attention) -> Option<Value> {
+    let (scope, key) = match attention {
+        Attention::Effect { item, .. } => (&item.scope, &item.key),
+        Attention::Record { scoped, .. } => (&scoped.scope, &scoped.key),
+        _ => return None,
+    };
+    (scope.tenant() == tenant).then(|| attention_json(attention, store.key_hash(scope, key), true))
 }
 
 /// The handler.
@@ -66,7 +44,8 @@ pub(crate) async fn list<L: Ledger>(State(app): State<Arc<App<L>>>, headers: Hea
             return problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", detail);
         }
     };
-    let entries: Vec<Value> = queue.iter().filter_map(|attention| entry(&tenant, attention)).collect();
+    let entries: Vec<Value> =
+        queue.iter().filter_map(|attention| entry(app.ledger.store(), &tenant, attention)).collect();
     let body = json!({ "entries": entries });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }

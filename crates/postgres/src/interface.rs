@@ -78,6 +78,19 @@ impl IdempotencyStore for PgStore {
     }
 }
 
+/// The operator listings: the outbox ([`PgStore::effects`]); the inbox and a key's audit
+/// history are not read back here (query the tables with SQL), and the admin API answers `501`
+/// for them.
+impl idemdb_interface::InspectStore for PgStore {
+    async fn list_effects(
+        &self,
+        state: Option<idemdb_core::OutboxStateKind>,
+        limit: usize,
+    ) -> Result<Option<Vec<idemdb_core::OutboxItem>>, Error> {
+        self.effects(state, limit).await.map(Some)
+    }
+}
+
 /// The workflow primitives: each method is the inherent method of the same name.
 impl WorkflowStore for PgStore {
     fn enqueue_effect(

@@ -110,6 +110,9 @@ pub(crate) struct WorkflowSql {
     pub(crate) outbox_lock: String,
     /// `$1..$4` → item.
     pub(crate) outbox_get: String,
+    /// `$1` = state or NULL, `$2` = limit or NULL → tenant, operation, key, effect, item, in
+    /// key order (an operator's listing).
+    pub(crate) outbox_list: String,
     /// `$1..$3` (tenant, operation, key) → whether any effect was ever enqueued for the key.
     pub(crate) outbox_any: String,
     /// `$1..$4`, state, due_at, forget_at, reconcile_since, item; nothing on conflict.
@@ -166,6 +169,11 @@ impl WorkflowSql {
         WorkflowSql {
             outbox_lock: format!("SELECT item FROM {outbox} WHERE {item_pk} FOR UPDATE"),
             outbox_get: format!("SELECT item FROM {outbox} WHERE {item_pk}"),
+            outbox_list: format!(
+                "SELECT tenant, operation, key, effect, item FROM {outbox} \
+                 WHERE ($1::text IS NULL OR state = $1::text) \
+                 ORDER BY tenant, operation, key, effect LIMIT $2::bigint"
+            ),
             outbox_any: format!(
                 "SELECT EXISTS (SELECT 1 FROM {outbox} WHERE tenant = $1 AND operation = $2 AND key = $3)"
             ),
@@ -305,6 +313,7 @@ impl Sql {
             &wf.outbox_update,
             &wf.outbox_due,
             &wf.outbox_uncertain,
+            &wf.outbox_list,
             &wf.records_uncertain,
             &wf.outbox_purge,
             &wf.advisory_lock,

@@ -47,7 +47,7 @@ use idemdb_core::{
 };
 use idemdb_interface::IdempotencyStore;
 #[cfg(feature = "workflow")]
-use idemdb_interface::WorkflowStore;
+use idemdb_interface::{InspectStore, ListedDelivery, WorkflowStore};
 
 use crate::{Error, Store};
 
@@ -342,5 +342,41 @@ impl Store {
     {
         let store = self.clone();
         off_runtime(move || store.write(f)).await
+    }
+}
+
+/// The listings read a snapshot inline: no commit, no `fsync`.
+#[cfg(feature = "workflow")]
+impl InspectStore for Store {
+    fn list_effects(
+        &self,
+        state: Option<idemdb_core::OutboxStateKind>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Option<Vec<OutboxItem>>, Error>> + Send {
+        let filter = crate::EffectFilter { state, tenant: None, limit };
+        std::future::ready(self.effects(&filter).map(Some))
+    }
+
+    fn list_deliveries(&self, limit: usize) -> impl Future<Output = Result<Option<Vec<ListedDelivery>>, Error>> + Send {
+        let listed = self.deliveries(limit).map(|deliveries| {
+            deliveries
+                .into_iter()
+                .map(|(source, delivery_id, record)| ListedDelivery { source, delivery_id, record })
+                .collect()
+        });
+        std::future::ready(listed.map(Some))
+    }
+
+    fn key_history(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        window: usize,
+    ) -> impl Future<Output = Result<Option<Vec<idemdb_core::AuditEvent>>, Error>> + Send {
+        let hash = Store::key_hash(self, scope, key);
+        let events = self.audit_events(window).map(|events| {
+            events.into_iter().filter(|event| event.key_hash == hash && event.tenant == scope.tenant()).collect()
+        });
+        std::future::ready(events.map(Some))
     }
 }

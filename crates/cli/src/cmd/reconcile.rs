@@ -1,16 +1,21 @@
 //! `idemdb reconcile`: the reconciliation queue (uncertain records and effects whose outcome
-//! is unknown), and resolving one entry once its outcome is known.
+//! is unknown), and resolving one entry once its outcome is known — in a store file, in a
+//! PostgreSQL database (`--postgres`), or through a running service's admin API (`--url`).
+
+use std::path::{Path, PathBuf};
 
 use clap::{ArgGroup, Args};
 use serde_json::{Value, json};
 
-use idemdb::{Attention, EffectName, IdempotencyKey, ProviderState, Resolution, ResolutionKind, Scope, Store};
+use idemdb::{Attention, EffectName, IdempotencyKey, KeyHash, ProviderState, Resolution, ResolutionKind, Scope};
 
-use crate::FileArg;
 use crate::cmd::outbox::item_json;
 use crate::error::{CliError, Exit};
 use crate::open::{open_existing, open_read_only};
 use crate::output::{self, Align, Table};
+
+/// The environment variable the admin token is read from when `--token-file` is not given.
+pub(crate) const TOKEN_ENV: &str = "IDEMDB_ADMIN_TOKEN";
 
 /// Arguments of `idemdb reconcile`.
 #[derive(Debug, Args)]
@@ -19,12 +24,39 @@ use crate::output::{self, Align, Table};
 of --tenant, --operation and --key:\n  --resolve completed|failed|released [--body TEXT]   an uncertain record\n  \
 --effect NAME --provider confirmed --reference REF [--body TEXT]   what the provider says of an effect\n  \
 --effect NAME --provider failed [--body TEXT] | --provider not_found\n  --effect NAME --retry   send it again with the \
-same provider key (inside the provider's key-retention window only)\n\nQuery the provider first: past its window, an \
-effect of unknown outcome is never sent again. Exits with 2 for invalid arguments and 4 when the store refuses \
-the resolution (not uncertain, past the window, no such entry).")]
+same provider key (inside the provider's key-retention window only)\n\nA result or failure is stored as the HTTP \
+response the idempotency layer replays (--status, default 200 for a result and 500 for a failure; --content-type, \
+default application/json); --raw stores --body as given, for records the HTTP layer did not write.\n\nWhere: FILE (a \
+store file; stop the service first to resolve), --postgres URL (while services run), or --url \
+http://HOST:PORT/v1/admin (a running service's admin API, which also runs the service's own resolution, such as \
+writing the payments example's payment row; the token from --token-file or IDEMDB_ADMIN_TOKEN, never from the \
+command line).\n\nQuery the provider first: past its window, an effect of unknown outcome is never sent again. Exits \
+with 2 for invalid arguments, 3 when the store, database or service cannot be reached, and 4 when the resolution is \
+refused (not uncertain, past the window, no such entry).")]
 pub(crate) struct ReconcileArgs {
-    #[command(flatten)]
-    file: FileArg,
+    /// The store file.
+    #[arg(value_name = "FILE", required_unless_present_any = ["url", "postgres"], conflicts_with_all = ["url", "postgres"])]
+    file: Option<PathBuf>,
+    /// A running service's admin API instead of a file (`http://127.0.0.1:8080/v1/admin`).
+    #[arg(long, value_name = "URL", conflicts_with = "postgres")]
+    url: Option<String>,
+    /// With `--url`: the file whose first line is the admin token (else IDEMDB_ADMIN_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "url")]
+    token_file: Option<PathBuf>,
+    /// A PostgreSQL database instead of a file (`postgresql://user@host:port/db`, completed by
+    /// the PG* environment variables; `''` takes them all from the environment). Keep the
+    /// password off the command line: PGPASSWORD, ~/.pgpass or --password-file.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// With `--postgres`: read the password from the first line of this file.
+    #[arg(long, value_name = "FILE", requires = "postgres")]
+    password_file: Option<PathBuf>,
+    /// With `--postgres`: the schema of idemdb's tables (default `public`).
+    #[arg(long, value_name = "NAME", requires = "postgres")]
+    schema: Option<String>,
+    /// Show idempotency keys (and provider keys) in clear in the listing.
+    #[arg(long)]
+    show_keys: bool,
     /// Tenant of the entry to resolve.
     #[arg(long, requires_all = ["operation", "key"])]
     tenant: Option<String>,
@@ -46,25 +78,72 @@ pub(crate) struct ReconcileArgs {
     /// The provider's reference of a confirmed effect.
     #[arg(long, value_name = "REF")]
     reference: Option<String>,
-    /// The result or failure body the intent replays.
+    /// The result or failure body the intent replays: the body of the HTTP response the
+    /// idempotency layer replays (see --status, --content-type), or the bytes as given with --raw.
     #[arg(long, value_name = "TEXT")]
     body: Option<String>,
+    /// The status of the replayed HTTP response (default 200 for a result, 500 for a failure).
+    #[arg(long, value_name = "CODE", conflicts_with = "raw", value_parser = parse_status)]
+    status: Option<u16>,
+    /// The Content-Type of the replayed HTTP response (default application/json).
+    #[arg(long, value_name = "TYPE", conflicts_with = "raw")]
+    content_type: Option<String>,
+    /// Store --body as given, not as an HTTP response: for records that the HTTP layer did not
+    /// write (its retries would get 500 corrupt for such a result). Not with --url.
+    #[arg(long, conflicts_with = "url")]
+    raw: bool,
+    /// A note for the service's log (with --url).
+    #[arg(long, value_name = "TEXT", requires = "url")]
+    note: Option<String>,
     /// Send the effect again with the same provider key.
     #[arg(long, requires = "effect")]
     retry: bool,
+}
+
+fn parse_status(text: &str) -> Result<u16, String> {
+    match text.parse::<u16>() {
+        Ok(code) if (200..=599).contains(&code) => Ok(code),
+        _ => Err(format!("`{text}` is not an HTTP status from 200 to 599")),
+    }
 }
 
 fn parse_resolution(name: &str) -> Result<ResolutionKind, String> {
     name.parse().map_err(|error: idemdb::UnknownName| error.to_string())
 }
 
-pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
-    let file = &args.file.file;
+/// What to do with the entry.
+enum Action {
+    Record(ResolutionKind),
+    Provider(EffectName, Provider),
+    Retry(EffectName),
+}
+
+enum Provider {
+    Confirmed(String),
+    Failed,
+    NotFound,
+}
+
+/// The bytes a resolution stores: the HTTP response the layer replays (its own stored-response
+/// encoding), or `--body` as given with `--raw`.
+fn result_bytes(args: &ReconcileArgs, success: bool) -> Result<Vec<u8>, CliError> {
+    let body = args.body.clone().unwrap_or_default().into_bytes();
+    if args.raw {
+        return Ok(body);
+    }
+    let status = args.status.unwrap_or(if success { 200 } else { 500 });
+    let content_type = args.content_type.as_deref().unwrap_or("application/json");
+    idemdb_http::StoredResponse::build(status, content_type, None, body)
+        .map(|response| response.encode())
+        .map_err(|e| CliError::usage("--content-type", &e))
+}
+
+fn action(args: &ReconcileArgs) -> Result<Option<(Scope, IdempotencyKey, Action)>, CliError> {
     if args.resolve.is_none() && args.provider.is_none() && !args.retry {
         if args.key.is_some() {
             return Err(CliError::usage_msg("--key", "needs an action: --resolve, --provider or --retry"));
         }
-        return list(file, json);
+        return Ok(None);
     }
     let (Some(tenant), Some(operation), Some(key)) = (&args.tenant, &args.operation, &args.key) else {
         return Err(CliError::usage_msg("--key", "an action needs --tenant, --operation and --key"));
@@ -72,50 +151,160 @@ pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
     let scope =
         Scope::new(tenant.as_str(), operation.as_str()).map_err(|e| CliError::usage("--tenant/--operation", &e))?;
     let key = IdempotencyKey::new(key.as_str()).map_err(|e| CliError::usage("--key", &e))?;
-    let body = args.body.clone().unwrap_or_default().into_bytes();
+    if let Some(kind) = args.resolve {
+        return Ok(Some((scope, key, Action::Record(kind))));
+    }
+    let effect = args.effect.as_deref().unwrap_or_default();
+    let effect = EffectName::new(effect).map_err(|e| CliError::usage("--effect", &e))?;
+    if args.retry {
+        return Ok(Some((scope, key, Action::Retry(effect))));
+    }
+    let provider = match args.provider.as_deref() {
+        Some("confirmed") => {
+            let reference = args
+                .reference
+                .clone()
+                .ok_or_else(|| CliError::usage_msg("--reference", "confirmed needs the provider's reference"))?;
+            Provider::Confirmed(reference)
+        }
+        Some("failed") => Provider::Failed,
+        Some("not_found") => Provider::NotFound,
+        other => {
+            let got = other.unwrap_or_default();
+            return Err(CliError::usage_msg("--provider", &format!("`{got}`: confirmed, failed or not_found")));
+        }
+    };
+    Ok(Some((scope, key, Action::Provider(effect, provider))))
+}
+
+/// The store-side form of an action: what `reconcile` or `resolve_effect` is called with.
+fn resolution(args: &ReconcileArgs, kind: ResolutionKind) -> Result<Resolution, CliError> {
+    Ok(match kind {
+        ResolutionKind::Released => Resolution::Released,
+        ResolutionKind::Completed => Resolution::Completed(result_bytes(args, true)?),
+        _ => Resolution::Failed(result_bytes(args, false)?),
+    })
+}
+
+fn provider_state(args: &ReconcileArgs, provider: &Provider) -> Result<ProviderState, CliError> {
+    Ok(match provider {
+        Provider::Confirmed(reference) => {
+            ProviderState::Confirmed { reference: reference.clone(), result: result_bytes(args, true)? }
+        }
+        Provider::Failed => ProviderState::Failed { body: result_bytes(args, false)? },
+        Provider::NotFound => ProviderState::NotFound,
+    })
+}
+
+pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
+    let action = action(args)?;
+    if let Some(url) = &args.url {
+        return remote::run(args, url, action, json);
+    }
+    if let Some(url) = &args.postgres {
+        return postgres(args, url, action, json);
+    }
+    let Some(file) = args.file.as_deref() else {
+        return Err(CliError::usage_msg("FILE", "give a store file, --postgres or --url"));
+    };
+    let Some((scope, key, action)) = action else {
+        let store = open_read_only(file)?;
+        let queue =
+            store.reconciliation_queue(0).map_err(|e| CliError::runtime_ctx(file, "cannot read the queue", &e))?;
+        let entries: Vec<Value> = queue.iter().map(|entry| entry_json(&store, entry, args.show_keys)).collect();
+        return list(&file.display().to_string(), "file", entries, json);
+    };
     let store = open_existing(file)?;
     let refused = |e: idemdb::Error| CliError::runtime_ctx(file, "the store refused the resolution", &e);
-    let done = if let Some(kind) = args.resolve {
-        store.reconcile(&scope, &key, Resolution::of_kind(kind, body)).map_err(refused)?;
-        json!({ "resolved": "record", "resolution": kind.as_str() })
-    } else {
-        let effect = args.effect.as_deref().unwrap_or_default();
-        let effect = EffectName::new(effect).map_err(|e| CliError::usage("--effect", &e))?;
-        let item = if args.retry {
-            store.retry_effect(&scope, &key, &effect).map_err(refused)?
-        } else {
-            let state = match args.provider.as_deref() {
-                Some("confirmed") => {
-                    let reference = args.reference.clone().ok_or_else(|| {
-                        CliError::usage_msg("--reference", "confirmed needs the provider's reference")
-                    })?;
-                    ProviderState::Confirmed { reference, result: body }
-                }
-                Some("failed") => ProviderState::Failed { body },
-                Some("not_found") => ProviderState::NotFound,
-                other => {
-                    let got = other.unwrap_or_default();
-                    return Err(CliError::usage_msg("--provider", &format!("`{got}`: confirmed, failed or not_found")));
-                }
-            };
-            store.resolve_effect(&scope, &key, &effect, state).map_err(refused)?
-        };
-        json!({ "resolved": "effect", "item": item_json(&store, &item, false) })
+    let done = match action {
+        Action::Record(kind) => {
+            store.reconcile(&scope, &key, resolution(args, kind)?).map_err(refused)?;
+            json!({ "resolved": "record", "resolution": kind.as_str() })
+        }
+        Action::Retry(effect) => {
+            let item = store.retry_effect(&scope, &key, &effect).map_err(refused)?;
+            json!({ "resolved": "effect", "item": item_json(&store, &item, false) })
+        }
+        Action::Provider(effect, provider) => {
+            let state = provider_state(args, &provider)?;
+            let item = store.resolve_effect(&scope, &key, &effect, state).map_err(refused)?;
+            json!({ "resolved": "effect", "item": item_json(&store, &item, false) })
+        }
     };
-    if json {
-        output::print_json(&done);
-    } else {
-        output::print(&format!("resolved: {done}"));
-    }
+    print_done(&done, json);
     Ok(Exit::Ok)
 }
 
-fn list(file: &std::path::Path, json: bool) -> Result<Exit, CliError> {
-    let store = open_read_only(file)?;
-    let queue = store.reconciliation_queue(0).map_err(|e| CliError::runtime_ctx(file, "cannot read the queue", &e))?;
+fn print_done(done: &Value, json: bool) {
     if json {
-        let entries: Vec<Value> = queue.iter().map(|entry| entry_json(&store, entry)).collect();
-        output::print_json(&json!({ "file": file.display().to_string(), "entries": entries }));
+        output::print_json(done);
+    } else {
+        output::print(&format!("resolved: {done}"));
+    }
+}
+
+/// `reconcile --postgres`: the same queue and resolutions through the adapter, one
+/// transaction each, while services keep serving the database.
+fn postgres(
+    args: &ReconcileArgs,
+    url: &str,
+    action: Option<(Scope, IdempotencyKey, Action)>,
+    json: bool,
+) -> Result<Exit, CliError> {
+    let url = Some(url).filter(|url| !url.is_empty());
+    let config = idemdb_postgres::connection_config(url, args.password_file.as_deref())
+        .map_err(|error| CliError::open_target("PostgreSQL", &error))?;
+    let target = idemdb_postgres::describe(&config);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| CliError::runtime_msg(None, format!("cannot start the async runtime: {error}")))?;
+    runtime.block_on(async {
+        let mut builder = idemdb_postgres::PgStore::builder_with_config(config).application_name("idemdb-cli");
+        if let Some(schema) = &args.schema {
+            builder = builder.schema(schema.clone());
+        }
+        let store = builder.connect().await.map_err(|error| CliError::open_target(&target, &error))?;
+        let refused =
+            |e: idemdb_postgres::Error| CliError::runtime_target(&target, "the database refused the resolution", &e);
+        let Some((scope, key, action)) = action else {
+            let queue = store
+                .reconciliation_queue(0)
+                .await
+                .map_err(|e| CliError::runtime_target(&target, "cannot read the queue", &e))?;
+            let entries = queue
+                .iter()
+                .map(|entry| entry_json_of(entry, |scope, key| store.key_hash(scope, key), args.show_keys))
+                .collect();
+            return list(&target, "database", entries, json);
+        };
+        let item = |item: &idemdb::OutboxItem| {
+            idemdb_http::admin::effect_json(item, store.key_hash(&item.scope, &item.key), args.show_keys)
+        };
+        let done = match action {
+            Action::Record(kind) => {
+                store.reconcile(&scope, &key, resolution(args, kind)?).await.map_err(refused)?;
+                json!({ "resolved": "record", "resolution": kind.as_str() })
+            }
+            Action::Retry(effect) => {
+                let done = store.retry_effect(&scope, &key, &effect).await.map_err(refused)?;
+                json!({ "resolved": "effect", "item": item(&done) })
+            }
+            Action::Provider(effect, provider) => {
+                let state = provider_state(args, &provider)?;
+                let done = store.resolve_effect(&scope, &key, &effect, state).await.map_err(refused)?;
+                json!({ "resolved": "effect", "item": item(&done) })
+            }
+        };
+        print_done(&done, json);
+        Ok(Exit::Ok)
+    })
+}
+
+/// Prints the queue: one JSON document naming where it came from, or a table.
+fn list(source: &str, source_kind: &str, entries: Vec<Value>, json: bool) -> Result<Exit, CliError> {
+    if json {
+        output::print_json(&json!({ source_kind: source, "entries": entries }));
         return Ok(Exit::Ok);
     }
     let mut table = Table::new(&[
@@ -126,11 +315,10 @@ fn list(file: &std::path::Path, json: bool) -> Result<Exit, CliError> {
         ("key hash", Align::Left),
         ("what", Align::Left),
     ]);
-    for entry in &queue {
-        let value = entry_json(&store, entry);
+    for value in &entries {
         let text = |name: &str| value[name].as_str().map(output::terminal_safe).unwrap_or_default();
         table.row(vec![
-            output::time(entry.since().as_millis()),
+            output::time(value["since_ms"].as_u64().unwrap_or_default()),
             text("kind"),
             text("tenant"),
             text("operation"),
@@ -146,23 +334,170 @@ fn list(file: &std::path::Path, json: bool) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-fn entry_json(store: &Store, entry: &Attention) -> Value {
-    match entry {
-        Attention::Record { scoped, record, since } => json!({
-            "kind": "record",
-            "since": since.as_millis(),
-            "tenant": scoped.scope.tenant(),
-            "operation": scoped.scope.operation(),
-            "key_hash": store.key_hash(&scoped.scope, &scoped.key).to_string(),
-            "what": format!("record {}", record.state.kind()),
-        }),
-        Attention::Effect { item, since } => {
-            let mut out = item_json(store, item, false);
-            out["kind"] = json!("effect");
-            out["since"] = json!(since.as_millis());
-            out["what"] = json!(format!("effect {} ({})", item.effect, item.state.kind()));
-            out
+fn entry_json(store: &idemdb::Store, entry: &Attention, show_keys: bool) -> Value {
+    entry_json_of(entry, |scope, key| store.key_hash(scope, key), show_keys)
+}
+
+/// The admin API's spelling of an entry, and `what` for the table.
+fn entry_json_of(entry: &Attention, hash: impl Fn(&Scope, &IdempotencyKey) -> KeyHash, show_keys: bool) -> Value {
+    let hash = match entry {
+        Attention::Record { scoped, .. } => hash(&scoped.scope, &scoped.key),
+        Attention::Effect { item, .. } => hash(&item.scope, &item.key),
+        _ => KeyHash::from_bytes([0; 16]),
+    };
+    let mut out = idemdb_http::admin::attention_json(entry, hash, show_keys);
+    with_what(&mut out);
+    out
+}
+
+/// Adds `what` ("record uncertain", "effect charge (uncertain)") to an entry.
+fn with_what(entry: &mut Value) {
+    let text = |name: &str| entry[name].as_str().unwrap_or_default().to_string();
+    let what = match text("kind").as_str() {
+        "record" => format!("record {}", text("state")),
+        "effect" => format!("effect {} ({})", text("effect"), text("state")),
+        _ => "unknown".to_string(),
+    };
+    entry["what"] = json!(what);
+}
+
+/// `reconcile --url`: the admin API of a running service.
+mod remote {
+    use super::*;
+
+    /// The token: the first line of `--token-file`, else the environment.
+    fn token(args: &ReconcileArgs) -> Result<String, CliError> {
+        let token = match &args.token_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| CliError::usage("--token-file", &e))?;
+                text.lines().next().unwrap_or_default().trim().to_string()
+            }
+            None => std::env::var(TOKEN_ENV).unwrap_or_default().trim().to_string(),
+        };
+        if token.is_empty() {
+            return Err(CliError::usage_msg(
+                "--token-file",
+                &format!("--url needs the admin token: --token-file FILE or {TOKEN_ENV}"),
+            ));
         }
-        _ => json!({ "kind": "unknown", "since": entry.since().as_millis() }),
+        Ok(token)
+    }
+
+    /// The base URL: `http://` only (no TLS in this build; reach a remote service through a
+    /// tunnel), without a trailing slash, with no credentials in it.
+    fn base(url: &str) -> Result<String, CliError> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| CliError::usage("--url", &e))?;
+        if parsed.scheme() != "http" {
+            return Err(CliError::usage_msg("--url", "http://HOST:PORT/PATH only (use a tunnel for a remote service)"));
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() || parsed.query().is_some() {
+            return Err(CliError::usage_msg(
+                "--url",
+                "no credentials or query in the URL: the token goes in --token-file",
+            ));
+        }
+        Ok(url.trim_end_matches('/').to_string())
+    }
+
+    pub(super) fn run(
+        args: &ReconcileArgs,
+        url: &str,
+        action: Option<(Scope, IdempotencyKey, Action)>,
+        json: bool,
+    ) -> Result<Exit, CliError> {
+        let base = base(url)?;
+        let token = token(args)?;
+        let request = action.as_ref().map(|(scope, key, action)| body(args, scope, key, action));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| CliError::runtime_msg(None, format!("cannot start the async runtime: {error}")))?;
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|e| CliError::runtime_target(&base, "cannot make an HTTP client", &e))?;
+        runtime.block_on(async {
+            let sent = match &request {
+                None => client.get(format!("{base}/reconciliation?limit=1000")),
+                Some(body) => client
+                    .post(format!("{base}/resolve"))
+                    .header("content-type", "application/json")
+                    .body(body.to_string()),
+            };
+            let response =
+                sent.bearer_auth(&token).send().await.map_err(|e| CliError::open_target(&base, &e.without_url()))?;
+            let status = response.status();
+            let bytes = response.bytes().await.map_err(|e| CliError::open_target(&base, &e.without_url()))?;
+            let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if !status.is_success() {
+                let detail = answer["detail"].as_str().or(answer["title"].as_str()).unwrap_or("no detail");
+                let code = answer["code"].as_str().unwrap_or("");
+                let context =
+                    if request.is_some() { "the service refused the resolution" } else { "the service refused" };
+                return Err(CliError::runtime_msg(
+                    Some(Path::new(&base)),
+                    format!("{context}: {} {code} {}", status.as_u16(), output::terminal_safe(detail)),
+                ));
+            }
+            if request.is_some() {
+                print_done(&answer, json);
+                return Ok(Exit::Ok);
+            }
+            let Some(entries) = answer["entries"].as_array() else {
+                return Err(CliError::runtime_msg(
+                    Some(Path::new(&base)),
+                    "the answer has no `entries`: not an idemdb admin API?",
+                ));
+            };
+            let entries = entries
+                .iter()
+                .cloned()
+                .map(|mut entry| {
+                    if !args.show_keys
+                        && let Some(object) = entry.as_object_mut()
+                    {
+                        object.remove("idempotency_key");
+                        object.remove("provider_key");
+                    }
+                    with_what(&mut entry);
+                    entry
+                })
+                .collect();
+            list(&base, "url", entries, json)
+        })
+    }
+
+    /// The JSON body of `POST /resolve`: the service encodes the response it stores.
+    fn body(args: &ReconcileArgs, scope: &Scope, key: &IdempotencyKey, action: &Action) -> Value {
+        let mut body = json!({ "tenant": scope.tenant(), "operation": scope.operation(), "key": key.as_str() });
+        match action {
+            Action::Record(kind) => body["resolution"] = json!(kind.as_str()),
+            Action::Retry(effect) => {
+                body["effect"] = json!(effect.as_str());
+                body["retry"] = json!(true);
+            }
+            Action::Provider(effect, provider) => {
+                body["effect"] = json!(effect.as_str());
+                body["provider"] = json!(match provider {
+                    Provider::Confirmed(_) => "confirmed",
+                    Provider::Failed => "failed",
+                    Provider::NotFound => "not_found",
+                });
+                if let Provider::Confirmed(reference) = provider {
+                    body["reference"] = json!(reference);
+                }
+            }
+        }
+        for (name, value) in [
+            ("body", args.body.as_ref().map(|b| json!(b))),
+            ("status", args.status.map(|s| json!(s))),
+            ("content_type", args.content_type.as_ref().map(|c| json!(c))),
+            ("note", args.note.as_ref().map(|n| json!(n))),
+        ] {
+            if let Some(value) = value {
+                body[name] = value;
+            }
+        }
+        body
     }
 }

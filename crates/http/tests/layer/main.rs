@@ -6,6 +6,7 @@
 // themselves do (clippy's test allowance covers only `#[test]` functions).
 #![allow(clippy::unwrap_used)]
 
+mod admin;
 mod cancel;
 mod counted;
 mod effects;

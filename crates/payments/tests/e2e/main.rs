@@ -5,6 +5,7 @@
 // themselves do (clippy's test allowance covers only `#[test]` functions).
 #![allow(clippy::unwrap_used)]
 
+mod admin_api;
 mod backup;
 mod edges;
 mod payments;

@@ -57,6 +57,28 @@ impl PgStore {
         Ok(entries.into_iter().map(|(_, _, attention)| attention).collect())
     }
 
+    /// Outbox items in key order, in `state` only when given, at most `limit` (0: all): an
+    /// operator's listing (the admin API's `GET /effects`).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and database errors; [`Error::Corrupt`].
+    pub async fn effects(
+        &self,
+        state: Option<idemdb_core::OutboxStateKind>,
+        limit: usize,
+    ) -> Result<Vec<idemdb_core::OutboxItem>, Error> {
+        let state = state.map(|state| state.as_str());
+        let limit = (limit != 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows = self.read_all(|sql| &sql.wf.outbox_list, &[&state, &limit]).await?;
+        let mut items = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let (scope, key, effect) = item_identity(row)?;
+            let value: Vec<u8> = row.try_get(4).map_err(Error::from_driver)?;
+            items.push(decode_item(&scope, &key, &effect, &value)?);
+        }
+        Ok(items)
+    }
+
     async fn read_queue(
         &self,
     ) -> Result<(Vec<deadpool_postgres::tokio_postgres::Row>, Vec<deadpool_postgres::tokio_postgres::Row>), Error> {

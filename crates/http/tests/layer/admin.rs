@@ -1,0 +1,106 @@
+//! The admin router over the redb store, with the layer: an uncertain key resolved by an
+//! operator — completed (the layer replays the operator's response), released (the retry
+//! runs the handler again) — and its refusals. Counts the handler's runs.
+
+use axum::body::Body;
+use http::{Method, Request, Response, StatusCode};
+use idemdb::StateKind;
+use idemdb_http::LeaseHandle;
+use idemdb_http::admin::AdminApi;
+use serde_json::json;
+use tower::ServiceExt;
+
+use crate::support::*;
+
+const BODY: &str = r#"{"amount":"10.50"}"#;
+
+async fn admin(router: &axum::Router, method: Method, uri: &str, body: Option<serde_json::Value>) -> Answer {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.map(|b| b.to_string()).unwrap_or_default()))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    use http_body_util::BodyExt;
+    Answer { status: parts.status, headers: parts.headers, body: body.collect().await.unwrap().to_bytes() }
+}
+
+#[tokio::test]
+async fn an_operator_completes_or_releases_an_uncertain_key() {
+    let (store, _) = store();
+    let effects = Effects::default();
+    let handler = {
+        let effects = effects.clone();
+        move |request: Request<Body>| {
+            let effects = effects.clone();
+            async move {
+                effects.add();
+                let handle = request.extensions().get::<LeaseHandle<idemdb::Store>>().cloned().unwrap();
+                handle.mark_uncertain().await.unwrap();
+                Response::builder().status(502).body(Body::from("provider timed out")).unwrap()
+            }
+        }
+    };
+    let svc = service(layer(store.clone(), idemdb_http::Operation::named("pay")), handler);
+    let router = AdminApi::new(store.clone()).router();
+    for key in ["k-done", "k-free"] {
+        assert_eq!(send(&svc, post("/pay", Some(key), BODY)).await.status, StatusCode::BAD_GATEWAY);
+    }
+    assert_eq!(effects.count(), 2);
+
+    let queue = admin(&router, Method::GET, "/reconciliation?limit=10", None).await;
+    assert_eq!(queue.status, StatusCode::OK);
+    let entries = queue.json()["entries"].as_array().cloned().unwrap();
+    assert_eq!(entries.len(), 2, "{:?}", queue.json());
+    assert!(entries.iter().all(|e| e["kind"] == "record" && e["state"] == "uncertain" && e["tenant"] == "acme"));
+    let view = admin(&router, Method::GET, "/record?tenant=acme&operation=pay&key=k-done", None).await;
+    assert_eq!(view.json()["record"]["cause"], "reported", "{:?}", view.json());
+    let kinds: Vec<String> =
+        view.json()["history"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect();
+    assert_eq!(kinds, ["reserved", "failed"], "the key's audit history");
+
+    // Completed with the operator's response: the layer replays it; the handler does not run.
+    let done = json!({"tenant": "acme", "operation": "pay", "key": "k-done", "resolution": "completed",
+                      "status": 201, "body": "{\"id\":\"p1\"}"});
+    let resolved = admin(&router, Method::POST, "/resolve", Some(done.clone())).await;
+    assert_eq!(resolved.status, StatusCode::OK, "{:?}", resolved.json());
+    assert_eq!(resolved.json()["now"]["record"]["response"]["status"], 201);
+    let retry = send(&svc, post("/pay", Some("k-done"), BODY)).await;
+    assert_eq!((retry.status, retry.replayed(), &retry.body[..]), (StatusCode::CREATED, true, &b"{\"id\":\"p1\"}"[..]));
+    assert_eq!(effects.count(), 2, "a replay runs nothing");
+    let twice = admin(&router, Method::POST, "/resolve", Some(done)).await;
+    assert_eq!(twice.status, StatusCode::CONFLICT, "{:?}", twice.json());
+    assert!(twice.problem().starts_with("urn:idemdb:problem:"), "the core refuses a finished record");
+
+    // Released: the key is free, the retry runs the handler again.
+    let free = json!({"tenant": "acme", "operation": "pay", "key": "k-free", "resolution": "released"});
+    assert_eq!(admin(&router, Method::POST, "/resolve", Some(free)).await.status, StatusCode::OK);
+    assert_eq!(record(&store, "pay", "k-free").unwrap().state.kind(), StateKind::Released);
+    send(&svc, post("/pay", Some("k-free"), BODY)).await;
+    assert_eq!(effects.count(), 3, "the released key ran again");
+
+    // Refusals are problem JSON and change nothing.
+    for (body, status) in [
+        (json!({"tenant": "acme", "operation": "pay", "key": "k-x", "resolution": "released"}), StatusCode::NOT_FOUND),
+        (
+            json!({"tenant": "acme", "operation": "pay", "key": "k-free", "resolution": "maybe"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (json!({"tenant": "acme", "operation": "pay"}), StatusCode::BAD_REQUEST),
+        (
+            json!({"tenant": "acme", "operation": "pay", "key": "k-free", "resolution": "completed", "status": 99}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (json!([1, 2]), StatusCode::BAD_REQUEST),
+    ] {
+        let refused = admin(&router, Method::POST, "/resolve", Some(body.clone())).await;
+        assert_eq!(refused.status, status, "{body}: {:?}", refused.json());
+        assert_eq!(refused.headers["content-type"], "application/problem+json");
+    }
+    assert_eq!(admin(&router, Method::GET, "/reconciliation?limit=abc", None).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(effects.count(), 3, "refusals run nothing");
+    let page = admin(&router, Method::GET, "/", None).await;
+    assert!(page.headers["content-security-policy"].to_str().unwrap().contains("default-src 'none'"));
+}

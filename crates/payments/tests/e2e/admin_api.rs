@@ -1,0 +1,146 @@
+//! The admin API at `/v1/admin` (behind `--admin-token`): the queue, one record, resolutions
+//! with the payment row written, problem answers — on redb and on PostgreSQL.
+
+use serde_json::{Value, json};
+
+use crate::support::{Db, effects, http, json_answer, pay};
+
+const TOKEN: &str = "operator-secret-0123456789";
+const LOST: &str = r#"{"amount":"20.00","currency":"BRL","destination":"acct_lost"}"#;
+
+async fn admin_get(http: &reqwest::Client, url: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut request = http.get(format!("{url}/v1/admin{path}"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.expect("admin request");
+    let status = response.status().as_u16();
+    let body = response.bytes().await.expect("body");
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+async fn admin_resolve(http: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
+    json_answer(http.post(format!("{url}/v1/admin/resolve")).bearer_auth(TOKEN), &body.to_string()).await
+}
+
+/// Runs the story; returns the record as the resolution left it (with its history).
+async fn an_operator_resolves_a_lost_charge(db: &Db) -> Value {
+    let server = db.start(&[
+        "--admin-token",
+        TOKEN,
+        "--provider-lose-responses-to",
+        "acct_lost",
+        "--reconcile-interval-secs",
+        "3600",
+    ]);
+    let (http, url) = (http(), server.url.clone());
+    let first = pay(&http, &url, "acme", "order-900", LOST).await.unwrap();
+    assert_eq!(first.status, 502, "{:?}", String::from_utf8_lossy(&first.body));
+
+    // No token, a tenant's token: refused, nothing listed.
+    assert_eq!(admin_get(&http, &url, "/reconciliation", None).await.0, 401);
+    assert_eq!(admin_get(&http, &url, "/reconciliation", Some("acme")).await.0, 401);
+    let (status, bad) = admin_get(&http, &url, "/reconciliation?limit=0", Some(TOKEN)).await;
+    assert_eq!((status, bad["code"].as_str()), (400, Some("IDEMDB_INVALID_ARGUMENT")), "{bad}");
+
+    let (status, queue) = admin_get(&http, &url, "/reconciliation?limit=10", Some(TOKEN)).await;
+    assert_eq!(status, 200, "{queue}");
+    let entries = queue["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{queue}");
+    let entry = &entries[0];
+    assert_eq!(
+        (entry["kind"].as_str(), entry["effect"].as_str(), entry["state"].as_str()),
+        (Some("effect"), Some("charge"), Some("uncertain"))
+    );
+    assert_eq!(entry["idempotency_key"], "order-900");
+    assert_eq!(entry["tenant"], "acme");
+    // The tenant's own queue speaks the same JSON.
+    let tenant_queue = crate::support::reconciliation(&http, &url, "acme").await;
+    assert_eq!(tenant_queue, entries.clone(), "one spelling of an entry");
+
+    let (status, view) =
+        admin_get(&http, &url, "/record?tenant=acme&operation=create_payment&key=order-900", Some(TOKEN)).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["record"]["state"], "uncertain");
+    assert_eq!(view["record"]["fingerprint"].as_str().map(str::len), Some(64));
+    assert_eq!(view["record"]["attempts"], 1);
+    let (status, missing) =
+        admin_get(&http, &url, "/record?tenant=acme&operation=create_payment&key=nope", Some(TOKEN)).await;
+    assert_eq!((status, missing["code"].as_str()), (404, Some("IDEMDB_NOT_FOUND")));
+
+    // The provider made the charge: its id is the reference.
+    let charge = effects(&http, &url, "acme").await.charges_of("order-900").to_vec();
+    assert_eq!(charge.len(), 1, "the provider charged once");
+    let resolve = json!({
+        "tenant": "acme", "operation": "create_payment", "key": "order-900",
+        "effect": "charge", "provider": "confirmed", "reference": charge[0], "note": "provider dashboard"
+    });
+    let missing_reference = json!({
+        "tenant": "acme", "operation": "create_payment", "key": "order-900", "effect": "charge", "provider": "confirmed"
+    });
+    assert_eq!(admin_resolve(&http, &url, &missing_reference).await.0, 400);
+    let (status, done) = admin_resolve(&http, &url, &resolve).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["cause"], "operator");
+    assert_eq!(done["now"]["record"]["state"], "completed");
+    assert_eq!(done["now"]["record"]["response"]["status"], 201, "the payment's 201 is stored: {done}");
+    assert_eq!(done["now"]["effects"][0]["state"], "confirmed", "{done}");
+    // Twice is refused by the core: the charge is not uncertain any more.
+    let (status, again) = admin_resolve(&http, &url, &resolve).await;
+    assert_eq!((status, again["code"].as_str()), (409, Some("IDEMDB_WRONG_STATE")), "{again}");
+
+    let retry = pay(&http, &url, "acme", "order-900", LOST).await.unwrap();
+    assert_eq!((retry.status, retry.replayed), (201, true), "{:?}", String::from_utf8_lossy(&retry.body));
+    let ledger = effects(&http, &url, "acme").await;
+    assert_eq!(ledger.payments_of("order-900"), 1, "exactly one payment row");
+    assert_eq!(ledger.calls_of("order-900"), 1, "the provider was called once");
+    assert_eq!(ledger.payment_charges_of("order-900"), charge.as_slice(), "the row names the charge");
+    let (_, queue) = admin_get(&http, &url, "/reconciliation", Some(TOKEN)).await;
+    assert_eq!(queue["entries"].as_array().map(Vec::len), Some(0), "{queue}");
+    done["now"].clone()
+}
+
+#[tokio::test]
+async fn an_operator_resolves_a_lost_charge_on_redb() {
+    let db = Db::redb();
+    let now = an_operator_resolves_a_lost_charge(&db).await;
+    // The audit trail, read back while the service that wrote it runs (a killed process loses
+    // the events of its last unflushed batch).
+    let kinds: Vec<&str> = now["history"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
+    for kind in ["reserved", "effect_enqueued", "effect_reported", "effect_resolved"] {
+        assert!(kinds.contains(&kind), "`{kind}` is in the history: {kinds:?}");
+    }
+    // The page, the outbox and the inbox.
+    let server = db.start(&["--admin-token", TOKEN]);
+    let (http, url) = (http(), server.url.clone());
+    let page = http.get(format!("{url}/v1/admin")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(page.text().await.unwrap().contains("Reconciliation queue"));
+    let (status, outbox) = admin_get(&http, &url, "/effects?state=confirmed", Some(TOKEN)).await;
+    assert_eq!(status, 200, "{outbox}");
+    assert_eq!(outbox["items"].as_array().map(Vec::len), Some(1), "{outbox}");
+    assert_eq!(admin_get(&http, &url, "/effects?state=lost", Some(TOKEN)).await.0, 400);
+    let (status, inbox) = admin_get(&http, &url, "/deliveries?limit=5", Some(TOKEN)).await;
+    assert_eq!((status, inbox["deliveries"].as_array().map(Vec::len)), (200, Some(0)), "{inbox}");
+}
+
+#[tokio::test]
+async fn an_operator_resolves_a_lost_charge_on_postgres() {
+    let Some(db) = Db::postgres("admin_api").await else { return };
+    let now = an_operator_resolves_a_lost_charge(&db).await;
+    assert!(now["history"].is_null(), "PostgreSQL's audit trail is not read back here: {now}");
+    let server = db.start(&["--admin-token", TOKEN]);
+    let (status, outbox) = admin_get(&http(), &server.url, "/effects?state=confirmed&limit=5", Some(TOKEN)).await;
+    assert_eq!(status, 200, "{outbox}");
+    let items = outbox["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{outbox}");
+    assert_eq!(
+        (items[0]["idempotency_key"].as_str(), items[0]["state"].as_str()),
+        (Some("order-900"), Some("confirmed"))
+    );
+    let (status, none) = admin_get(&http(), &server.url, "/effects?state=uncertain", Some(TOKEN)).await;
+    assert_eq!((status, none["items"].as_array().map(Vec::len)), (200, Some(0)), "{none}");
+    let (status, inbox) = admin_get(&http(), &server.url, "/deliveries", Some(TOKEN)).await;
+    assert_eq!((status, inbox["code"].as_str()), (501, Some("IDEMDB_UNSUPPORTED")), "{inbox}");
+}
