@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use idemdb_core::{EffectName, EffectReport, KeyError, OutboxItem, OutboxStateKind};
 use idemdb_http::{DEFAULT_REPLAY_HEADERS, StoredResponse};
-use idemdb_interface::WorkflowStore;
+use idemdb_interface::{IdempotencyStore, WorkflowStore};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 
@@ -210,10 +210,27 @@ async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) {
     let reference = charge["id"].as_str().unwrap_or_default().to_string();
     let (payment, result) = confirmed_payment(claim, &order, &reference);
     let report = EffectReport::Confirmed { reference, result };
-    if let Err(error) = app.ledger.record_payment(tenant, &payment, claim, Settlement::Reported(report)).await {
-        // Not recorded: the claim runs out and the charge is sent again with the same provider
-        // key, which the provider answers with this same charge.
-        eprintln!("payments-example: recording a confirmed charge failed: {error}");
+    let Err(error) = app.ledger.record_payment(tenant, &payment, claim, Settlement::Reported(report)).await else {
+        return;
+    };
+    eprintln!("payments-example: recording a confirmed charge failed: {error}");
+    if error.outcome_unknown() {
+        // The payment row may be written: the claim runs out and the charge is sent again
+        // with the same provider key, which the provider answers with this same charge.
+        return;
+    }
+    // Nothing was written (the store says so): the charge is due again after the first
+    // backoff instead of when the claim runs out, and is sent again with the same provider key
+    // (answered with this same charge), so the waiting request and its retries get the
+    // payment in about a second, not after the lease.
+    let retry = EffectReport::Retryable { reason: format!("the payment row was not written: {error}") };
+    match store.report_effect(claim, retry).await {
+        Ok(_) => {
+            let pause = store.policy(claim.scope.operation()).dispatch_backoff().0;
+            tokio::time::sleep(pause).await;
+            app.charges.wake();
+        }
+        Err(error) => eprintln!("payments-example: making the charge due again failed: {error}"),
     }
 }
 

@@ -22,12 +22,29 @@ pub const PAYMENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(
 
 /// The ledger failed.
 #[derive(Debug, thiserror::Error)]
-#[error("ledger failed: {0}")]
-pub struct LedgerError(String);
+#[error("ledger failed: {message}")]
+pub struct LedgerError {
+    message: String,
+    /// Whether the write may have committed (its commit's answer was lost).
+    outcome_unknown: bool,
+}
 
 impl LedgerError {
+    /// A failure that changed nothing (the write was rolled back, or never began).
     pub(crate) fn of(error: impl std::fmt::Display) -> Self {
-        LedgerError(error.to_string())
+        LedgerError { message: error.to_string(), outcome_unknown: false }
+    }
+
+    /// A failure of the store: unknown when the store says its commit's outcome is unknown.
+    pub(crate) fn of_store(error: impl std::fmt::Display + idemdb_core::Coded) -> Self {
+        let outcome_unknown = !crate::payment::nothing_changed(&error);
+        LedgerError { message: error.to_string(), outcome_unknown }
+    }
+
+    /// Whether the write may have committed: `false` means the store said nothing changed
+    /// (the payment row was not written and the charge's item is as it was).
+    pub fn outcome_unknown(&self) -> bool {
+        self.outcome_unknown
     }
 }
 
@@ -132,7 +149,7 @@ impl Ledger for RedbLedger {
         let store = self.store.clone();
         async move {
             let (Some(id), Ok(row)) = (id, row) else {
-                return Err(LedgerError("a payment is a JSON object with a string `id`".into()));
+                return Err(LedgerError::of("a payment is a JSON object with a string `id`"));
             };
             store
                 .write_async(move |txn| {
@@ -147,7 +164,7 @@ impl Ledger for RedbLedger {
                     }
                 })
                 .await
-                .map_err(LedgerError::of)
+                .map_err(LedgerError::of_store)
         }
     }
 
@@ -202,6 +219,6 @@ impl RedbLedger {
 
 impl From<idemdb::Error> for LedgerError {
     fn from(error: idemdb::Error) -> Self {
-        LedgerError::of(error)
+        LedgerError::of_store(error)
     }
 }

@@ -63,6 +63,14 @@ struct Args {
     /// uncertain (409, reconcile first) instead of waiting.
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     lease_ttl_secs: u64,
+    /// How long a payment's answer is replayed, in seconds (then only its tombstone is kept:
+    /// a retry gets 410 expired).
+    #[arg(long, default_value_t = 30 * 24 * 3600, value_name = "SECS")]
+    response_ttl_secs: u64,
+    /// How long the tombstone is kept after the answer expires, in seconds (then the key is
+    /// forgotten).
+    #[arg(long, default_value_t = 365 * 24 * 3600, value_name = "SECS")]
+    tombstone_ttl_secs: u64,
     /// Enables admin requests (`POST /v1/admin/backup`), authenticated by
     /// `Authorization: Bearer TOKEN` (at least 16 bytes; never a tenant's token).
     #[arg(long, value_name = "TOKEN")]
@@ -91,6 +99,15 @@ struct Args {
     /// delivery that is not signed with it (401 `invalid-signature`).
     #[arg(long, value_name = "SECRET")]
     webhook_secret: Option<String>,
+    /// Seconds between rounds of the purge, which removes expired idempotency records (results
+    /// become tombstones at their response TTL, tombstones go at their tombstone TTL), finished
+    /// outbox items, old webhook deliveries and old audit events.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    purge_interval_secs: u64,
+    /// Due records (and audit events, and rows of each outbox table) per purge batch: one
+    /// short transaction each.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    purge_batch: usize,
     /// How long a request's headers may take to arrive before the connection is closed.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     header_read_timeout_secs: u64,
@@ -159,6 +176,8 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
     // provably charged nothing, so its retry runs instead of waiting for an operator.
     let policy = Policy::default()
         .with_lease_ttl(Duration::from_secs(args.lease_ttl_secs.max(1)))
+        .with_response_ttl(Duration::from_secs(args.response_ttl_secs.max(1)))
+        .with_tombstone_ttl(Duration::from_secs(args.tombstone_ttl_secs.max(1)))
         .with_expired_lease(ExpiredLease::TakeoverIfNoEffect);
     let faults = |provider: Provider| {
         let provider = match &args.provider_lose_responses_to {
@@ -197,7 +216,11 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
             if let Some(backup_dir) = &args.backup_dir {
                 backup_on_signal(ledger.clone(), backup_dir.clone());
             }
-            serve(ledger, provider, &args, admin, webhooks, timeouts).await
+            let purging =
+                payments_example::purge_rounds(ledger.store().clone(), purge_interval(&args), args.purge_batch);
+            let served = serve(ledger, provider, &args, admin, webhooks, timeouts).await;
+            purging.stop().await;
+            served
         }
         Backend::Postgres { url, schema } => {
             let url = Some(url.as_str()).filter(|url| !url.is_empty());
@@ -215,9 +238,16 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
                 .await
                 .map_err(|error| format!("cannot connect to PostgreSQL at {target}: {error}"))?;
             let provider = faults(Provider::postgres(store.clone(), latency).await?);
-            serve(PgLedger::new(store).await?, provider, &args, admin, webhooks, timeouts).await
+            let purging = payments_example::purge_postgres(store.clone(), purge_interval(&args), args.purge_batch);
+            let served = serve(PgLedger::new(store).await?, provider, &args, admin, webhooks, timeouts).await;
+            purging.stop().await;
+            served
         }
     }
+}
+
+fn purge_interval(args: &Args) -> Duration {
+    Duration::from_secs(args.purge_interval_secs.max(1))
 }
 
 async fn serve<L: Ledger>(

@@ -124,7 +124,8 @@ impl Ledger for PgLedger {
                 Err(error) => Err(LedgerError::of(error)),
             };
             match written {
-                Ok(()) => txn.commit().await.map_err(LedgerError::of),
+                // Only a commit whose answer was lost may have written the row.
+                Ok(()) => txn.commit().await.map_err(LedgerError::of_store),
                 Err(error) => {
                     rollback(txn).await;
                     Err(error)

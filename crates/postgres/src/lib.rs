@@ -96,7 +96,8 @@
 //! change locks the item's row, then the intent's record row, and moves the record along in
 //! the same transaction; a delivery takes transaction-scoped advisory locks on its delivery id
 //! and on its object; a job change one on the job. Retention removes finished items, old
-//! deliveries and finished jobs through their `forget_at` indexes ([`PgStore::purge_expired`]).
+//! deliveries and finished jobs through their `forget_at` indexes ([`PgStore::purge_expired`];
+//! on a timer, in batches that skip rows others hold: [`PurgeTask`]).
 //!
 //! # Why tokio-postgres and deadpool
 //!
@@ -127,6 +128,7 @@ mod schema;
 mod settings;
 mod stmt;
 mod store;
+mod task;
 mod time;
 mod txn;
 mod workflow;
@@ -137,6 +139,7 @@ pub use import::ImportReport;
 pub use schema::SCHEMA_VERSION;
 pub use settings::{ENVIRONMENT, connection_config, describe};
 pub use store::PgStore;
+pub use task::{DEFAULT_PURGE_BATCH, DEFAULT_PURGE_INTERVAL, PurgeHandle, PurgeRound, PurgeTask};
 pub use time::TimeSource;
 pub use txn::PgTxn;
 pub use workflow::OutboxListener;

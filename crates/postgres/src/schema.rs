@@ -270,7 +270,7 @@ impl Sql {
             audit_read: format!("SELECT {audit_columns} FROM {audit} ORDER BY id LIMIT $1"),
             audit_purge_counted: format!(
                 "WITH removed AS (DELETE FROM {audit} WHERE id IN \
-                 (SELECT id FROM {audit} WHERE at < $1 ORDER BY at LIMIT $2) RETURNING 1) \
+                 (SELECT id FROM {audit} WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) \
                  SELECT count(*) FROM removed"
             ),
             audit_due: format!("SELECT EXISTS (SELECT 1 FROM {audit} WHERE at < $1)"),

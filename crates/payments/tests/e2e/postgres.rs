@@ -230,3 +230,85 @@ async fn postgres_hang_ups_and_kills_leave_every_key_with_a_final_answer_and_one
     assert!(report.clean(), "{report:?}");
     assert!(report.acknowledged > 0 && report.cut_requests > 0 && report.hung_up > 0, "{report:?}");
 }
+
+/// A plain connection to the test database, for arranging faults and counting rows.
+async fn sql(url: &str) -> idemdb_postgres::tokio_postgres::Client {
+    let (client, connection) =
+        idemdb_postgres::tokio_postgres::connect(url, idemdb_postgres::tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// The payment row's write fails once (a trigger refuses the first insert, so the dispatcher's
+/// transaction rolls back and nothing is committed): the charge is sent again with the same
+/// provider key after the first backoff, and the waiting request gets its 201 then, not after
+/// the 60 s lease (the client gives up after 20 s). One payment, one charge, asked twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_failed_payment_row_write_is_retried_at_once_not_after_the_lease() {
+    let Some(db) = Db::postgres("failed_row_write").await else { return };
+    let Db::Postgres { url, schema } = &db else { unreachable!() };
+    let server = db.start(&["--lease-ttl-secs", "60"]);
+    let admin = sql(url).await;
+    admin
+        .batch_execute(&format!(
+            "CREATE SEQUENCE \"{schema}\".fail_once;
+             CREATE FUNCTION \"{schema}\".fail_first_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('\"{schema}\".fail_once') = 1 THEN RAISE EXCEPTION 'injected: the payment row write fails'; END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER fail_first_insert BEFORE INSERT ON \"{schema}\".app_payments
+               FOR EACH ROW EXECUTE FUNCTION \"{schema}\".fail_first_insert();"
+        ))
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+    let first = pay(&http, &server.url, "acme", "row-fails-once", &payment("10.50"))
+        .await
+        .expect("an answer before the client gives up (not the whole lease)");
+    assert_eq!((first.status, first.replayed), (201, false), "{first:?}");
+    let retry = pay(&http, &server.url, "acme", "row-fails-once", &payment("10.50")).await.unwrap();
+    assert_eq!((retry.status, retry.replayed), (201, true), "{retry:?}");
+    assert_eq!(retry.body, first.body);
+    let attempts: i64 =
+        admin.query_one(&format!("SELECT last_value FROM \"{schema}\".fail_once"), &[]).await.unwrap().get(0);
+    assert_eq!(attempts, 2, "the row write failed once, then succeeded");
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!(effects.payments_of("row-fails-once"), 1, "one payment row");
+    assert_eq!(effects.charges_of("row-fails-once").len(), 1, "one charge");
+    assert_eq!(effects.calls_of("row-fails-once"), 2, "asked again with the same provider key");
+}
+
+/// The service's purge task runs: with a 1 s response TTL, a 1 s tombstone TTL and a 1 s purge
+/// interval, the records of finished payments leave the table on their own, while the payment rows (the application's) stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_the_purge_task_removes_expired_records() {
+    let Some(db) = Db::postgres("purge_task").await else { return };
+    let Db::Postgres { url, schema } = &db else { unreachable!() };
+    let args = ["--response-ttl-secs", "1", "--tombstone-ttl-secs", "1", "--purge-interval-secs", "1"];
+    let server = db.start(&args);
+    let http = http();
+    for n in 0..5 {
+        let reply = pay(&http, &server.url, "acme", &format!("purged-{n}"), &payment("10.50")).await.unwrap();
+        assert_eq!(reply.status, 201, "{reply:?}");
+    }
+    let admin = sql(url).await;
+    let count = |table: &'static str| {
+        let (admin, query) = (&admin, format!("SELECT count(*) FROM \"{schema}\".{table}"));
+        async move { admin.query_one(&query, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    assert_eq!(count("app_payments").await, 5);
+    // A bound on the test, not a measurement: the records are due after 2 s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count("idemdb_records").await > 0 {
+        assert!(Instant::now() < deadline, "the purge task never removed the expired records");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(count("app_payments").await, 5, "the application's rows are not the purge's");
+    let removals: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM \"{schema}\".idemdb_audit WHERE kind = 'purged'"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(removals >= 5, "each record's removal is in the audit trail ({removals})");
+}

@@ -15,6 +15,7 @@ mod decision_table;
 mod faults;
 mod pgbouncer;
 mod proxy;
+mod purge_task;
 mod race;
 mod support;
 mod wire;
@@ -57,6 +58,14 @@ const TESTS: &[(&str, Test)] = &[
     ("concurrent_deliveries_of_one_object_apply_the_newest_once_each", workflow::concurrent_deliveries),
     ("retention_removes_finished_workflow_rows", workflow::workflow_retention),
     ("listeners_wake_on_committed_enqueues", workflow::listeners_wake_on_committed_enqueues),
+    ("the_purge_task_runs_in_batches_and_keeps_the_retention_rules", purge_task::batches_keep_the_rules),
+    ("a_row_locked_by_another_transaction_does_not_block_the_purge", purge_task::a_locked_row_does_not_block_the_purge),
+    ("two_purgers_at_once_change_each_row_once", purge_task::two_purgers_change_each_row_once),
+    ("a_spawned_purge_task_runs_until_stopped", purge_task::a_spawned_task_runs_until_stopped),
+    (
+        "an_older_instance_beside_a_newer_schema_keeps_running_and_a_new_one_is_refused",
+        purge_task::an_older_instance_beside_a_newer_schema,
+    ),
 ];
 
 fn main() -> ExitCode {
