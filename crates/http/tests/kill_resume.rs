@@ -66,6 +66,9 @@ fn scope() -> Scope {
 
 /// The child: resume what is pending, then send every payment (a finished one answers from the
 /// store without a send), printing each final answer.
+/// What the child prints once its store is open.
+const CHILD_OPEN: &str = "idemdb-kill-child: store open";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_resume_child() {
     let (Ok(path), Ok(base)) = (std::env::var("IDEMDB_KILL_CHILD_STORE"), std::env::var("IDEMDB_KILL_CHILD_BASE"))
@@ -73,6 +76,10 @@ async fn kill_resume_child() {
         return;
     };
     let store = Store::open(&path).unwrap();
+    // The parent times its kill from here, so a slow start on a loaded machine cannot use it up.
+    let mut out = std::io::stdout();
+    writeln!(out, "{CHILD_OPEN}").unwrap();
+    out.flush().unwrap();
     let client = IdempotentClient::new(store, reqwest::Client::new()).base_url(base.parse().unwrap()).retry(
         Retry::default()
             .max_attempts(6)
@@ -117,12 +124,27 @@ async fn killed_twenty_times_and_resumed_one_effect_per_key_none_resent_after_fi
                 .args(["--exact", "kill_resume_child", "--nocapture", "--test-threads=1"])
                 .env("IDEMDB_KILL_CHILD_STORE", &path)
                 .env("IDEMDB_KILL_CHILD_BASE", &base)
-                .stdout(Stdio::null())
+                .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
+            // Read the child's stdout to its end on a thread of its own, saying when the store
+            // is open.
+            let (opened, open) = tokio::sync::oneshot::channel();
+            let stdout = child.stdout.take().unwrap();
+            std::thread::spawn(move || {
+                let mut opened = Some(opened);
+                for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+                    if line.contains(CHILD_OPEN)
+                        && let Some(opened) = opened.take()
+                    {
+                        let _ = opened.send(());
+                    }
+                }
+            });
             match kill_after {
                 Some(after) => {
+                    let _ = open.await;
                     tokio::time::sleep(after).await;
                     child.kill().unwrap(); // SIGKILL
                     child.wait().unwrap();
@@ -143,7 +165,7 @@ async fn killed_twenty_times_and_resumed_one_effect_per_key_none_resent_after_fi
         let final_before: HashSet<String> =
             states(&path).into_iter().filter(|(_, s)| *s != IntentStateKind::Pending).map(|(k, _)| k).collect();
         let from = service.seen.lock().unwrap().len();
-        run(Some(Duration::from_millis(60 + (seed >> 33) % 400))).await;
+        run(Some(Duration::from_millis((seed >> 33) % 200))).await;
         let sent: Vec<String> = service.seen.lock().unwrap()[from..].to_vec();
         resent_after_final.extend(sent.into_iter().filter(|key| final_before.contains(key)));
         if states(&path).values().any(|s| *s == IntentStateKind::Pending) {

@@ -18,8 +18,11 @@
 //!
 //! Not a test: nothing asserts on timing.
 
+mod common;
+
+use common::threads;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use idemdb::{Durability, Fingerprint, IdempotencyKey, Reservation, Scope, ScopedKey, Store};
@@ -113,31 +116,6 @@ where
     let started = Instant::now();
     let done = timed_tasks(callers, duration, Arc::new(AtomicBool::new(false)), op).await.len();
     done as f64 / started.elapsed().as_secs_f64()
-}
-
-/// Runs `callers` threads calling `op` for `duration`; operations a second.
-fn threads(callers: usize, duration: Duration, op: impl Fn(usize, u64) + Send + Sync + 'static) -> f64 {
-    let op = Arc::new(op);
-    let done = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let deadline = started + duration;
-    let handles: Vec<_> = (0..callers)
-        .map(|caller| {
-            let (op, done) = (Arc::clone(&op), Arc::clone(&done));
-            std::thread::spawn(move || {
-                let mut n = 0u64;
-                while Instant::now() < deadline {
-                    op(caller, n);
-                    n += 1;
-                }
-                done.fetch_add(n, Ordering::Relaxed);
-            })
-        })
-        .collect();
-    for handle in handles {
-        handle.join().expect("caller thread");
-    }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
 async fn purge_figures(url: &str, records: u64, callers: usize, window: Duration) {

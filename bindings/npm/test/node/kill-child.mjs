@@ -6,6 +6,8 @@ const [file, base, count] = process.argv.slice(2);
 const scope = { tenant: 'me', operation: 'pay' };
 const retry = { maxAttempts: 6, baseDelayMs: 5, maxDelayMs: 40, timeoutMs: 2000 };
 const store = await openFileStore(file, { wait: true });
+// The parent times its kill from here, so a slow start on a loaded machine cannot use it up.
+process.stdout.write('open\n');
 await resumePending(store, { retry });
 for (let n = 0; n < Number(count); n++) {
   const key = `pay-${String(n).padStart(2, '0')}`;

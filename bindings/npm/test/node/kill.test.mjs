@@ -1,4 +1,5 @@
-// idempotentFetch in a Node child process killed with SIGKILL at random points and resumed,
+// idempotentFetch in a Node child process killed with SIGKILL at random points (0–200 ms after
+// it opened its store) and resumed,
 // twenty times, against a lossy server (the first response of every key is lost after its
 // effect): every intent ends completed or needs attention, none is sent after it was final,
 // and the server performs exactly one effect per key.
@@ -32,10 +33,16 @@ test('killed twenty times and resumed: one effect per key, nothing sent after it
   const finalKeys = async () => new Set([...(await states())].filter(([, s]) => s !== 'pending').map(([k]) => k));
   const run = (killAfterMs) =>
     new Promise((resolve, reject) => {
-      const proc = spawn(process.execPath, [child, file, server.url, String(PAYMENTS)], { stdio: ['ignore', 'ignore', 'pipe'], cwd: process.cwd() });
+      const proc = spawn(process.execPath, [child, file, server.url, String(PAYMENTS)], { stdio: ['ignore', 'pipe', 'pipe'], cwd: process.cwd() });
       let stderr = '';
       proc.stderr.on('data', (chunk) => (stderr += chunk));
-      const timer = killAfterMs === undefined ? undefined : setTimeout(() => proc.kill('SIGKILL'), killAfterMs);
+      // The kill is timed from the moment the child has its store open (it says so on stdout).
+      let timer;
+      proc.stdout.on('data', (chunk) => {
+        if (killAfterMs !== undefined && timer === undefined && String(chunk).includes('open')) {
+          timer = setTimeout(() => proc.kill('SIGKILL'), killAfterMs);
+        }
+      });
       proc.on('error', reject);
       proc.on('exit', (code, signal) => {
         clearTimeout(timer);
@@ -52,7 +59,7 @@ test('killed twenty times and resumed: one effect per key, nothing sent after it
     for (let round = 0; round < KILLS; round++) {
       const before = await finalKeys();
       const from = server.state.seen.length;
-      await run(150 + Math.floor(random() * 500));
+      await run(Math.floor(random() * 200));
       resentAfterFinal.push(...server.state.seen.slice(from).filter((key) => before.has(key)));
       if ([...(await states()).values()].includes('pending')) killedMidFlight += 1;
     }
