@@ -64,15 +64,20 @@ pub enum PolicyError {
         /// [`MAX_RESULT_BYTES_LIMIT`].
         max: usize,
     },
+    /// A retention budget whose delays and tombstone are all zero: a completed key would be
+    /// forgotten at once, and its very next retry would run the operation again.
+    #[error("the retention budget is zero: a completed key would be forgotten at once and run again on its next retry")]
+    ForgetsAtOnce,
 }
 
 impl PolicyError {
     /// The stable code: [`ErrorCode::InvalidPolicy`](crate::ErrorCode::InvalidPolicy).
     pub fn code(&self) -> crate::ErrorCode {
         match self {
-            PolicyError::ZeroLeaseTtl | PolicyError::ZeroResultLimit | PolicyError::ResultLimitTooLarge { .. } => {
-                crate::ErrorCode::InvalidPolicy
-            }
+            PolicyError::ZeroLeaseTtl
+            | PolicyError::ZeroResultLimit
+            | PolicyError::ResultLimitTooLarge { .. }
+            | PolicyError::ForgetsAtOnce => crate::ErrorCode::InvalidPolicy,
         }
     }
 }

@@ -120,3 +120,28 @@ fn an_abandoned_saga_runs_its_compensations_once_in_reverse_order() {
     );
     assert_eq!(ledger.total(), 3, "the steps themselves ran once each");
 }
+
+#[test]
+fn a_stale_workers_step_never_starts() {
+    let clock = ManualClock::new(T0);
+    let store = store(&clock);
+    let ledger = EffectLedger::new();
+    let (scope, job) = (Scope::new("acme", "fulfil").unwrap(), IdempotencyKey::new("order-9").unwrap());
+    let message = Fingerprint::from_bytes([5; 32]);
+    let JobAnswer::Claimed(stale) = store.claim_job(&scope, &job, &message).unwrap() else { panic!() };
+    clock.advance(Duration::from_millis(LEASE_MS));
+    let JobAnswer::Claimed(current) = store.claim_job(&scope, &job, &message).unwrap() else { panic!() };
+    // The worker that lost the job tries a step: refused before its work runs.
+    let refused = store.run_step(&stale, &step("charge"), |_txn| {
+        let effect = ledger.perform("charge");
+        Ok::<_, idemdb::Error>((effect.body, None))
+    });
+    assert!(
+        matches!(refused, Err(idemdb::ExecuteError::Store(idemdb::Error::Job(idemdb::JobRefusal::StaleLease { .. })))),
+        "{refused:?}"
+    );
+    assert_eq!(ledger.count("charge"), 0, "the stale worker's step never ran");
+    // The current worker's step runs once.
+    assert!(work(&store, &current, &ledger, usize::MAX));
+    assert_eq!(ledger.count("charge"), 1);
+}

@@ -8,7 +8,7 @@
 
 use core::time::Duration;
 
-use crate::Policy;
+use crate::{Policy, PolicyError};
 
 /// What a duplicate of this operation would cost, which decides whether a tombstone is kept
 /// after the response expires.
@@ -38,9 +38,10 @@ pub enum DuplicateCost {
 ///     support_replay: 7 * DAY,
 ///     duplicates: DuplicateCost::Expensive { tombstone: 365 * DAY },
 /// };
-/// let policy = budget.apply(Policy::default());
+/// let policy = budget.apply(Policy::default())?;
 /// assert_eq!(policy.response_ttl(), 36 * DAY);
 /// assert_eq!(policy.tombstone_ttl(), 365 * DAY);
+/// # Ok::<(), idemdb_core::PolicyError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionBudget {
@@ -74,9 +75,17 @@ impl RetentionBudget {
     }
 
     /// `policy` with the budget's response and tombstone TTLs.
-    #[must_use]
-    pub fn apply(&self, policy: Policy) -> Policy {
-        policy.with_response_ttl(self.response_ttl()).with_tombstone_ttl(self.tombstone_ttl())
+    ///
+    /// # Errors
+    /// [`PolicyError::ForgetsAtOnce`] for a budget whose delays and tombstone are all zero:
+    /// the operation would forget a completed key at once, so its next retry would run again.
+    /// (A policy built by hand may still choose zero TTLs; a budget says how late retries
+    /// arrive, and none arrives at no delay at all.)
+    pub fn apply(&self, policy: Policy) -> Result<Policy, PolicyError> {
+        if self.response_ttl().is_zero() && self.tombstone_ttl().is_zero() {
+            return Err(PolicyError::ForgetsAtOnce);
+        }
+        Ok(policy.with_response_ttl(self.response_ttl()).with_tombstone_ttl(self.tombstone_ttl()))
     }
 }
 
@@ -94,8 +103,29 @@ mod tests {
             duplicates: DuplicateCost::Cheap,
         };
         assert_eq!(budget.response_ttl(), Duration::from_secs(3661));
-        assert_eq!(budget.apply(Policy::default()).tombstone_ttl(), Duration::ZERO);
+        assert_eq!(budget.apply(Policy::default()).unwrap().tombstone_ttl(), Duration::ZERO);
         let huge = RetentionBudget { client_retry: Duration::MAX, ..budget };
         assert_eq!(huge.response_ttl(), Duration::MAX);
+    }
+
+    #[test]
+    fn a_budget_that_would_forget_a_completed_key_at_once_is_refused() {
+        let zero = RetentionBudget {
+            client_retry: Duration::ZERO,
+            queue_redelivery: Duration::ZERO,
+            offline_devices: Duration::ZERO,
+            support_replay: Duration::ZERO,
+            duplicates: DuplicateCost::Cheap,
+        };
+        assert_eq!(zero.apply(Policy::default()), Err(PolicyError::ForgetsAtOnce));
+        let zero_tombstone =
+            RetentionBudget { duplicates: DuplicateCost::Expensive { tombstone: Duration::ZERO }, ..zero };
+        assert_eq!(zero_tombstone.apply(Policy::default()), Err(PolicyError::ForgetsAtOnce));
+        // Any delay, or a tombstone alone, keeps the key.
+        let tombstone =
+            RetentionBudget { duplicates: DuplicateCost::Expensive { tombstone: Duration::from_secs(1) }, ..zero };
+        assert_eq!(tombstone.apply(Policy::default()).unwrap().tombstone_ttl(), Duration::from_secs(1));
+        let retry = RetentionBudget { client_retry: Duration::from_millis(1), ..zero };
+        assert_eq!(retry.apply(Policy::default()).unwrap().response_ttl(), Duration::from_millis(1));
     }
 }

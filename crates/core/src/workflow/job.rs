@@ -20,7 +20,7 @@
 //! let JobAnswer::Claimed(lease) = &first.answer else { panic!() };
 //! let record = first.write.expect("claimed");
 //! let reserve = EffectName::new("reserve_stock")?;
-//! let record = record.record_step(lease.fence, &reserve, b"held".to_vec(), Some(b"release".to_vec()), at.now)?;
+//! let record = record.record_step(lease.fence, &reserve, b"held".to_vec(), Some(b"release".to_vec()), at.now, &policy)?;
 //!
 //! // The worker dies; the message comes back after the lease: the job resumes after its step.
 //! let later = DecisionContext::new(Timestamp::from_millis(1_000 + 61_000), &policy);
@@ -253,6 +253,14 @@ pub enum JobRefusal {
     /// The step finished already (its result is on record: a resumed job reads it instead).
     #[error("step {0} finished already")]
     StepDone(EffectName),
+    /// A compensation asked for out of order: compensations run newest first.
+    #[error("compensation of step {step} asked before that of the newer step {newest}; compensations run newest first")]
+    CompensationOrder {
+        /// The step asked for.
+        step: EffectName,
+        /// The step whose compensation must run first.
+        newest: EffectName,
+    },
     /// No finished step of that name registered a compensation still to run.
     #[error("no pending compensation for step {0}")]
     NoCompensation(EffectName),
@@ -280,9 +288,10 @@ impl JobRefusal {
         match self {
             JobRefusal::NotFound => ErrorCode::NotFound,
             JobRefusal::StaleLease { .. } => ErrorCode::StaleLease,
-            JobRefusal::WrongState { .. } | JobRefusal::StepDone(_) | JobRefusal::NoCompensation(_) => {
-                ErrorCode::WrongState
-            }
+            JobRefusal::WrongState { .. }
+            | JobRefusal::StepDone(_)
+            | JobRefusal::NoCompensation(_)
+            | JobRefusal::CompensationOrder { .. } => ErrorCode::WrongState,
             JobRefusal::TooLarge { .. } => ErrorCode::TooLarge,
             JobRefusal::FenceExhausted { .. } => ErrorCode::FenceExhausted,
         }
@@ -405,6 +414,16 @@ impl JobRecord {
         }
     }
 
+    /// Whether the holder of `fence` may run a step now: the lease is the job's current one and
+    /// the job is running. A worker checks this **before** it runs a step's work, so a stale
+    /// worker's work never starts (checking only when recording would let it run, then refuse).
+    ///
+    /// # Errors
+    /// [`JobRefusal::StaleLease`], [`JobRefusal::WrongState`].
+    pub fn check_can_run(&self, fence: u64) -> Result<(), JobRefusal> {
+        self.check_lease(fence, "run a step")
+    }
+
     fn check_lease(&self, fence: u64, action: &'static str) -> Result<(), JobRefusal> {
         if fence != self.fence {
             return Err(JobRefusal::StaleLease { presented: fence, current: self.fence });
@@ -419,7 +438,9 @@ impl JobRecord {
     ///
     /// # Errors
     /// [`JobRefusal::StaleLease`], [`JobRefusal::WrongState`] when the job is not running,
-    /// [`JobRefusal::StepDone`] when the step is on record already.
+    /// [`JobRefusal::StepDone`] when the step is on record already, [`JobRefusal::TooLarge`]
+    /// when the result or the compensation is over the policy's result limit (the job record
+    /// carries every step, so one oversized step would be rewritten at every later one).
     pub fn record_step(
         &self,
         fence: u64,
@@ -427,8 +448,13 @@ impl JobRecord {
         result: Vec<u8>,
         compensation: Option<Vec<u8>>,
         now: Timestamp,
+        policy: &Policy,
     ) -> Result<JobRecord, JobRefusal> {
         self.check_lease(fence, "record a step")?;
+        check_size("step result", &result, policy)?;
+        if let Some(compensation) = &compensation {
+            check_size("step compensation", compensation, policy)?;
+        }
         if self.steps.iter().any(|step| step.name == *name) {
             return Err(JobRefusal::StepDone(name.clone()));
         }
@@ -519,6 +545,16 @@ impl JobRecord {
         if !matches!(self.state, JobState::Compensating { .. }) {
             return Err(JobRefusal::WrongState { state: self.state.kind(), action: "record a compensation" });
         }
+        // Newest first: only the most recent step's pending compensation may run.
+        match self.pending_compensations().first() {
+            Some(newest) if newest.step == *step => {}
+            Some(newest)
+                if self.steps.iter().any(|d| d.name == *step && d.compensation.is_some() && !d.compensated) =>
+            {
+                return Err(JobRefusal::CompensationOrder { step: step.clone(), newest: newest.step.clone() });
+            }
+            _ => return Err(JobRefusal::NoCompensation(step.clone())),
+        }
         let mut next = self.clone();
         let target = next
             .steps
@@ -597,9 +633,9 @@ mod tests {
     #[test]
     fn a_redelivered_job_resumes_after_its_finished_steps_with_a_higher_fence() {
         let (lease, job) = claimed(claim(None, 1, at(0)));
-        let job = job.record_step(lease.fence, &name("reserve"), b"r1".to_vec(), None, at(1)).unwrap();
+        let job = job.record_step(lease.fence, &name("reserve"), b"r1".to_vec(), None, at(1), &policy()).unwrap();
         assert_eq!(
-            job.record_step(lease.fence, &name("reserve"), b"again".to_vec(), None, at(1)),
+            job.record_step(lease.fence, &name("reserve"), b"again".to_vec(), None, at(1), &policy()),
             Err(JobRefusal::StepDone(name("reserve")))
         );
         assert!(matches!(claim(Some(job.clone()), 1, at(5)).answer, JobAnswer::Running { .. }));
@@ -608,7 +644,7 @@ mod tests {
         assert_eq!((again.fence, again.attempt), (lease.fence + 1, 2));
         assert_eq!(again.result_of(&name("reserve")), Some(&b"r1"[..]));
         assert!(matches!(
-            taken.record_step(lease.fence, &name("pay"), vec![], None, at(11)),
+            taken.record_step(lease.fence, &name("pay"), vec![], None, at(11), &policy()),
             Err(JobRefusal::StaleLease { .. })
         ));
         let done = taken.finish(again.fence, b"shipped".to_vec(), at(12), &policy()).unwrap();
@@ -619,11 +655,21 @@ mod tests {
     #[test]
     fn an_abandoned_saga_compensates_newest_first_and_each_once() {
         let (lease, job) = claimed(claim(None, 1, at(0)));
-        let job = job.record_step(lease.fence, &name("a"), vec![], Some(b"undo-a".to_vec()), at(1)).unwrap();
-        let job = job.record_step(lease.fence, &name("b"), vec![], None, at(2)).unwrap();
-        let job = job.record_step(lease.fence, &name("c"), vec![], Some(b"undo-c".to_vec()), at(3)).unwrap();
+        let job = job.record_step(lease.fence, &name("a"), vec![], Some(b"undo-a".to_vec()), at(1), &policy()).unwrap();
+        let job = job.record_step(lease.fence, &name("b"), vec![], None, at(2), &policy()).unwrap();
+        let job = job.record_step(lease.fence, &name("c"), vec![], Some(b"undo-c".to_vec()), at(3), &policy()).unwrap();
         let (job, pending) = job.abandon(lease.fence, "payment declined", at(4), &policy()).unwrap();
         assert_eq!(pending.iter().map(|c| c.step.as_str()).collect::<Vec<_>>(), ["c", "a"]);
+        // The older step's compensation may not run while the newer one's is pending.
+        assert_eq!(
+            job.record_compensated(lease.fence, &name("a"), at(5), &policy()),
+            Err(JobRefusal::CompensationOrder { step: name("a"), newest: name("c") })
+        );
+        assert_eq!(
+            job.record_compensated(lease.fence, &name("b"), at(5), &policy()),
+            Err(JobRefusal::NoCompensation(name("b"))),
+            "a step without a compensation has none to run"
+        );
         let job = job.record_compensated(lease.fence, &name("c"), at(5), &policy()).unwrap();
         assert_eq!(
             job.record_compensated(lease.fence, &name("c"), at(5), &policy()),
@@ -644,6 +690,27 @@ mod tests {
             JobAnswer::Compensated { reason: "payment declined".into() }
         );
         assert_eq!(JobRecord::decode(&job.encode()), Ok(job));
+    }
+
+    #[test]
+    fn step_results_and_compensations_over_the_result_limit_are_refused() {
+        let small = Policy::default().with_max_result_bytes(16);
+        let (lease, job) = claimed(claim(None, 1, at(0)));
+        let refused = job.record_step(lease.fence, &name("big"), vec![0; 17], None, at(1), &small);
+        assert_eq!(refused, Err(JobRefusal::TooLarge { what: "step result", len: 17, max: 16 }));
+        let refused = job.record_step(lease.fence, &name("big"), vec![0; 16], Some(vec![0; 17]), at(1), &small);
+        assert_eq!(refused, Err(JobRefusal::TooLarge { what: "step compensation", len: 17, max: 16 }));
+        let fits = job.record_step(lease.fence, &name("big"), vec![0; 16], Some(vec![0; 16]), at(1), &small);
+        assert_eq!(fits.unwrap().steps.len(), 1);
+    }
+
+    #[test]
+    fn a_stale_or_finished_lease_may_not_run_a_step() {
+        let (lease, job) = claimed(claim(None, 1, at(0)));
+        assert_eq!(job.check_can_run(lease.fence), Ok(()));
+        assert!(matches!(job.check_can_run(lease.fence - 1), Err(JobRefusal::StaleLease { .. })));
+        let done = job.finish(lease.fence, b"ok".to_vec(), at(1), &policy()).unwrap();
+        assert!(matches!(done.check_can_run(lease.fence), Err(JobRefusal::WrongState { .. })));
     }
 
     #[test]

@@ -111,8 +111,9 @@ impl PgTxn {
         result: Vec<u8>,
         compensation: Option<Vec<u8>>,
     ) -> Result<(), Error> {
+        let policy = self.inner_arc().policy(lease.scope.operation()).clone();
         self.change_job(lease, AuditKind::JobStep, Some(step), |job, now| {
-            Ok((job.record_step(lease.fence, step, result, compensation, now)?, ()))
+            Ok((job.record_step(lease.fence, step, result, compensation, now, &policy)?, ()))
         })
         .await
     }

@@ -91,10 +91,21 @@ impl Txn<'_> {
         let now = self.now();
         let encoded = ScopedKey::encode_parts(&lease.scope, &lease.job);
         let job = self.load_job(&encoded)?.ok_or(JobRefusal::NotFound)?;
-        let next = job.record_step(lease.fence, step, result, compensation, now)?;
+        let policy = self.engine().policy(lease.scope.operation()).clone();
+        let next = job.record_step(lease.fence, step, result, compensation, now, &policy)?;
         self.put_job(&encoded, Some(&job), &next)?;
         self.event(AuditKind::JobStep, &lease.scope, &encoded, next.fence, None, Some(step.as_str()));
         Ok(())
+    }
+
+    /// Refuses (stale lease, job not running) unless the lease's holder may run a step now.
+    ///
+    /// # Errors
+    /// [`JobRefusal::StaleLease`], [`JobRefusal::WrongState`], [`JobRefusal::NotFound`].
+    pub fn check_can_run(&self, lease: &JobLease) -> Result<(), Error> {
+        let encoded = ScopedKey::encode_parts(&lease.scope, &lease.job);
+        let job = self.load_job(&encoded)?.ok_or(JobRefusal::NotFound)?;
+        Ok(job.check_can_run(lease.fence)?)
     }
 
     /// The stored result of `step` of the job, if it finished.
@@ -166,6 +177,9 @@ impl Store {
         if let Some(done) = txn.step_result(lease, step)? {
             return Ok(done);
         }
+        // The lease and the job's state are checked before `run`: a stale worker's step never
+        // starts.
+        txn.check_can_run(lease)?;
         let (result, compensation) = run(&mut txn).map_err(ExecuteError::Operation)?;
         txn.record_step(lease, step, result.clone(), compensation)?;
         txn.commit()?;
