@@ -204,11 +204,24 @@ fn a_result_over_an_operation_limit_is_refused_by_every_transition_that_stores_o
 
     store.fail(&lease, Failure::Uncertain).expect("uncertain");
     let uncertain = store.get(&scope, &key).expect("get");
-    assert_eq!(refused(store.reconcile(&scope, &key, Resolution::Completed(oversized.clone()))), too_large);
-    assert_eq!(refused(store.reconcile(&scope, &key, Resolution::Failed(oversized))), too_large);
+    assert_eq!(
+        refused(store.reconcile(
+            &scope,
+            &key,
+            Resolution::Completed(oversized.clone()),
+            idemdb::ResolutionCause::Operator
+        )),
+        too_large
+    );
+    assert_eq!(
+        refused(store.reconcile(&scope, &key, Resolution::Failed(oversized), idemdb::ResolutionCause::Operator)),
+        too_large
+    );
     assert_eq!(store.get(&scope, &key).expect("get"), uncertain, "still uncertain, unchanged");
 
-    store.reconcile(&scope, &key, Resolution::Completed(vec![b'x'; TINY_LIMIT])).expect("at the limit");
+    store
+        .reconcile(&scope, &key, Resolution::Completed(vec![b'x'; TINY_LIMIT]), idemdb::ResolutionCause::Operator)
+        .expect("at the limit");
     assert_eq!(store.get(&scope, &key).expect("get").expect("record").state.kind(), StateKind::Completed);
 }
 
@@ -507,7 +520,13 @@ fn a_corrupt_record_is_a_typed_error_and_the_other_records_stay_readable() {
             assert!(matches!(result, Err(Error::Corrupt { what: "record", .. })), "{what}: {result:?}");
         }
         assert!(matches!(store.get(&charge, key), Err(Error::Corrupt { .. })), "{what}");
-        assert!(matches!(store.reconcile(&charge, key, Resolution::Released), Err(Error::Corrupt { .. })), "{what}");
+        assert!(
+            matches!(
+                store.reconcile(&charge, key, Resolution::Released, idemdb::ResolutionCause::Operator),
+                Err(Error::Corrupt { .. })
+            ),
+            "{what}"
+        );
     }
     match store.get(&charge, &key("declined")) {
         Err(Error::Corrupt { source, .. }) => assert_eq!(source, DecodeError::Empty),

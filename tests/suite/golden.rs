@@ -41,7 +41,14 @@ fn write_golden_store() {
     store.fail(&lease("released", 4), Failure::Retryable).expect("release");
     store.fail(&lease("uncertain", 5), Failure::Uncertain).expect("uncertain");
     store.fail(&lease("reconciled", 6), Failure::Uncertain).expect("uncertain");
-    store.reconcile(&scope, &key("reconciled"), Resolution::Completed(b"found".to_vec())).expect("reconcile");
+    store
+        .reconcile(
+            &scope,
+            &key("reconciled"),
+            Resolution::Completed(b"found".to_vec()),
+            idemdb::ResolutionCause::Operator,
+        )
+        .expect("reconcile");
     drop(store);
 }
 

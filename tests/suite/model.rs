@@ -828,7 +828,12 @@ impl Harness {
             Op::Reconcile { slot, resolution } => {
                 self.tick();
                 let expected = self.model.reconcile(*slot, resolution.clone());
-                let actual = Answer::of_unit(self.store().reconcile(&slot.scope(), &slot.key(), resolution.to_store()));
+                let actual = Answer::of_unit(self.store().reconcile(
+                    &slot.scope(),
+                    &slot.key(),
+                    resolution.to_store(),
+                    idemdb::ResolutionCause::Operator,
+                ));
                 assert_eq!(actual, expected, "step {step}: reconcile {slot:?} {resolution:?}");
                 self.coverage.add(format!("reconcile:{}", label(&actual)));
                 self.record_finish(*slot, &actual);

@@ -27,7 +27,14 @@ fn populate(store: &Store, clock: &ManualClock) {
             3 => {
                 store.fail(&lease, Failure::Uncertain).expect("uncertain");
                 if i % 2 == 0 {
-                    store.reconcile(&scope, &key(&name), Resolution::Completed(b"found".to_vec())).expect("reconcile");
+                    store
+                        .reconcile(
+                            &scope,
+                            &key(&name),
+                            Resolution::Completed(b"found".to_vec()),
+                            idemdb::ResolutionCause::Operator,
+                        )
+                        .expect("reconcile");
                 }
             }
             _ => {}

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use idemdb::{
     AttentionCause, Clock, Durability, ErrorCode, Failure, FailureKind, Fingerprint, IdempotencyKey, IntentResponse,
-    IntentStateKind, Lease, Resolution, ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
+    IntentStateKind, Lease, Resolution, ResolutionCause, ResolutionKind, Scope, Store, StoreBuilder, Timestamp,
 };
 use js_sys::Array;
 use wasm_bindgen::prelude::*;
@@ -216,7 +216,9 @@ impl WasmStore {
     ) -> Result<(), JsValue> {
         let kind = convert::parse_name::<ResolutionKind>(resolution, "resolution")?;
         let resolution = Resolution::of_kind(kind, body.unwrap_or_default());
-        self.store()?.reconcile(&scope(tenant, operation)?, &key(key_str)?, resolution).map_err(from_store)
+        self.store()?
+            .reconcile(&scope(tenant, operation)?, &key(key_str)?, resolution, ResolutionCause::Application)
+            .map_err(from_store)
     }
 
     /// The record of a key, or `null`.

@@ -174,8 +174,56 @@ pub struct AuditEvent {
     pub fence: u64,
     /// The first 8 bytes of the request fingerprint, when a request was involved.
     pub fingerprint_prefix: Option<[u8; 8]>,
-    /// The caller's correlation id, if given.
+    /// The caller's correlation id, if given; for an outbox event, the effect's name; for a
+    /// resolution, its [`ResolutionCause`](crate::ResolutionCause) too (see
+    /// [`AuditEvent::resolution_correlation`]).
     pub correlation: Option<String>,
+}
+
+impl AuditEvent {
+    /// Why a resolution event's record or effect was resolved; `None` for other events (and
+    /// for resolutions written before causes were recorded).
+    ///
+    /// ```
+    /// use idemdb_core::{AuditEvent, AuditKind, KeyHash, ResolutionCause, Timestamp};
+    /// let event = AuditEvent {
+    ///     at: Timestamp::from_millis(1),
+    ///     kind: AuditKind::Reconciled,
+    ///     tenant: "acme".into(),
+    ///     operation: "pay".into(),
+    ///     key_hash: KeyHash::from_bytes([0; 16]),
+    ///     fence: 1,
+    ///     fingerprint_prefix: None,
+    ///     correlation: Some(ResolutionCause::EffectFree.as_str().into()),
+    /// };
+    /// assert_eq!(event.cause(), Some(ResolutionCause::EffectFree));
+    /// ```
+    pub fn cause(&self) -> Option<crate::ResolutionCause> {
+        match self.kind {
+            AuditKind::Reconciled | AuditKind::EffectResolved => {
+                self.correlation.as_deref()?.rsplit(' ').next()?.parse().ok()
+            }
+            _ => None,
+        }
+    }
+
+    /// What a resolution event records as its correlation: the cause's name, after the
+    /// effect's name and a space for an outbox effect (effect names have no spaces).
+    ///
+    /// ```
+    /// use idemdb_core::{AuditEvent, ResolutionCause};
+    /// assert_eq!(AuditEvent::resolution_correlation(None, ResolutionCause::Operator), "operator");
+    /// assert_eq!(
+    ///     AuditEvent::resolution_correlation(Some("charge-v1"), ResolutionCause::ProviderNotFound),
+    ///     "charge-v1 provider_not_found"
+    /// );
+    /// ```
+    pub fn resolution_correlation(effect: Option<&str>, cause: crate::ResolutionCause) -> String {
+        match effect {
+            Some(effect) => format!("{effect} {}", cause.as_str()),
+            None => cause.as_str().to_string(),
+        }
+    }
 }
 
 impl Fingerprint {

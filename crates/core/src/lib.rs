@@ -89,7 +89,8 @@ pub use retry::{
 };
 pub use time::{DecisionTime, Timestamp};
 pub use transition::{
-    Failure, FailureKind, Resolution, ResolutionKind, TransitionError, check_holder, complete, fail, reconcile, renew,
+    Failure, FailureKind, Resolution, ResolutionCause, ResolutionKind, TransitionError, check_holder, complete, fail,
+    reconcile, renew,
 };
 pub use workflow::{
     Admission, Attention, Claim, Compensation, DELIVERY_FORMAT, Delivery, DeliveryOutcome, DeliveryOutcomeKind,

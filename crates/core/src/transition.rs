@@ -149,6 +149,43 @@ crate::names!(ResolutionKind, "resolution", {
     Released => "released",
 });
 
+/// Why a record or an effect was resolved: who decided, on what fact. The audit trail
+/// records it with every resolution (the `correlation` of a `reconciled` or
+/// `effect_resolved` event; see [`AuditEvent::cause`](crate::AuditEvent::cause)), so an
+/// operator can tell a provider's answer from a person's decision afterwards.
+///
+/// ```
+/// use idemdb_core::ResolutionCause;
+/// assert_eq!(ResolutionCause::ProviderConfirmed.as_str(), "provider_confirmed");
+/// assert_eq!("operator".parse::<ResolutionCause>(), Ok(ResolutionCause::Operator));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResolutionCause {
+    /// A person decided (the admin API, the CLI).
+    Operator,
+    /// The provider, asked by the effect's provider key, has the effect.
+    ProviderConfirmed,
+    /// The provider says the effect failed.
+    ProviderFailed,
+    /// The provider has no effect under the provider key.
+    ProviderNotFound,
+    /// The operation declares its effects through the outbox and none was enqueued: the
+    /// attempt provably had no effect, so its key was released.
+    EffectFree,
+    /// The application's own code decided (a library call with its own facts).
+    Application,
+}
+
+crate::names!(ResolutionCause, "resolution cause", {
+    Operator => "operator",
+    ProviderConfirmed => "provider_confirmed",
+    ProviderFailed => "provider_failed",
+    ProviderNotFound => "provider_not_found",
+    EffectFree => "effect_free",
+    Application => "application",
+});
+
 impl Resolution {
     /// Which resolution this is.
     pub fn kind(&self) -> ResolutionKind {

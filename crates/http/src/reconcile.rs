@@ -52,7 +52,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use idemdb_core::{Attention, EffectName, ExpiredLease, IdempotencyKey, OutboxItem, Resolution, Scope, State};
+use idemdb_core::{
+    Attention, EffectName, ExpiredLease, IdempotencyKey, OutboxItem, Resolution, ResolutionCause, Scope, State,
+};
 use idemdb_interface::WorkflowStore;
 
 /// How often a round runs, by default.
@@ -233,7 +235,7 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
                 Ok(Some(_)) | Err(_) => return false,
             }
         }
-        self.store.reconcile(scope, key, Resolution::Released).await.is_ok()
+        self.store.reconcile(scope, key, Resolution::Released, ResolutionCause::EffectFree).await.is_ok()
     }
 }
 

@@ -343,7 +343,10 @@ where
     let queue = store.reconciliation_queue(0).await.expect("queue");
     assert!(matches!(&queue[..], [Attention::Effect { .. }]), "{name}: the effect waits: {queue:?}");
     backend.set_time(ms(60_000));
-    store.retry_effect(&scope, &key, &authorize).await.expect("retry inside the window");
+    store
+        .retry_effect(&scope, &key, &authorize, idemdb_core::ResolutionCause::Application)
+        .await
+        .expect("retry inside the window");
     let claims = store.claim_effects(8).await.expect("claim");
     let again = provider.call(claims[0].provider_key.as_str(), ms(60_000));
     assert_eq!(again, first.replayed(), "{name}: the provider replays the first authorisation");
@@ -365,10 +368,16 @@ where
     provider.call(claims[0].provider_key.as_str(), ms(60_000));
     backend.set_time(ms(60_000 + WINDOW_MS));
     assert!(store.claim_effects(8).await.expect("claim").is_empty(), "{name}: not re-sent past the window");
-    assert!(store.retry_effect(&scope, &key, &authorize).await.is_err(), "{name}: retry refused past the window");
+    assert!(
+        store.retry_effect(&scope, &key, &authorize, idemdb_core::ResolutionCause::Application).await.is_err(),
+        "{name}: retry refused past the window"
+    );
     let found = provider.query("order-843:authorize-v1").expect("the provider charged it");
     let resolved = ProviderState::Confirmed { reference: found.id, result: found.body };
-    store.resolve_effect(&scope, &key, &authorize, resolved).await.expect("resolve");
+    store
+        .resolve_effect(&scope, &key, &authorize, resolved, idemdb_core::ResolutionCause::Application)
+        .await
+        .expect("resolve");
     assert!(store.reconciliation_queue(0).await.expect("queue").is_empty(), "{name}");
     assert_eq!(provider.ledger().doubles(), 0, "{name}");
 

@@ -47,7 +47,7 @@ use std::future::Future;
 
 use idemdb_core::{
     Coded, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
-    Resolution, Scope,
+    Resolution, ResolutionCause, Scope,
 };
 
 mod clock;
@@ -123,12 +123,14 @@ pub trait IdempotencyStore: Send + Sync {
     /// Extends the lease; returns the renewed lease.
     fn renew(&self, lease: &Lease) -> impl Future<Output = Result<Lease, Self::Error>> + Send;
 
-    /// Resolves an uncertain record.
+    /// Resolves an uncertain record; `cause` says who decided, on what fact (the audit trail
+    /// records it).
     fn reconcile(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         resolution: Resolution,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Reads the record of `(scope, key)`.

@@ -12,7 +12,7 @@ use std::future::Future;
 
 use idemdb_core::{
     Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, Fingerprint, IdempotencyKey, InboxAnswer,
-    JobAnswer, JobLease, JobRecord, Lease, ObjectRecord, OutboxItem, ProviderState, Scope,
+    JobAnswer, JobLease, JobRecord, Lease, ObjectRecord, OutboxItem, ProviderState, ResolutionCause, Scope,
 };
 
 use crate::IdempotencyStore;
@@ -45,15 +45,18 @@ pub trait WorkflowStore: IdempotencyStore {
         scope: &Scope,
         key: &IdempotencyKey,
         effect: &EffectName,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<OutboxItem, Self::Error>> + Send;
 
-    /// Records what the provider says about an uncertain effect.
+    /// Records what the provider says about an uncertain effect; `cause` says who learnt it
+    /// and how (the audit trail records it).
     fn resolve_effect(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         effect: &EffectName,
         state: ProviderState,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<OutboxItem, Self::Error>> + Send;
 
     /// The effect `effect` of `(scope, key)`.

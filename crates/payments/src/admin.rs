@@ -186,7 +186,12 @@ impl<L: Ledger> idemdb_http::admin::ConfirmHook<L::Store> for PaymentRow<L> {
         let state = idemdb_core::ProviderState::Confirmed { reference: reference.to_string(), result };
         self.app
             .ledger
-            .record_payment(item.scope.tenant(), &payment, item, crate::ledger::Settlement::Resolved(state))
+            .record_payment(
+                item.scope.tenant(),
+                &payment,
+                item,
+                crate::ledger::Settlement::Resolved(state, idemdb_core::ResolutionCause::Operator),
+            )
             .await
             .map_err(|error| idemdb_http::admin::HookError(error.to_string()))?;
         Ok(true)

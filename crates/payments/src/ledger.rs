@@ -13,7 +13,9 @@ use std::future::Future;
 use std::path::PathBuf;
 
 use idemdb::redb::TableDefinition;
-use idemdb::{BackupError, BackupOptions, BackupReport, EffectReport, OutboxItem, ProviderState, Store};
+use idemdb::{
+    BackupError, BackupOptions, BackupReport, EffectReport, OutboxItem, ProviderState, ResolutionCause, Store,
+};
 use idemdb_interface::InspectStore;
 use serde_json::Value;
 
@@ -53,8 +55,9 @@ impl LedgerError {
 pub enum Settlement {
     /// The dispatcher's report of what the provider answered to its claim.
     Reported(EffectReport),
-    /// What a provider query found for an uncertain charge (the reconciler's resolution).
-    Resolved(ProviderState),
+    /// What was learnt of an uncertain charge, and who learnt it (the reconciler asking the
+    /// provider, or an operator).
+    Resolved(ProviderState, ResolutionCause),
 }
 
 /// A payments backend: an idempotency store with an outbox, plus payment rows written in the
@@ -158,8 +161,8 @@ impl Ledger for RedbLedger {
                     drop(payments);
                     match settlement {
                         Settlement::Reported(report) => txn.report_effect(&item, report).map(drop),
-                        Settlement::Resolved(state) => {
-                            txn.resolve_effect(&item.scope, &item.key, &item.effect, state).map(drop)
+                        Settlement::Resolved(state, cause) => {
+                            txn.resolve_effect(&item.scope, &item.key, &item.effect, state, cause).map(drop)
                         }
                     }
                 })

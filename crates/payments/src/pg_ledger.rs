@@ -116,8 +116,8 @@ impl Ledger for PgLedger {
             let written = match txn.client().execute(&ledger.insert, &[&tenant, &id, &row]).await {
                 Ok(_) => match settlement {
                     Settlement::Reported(report) => txn.report_effect(&item, report).await.map(drop),
-                    Settlement::Resolved(state) => {
-                        txn.resolve_effect(&item.scope, &item.key, &item.effect, state).await.map(drop)
+                    Settlement::Resolved(state, cause) => {
+                        txn.resolve_effect(&item.scope, &item.key, &item.effect, state, cause).await.map(drop)
                     }
                 }
                 .map_err(LedgerError::of),

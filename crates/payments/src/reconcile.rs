@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use idemdb_core::{Attention, OutboxItem, ProviderState};
+use idemdb_core::{Attention, OutboxItem, ProviderState, ResolutionCause};
 use idemdb_http::admin::attention_json;
 use idemdb_http::reconcile::{EffectDecision, EffectLookup};
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
@@ -86,7 +86,17 @@ impl<L: Ledger> EffectLookup<L::Store> for ChargeLookup<L> {
             return EffectDecision::Undecided;
         };
         let Some(charge) = found else {
-            if store.resolve_effect(&item.scope, &item.key, &item.effect, ProviderState::NotFound).await.is_err() {
+            if store
+                .resolve_effect(
+                    &item.scope,
+                    &item.key,
+                    &item.effect,
+                    ProviderState::NotFound,
+                    ResolutionCause::ProviderNotFound,
+                )
+                .await
+                .is_err()
+            {
                 return EffectDecision::Undecided;
             }
             app.charges.wake();
@@ -96,7 +106,11 @@ impl<L: Ledger> EffectLookup<L::Store> for ChargeLookup<L> {
         let Some(reference) = charge["id"].as_str().map(str::to_string) else { return EffectDecision::Undecided };
         let (payment, result) = confirmed_payment(item, &order, &reference);
         let state = ProviderState::Confirmed { reference, result };
-        match app.ledger.record_payment(tenant, &payment, item, Settlement::Resolved(state)).await {
+        match app
+            .ledger
+            .record_payment(tenant, &payment, item, Settlement::Resolved(state, ResolutionCause::ProviderConfirmed))
+            .await
+        {
             Ok(_) => EffectDecision::Confirmed,
             Err(_) => EffectDecision::Undecided,
         }

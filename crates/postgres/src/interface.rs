@@ -11,6 +11,7 @@ use idemdb_core::{
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
 
 use crate::{Error, PgStore};
+use idemdb_core::ResolutionCause;
 
 impl IdempotencyStore for PgStore {
     type Error = Error;
@@ -65,8 +66,9 @@ impl IdempotencyStore for PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
         resolution: Resolution,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<(), Error>> + Send {
-        PgStore::reconcile(self, scope, key, resolution)
+        PgStore::reconcile(self, scope, key, resolution, cause)
     }
 
     fn get(&self, scope: &Scope, key: &IdempotencyKey) -> impl Future<Output = Result<Option<Record>, Error>> + Send {
@@ -78,9 +80,8 @@ impl IdempotencyStore for PgStore {
     }
 }
 
-/// The operator listings: the outbox ([`PgStore::effects`]); the inbox and a key's audit
-/// history are not read back here (query the tables with SQL), and the admin API answers `501`
-/// for them.
+/// The operator listings: the outbox ([`PgStore::effects`]), the inbox
+/// ([`PgStore::deliveries`]) and a key's audit history ([`PgStore::key_history`]).
 impl idemdb_interface::InspectStore for PgStore {
     async fn list_effects(
         &self,
@@ -88,6 +89,19 @@ impl idemdb_interface::InspectStore for PgStore {
         limit: usize,
     ) -> Result<Option<Vec<idemdb_core::OutboxItem>>, Error> {
         self.effects(state, limit).await.map(Some)
+    }
+
+    async fn list_deliveries(&self, limit: usize) -> Result<Option<Vec<idemdb_interface::ListedDelivery>>, Error> {
+        self.deliveries(limit).await.map(Some)
+    }
+
+    async fn key_history(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        window: usize,
+    ) -> Result<Option<Vec<idemdb_core::AuditEvent>>, Error> {
+        PgStore::key_history(self, scope, key, window).await.map(Some)
     }
 }
 
@@ -120,8 +134,9 @@ impl WorkflowStore for PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
         effect: &EffectName,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
-        PgStore::retry_effect(self, scope, key, effect)
+        PgStore::retry_effect(self, scope, key, effect, cause)
     }
 
     fn resolve_effect(
@@ -130,8 +145,9 @@ impl WorkflowStore for PgStore {
         key: &IdempotencyKey,
         effect: &EffectName,
         state: ProviderState,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
-        PgStore::resolve_effect(self, scope, key, effect, state)
+        PgStore::resolve_effect(self, scope, key, effect, state, cause)
     }
 
     fn effect(

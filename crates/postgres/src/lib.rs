@@ -149,7 +149,7 @@ pub use idemdb_core::{
     EffectReport, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, InboxAnswer, InboxRefusal, JobAnswer,
     JobLease, JobRecord, JobRefusal, KeyHash, Lease, NewEffect, NewerVersion, ObjectRecord, OutboxItem, OutboxRefusal,
     OutboxState, OutboxStateKind, OutcomeClass, Policy, ProviderState, PurgeReport, Record, Reservation, Resolution,
-    Scope, ScopedKey, State, StateKind, Timestamp, TransitionError, ValidTransition,
+    ResolutionCause, Scope, ScopedKey, State, StateKind, Timestamp, TransitionError, ValidTransition,
 };
 pub use idemdb_interface::{Clock, IdempotencyStore, ManualClock, SystemClock, WorkflowStore};
 /// Re-export of the driver, whose `Client` the transaction API hands out.

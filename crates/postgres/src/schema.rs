@@ -89,6 +89,9 @@ pub(crate) struct Sql {
     pub(crate) audit_insert: String,
     /// `$1` = limit → audit columns, oldest first.
     pub(crate) audit_read: String,
+    /// `$1` = key hash, `$2` = tenant, `$3` = window → the audit columns of the key's events
+    /// among the newest `window` events, oldest first.
+    pub(crate) audit_key_history: String,
     /// `$1` = cutoff, `$2` = limit → the number of events removed.
     pub(crate) audit_purge_counted: String,
     /// `$1` = cutoff → whether any audit entry is older.
@@ -136,6 +139,8 @@ pub(crate) struct WorkflowSql {
     pub(crate) delivery_get: String,
     /// `$1..$2`, outcome, received_at, forget_at, delivery.
     pub(crate) delivery_insert: String,
+    /// `$1` = limit (null: all) → source, delivery id, delivery; by source, then delivery id.
+    pub(crate) delivery_list: String,
     /// `$1` = now, `$2` = limit → the number of old deliveries removed.
     pub(crate) delivery_purge: String,
     /// `$1..$2` = source, object id → object.
@@ -204,6 +209,9 @@ impl WorkflowSql {
                 "INSERT INTO {deliveries} (source, delivery_id, outcome, received_at, forget_at, delivery) \
                  VALUES ($1, $2, $3, $4, $5, $6)"
             ),
+            delivery_list: format!(
+                "SELECT source, delivery_id, delivery FROM {deliveries} ORDER BY source, delivery_id LIMIT $1::bigint"
+            ),
             delivery_purge: purge(&deliveries),
             object_get: format!("SELECT object FROM {objects} WHERE source = $1 AND object_id = $2"),
             object_upsert: format!(
@@ -268,6 +276,10 @@ impl Sql {
                  SELECT {IDENTITY}, (SELECT count(*) FROM ins)"
             ),
             audit_read: format!("SELECT {audit_columns} FROM {audit} ORDER BY id LIMIT $1"),
+            audit_key_history: format!(
+                "SELECT {audit_columns} FROM (SELECT id, {audit_columns} FROM {audit} ORDER BY id DESC LIMIT $3) newest \
+                 WHERE key_hash = $1 AND tenant = $2 ORDER BY id"
+            ),
             audit_purge_counted: format!(
                 "WITH removed AS (DELETE FROM {audit} WHERE id IN \
                  (SELECT id FROM {audit} WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) \
@@ -301,6 +313,7 @@ impl Sql {
             &self.raise_floor,
             &self.audit_insert,
             &self.audit_read,
+            &self.audit_key_history,
             &self.audit_purge_counted,
             &self.audit_due,
             &self.purge_due,
@@ -320,6 +333,7 @@ impl Sql {
             &wf.outbox_notify,
             &wf.delivery_get,
             &wf.delivery_insert,
+            &wf.delivery_list,
             &wf.delivery_purge,
             &wf.object_get,
             &wf.object_upsert,

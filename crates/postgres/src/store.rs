@@ -26,6 +26,7 @@ use crate::schema::Sql;
 use crate::stmt::Statements;
 use crate::time::TimeSource;
 use crate::txn::PgTxn;
+use idemdb_core::ResolutionCause;
 
 /// Attempts of one call whose earlier attempts failed before anything was committed.
 const MAX_ATTEMPTS: u32 = 4;
@@ -629,10 +630,16 @@ impl PgStore {
     /// # Errors
     /// [`Error::Transition`] when the record is not uncertain or its lease is still live;
     /// [`Error::NotFound`]; as [`PgStore::complete`].
-    pub async fn reconcile(&self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
+    pub async fn reconcile(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        cause: ResolutionCause,
+    ) -> Result<(), Error> {
         let resolution = &resolution;
         self.in_txn(|mut txn| async move {
-            let outcome = txn.reconcile(scope, key, resolution.clone()).await;
+            let outcome = txn.reconcile(scope, key, resolution.clone(), cause).await;
             (txn, outcome)
         })
         .await
@@ -725,6 +732,42 @@ impl PgStore {
         let mut events = rows.iter().map(audit::decode).collect::<Result<Vec<_>, _>>()?;
         events.extend(inner.audit.snapshot().iter().map(AuditEvent::from));
         events.truncate(limit);
+        Ok(events)
+    }
+
+    /// The audit events of `(scope, key)` among the newest `window` events of the trail
+    /// (written ones, then buffered ones), oldest first: one key's history for an operator.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and database errors; [`Error::Corrupt`].
+    pub async fn key_history(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        window: usize,
+    ) -> Result<Vec<AuditEvent>, Error> {
+        let inner = &self.inner;
+        let hash = self.key_hash(scope, key);
+        let connection = inner.connection().await?;
+        let window_sql = i64::try_from(window).unwrap_or(i64::MAX);
+        let hash_bytes = hash.as_bytes().as_slice();
+        let tenant = scope.tenant();
+        let params: [&(dyn ToSql + Sync); 3] = [&hash_bytes, &tenant, &window_sql];
+        let rows = inner
+            .io(&connection, async {
+                inner
+                    .statements
+                    .query(&connection, &inner.sql.audit_key_history, &params)
+                    .await
+                    .map_err(Error::from_driver)
+            })
+            .await?;
+        let mut events = rows.iter().map(audit::decode).collect::<Result<Vec<_>, _>>()?;
+        let buffered = inner.audit.snapshot();
+        let newest = buffered.len().saturating_sub(window);
+        events.extend(
+            buffered[newest..].iter().map(AuditEvent::from).filter(|e| e.key_hash == hash && e.tenant == tenant),
+        );
         Ok(events)
     }
 

@@ -17,6 +17,7 @@ use crate::conn::Conn;
 use crate::error::{DbError, Error};
 use crate::outcome::{Before, Identity, Written};
 use crate::store::Inner;
+use idemdb_core::{AuditEvent, ResolutionCause};
 
 /// Decisions that found the row inserted by a concurrent transaction and read again.
 const MAX_DECISION_ROUNDS: usize = 8;
@@ -420,13 +421,16 @@ impl PgTxn {
         scope: &Scope,
         key: &IdempotencyKey,
         resolution: Resolution,
+        cause: ResolutionCause,
     ) -> Result<(), Error> {
         let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
         let record = record.ok_or(Error::NotFound)?;
         let inner = Arc::clone(&self.inner);
         let next = idemdb_core::reconcile(&record, resolution, context.now, inner.policy(scope.operation()))?;
         self.write(&inner.sql.update, scope, key, &next, bytes.as_deref()).await?;
-        let row = self.inner.event(context.now, AuditKind::Reconciled, scope, key, next.fence, None, None);
+        let correlation = AuditEvent::resolution_correlation(None, cause);
+        let row =
+            self.inner.event(context.now, AuditKind::Reconciled, scope, key, next.fence, None, Some(&correlation));
         self.push_event(row);
         Ok(())
     }

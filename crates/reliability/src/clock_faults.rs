@@ -405,7 +405,7 @@ impl Sim {
         self.report.calls += 1;
         let body = format!("charge-{intent}-{}", self.bindings[intent as usize]).into_bytes();
         let resolution = if effect { Resolution::Completed(body.clone()) } else { Resolution::Released };
-        match store.reconcile(&scope, &key, resolution) {
+        match store.reconcile(&scope, &key, resolution, idemdb::ResolutionCause::Application) {
             Ok(()) if effect => self.done(intent, body),
             Ok(()) => {
                 self.intents[intent as usize] = Intent::Free;

@@ -168,7 +168,7 @@ fn point(seed: u64, journal: bool) -> Counts {
                         .first(&name(i))
                         .map(|effect| effect.body)
                         .map_or(Resolution::Released, Resolution::Completed);
-                    store.reconcile(&scope, &key, resolution)
+                    store.reconcile(&scope, &key, resolution, idemdb::ResolutionCause::Application)
                 }
                 Ok(Reservation::Replay { .. }) => {
                     settled = true;

@@ -560,7 +560,12 @@ impl OpsRun {
                     |_| "ok".into(),
                 );
                 let Some(store) = &self.store else { return };
-                let result = store.reconcile(&slot.scoped.scope, &slot.scoped.key, resolution.clone());
+                let result = store.reconcile(
+                    &slot.scoped.scope,
+                    &slot.scoped.key,
+                    resolution.clone(),
+                    idemdb::ResolutionCause::Application,
+                );
                 self.settle(result, |()| "ok".to_string(), expected);
             }
             5 => self.clock.advance(Duration::from_millis(u64::from(a) * u64::from(b) * 10 + 1)),

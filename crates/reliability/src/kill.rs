@@ -123,7 +123,9 @@ pub(crate) fn deliver(
                     Some(body) => Resolution::Completed(body.clone().into_bytes()),
                     None => Resolution::Released,
                 };
-                store.reconcile(&scope, &key, resolution).map_err(|e| format!("reconcile {i}: {e}"))?;
+                store
+                    .reconcile(&scope, &key, resolution, idemdb::ResolutionCause::Application)
+                    .map_err(|e| format!("reconcile {i}: {e}"))?;
             }
             other => return Err(format!("intent {i}: unexpected answer {other:?}")),
         }

@@ -321,7 +321,9 @@ impl Sim {
                 let store = self.store()?;
                 let within = item.window_ends_at(&Self::policy()).is_none_or(|end| self.clock.now() < end);
                 if within {
-                    store.retry_effect(&item.scope, &item.key, &item.effect).map_err(|error| error.to_string())?;
+                    store
+                        .retry_effect(&item.scope, &item.key, &item.effect, idemdb::ResolutionCause::Application)
+                        .map_err(|error| error.to_string())?;
                 } else {
                     report.reconciled += 1;
                     let found = match self.recovery {
@@ -333,7 +335,13 @@ impl Sim {
                         None => ProviderState::NotFound,
                     };
                     store
-                        .resolve_effect(&item.scope, &item.key, &item.effect, state)
+                        .resolve_effect(
+                            &item.scope,
+                            &item.key,
+                            &item.effect,
+                            state,
+                            idemdb::ResolutionCause::ProviderConfirmed,
+                        )
                         .map_err(|error| error.to_string())?;
                 }
             }

@@ -455,7 +455,10 @@ impl Sim {
                         (Adapter::RerunInProgress, _) | (_, None) => Resolution::Released,
                         (_, Some(body)) => Resolution::Completed(body),
                     };
-                    check(&self.disk, store.reconcile(&self.scope, &key, resolution))?;
+                    check(
+                        &self.disk,
+                        store.reconcile(&self.scope, &key, resolution, idemdb::ResolutionCause::Application),
+                    )?;
                 }
                 Reservation::Expired { .. } => {
                     self.done.insert(i);

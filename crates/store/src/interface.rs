@@ -50,6 +50,7 @@ use idemdb_interface::IdempotencyStore;
 use idemdb_interface::{InspectStore, ListedDelivery, WorkflowStore};
 
 use crate::{Error, Store};
+use idemdb_core::ResolutionCause;
 
 /// Runs `work` where it may block: a blocking pool natively, inline on wasm32.
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
@@ -145,9 +146,10 @@ impl IdempotencyStore for Store {
         scope: &Scope,
         key: &IdempotencyKey,
         resolution: Resolution,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<(), Error>> + Send {
         let (store, scope, key) = (self.clone(), scope.clone(), key.clone());
-        off_runtime(move || store.reconcile(&scope, &key, resolution))
+        off_runtime(move || store.reconcile(&scope, &key, resolution, cause))
     }
 
     fn get(&self, scope: &Scope, key: &IdempotencyKey) -> impl Future<Output = Result<Option<Record>, Error>> + Send {
@@ -195,9 +197,10 @@ impl WorkflowStore for Store {
         scope: &Scope,
         key: &IdempotencyKey,
         effect: &EffectName,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
         let (store, scope, key, effect) = (self.clone(), scope.clone(), key.clone(), effect.clone());
-        off_runtime(move || store.retry_effect(&scope, &key, &effect))
+        off_runtime(move || store.retry_effect(&scope, &key, &effect, cause))
     }
 
     fn resolve_effect(
@@ -206,9 +209,10 @@ impl WorkflowStore for Store {
         key: &IdempotencyKey,
         effect: &EffectName,
         state: ProviderState,
+        cause: ResolutionCause,
     ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
         let (store, scope, key, effect) = (self.clone(), scope.clone(), key.clone(), effect.clone());
-        off_runtime(move || store.resolve_effect(&scope, &key, &effect, state))
+        off_runtime(move || store.resolve_effect(&scope, &key, &effect, state, cause))
     }
 
     fn effect(

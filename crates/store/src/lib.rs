@@ -107,8 +107,8 @@ pub use idemdb_core::{
     JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
     NewEffect, NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind,
     OutcomeClass, Policy, PolicyError, ProviderState, PurgeReport, Record, RecordError, Reservation, ReservationKind,
-    Resolution, ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp,
-    TransitionError, UncertainCause, UnknownName, ValidTransition,
+    Resolution, ResolutionCause, ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord,
+    Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
 };
 /// The client retry contract (see [`idemdb_core::classify_answer`]).
 pub use idemdb_core::{

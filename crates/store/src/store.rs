@@ -17,6 +17,7 @@ use crate::Error;
 use crate::engine::Engine;
 use crate::group::GroupCommit;
 use crate::txn::Txn;
+use idemdb_core::ResolutionCause;
 
 /// What [`Store::execute`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,9 +340,15 @@ impl Store {
     /// # Errors
     /// [`Error::Transition`] when the record is not uncertain or its lease is still live;
     /// [`Error::NotFound`].
-    pub fn reconcile(&self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
+    pub fn reconcile(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        cause: ResolutionCause,
+    ) -> Result<(), Error> {
         let (scope, key) = (scope.clone(), key.clone());
-        self.group.run(&self.engine, move |txn| txn.reconcile(&scope, &key, resolution))
+        self.group.run(&self.engine, move |txn| txn.reconcile(&scope, &key, resolution, cause))
     }
 
     /// Reserves, runs `operation` and completes, **in one commit**: for effects in the same

@@ -17,6 +17,7 @@ use crate::journal::wal::CommitFailure;
 use crate::tables::{
     META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, RECONCILE_RECORD, RECORDS, audit_key, expiry_key, reconcile_key,
 };
+use idemdb_core::{AuditEvent, ResolutionCause};
 
 /// An open write transaction. Obtained through [`Store::write`](crate::Store::write)(crate::Store::write);
 /// committed when the closure returns `Ok`, rolled back otherwise.
@@ -234,13 +235,20 @@ impl<'s> Txn<'s> {
     ///
     /// # Errors
     /// As [`Store::reconcile`](crate::Store::reconcile).
-    pub fn reconcile(&mut self, scope: &Scope, key: &IdempotencyKey, resolution: Resolution) -> Result<(), Error> {
+    pub fn reconcile(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        cause: ResolutionCause,
+    ) -> Result<(), Error> {
         let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
         let record = self.load(&encoded)?.ok_or(Error::NotFound)?;
         let policy = self.store.policy(scope.operation());
         let next = idemdb_core::reconcile(&record, resolution, self.now, policy)?;
         self.put(&encoded, Some(&record), &next)?;
-        self.event(AuditKind::Reconciled, scope, &encoded, next.fence, None, None);
+        let correlation = AuditEvent::resolution_correlation(None, cause);
+        self.event(AuditKind::Reconciled, scope, &encoded, next.fence, None, Some(&correlation));
         Ok(())
     }
 

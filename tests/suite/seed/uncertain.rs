@@ -27,7 +27,9 @@ fn a_timeout_after_remote_success_is_reconciled_to_the_provider_result_and_never
     // Reconciliation asks the provider, which has exactly one charge.
     assert_eq!(provider.count("842"), 1);
     let provider_result = charge_result("842", 1);
-    store.reconcile(&scope, &key, Resolution::Completed(provider_result.clone())).expect("reconcile");
+    store
+        .reconcile(&scope, &key, Resolution::Completed(provider_result.clone()), idemdb::ResolutionCause::Operator)
+        .expect("reconcile");
 
     let answer = deliver(store, &provider, &scope, &key, &fingerprint, "842");
     assert_eq!(
@@ -49,7 +51,7 @@ fn an_expired_lease_under_the_default_policy_needs_reconciliation_not_a_second_a
 
     // While the lease is live, reconciling could contradict the running attempt.
     assert_eq!(
-        refused(store.reconcile(&scope, &key, Resolution::Released)),
+        refused(store.reconcile(&scope, &key, Resolution::Released, idemdb::ResolutionCause::Operator)),
         TransitionError::LeaseLive { until: lease.expires_at() }
     );
     fixture.advance(LEASE_MS);
@@ -63,7 +65,9 @@ fn an_expired_lease_under_the_default_policy_needs_reconciliation_not_a_second_a
     }
     assert_eq!(provider.count("842"), 1);
 
-    store.reconcile(&scope, &key, Resolution::Completed(charge_result("842", 1))).expect("reconcile");
+    store
+        .reconcile(&scope, &key, Resolution::Completed(charge_result("842", 1)), idemdb::ResolutionCause::Operator)
+        .expect("reconcile");
     let answer = deliver(store, &provider, &scope, &key, &fingerprint, "842");
     assert_eq!(
         answer,
@@ -82,7 +86,7 @@ fn an_uncertain_attempt_the_provider_never_saw_is_released_and_then_runs_exactly
     let lease = acquired(store.reserve(&scope, &key, &fingerprint).expect("reserve"));
     store.fail(&lease, Failure::Uncertain).expect("report uncertain"); // the request never left
     assert_eq!(provider.count("842"), 0);
-    store.reconcile(&scope, &key, Resolution::Released).expect("reconcile");
+    store.reconcile(&scope, &key, Resolution::Released, idemdb::ResolutionCause::Operator).expect("reconcile");
 
     let Delivery::Ran(result) = deliver(store, &provider, &scope, &key, &fingerprint, "842") else {
         panic!("a released key runs again");

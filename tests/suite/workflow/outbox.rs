@@ -80,7 +80,7 @@ fn order_842_authorised_once_although_the_first_response_was_lost() {
 
     // Inside the provider's window, the same key is sent again: the provider replays.
     clock.advance(Duration::from_secs(60));
-    store.retry_effect(&scope, &key, &authorize()).unwrap();
+    store.retry_effect(&scope, &key, &authorize(), idemdb::ResolutionCause::Operator).unwrap();
     assert_eq!(dispatch(&store, &provider, &clock, &mut || false), 1);
     let item = store.effect(&scope, &key, &authorize()).unwrap().unwrap();
     let original = provider.query("order-842:authorize-v1").unwrap();
@@ -145,7 +145,7 @@ fn past_the_provider_window_an_uncertain_effect_is_never_sent_again_without_a_qu
     assert_eq!(dispatch(&store, &provider, &clock, &mut || false), 0, "nothing in doubt is sent past the window");
     assert_eq!(provider.ledger().total(), 1);
     for key in [&sent, &unsent] {
-        let retry = store.retry_effect(&scope, key, &authorize());
+        let retry = store.retry_effect(&scope, key, &authorize(), idemdb::ResolutionCause::Operator);
         assert!(
             matches!(retry, Err(idemdb::Error::Outbox(idemdb::OutboxRefusal::ProviderKeyExpired { .. }))),
             "{retry:?}"
@@ -162,10 +162,13 @@ fn past_the_provider_window_an_uncertain_effect_is_never_sent_again_without_a_qu
             &sent,
             &authorize(),
             ProviderState::Confirmed { reference: found.id, result: found.body.clone() },
+            idemdb::ResolutionCause::Operator,
         )
         .unwrap();
     assert_eq!(provider.query("order-b:authorize-v1"), None);
-    store.resolve_effect(&scope, &unsent, &authorize(), ProviderState::NotFound).unwrap();
+    store
+        .resolve_effect(&scope, &unsent, &authorize(), ProviderState::NotFound, idemdb::ResolutionCause::Operator)
+        .unwrap();
     assert_eq!(dispatch(&store, &provider, &clock, &mut || false), 1, "only the effect that never happened is sent");
     assert_eq!((provider.ledger().total(), provider.ledger().doubles()), (2, 0));
     for key in [&sent, &unsent] {

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use clap::{ArgGroup, Args};
 use serde_json::{Value, json};
 
-use idemdb::{Attention, EffectName, IdempotencyKey, KeyHash, ProviderState, Resolution, ResolutionKind, Scope};
+use idemdb::{
+    Attention, EffectName, IdempotencyKey, KeyHash, ProviderState, Resolution, ResolutionCause, ResolutionKind, Scope,
+};
 
 use crate::cmd::outbox::item_json;
 use crate::error::{CliError, Exit};
@@ -218,16 +220,17 @@ pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
     let refused = |e: idemdb::Error| CliError::runtime_ctx(file, "the store refused the resolution", &e);
     let done = match action {
         Action::Record(kind) => {
-            store.reconcile(&scope, &key, resolution(args, kind)?).map_err(refused)?;
+            store.reconcile(&scope, &key, resolution(args, kind)?, ResolutionCause::Operator).map_err(refused)?;
             json!({ "resolved": "record", "resolution": kind.as_str() })
         }
         Action::Retry(effect) => {
-            let item = store.retry_effect(&scope, &key, &effect).map_err(refused)?;
+            let item = store.retry_effect(&scope, &key, &effect, ResolutionCause::Operator).map_err(refused)?;
             json!({ "resolved": "effect", "item": item_json(&store, &item, false) })
         }
         Action::Provider(effect, provider) => {
             let state = provider_state(args, &provider)?;
-            let item = store.resolve_effect(&scope, &key, &effect, state).map_err(refused)?;
+            let item =
+                store.resolve_effect(&scope, &key, &effect, state, ResolutionCause::Operator).map_err(refused)?;
             json!({ "resolved": "effect", "item": item_json(&store, &item, false) })
         }
     };
@@ -283,16 +286,23 @@ fn postgres(
         };
         let done = match action {
             Action::Record(kind) => {
-                store.reconcile(&scope, &key, resolution(args, kind)?).await.map_err(refused)?;
+                store
+                    .reconcile(&scope, &key, resolution(args, kind)?, ResolutionCause::Operator)
+                    .await
+                    .map_err(refused)?;
                 json!({ "resolved": "record", "resolution": kind.as_str() })
             }
             Action::Retry(effect) => {
-                let done = store.retry_effect(&scope, &key, &effect).await.map_err(refused)?;
+                let done =
+                    store.retry_effect(&scope, &key, &effect, ResolutionCause::Operator).await.map_err(refused)?;
                 json!({ "resolved": "effect", "item": item(&done) })
             }
             Action::Provider(effect, provider) => {
                 let state = provider_state(args, &provider)?;
-                let done = store.resolve_effect(&scope, &key, &effect, state).await.map_err(refused)?;
+                let done = store
+                    .resolve_effect(&scope, &key, &effect, state, ResolutionCause::Operator)
+                    .await
+                    .map_err(refused)?;
                 json!({ "resolved": "effect", "item": item(&done) })
             }
         };

@@ -100,7 +100,9 @@ impl Server {
         key: &IdempotencyKey,
         resolution: Resolution,
     ) -> Result<(), CliError> {
-        self.store()?.reconcile(scope, key, resolution).map_err(|error| self.error("reconcile", &error))
+        self.store()?
+            .reconcile(scope, key, resolution, idemdb::ResolutionCause::Operator)
+            .map_err(|error| self.error("reconcile", &error))
     }
 
     /// Makes every commit durable (for [`Durability::Eventual`]).

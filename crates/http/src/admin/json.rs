@@ -144,13 +144,15 @@ pub fn record_json(scoped: &ScopedKey, record: &Record, key_hash: KeyHash) -> Va
     })
 }
 
-/// One audit event: `at_ms`, `kind`, `fence`, `correlation`.
+/// One audit event: `at_ms`, `kind`, `fence`, `correlation`, and `cause` (a resolution's
+/// [`ResolutionCause`](idemdb_core::ResolutionCause) name, `null` for other events).
 pub fn event_json(event: &AuditEvent) -> Value {
     json!({
         "at_ms": event.at.as_millis(),
         "kind": event.kind.as_str(),
         "fence": event.fence,
         "correlation": event.correlation,
+        "cause": event.cause().map(|cause| cause.as_str()),
     })
 }
 

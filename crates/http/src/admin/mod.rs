@@ -40,8 +40,11 @@
 //!
 //! `limit` is 1..=1000 (default 100). Errors are `application/problem+json` with the `code`
 //! of the refusal (`IDEMDB_INVALID_ARGUMENT`, `IDEMDB_NOT_FOUND`, `IDEMDB_WRONG_STATE`, ...).
-//! A backend that does not list its outbox, inbox or audit trail answers those routes with
-//! `501` (`IDEMDB_UNSUPPORTED`).
+//! Both stores list their outbox, inbox and a key's audit history; a backend that does not
+//! ([`InspectStore`](idemdb_interface::InspectStore)'s defaults) answers those routes with
+//! `501` (`IDEMDB_UNSUPPORTED`). Every history event carries `cause`: for a resolution, who
+//! decided on what fact (`operator`, `provider_confirmed`, `provider_not_found`, `effect_free`,
+//! ...; [`ResolutionCause`](idemdb_core::ResolutionCause)), `null` for other events.
 //!
 //! # Resolving
 //!

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idemdb_core::{
     Attention, Coded, EffectName, ErrorCode, IdempotencyKey, OutboxStateKind, ProviderState, Resolution,
-    ResolutionKind, Scope, ScopedKey,
+    ResolutionCause, ResolutionKind, Scope, ScopedKey,
 };
 use idemdb_interface::{IdempotencyStore, InspectStore};
 use serde_json::{Value, json};
@@ -330,7 +330,7 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                 ResolutionKind::Completed => Resolution::Completed(stored(request, 200).map_err(answer)?),
                 _ => Resolution::Failed(stored(request, 500).map_err(answer)?),
             };
-            store.reconcile(&scope, &key, resolution).await.map_err(|e| store_failed(&e))?;
+            store.reconcile(&scope, &key, resolution, ResolutionCause::Operator).await.map_err(|e| store_failed(&e))?;
             format!("record {}", kind.as_str())
         }
         (Some(effect), None) => {
@@ -338,7 +338,10 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
             match (provider, retry) {
                 (Some(_), true) => return Err(invalid("give `provider` or `retry`, not both")),
                 (None, true) => {
-                    store.retry_effect(&scope, &key, &effect).await.map_err(|e| store_failed(&e))?;
+                    store
+                        .retry_effect(&scope, &key, &effect, ResolutionCause::Operator)
+                        .await
+                        .map_err(|e| store_failed(&e))?;
                     format!("effect {effect} sent again")
                 }
                 (Some("confirmed"), false) => {
@@ -361,18 +364,24 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                             reference: reference.to_string(),
                             result: stored(request, 200).map_err(answer)?,
                         };
-                        store.resolve_effect(&scope, &key, &effect, state).await.map_err(|e| store_failed(&e))?;
+                        store
+                            .resolve_effect(&scope, &key, &effect, state, ResolutionCause::Operator)
+                            .await
+                            .map_err(|e| store_failed(&e))?;
                     }
                     format!("effect {effect} confirmed")
                 }
                 (Some("failed"), false) => {
                     let state = ProviderState::Failed { body: stored(request, 500).map_err(answer)? };
-                    store.resolve_effect(&scope, &key, &effect, state).await.map_err(|e| store_failed(&e))?;
+                    store
+                        .resolve_effect(&scope, &key, &effect, state, ResolutionCause::Operator)
+                        .await
+                        .map_err(|e| store_failed(&e))?;
                     format!("effect {effect} failed")
                 }
                 (Some("not_found"), false) => {
                     store
-                        .resolve_effect(&scope, &key, &effect, ProviderState::NotFound)
+                        .resolve_effect(&scope, &key, &effect, ProviderState::NotFound, ResolutionCause::Operator)
                         .await
                         .map_err(|e| store_failed(&e))?;
                     format!("effect {effect} not found, sent again")

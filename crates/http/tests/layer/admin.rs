@@ -70,6 +70,11 @@ async fn an_operator_completes_or_releases_an_uncertain_key() {
     let retry = send(&svc, post("/pay", Some("k-done"), BODY)).await;
     assert_eq!((retry.status, retry.replayed(), &retry.body[..]), (StatusCode::CREATED, true, &b"{\"id\":\"p1\"}"[..]));
     assert_eq!(effects.count(), 2, "a replay runs nothing");
+    let view = admin(&router, Method::GET, "/record?tenant=acme&operation=pay&key=k-done", None).await;
+    let history = view.json()["history"].as_array().cloned().unwrap();
+    let resolution = history.iter().find(|e| e["kind"] == "reconciled").expect("the resolution is in the history");
+    assert_eq!(resolution["cause"], "operator", "the trail says a person decided: {history:?}");
+    assert!(history.iter().filter(|e| e["kind"] != "reconciled").all(|e| e["cause"].is_null()));
     let twice = admin(&router, Method::POST, "/resolve", Some(done)).await;
     assert_eq!(twice.status, StatusCode::CONFLICT, "{:?}", twice.json());
     assert!(twice.problem().starts_with("urn:idemdb:problem:"), "the core refuses a finished record");

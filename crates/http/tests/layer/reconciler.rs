@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idemdb::{
-    EffectName, EffectReport, ExpiredLease, Failure, Fingerprint, IdempotencyKey, OutboxItem, Policy, ProviderState,
-    Reservation, Scope, Store,
+    AuditKind, EffectName, EffectReport, ExpiredLease, Failure, Fingerprint, IdempotencyKey, OutboxItem, Policy,
+    ProviderState, Reservation, ResolutionCause, Scope, Store,
 };
 use idemdb_http::reconcile::{EffectDecision, EffectLookup, Reconciler, Round};
-use idemdb_interface::WorkflowStore;
+use idemdb_interface::{InspectStore, WorkflowStore};
 
 /// A provider that has no trace of any charge: every lookup resolves `not_found`.
 #[derive(Clone, Default)]
@@ -19,7 +19,15 @@ struct NothingCharged(Arc<AtomicUsize>);
 impl EffectLookup<Store> for NothingCharged {
     async fn decide(&self, store: &Store, item: &OutboxItem) -> EffectDecision {
         self.0.fetch_add(1, Ordering::SeqCst);
-        match WorkflowStore::resolve_effect(store, &item.scope, &item.key, &item.effect, ProviderState::NotFound).await
+        match WorkflowStore::resolve_effect(
+            store,
+            &item.scope,
+            &item.key,
+            &item.effect,
+            ProviderState::NotFound,
+            ResolutionCause::ProviderNotFound,
+        )
+        .await
         {
             Ok(_) => EffectDecision::NotFound,
             Err(_) => EffectDecision::Undecided,
@@ -33,6 +41,13 @@ fn acquire(store: &Store, scope: &Scope, key: &str) -> idemdb::Lease {
         Reservation::Acquired(lease) => lease,
         other => panic!("{other:?}"),
     }
+}
+
+/// The resolutions in the audit trail of `(scope, key)`: each event's kind and cause.
+async fn causes(store: &Store, scope: &Scope, key: &str) -> Vec<(AuditKind, ResolutionCause)> {
+    let key = IdempotencyKey::new(key).unwrap();
+    let history = store.key_history(scope, &key, 10_000).await.unwrap().expect("the redb store reads its trail back");
+    history.iter().filter_map(|event| Some((event.kind, event.cause()?))).collect()
 }
 
 #[tokio::test]
@@ -58,6 +73,13 @@ async fn a_round_decides_what_facts_can_and_leaves_the_rest() {
     let round = reconciler.round().await;
     assert_eq!(round, Round { found: 3, confirmed: 0, not_found: 1, released: 1, left: 1 });
     assert_eq!(lookups.0.load(Ordering::SeqCst), 1, "one lookup for the one uncertain effect");
+    // Every resolution is in the audit trail with its cause.
+    assert_eq!(
+        causes(&store, &pay, "lost-answer").await,
+        [(AuditKind::EffectResolved, ResolutionCause::ProviderNotFound)]
+    );
+    assert_eq!(causes(&store, &pay, "gave-up").await, [(AuditKind::Reconciled, ResolutionCause::EffectFree)]);
+    assert!(causes(&store, &other, "unknown").await.is_empty(), "what no fact decides is not resolved");
     // The released key runs again; the effect is pending again (sent under the same provider key).
     let again = acquire(&store, &pay, "gave-up");
     assert_eq!(again.attempt(), 2);

@@ -217,8 +217,9 @@ impl IdempotencyStore for Watched {
         scope: &Scope,
         key: &IdempotencyKey,
         resolution: Resolution,
+        cause: idemdb::ResolutionCause,
     ) -> Result<(), idemdb::Error> {
-        IdempotencyStore::reconcile(&self.inner, scope, key, resolution).await
+        IdempotencyStore::reconcile(&self.inner, scope, key, resolution, cause).await
     }
 
     async fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, idemdb::Error> {

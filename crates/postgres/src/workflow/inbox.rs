@@ -20,6 +20,28 @@ fn delivery_policy_name(source: &str) -> String {
     format!("webhook:{source}")
 }
 
+impl PgStore {
+    /// At most `limit` accepted deliveries (0: all), by source, then delivery id — what an
+    /// operator lists (one lock-free read).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and database errors; [`Error::Corrupt`].
+    pub async fn deliveries(&self, limit: usize) -> Result<Vec<idemdb_interface::ListedDelivery>, Error> {
+        let limit = (limit != 0).then(|| i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows = self.read_all(|sql| &sql.wf.delivery_list, &[&limit]).await?;
+        let mut listed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let source: String = row.try_get(0).map_err(Error::from_driver)?;
+            let delivery_id: String = row.try_get(1).map_err(Error::from_driver)?;
+            let bytes: Vec<u8> = row.try_get(2).map_err(Error::from_driver)?;
+            let record =
+                DeliveryRecord::decode(&bytes).map_err(|source| Error::Corrupt { what: "delivery", source })?;
+            listed.push(idemdb_interface::ListedDelivery { source, delivery_id, record });
+        }
+        Ok(listed)
+    }
+}
+
 impl PgTxn {
     /// Accepts a webhook delivery in this transaction: a redelivery gets the earlier outcome
     /// and changes nothing; otherwise the delivery is recorded and the object it describes is

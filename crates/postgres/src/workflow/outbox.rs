@@ -15,6 +15,7 @@ use crate::audit::to_sql_ms;
 use crate::error::Error;
 use crate::store::PgStore;
 use crate::txn::PgTxn;
+use idemdb_core::{AuditEvent, ResolutionCause};
 
 /// The derived columns of an item's row.
 struct ItemRow {
@@ -110,7 +111,7 @@ impl PgTxn {
                 // Another transaction enqueued it after our read: compare with what it wrote.
                 continue;
             }
-            self.effect_event(AuditKind::EffectEnqueued, &item);
+            self.effect_event(AuditKind::EffectEnqueued, &item, None);
             return Ok(item);
         }
         Err(Error::Contention)
@@ -197,10 +198,15 @@ impl PgTxn {
         Ok(())
     }
 
-    fn effect_event(&mut self, kind: AuditKind, item: &OutboxItem) {
+    /// Records `kind` for `item`: its correlation is the effect's name, and the cause of a
+    /// resolution after it.
+    fn effect_event(&mut self, kind: AuditKind, item: &OutboxItem, cause: Option<ResolutionCause>) {
         let at = self.now().unwrap_or(item.updated_at);
-        let row =
-            self.inner_arc().event(at, kind, &item.scope, &item.key, item.fence, None, Some(item.effect.as_str()));
+        let correlation = match cause {
+            Some(cause) => AuditEvent::resolution_correlation(Some(item.effect.as_str()), cause),
+            None => item.effect.as_str().to_string(),
+        };
+        let row = self.inner_arc().event(at, kind, &item.scope, &item.key, item.fence, None, Some(&correlation));
         self.push_event(row);
     }
 
@@ -208,7 +214,7 @@ impl PgTxn {
     async fn change_effect(
         &mut self,
         (scope, key, effect): (&Scope, &IdempotencyKey, &EffectName),
-        kind: AuditKind,
+        (kind, cause): (AuditKind, Option<ResolutionCause>),
         result: Option<Vec<u8>>,
         change: impl FnOnce(&OutboxItem, Timestamp) -> Result<OutboxItem, OutboxRefusal>,
     ) -> Result<OutboxItem, Error> {
@@ -217,7 +223,7 @@ impl PgTxn {
         let next = change(&item, now)?;
         self.put_effect(Some(&item), &next).await?;
         self.follow_effect(&next, result).await?;
-        self.effect_event(kind, &next);
+        self.effect_event(kind, &next, cause);
         Ok(next)
     }
 
@@ -245,13 +251,13 @@ impl PgTxn {
                 Claim::Claimed(next) => {
                     self.put_effect(Some(&item), &next).await?;
                     self.follow_effect(&next, None).await?;
-                    self.effect_event(AuditKind::EffectClaimed, &next);
+                    self.effect_event(AuditKind::EffectClaimed, &next, None);
                     claimed.push(next);
                 }
                 Claim::ToReconcile(next) => {
                     self.put_effect(Some(&item), &next).await?;
                     self.follow_effect(&next, None).await?;
-                    self.effect_event(AuditKind::EffectReported, &next);
+                    self.effect_event(AuditKind::EffectReported, &next, None);
                 }
                 // Not due (a live claim), or finished: nothing to dispatch.
                 _ => {}
@@ -272,9 +278,12 @@ impl PgTxn {
             _ => None,
         };
         let fence = claim.fence;
-        self.change_effect((&claim.scope, &claim.key, &claim.effect), AuditKind::EffectReported, result, |item, now| {
-            item.report(fence, report, now, policy)
-        })
+        self.change_effect(
+            (&claim.scope, &claim.key, &claim.effect),
+            (AuditKind::EffectReported, None),
+            result,
+            |item, now| item.report(fence, report, now, policy),
+        )
         .await
     }
 
@@ -287,11 +296,12 @@ impl PgTxn {
         scope: &Scope,
         key: &IdempotencyKey,
         effect: &EffectName,
+        cause: ResolutionCause,
     ) -> Result<OutboxItem, Error> {
         let inner = self.inner_arc();
         let policy = inner.policy(scope.operation());
-        self.change_effect((scope, key, effect), AuditKind::EffectResolved, None, |item, now| item.retry(now, policy))
-            .await
+        let kind = (AuditKind::EffectResolved, Some(cause));
+        self.change_effect((scope, key, effect), kind, None, |item, now| item.retry(now, policy)).await
     }
 
     /// [`PgStore::resolve_effect`] inside this transaction.
@@ -304,12 +314,11 @@ impl PgTxn {
         key: &IdempotencyKey,
         effect: &EffectName,
         state: ProviderState,
+        cause: ResolutionCause,
     ) -> Result<OutboxItem, Error> {
         let result = state.result();
-        self.change_effect((scope, key, effect), AuditKind::EffectResolved, result, |item, now| {
-            item.resolve(state, now)
-        })
-        .await
+        let kind = (AuditKind::EffectResolved, Some(cause));
+        self.change_effect((scope, key, effect), kind, result, |item, now| item.resolve(state, now)).await
     }
 }
 
@@ -417,9 +426,10 @@ impl PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
         effect: &EffectName,
+        cause: ResolutionCause,
     ) -> Result<OutboxItem, Error> {
         self.in_txn(|mut txn| async move {
-            let outcome = txn.retry_effect(scope, key, effect).await;
+            let outcome = txn.retry_effect(scope, key, effect, cause).await;
             (txn, outcome)
         })
         .await
@@ -436,10 +446,11 @@ impl PgStore {
         key: &IdempotencyKey,
         effect: &EffectName,
         state: ProviderState,
+        cause: ResolutionCause,
     ) -> Result<OutboxItem, Error> {
         let state = &state;
         self.in_txn(|mut txn| async move {
-            let outcome = txn.resolve_effect(scope, key, effect, state.clone()).await;
+            let outcome = txn.resolve_effect(scope, key, effect, state.clone(), cause).await;
             (txn, outcome)
         })
         .await

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use idemdb_interface::conformance;
+use idemdb_interface::{InspectStore, conformance};
 use idemdb_postgres::{
     Attention, Delivery, EffectName, EffectReport, ErrorCode, Fingerprint, IdempotencyKey, InboxAnswer, ManualClock,
     NewEffect, NewerVersion, OutboxStateKind, PgStore, Policy, Reservation, Scope, TimeSource,
@@ -199,14 +199,36 @@ pub fn reconciliation_queue(env: &Env) -> Result<(), Failed> {
                 &key("timeout"),
                 &charge,
                 idemdb_postgres::ProviderState::Failed { body: b"declined".to_vec() },
+                idemdb_postgres::ResolutionCause::Operator,
             )
             .await
             .expect("resolve");
         store
-            .reconcile(&scope(), &key("lost"), idemdb_postgres::Resolution::Failed(b"never sent".to_vec()))
+            .reconcile(
+                &scope(),
+                &key("lost"),
+                idemdb_postgres::Resolution::Failed(b"never sent".to_vec()),
+                idemdb_postgres::ResolutionCause::Operator,
+            )
             .await
             .expect("reconcile");
         assert!(store.reconciliation_queue(0).await.expect("queue").is_empty());
+        // Each resolution is in the key's history with its cause, as an operator reads it.
+        let kinds_and_causes = |events: Vec<idemdb_postgres::AuditEvent>| {
+            events.iter().map(|e| (e.kind.as_str(), e.cause().map(|c| c.as_str()))).collect::<Vec<_>>()
+        };
+        let lost = InspectStore::key_history(&store, &scope(), &key("lost"), 1000).await.expect("history");
+        let lost = kinds_and_causes(lost.expect("PostgreSQL reads its trail back"));
+        assert_eq!(lost, [("reserved", None), ("failed", None), ("reconciled", Some("operator"))]);
+        let timeout = store.key_history(&scope(), &key("timeout"), 1000).await.expect("history");
+        assert_eq!(
+            kinds_and_causes(timeout).last(),
+            Some(&("effect_resolved", Some("operator"))),
+            "the effect's resolution names its cause"
+        );
+        // The window is the trail's newest events (the resolution of `lost` was the last).
+        let newest = store.key_history(&scope(), &key("lost"), 1).await.expect("history");
+        assert_eq!(kinds_and_causes(newest), [("reconciled", Some("operator"))]);
     });
     Ok(())
 }
@@ -253,6 +275,15 @@ pub fn concurrent_deliveries(env: &Env) -> Result<(), Failed> {
         assert_eq!(count(&admin, &format!("SELECT count(*) FROM {S}.idemdb_deliveries")).await, 16);
         let stored = store.delivery("psp", "evt_16").await.expect("delivery").expect("recorded");
         assert_eq!(stored.version, 16);
+        // The operator's listing: every delivery once, by source then delivery id.
+        let listed = InspectStore::list_deliveries(&store, 0).await.expect("list").expect("PostgreSQL lists its inbox");
+        let ids: Vec<&str> = listed.iter().map(|d| d.delivery_id.as_str()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        assert_eq!((ids.len(), &ids, listed[0].source.as_str()), (16, &sorted, "psp"));
+        let evt_16 = listed.iter().find(|d| d.delivery_id == "evt_16").expect("listed");
+        assert_eq!(evt_16.record, stored);
+        assert_eq!(store.deliveries(3).await.expect("limit").len(), 3);
     });
     Ok(())
 }

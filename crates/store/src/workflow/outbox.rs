@@ -15,6 +15,7 @@ use crate::tables::{
 };
 use crate::txn::Txn;
 use crate::{Error, Store};
+use idemdb_core::{AuditEvent, ResolutionCause};
 
 /// Which outbox items a listing returns.
 #[derive(Debug, Clone, Default)]
@@ -54,7 +55,7 @@ impl Txn<'_> {
         let (item, write) = OutboxItem::enqueue(existing, new)?;
         if write {
             self.put_effect(None, &item)?;
-            self.effect_event(AuditKind::EffectEnqueued, &item);
+            self.effect_event(AuditKind::EffectEnqueued, &item, None);
         }
         Ok(item)
     }
@@ -137,9 +138,15 @@ impl Txn<'_> {
         Ok(())
     }
 
-    fn effect_event(&mut self, kind: AuditKind, item: &OutboxItem) {
+    /// Records `kind` for `item`: its correlation is the effect's name, and the cause of a
+    /// resolution after it.
+    fn effect_event(&mut self, kind: AuditKind, item: &OutboxItem, cause: Option<ResolutionCause>) {
         let encoded = ScopedKey::encode_parts(&item.scope, &item.key);
-        self.event(kind, &item.scope, &encoded, item.fence, None, Some(item.effect.as_str()));
+        let correlation = match cause {
+            Some(cause) => AuditEvent::resolution_correlation(Some(item.effect.as_str()), cause),
+            None => item.effect.as_str().to_string(),
+        };
+        self.event(kind, &item.scope, &encoded, item.fence, None, Some(&correlation));
     }
 
     /// [`Store::report_effect`] **in this transaction**: the report, the intent's record that
@@ -156,7 +163,7 @@ impl Txn<'_> {
             _ => None,
         };
         let policy = self.engine().policy(claim_operation(&storage_key)?.as_str()).clone();
-        self.change_effect(&storage_key, AuditKind::EffectReported, result, |item, now| {
+        self.change_effect(&storage_key, (AuditKind::EffectReported, None), result, |item, now| {
             item.report(fence, report, now, &policy)
         })
     }
@@ -173,10 +180,12 @@ impl Txn<'_> {
         key: &IdempotencyKey,
         effect: &EffectName,
         state: ProviderState,
+        cause: ResolutionCause,
     ) -> Result<OutboxItem, Error> {
         let storage_key = OutboxItem::key_of(scope, key, effect);
         let result = state.result();
-        self.change_effect(&storage_key, AuditKind::EffectResolved, result, |item, now| item.resolve(state, now))
+        let kind = (AuditKind::EffectResolved, Some(cause));
+        self.change_effect(&storage_key, kind, result, |item, now| item.resolve(state, now))
     }
 
     /// Applies `change` to the stored item of `(scope, key, effect)`, writes it, and moves the
@@ -184,7 +193,7 @@ impl Txn<'_> {
     fn change_effect(
         &mut self,
         storage_key: &[u8],
-        kind: AuditKind,
+        (kind, cause): (AuditKind, Option<ResolutionCause>),
         result: Option<Vec<u8>>,
         change: impl FnOnce(&OutboxItem, Timestamp) -> Result<OutboxItem, OutboxRefusal>,
     ) -> Result<OutboxItem, Error> {
@@ -192,7 +201,7 @@ impl Txn<'_> {
         let next = change(&item, self.now())?;
         self.put_effect(Some(&item), &next)?;
         self.follow_effect(&next, result)?;
-        self.effect_event(kind, &next);
+        self.effect_event(kind, &next, cause);
         Ok(next)
     }
 }
@@ -306,13 +315,13 @@ impl Store {
                     Claim::Claimed(next) => {
                         txn.put_effect(Some(&item), &next)?;
                         txn.follow_effect(&next, None)?;
-                        txn.effect_event(AuditKind::EffectClaimed, &next);
+                        txn.effect_event(AuditKind::EffectClaimed, &next, None);
                         claimed.push(next);
                     }
                     Claim::ToReconcile(next) => {
                         txn.put_effect(Some(&item), &next)?;
                         txn.follow_effect(&next, None)?;
-                        txn.effect_event(AuditKind::EffectReported, &next);
+                        txn.effect_event(AuditKind::EffectReported, &next, None);
                     }
                     // Not due (a live claim), or finished: nothing to dispatch.
                     _ => {}
@@ -340,11 +349,18 @@ impl Store {
     /// # Errors
     /// [`OutboxRefusal::ProviderKeyExpired`] past the window (query the provider and
     /// [`Store::resolve_effect`]); [`OutboxRefusal::NotFound`], [`OutboxRefusal::WrongState`].
-    pub fn retry_effect(&self, scope: &Scope, key: &IdempotencyKey, effect: &EffectName) -> Result<OutboxItem, Error> {
+    pub fn retry_effect(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        effect: &EffectName,
+        cause: ResolutionCause,
+    ) -> Result<OutboxItem, Error> {
         let storage_key = OutboxItem::key_of(scope, key, effect);
         let policy = self.policy(scope.operation()).clone();
         self.group.run(&self.engine, move |txn| {
-            txn.change_effect(&storage_key, AuditKind::EffectResolved, None, |item, now| item.retry(now, &policy))
+            let kind = (AuditKind::EffectResolved, Some(cause));
+            txn.change_effect(&storage_key, kind, None, |item, now| item.retry(now, &policy))
         })
     }
 
@@ -361,9 +377,10 @@ impl Store {
         key: &IdempotencyKey,
         effect: &EffectName,
         state: ProviderState,
+        cause: ResolutionCause,
     ) -> Result<OutboxItem, Error> {
         let (scope, key, effect) = (scope.clone(), key.clone(), effect.clone());
-        self.group.run(&self.engine, move |txn| txn.resolve_effect(&scope, &key, &effect, state))
+        self.group.run(&self.engine, move |txn| txn.resolve_effect(&scope, &key, &effect, state, cause))
     }
 
     /// The outbox item of `effect` for `(scope, key)`.

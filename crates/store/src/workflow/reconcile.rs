@@ -13,14 +13,14 @@ impl Store {
     /// The reconciliation queue, oldest first (at most `limit` entries; 0: all).
     ///
     /// ```
-    /// use idemdb::{Attention, Failure, Fingerprint, IdempotencyKey, Reservation, Resolution, Scope, Store};
+    /// use idemdb::{Attention, Failure, Fingerprint, IdempotencyKey, Reservation, Resolution, ResolutionCause, Scope, Store};
     /// let store = Store::in_memory()?;
     /// let (scope, key) = (Scope::new("acme", "pay")?, IdempotencyKey::new("k-1")?);
     /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32]))? else { panic!() };
     /// store.fail(&lease, Failure::Uncertain)?; // a timeout after sending
     /// let queue = store.reconciliation_queue(0)?;
     /// assert!(matches!(&queue[..], [Attention::Record { .. }]));
-    /// store.reconcile(&scope, &key, Resolution::Completed(b"found it".to_vec()))?;
+    /// store.reconcile(&scope, &key, Resolution::Completed(b"found it".to_vec()), ResolutionCause::Operator)?;
     /// assert!(store.reconciliation_queue(0)?.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
