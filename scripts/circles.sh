@@ -68,7 +68,7 @@ def strip(src):
 
 def expand_use(tree):
     """`a::{b, c::{d, e as f}}` -> [['a','b'], ['a','c','d'], ['a','c','e']]."""
-    tree = re.sub(r"\s+", "", tree)
+    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+", "@", tree))
     res = []
 
     def walk(prefix, s):
@@ -88,7 +88,7 @@ def expand_use(tree):
                 head, rest = p.split("{", 1)
                 walk(prefix + [x for x in head.split("::") if x], rest[:-1])
             else:
-                p = re.sub(r"\bas\b.*", "", p.replace("as", " as ")).strip()
+                p = p.split("@")[0]
                 res.append(prefix + [x for x in p.split("::") if x])
 
     walk([], tree)
