@@ -10,17 +10,8 @@ use crate::backend::IoCounters;
 use crate::data::{self, Res};
 use crate::durable::{Counted, JournalIo, open_store, open_store_journaled};
 use crate::env::ProcIo;
-use crate::measure::{Run, Series, Summary};
+use crate::measure::{Run, Series, Summary, ThreadRun};
 use crate::sqlite;
-
-/// What one caller did.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ThreadRun {
-    pub(crate) ops: u64,
-    /// When it stopped, from the common start.
-    pub(crate) finished: Duration,
-    pub(crate) latencies: Vec<u64>,
-}
 
 /// Merges the callers of one timed run into a [`Run`] (total operations over the longest
 /// caller's time).

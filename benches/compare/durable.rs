@@ -237,7 +237,7 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         let requests = data::requests(&scope, base(1, round), n)?;
         let values: Vec<Vec<u8>> = requests
             .iter()
-            .map(|r| encode_record(&data::in_progress_record(r.fingerprint, crate::now_ms_u64())))
+            .map(|r| encode_record(&data::in_progress_record(r.fingerprint, crate::env::now_ms_u64())))
             .collect();
         raw_redb.push(timed(n, Some(&raw.counters), |i| {
             let mut tx = raw.inner.begin_write()?;
@@ -312,15 +312,16 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         // SQLite, same requests and fields.
         if let Some(db) = sqlite_full.as_mut() {
             let requests = data::requests(&scope, base(7, round), n)?;
-            s_full_reserve.push(sqlite_run(n, |i| db.reserve(&requests[i], crate::now_ms()))?);
-            s_full_complete.push(sqlite_run(n, |i| db.complete(&requests[i], &bodies[i], crate::now_ms()))?);
+            s_full_reserve.push(sqlite_run(n, |i| db.reserve(&requests[i], crate::env::now_ms()))?);
+            s_full_complete.push(sqlite_run(n, |i| db.complete(&requests[i], &bodies[i], crate::env::now_ms()))?);
             let requests = data::requests(&scope, base(8, round), n)?;
-            s_full_one.push(sqlite_run(n, |i| db.reserve_run_complete(&requests[i], &bodies[i], crate::now_ms()))?);
+            s_full_one
+                .push(sqlite_run(n, |i| db.reserve_run_complete(&requests[i], &bodies[i], crate::env::now_ms()))?);
         }
         if let Some(db) = sqlite_normal.as_mut() {
             let requests = data::requests(&scope, base(9, round), n)?;
-            s_normal_reserve.push(sqlite_run(n, |i| db.reserve(&requests[i], crate::now_ms()))?);
-            s_normal_complete.push(sqlite_run(n, |i| db.complete(&requests[i], &bodies[i], crate::now_ms()))?);
+            s_normal_reserve.push(sqlite_run(n, |i| db.reserve(&requests[i], crate::env::now_ms()))?);
+            s_normal_complete.push(sqlite_run(n, |i| db.complete(&requests[i], &bodies[i], crate::env::now_ms()))?);
         }
     }
     // Make sure what was reserved reads back (the harness measures a working store).

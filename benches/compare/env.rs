@@ -1,9 +1,20 @@
-//! The machine, the scratch directory and the operating system's I/O counters.
+//! The machine, its wall clock, the scratch directory and the operating system's I/O counters.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::data::Res;
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub(crate) fn now_ms_u64() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Wall-clock milliseconds as SQLite stores them.
+pub(crate) fn now_ms() -> i64 {
+    now_ms_u64() as i64
+}
 
 /// What the run was measured on.
 pub(crate) struct Machine {

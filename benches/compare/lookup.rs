@@ -34,7 +34,7 @@ pub(crate) struct Sizes {
 
 pub(crate) fn run(dir: &Path, sizes: &Sizes) -> Res<Lookup> {
     let scope = data::scope()?;
-    let now = crate::now_ms_u64();
+    let now = crate::env::now_ms_u64();
     let expires = now + data::THIRTY_DAYS_MS;
     let built = std::time::Instant::now();
 

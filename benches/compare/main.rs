@@ -26,9 +26,10 @@ mod sqlite;
 mod targets;
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::data::Res;
+use crate::env::now_ms_u64;
 
 /// Sizes of one run.
 struct Plan {
@@ -95,16 +96,6 @@ impl Plan {
             memory_time: Duration::from_secs(2),
         }
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch.
-pub(crate) fn now_ms_u64() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// Wall-clock milliseconds as SQLite stores them.
-pub(crate) fn now_ms() -> i64 {
-    now_ms_u64() as i64
 }
 
 /// `YYYY-MM-DD HH:MM UTC` from the system clock (civil-from-days, no dependency).

@@ -19,6 +19,15 @@ pub(crate) struct Run {
     pub(crate) latencies: Vec<u64>,
 }
 
+/// What one caller did.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ThreadRun {
+    pub(crate) ops: u64,
+    /// When it stopped, from the common start.
+    pub(crate) finished: Duration,
+    pub(crate) latencies: Vec<u64>,
+}
+
 /// Runs `op(i)` for `i in 0..n`, timing each call, with I/O counters around the whole run.
 pub(crate) fn timed(n: usize, counters: Option<&IoCounters>, mut op: impl FnMut(usize) -> Res<()>) -> Res<Run> {
     let mut latencies = Vec::with_capacity(n);

@@ -42,14 +42,15 @@ pub(crate) fn run(dir: &Path, per_kind: u64) -> Res<Space> {
     let (idemdb_compact_only, idemdb) = idemdb_space(&dir.join("space.redb"), per_kind, false)?;
     let (_, idemdb_audit) = idemdb_space(&dir.join("space-audit.redb"), per_kind, true)?;
     let raw_redb = raw_space(&dir.join("space-raw.redb"), per_kind)?;
-    let sqlite = sqlite::space(&dir.join("space.sqlite"), per_kind, per_kind, crate::now_ms())?.map(|s| SpaceRow {
-        name: "SQLite (WAL, after VACUUM)".into(),
-        file_per_record: s.file_blocks as f64 / records,
-        pages_per_record: s.pages as f64 / records,
-        stored_per_record: None,
-    });
+    let sqlite =
+        sqlite::space(&dir.join("space.sqlite"), per_kind, per_kind, crate::env::now_ms())?.map(|s| SpaceRow {
+            name: "SQLite (WAL, after VACUUM)".into(),
+            file_per_record: s.file_blocks as f64 / records,
+            pages_per_record: s.pages as f64 / records,
+            stored_per_record: None,
+        });
     let sample = data::request(&data::scope()?, 0)?;
-    let now = crate::now_ms_u64();
+    let now = crate::env::now_ms_u64();
     let in_progress_bytes = encode_record(&data::in_progress_record(sample.fingerprint, now)).len();
     let completed_bytes = encode_record(&data::completed_record(
         sample.fingerprint,
@@ -128,7 +129,7 @@ fn idemdb_row(path: &Path, per_kind: u64, audit: bool, name: String) -> Res<Spac
 /// The same key and record bytes in one raw redb table.
 fn raw_space(path: &Path, per_kind: u64) -> Res<SpaceRow> {
     let scope = data::scope()?;
-    let now = crate::now_ms_u64();
+    let now = crate::env::now_ms_u64();
     let mut raw = open_raw(path)?;
     for chunk_start in (0..2 * per_kind).step_by(1_000) {
         let end = (chunk_start + 1_000).min(2 * per_kind);

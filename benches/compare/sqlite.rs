@@ -40,9 +40,9 @@ mod real {
     use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
     use super::{Space, Sync};
-    use crate::concurrent::ThreadRun;
     use crate::data::{OPERATION, Request, Res, TENANT};
     use crate::env::allocated_bytes;
+    use crate::measure::ThreadRun;
 
     const SCHEMA: &str = "
         CREATE TABLE IF NOT EXISTS idem(
@@ -195,7 +195,7 @@ mod real {
                             let request = crate::data::request(scope, base + ((t as u64) << 32) + j)?;
                             j += 1;
                             let t0 = Instant::now();
-                            reserve_in(&mut conn, &request, crate::now_ms())?;
+                            reserve_in(&mut conn, &request, crate::env::now_ms())?;
                             run.latencies.push(t0.elapsed().as_nanos() as u64);
                         }
                         run.ops = j;
@@ -315,8 +315,8 @@ mod stub {
     use std::time::Duration;
 
     use super::{Space, Sync};
-    use crate::concurrent::ThreadRun;
     use crate::data::{Request, Res};
+    use crate::measure::ThreadRun;
 
     pub(crate) fn version() -> Option<String> {
         None

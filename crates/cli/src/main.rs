@@ -10,7 +10,6 @@ mod open;
 mod output;
 mod view;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -82,14 +81,6 @@ struct Common {
     /// Print one JSON document for scripts instead of tables (no progress bars).
     #[arg(long, global = true, display_order = 100)]
     json: bool,
-}
-
-/// The store file argument of the operator commands.
-#[derive(Debug, Clone, Args)]
-pub(crate) struct FileArg {
-    /// The store file.
-    #[arg(value_name = "FILE")]
-    pub(crate) file: PathBuf,
 }
 
 fn main() -> ExitCode {

@@ -62,6 +62,8 @@ impl DecodeError {
     }
 }
 
+crate::coded!(DecodeError);
+
 fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
 }

@@ -196,14 +196,16 @@ macro_rules! coded {
     )+};
 }
 
-coded!(
-    crate::KeyError,
-    crate::CanonicalError,
-    crate::DecodeError,
-    crate::PolicyError,
-    crate::TransitionError,
-    crate::UnknownName
-);
+// `UnknownName` is the error of the names `ErrorCode` itself is built with (`names.rs`), so
+// its code is given here rather than beside it; every other error gives its own.
+impl crate::UnknownName {
+    /// The stable code: [`ErrorCode::UnknownName`](crate::ErrorCode::UnknownName).
+    pub fn code(&self) -> crate::ErrorCode {
+        crate::ErrorCode::UnknownName
+    }
+}
+
+coded!(crate::UnknownName);
 
 #[cfg(test)]
 mod tests {

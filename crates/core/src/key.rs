@@ -89,6 +89,8 @@ impl KeyError {
     }
 }
 
+crate::coded!(KeyError);
+
 pub(crate) fn validate(part: IdentityPart, value: &str, max: usize, allow_space: bool) -> Result<(), KeyError> {
     if value.is_empty() {
         return Err(KeyError::Empty { part });

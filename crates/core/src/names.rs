@@ -28,11 +28,6 @@ impl UnknownName {
     pub fn name(&self) -> &str {
         &self.name
     }
-
-    /// The stable code: [`ErrorCode::UnknownName`](crate::ErrorCode::UnknownName).
-    pub fn code(&self) -> crate::ErrorCode {
-        crate::ErrorCode::UnknownName
-    }
 }
 
 /// A vocabulary whose values have stable names.

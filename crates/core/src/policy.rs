@@ -82,6 +82,8 @@ impl PolicyError {
     }
 }
 
+crate::coded!(PolicyError);
+
 crate::names!(ExpiredLease, "expired-lease rule", {
     Uncertain => "uncertain",
     Takeover => "takeover",

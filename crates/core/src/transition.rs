@@ -92,6 +92,8 @@ impl TransitionError {
     }
 }
 
+crate::coded!(TransitionError);
+
 /// The name of a [`Failure`], without its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -12,9 +12,11 @@ use idemdb_core::Policy;
 use idemdb_interface::{Clock, SystemClock};
 
 use crate::error::{ConnectError, DbError};
-use crate::schema::{self, Sql, reserved_schema_name, valid_schema_name};
+use crate::inner::{Inner, Settings};
+use crate::migrate;
+use crate::schema::{Sql, reserved_schema_name, valid_schema_name};
 use crate::stmt::Statements;
-use crate::store::{Inner, PgStore};
+use crate::store::PgStore;
 use crate::time::TimeSource;
 
 /// Default audit retention: 90 days, as in the embedded store.
@@ -287,7 +289,7 @@ impl PgStoreBuilder {
         let config = self.config()?;
         let (mut client, connection) = config.connect(NoTls).await.map_err(ConnectError::from_driver)?;
         let task = tokio::spawn(connection);
-        let result = schema::run_migrations(&mut client, &self.schema).await;
+        let result = migrate::run_migrations(&mut client, &self.schema).await;
         drop(client);
         let _ = task.await;
         result
@@ -332,8 +334,8 @@ impl PgStoreBuilder {
         let sql = Sql::new(&self.schema);
         let (secret, statements) = {
             let mut client = pool.get().await.map_err(|e| ConnectError::from_driver(DbError::from(e)))?;
-            schema::check(&mut client, &self.schema, self.migrate).await?;
-            let secret = schema::read_secret(&client, &self.schema).await?;
+            migrate::check(&mut client, &self.schema, self.migrate).await?;
+            let secret = migrate::read_secret(&client, &self.schema).await?;
             let statements = if self.transaction_pooling {
                 Statements::unnamed(&client, &sql.texts()).await.map_err(ConnectError::from_driver)?
             } else {
@@ -345,7 +347,7 @@ impl PgStoreBuilder {
             pool,
             sql,
             secret,
-            crate::store::Settings {
+            Settings {
                 policies: self.policies,
                 default_policy: self.default_policy,
                 time_source: self.time_source,

@@ -23,8 +23,8 @@ use deadpool_postgres::tokio_postgres::Row;
 use idemdb_core::{IdempotencyKey, Scope};
 
 use crate::error::Error;
+use crate::inner::Inner;
 use crate::schema::{TERMINATE, TXID_STATUS};
-use crate::store::Inner;
 
 /// How long the adapter keeps asking.
 const OUTCOME_WINDOW: Duration = Duration::from_secs(5);

@@ -15,8 +15,8 @@ use idemdb_core::{
 use crate::audit::{self, AuditRow, to_sql_ms};
 use crate::conn::Conn;
 use crate::error::{DbError, Error};
+use crate::inner::Inner;
 use crate::outcome::{Before, Identity, Written};
-use crate::store::Inner;
 use idemdb_core::{AuditEvent, ResolutionCause};
 
 /// Decisions that found the row inserted by a concurrent transaction and read again.

@@ -11,6 +11,7 @@ use redb::{ReadableDatabase, StorageBackend};
 use idemdb_core::Policy;
 
 use crate::db::Db;
+use crate::durability::Durability;
 use crate::engine::{Config, Engine};
 use crate::journal::files::{journal_path, refuse_odd_journal, resolve};
 use crate::journal::recovery::{JournalSetup, JournalSource, check_read_only};
@@ -18,22 +19,6 @@ use crate::journal::wal::JournalFile;
 use crate::meta::{Initialiser, read_meta};
 use crate::store::Store;
 use crate::{Clock, OpenError};
-
-/// How durable a commit is when the call returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Durability {
-    /// Every commit is flushed to stable storage (one `fsync`) before the call returns: once
-    /// `complete` returns, the result survives a crash or power loss. The default.
-    #[default]
-    Immediate,
-    /// Commits are not flushed: a crash may lose the most recent commits (never corrupt the
-    /// store, and never mix half of one commit). [`Store::flush`] makes everything before it
-    /// durable. For caches and tests, or when the caller flushes on its own schedule.
-    Eventual,
-}
-
-idemdb_core::names!(Durability, "durability", { Immediate => "immediate", Eventual => "eventual" });
 
 /// Whether file stores journal their commits unless [`StoreBuilder::journal`] says otherwise.
 pub const DEFAULT_JOURNAL: bool = true;

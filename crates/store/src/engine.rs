@@ -18,6 +18,7 @@ use idemdb_core::{
 use crate::audit::EncodedEvent;
 use crate::clock::ClockGuard;
 use crate::db::Db;
+use crate::durability::Durability;
 use crate::journal::recovery::JournalSetup;
 use crate::journal::wal::{CommitFailure, Wal};
 use crate::meta::{Initialiser, Meta};
@@ -26,7 +27,7 @@ use crate::tables::{
     AUDIT, META, META_CLOCK, META_CLOCK_PENDING, META_RECONCILE_INDEXED, RECONCILE, RECONCILE_RECORD, RECORDS,
     reconcile_key,
 };
-use crate::{Clock, Durability, Error, KeyHash, OpenError};
+use crate::{Clock, Error, KeyHash, OpenError};
 
 /// Settings fixed when the store is opened.
 pub(crate) struct Config {

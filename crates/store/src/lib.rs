@@ -54,6 +54,7 @@ mod backup_tests;
 mod builder;
 mod clock;
 mod db;
+mod durability;
 mod engine;
 mod error;
 mod group;
@@ -77,7 +78,8 @@ mod workflow;
 
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use backup::{BackupError, BackupOptions, BackupProgress, BackupReport};
-pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, Durability, StoreBuilder};
+pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, StoreBuilder};
+pub use durability::Durability;
 pub use error::{Error, OpenError, StorageError};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use idemdb_interface::SystemClock;

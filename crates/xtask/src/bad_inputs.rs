@@ -4,7 +4,7 @@
 use idemdb_reliability::fuzzing;
 use idemdb_reliability::rng::Rng;
 
-use crate::workspace_root;
+use crate::binaries::workspace_root;
 
 /// Mutations of the seed inputs (bit flips, cuts, insertions, random bytes) through the bodies
 /// of the non-storage fuzz targets. Returns (refused, tried); a panic would abort the run.

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use idemdb::RebuildError;
 
-use crate::FileArg;
+use crate::cmd::FileArg;
 use crate::error::{CliError, Exit, guard};
 use crate::open::{check_existing, open_existing};
 use crate::output;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::json;
 
-use crate::FileArg;
+use crate::cmd::FileArg;
 use crate::cmd::{FilterArgs, RevealArgs, scan};
 use crate::error::{CliError, Exit};
 use crate::open::open_read_only;

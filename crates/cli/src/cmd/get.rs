@@ -4,7 +4,7 @@ use clap::{ArgGroup, Args};
 
 use idemdb::{IdempotencyKey, ListedRecord, Scope, ScopedKey};
 
-use crate::FileArg;
+use crate::cmd::FileArg;
 use crate::cmd::{FilterArgs, RevealArgs, scan};
 use crate::error::{CliError, Exit};
 use crate::open::open_read_only;

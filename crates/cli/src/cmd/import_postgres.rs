@@ -8,7 +8,7 @@ use serde_json::json;
 use idemdb::{Record, ScopedKey};
 use idemdb_postgres::{ErrorCode, PgStore};
 
-use crate::cmd::import::read_input;
+use crate::cmd::import_input::read_input;
 use crate::error::{CliError, Exit};
 use crate::output;
 

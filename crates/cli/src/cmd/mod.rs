@@ -5,6 +5,7 @@ pub(crate) mod compact;
 pub(crate) mod export;
 pub(crate) mod get;
 pub(crate) mod import;
+pub(crate) mod import_input;
 pub(crate) mod import_postgres;
 pub(crate) mod list;
 pub(crate) mod outbox;
@@ -14,7 +15,7 @@ pub(crate) mod recover;
 pub(crate) mod stats;
 pub(crate) mod verify;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -22,6 +23,14 @@ use idemdb::{ListFilter, ListedRecord, StateKind, Store};
 
 use crate::error::CliError;
 use crate::view::Reveal;
+
+/// The store file argument of the operator commands.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FileArg {
+    /// The store file.
+    #[arg(value_name = "FILE")]
+    pub(crate) file: PathBuf,
+}
 
 /// `--show-keys` / `--show-payloads`.
 #[derive(Debug, Clone, Copy, Args)]

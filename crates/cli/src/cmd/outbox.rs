@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use idemdb::{EffectFilter, OutboxItem, OutboxState, OutboxStateKind, Store};
 
-use crate::FileArg;
+use crate::cmd::FileArg;
 use crate::error::{CliError, Exit};
 use crate::open::open_read_only;
 use crate::output::{self, Align, Table};

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use idemdb::PurgeReport;
 
-use crate::FileArg;
+use crate::cmd::FileArg;
 use crate::error::{CliError, Exit};
 use crate::open::{open_existing_with, open_read_only_with};
 use crate::output;

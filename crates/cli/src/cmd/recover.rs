@@ -7,7 +7,7 @@ use serde_json::json;
 
 use idemdb::Store;
 
-use crate::FileArg;
+use crate::cmd::FileArg;
 use crate::error::{CliError, Exit};
 use crate::open::open_existing_with;
 use crate::output;

@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use idemdb::{StateKind, Timestamp};
 
-use crate::FileArg;
+use crate::cmd::FileArg;
 use crate::error::{CliError, Exit};
 use crate::open::open_read_only;
 use crate::output::{self, Align, Table};

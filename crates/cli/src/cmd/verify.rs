@@ -8,7 +8,7 @@ use serde_json::json;
 
 use idemdb::{OpenError, VerifyReport};
 
-use crate::FileArg;
+use crate::cmd::FileArg;
 use crate::error::{CliError, Exit, cause_chain, guard, set_current_file};
 use crate::open::{not_a_file, open_raw};
 use crate::output;

@@ -54,6 +54,7 @@
 //! # Ok::<(), idemdb_core::CanonicalError>(())
 //! ```
 
+mod error;
 mod exclude;
 mod normalise;
 mod parse;
@@ -63,6 +64,9 @@ mod tests;
 
 use serde_json::Value;
 
+pub use error::CanonicalError;
+pub use normalise::Normaliser;
+
 use crate::Fingerprint;
 use exclude::{ExclusionNode, apply_exclusions};
 use normalise::apply_normaliser;
@@ -71,15 +75,6 @@ use pointer::{Segment, parse_pointer};
 
 /// Default for [`Canonicalizer::max_body_bytes`]: 1 MiB.
 const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
-
-/// Deepest nesting of arrays and objects accepted (a scalar body has depth 0, `[]` depth 1).
-///
-/// serde_json stops at 128 on its own; the lower limit keeps recursion in this module and in the
-/// RFC 8785 serialiser shallow, and no request body needs more.
-const MAX_DEPTH: usize = 64;
-
-/// Longest excerpt of a client value quoted in an error message, in characters.
-const MAX_QUOTED_CHARS: usize = 64;
 
 /// Turns a JSON request body into its canonical bytes (RFC 8785) after removing transport fields
 /// and normalising values.
@@ -246,140 +241,5 @@ impl Canonicalizer {
     pub fn fingerprint(&self, body: &[u8]) -> Result<Fingerprint, CanonicalError> {
         let canonical = self.canonicalize(body)?;
         Ok(Fingerprint::of_canonical_json(&canonical))
-    }
-}
-
-/// A rewrite applied to the values at a path before hashing, so that spellings with the same
-/// meaning hash alike.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Normaliser {
-    /// Removes leading and trailing Unicode whitespace (the `White_Space` property, as
-    /// [`str::trim`]) from a string.
-    Trim,
-    /// Maps the ASCII letters `a`–`z` of a string to `A`–`Z` (`"brl"` → `"BRL"`).
-    ///
-    /// Deliberately ASCII-only: Unicode case mappings change between Unicode versions (the
-    /// Georgian capitals added in Unicode 11 changed the upper case of existing letters), and a
-    /// fingerprint stored today must still match after a toolchain upgrade. Non-ASCII characters
-    /// are left as they are.
-    Uppercase,
-    /// Maps the ASCII letters `A`–`Z` of a string to `a`–`z`; ASCII-only for the same reason as
-    /// [`Normaliser::Uppercase`].
-    Lowercase,
-    /// Rewrites a decimal amount, given as a JSON string or number, as a JSON *string* in
-    /// canonical decimal form, without going through floating point for strings:
-    /// `"10.50"`, `"010.5"`, `"10.500"` and `10.5` all become `"10.5"`; `"10."` and `10`
-    /// become `"10"`; `".5"` becomes `"0.5"`; `"-0.0"` becomes `"0"`.
-    ///
-    /// A string must match `-?[0-9]*(\.[0-9]*)?` with at least one digit: no `+` sign, no
-    /// whitespace (add [`Normaliser::Trim`] first), no thousands separators and no exponent
-    /// (`"1e3"` is refused — amounts are not written that way, and an exponent would let a
-    /// short string expand into millions of digits). Anything else is
-    /// [`CanonicalError::InvalidDecimal`].
-    ///
-    /// A JSON number is read from the value serde_json parsed: integers up to 64 bits are
-    /// exact, anything else went through an IEEE 754 double and may have been rounded
-    /// (`0.10000000000000000001` becomes `"0.1"`), so send amounts as strings. Numbers may be
-    /// written with an exponent (`1e3` becomes `"1000"`).
-    DecimalAmount,
-}
-
-crate::names!(Normaliser, "normaliser", {
-    Trim => "trim",
-    Uppercase => "uppercase",
-    Lowercase => "lowercase",
-    DecimalAmount => "decimal",
-});
-
-impl Normaliser {
-    /// What the normaliser accepts, for error messages.
-    fn expected(self) -> &'static str {
-        match self {
-            Normaliser::Trim | Normaliser::Uppercase | Normaliser::Lowercase => "a string",
-            Normaliser::DecimalAmount => "a decimal string or number",
-        }
-    }
-}
-
-/// A body could not be canonicalised, or a [`Canonicalizer`] was misconfigured.
-#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CanonicalError {
-    /// The body is longer than [`Canonicalizer::max_body_bytes`]; it was not parsed.
-    #[error("request body is {len} bytes; the limit is {max}")]
-    BodyTooLarge {
-        /// Length of the body, in bytes.
-        len: usize,
-        /// The configured limit, in bytes.
-        max: usize,
-    },
-    /// The body is not a single well-formed JSON value.
-    #[error("invalid JSON at line {line} column {column}: {message}")]
-    InvalidJson {
-        /// 1-based line of the error (0 if unknown).
-        line: usize,
-        /// 1-based column of the error (0 if unknown).
-        column: usize,
-        /// What the parser expected or found.
-        message: String,
-    },
-    /// A pointer given to [`Canonicalizer::exclude`] or [`Canonicalizer::normalise`] is
-    /// malformed.
-    #[error("invalid JSON pointer {pointer:?}: {reason}")]
-    InvalidPointer {
-        /// The pointer as given.
-        pointer: String,
-        /// Why it was refused.
-        reason: &'static str,
-    },
-    /// The body is JSON but has no RFC 8785 canonical form, because it is not I-JSON: a
-    /// duplicate member name, an unpaired UTF-16 surrogate, or a number outside the IEEE 754
-    /// double range.
-    #[error("JSON has no canonical form: {reason}")]
-    NotCanonicalisable {
-        /// What was refused, with its position when known.
-        reason: String,
-    },
-    /// A normaliser met a value of the wrong JSON type.
-    #[error("cannot normalise {found} at {pointer:?}: expected {expected}")]
-    NormaliserTypeMismatch {
-        /// JSON Pointer of the value (wildcards resolved).
-        pointer: String,
-        /// What the normaliser accepts.
-        expected: &'static str,
-        /// The JSON type found: `null`, `boolean`, `number`, `string`, `array` or `object`.
-        found: &'static str,
-    },
-    /// [`Normaliser::DecimalAmount`] met a string that is not a plain decimal.
-    #[error("value at {pointer:?} is not a decimal amount: {value:?}")]
-    InvalidDecimal {
-        /// JSON Pointer of the value (wildcards resolved).
-        pointer: String,
-        /// The offending value (cut to 64 characters).
-        value: String,
-    },
-    /// Arrays and objects nest deeper than the limit.
-    #[error("JSON nests arrays and objects deeper than {max} levels")]
-    TooDeep {
-        /// The nesting limit.
-        max: usize,
-    },
-}
-
-impl CanonicalError {
-    /// The stable code: [`ErrorCode::InvalidArgument`](crate::ErrorCode::InvalidArgument) for a
-    /// misconfigured canonicaliser, [`ErrorCode::InvalidRequest`](crate::ErrorCode::InvalidRequest)
-    /// for a body that has no canonical form or is over the limit.
-    pub fn code(&self) -> crate::ErrorCode {
-        match self {
-            CanonicalError::InvalidPointer { .. } => crate::ErrorCode::InvalidArgument,
-            CanonicalError::BodyTooLarge { .. }
-            | CanonicalError::InvalidJson { .. }
-            | CanonicalError::NotCanonicalisable { .. }
-            | CanonicalError::NormaliserTypeMismatch { .. }
-            | CanonicalError::InvalidDecimal { .. }
-            | CanonicalError::TooDeep { .. } => crate::ErrorCode::InvalidRequest,
-        }
     }
 }

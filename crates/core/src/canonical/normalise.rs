@@ -1,9 +1,63 @@
-//! Normalisers: rewriting the values a pointer reaches, and the canonical decimal form.
+//! Normalisers: what they are, rewriting the values a pointer reaches, and the canonical
+//! decimal form.
 
 use serde_json::Value;
 
+use super::error::CanonicalError;
 use super::pointer::{Segment, array_index, push_segment};
-use super::{CanonicalError, MAX_QUOTED_CHARS, Normaliser};
+
+/// A rewrite applied to the values at a path before hashing, so that spellings with the same
+/// meaning hash alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Normaliser {
+    /// Removes leading and trailing Unicode whitespace (the `White_Space` property, as
+    /// [`str::trim`]) from a string.
+    Trim,
+    /// Maps the ASCII letters `a`–`z` of a string to `A`–`Z` (`"brl"` → `"BRL"`).
+    ///
+    /// Deliberately ASCII-only: Unicode case mappings change between Unicode versions (the
+    /// Georgian capitals added in Unicode 11 changed the upper case of existing letters), and a
+    /// fingerprint stored today must still match after a toolchain upgrade. Non-ASCII characters
+    /// are left as they are.
+    Uppercase,
+    /// Maps the ASCII letters `A`–`Z` of a string to `a`–`z`; ASCII-only for the same reason as
+    /// [`Normaliser::Uppercase`].
+    Lowercase,
+    /// Rewrites a decimal amount, given as a JSON string or number, as a JSON *string* in
+    /// canonical decimal form, without going through floating point for strings:
+    /// `"10.50"`, `"010.5"`, `"10.500"` and `10.5` all become `"10.5"`; `"10."` and `10`
+    /// become `"10"`; `".5"` becomes `"0.5"`; `"-0.0"` becomes `"0"`.
+    ///
+    /// A string must match `-?[0-9]*(\.[0-9]*)?` with at least one digit: no `+` sign, no
+    /// whitespace (add [`Normaliser::Trim`] first), no thousands separators and no exponent
+    /// (`"1e3"` is refused — amounts are not written that way, and an exponent would let a
+    /// short string expand into millions of digits). Anything else is
+    /// [`CanonicalError::InvalidDecimal`].
+    ///
+    /// A JSON number is read from the value serde_json parsed: integers up to 64 bits are
+    /// exact, anything else went through an IEEE 754 double and may have been rounded
+    /// (`0.10000000000000000001` becomes `"0.1"`), so send amounts as strings. Numbers may be
+    /// written with an exponent (`1e3` becomes `"1000"`).
+    DecimalAmount,
+}
+
+crate::names!(Normaliser, "normaliser", {
+    Trim => "trim",
+    Uppercase => "uppercase",
+    Lowercase => "lowercase",
+    DecimalAmount => "decimal",
+});
+
+impl Normaliser {
+    /// What the normaliser accepts, for error messages.
+    fn expected(self) -> &'static str {
+        match self {
+            Normaliser::Trim | Normaliser::Uppercase | Normaliser::Lowercase => "a string",
+            Normaliser::DecimalAmount => "a decimal string or number",
+        }
+    }
+}
 
 /// Applies `normaliser` to every value `segments` reaches from `value`; `path` is the concrete
 /// pointer of `value`, for error messages.
@@ -162,6 +216,9 @@ pub(super) fn type_name(value: &Value) -> &'static str {
         Value::Object(_) => "object",
     }
 }
+
+/// Longest excerpt of a client value quoted in an error message, in characters.
+const MAX_QUOTED_CHARS: usize = 64;
 
 /// A client value cut to [`MAX_QUOTED_CHARS`] characters for an error message.
 pub(super) fn quote(value: &str) -> String {

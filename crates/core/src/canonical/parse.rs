@@ -7,8 +7,14 @@ use core::fmt;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
+use super::error::CanonicalError;
 use super::normalise::quote;
-use super::{CanonicalError, MAX_DEPTH};
+
+/// Deepest nesting of arrays and objects accepted (a scalar body has depth 0, `[]` depth 1).
+///
+/// serde_json stops at 128 on its own; the lower limit keeps recursion in this module and in the
+/// RFC 8785 serialiser shallow, and no request body needs more.
+pub(super) const MAX_DEPTH: usize = 64;
 
 /// Refuses values nested deeper than [`MAX_DEPTH`]; recursion stops at the limit.
 pub(super) fn check_depth(value: &Value, depth: usize) -> Result<(), CanonicalError> {

@@ -1,6 +1,6 @@
 //! JSON Pointers (RFC 6901) with a `*` wildcard segment: parsing and path building.
 
-use super::CanonicalError;
+use super::error::CanonicalError;
 
 /// One segment of a parsed pointer.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::normalise::canonical_decimal;
+use super::parse::MAX_DEPTH;
 use super::*;
 use proptest::prelude::*;
 use serde_json::{Map, Number, json};

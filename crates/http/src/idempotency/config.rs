@@ -1,13 +1,16 @@
 //! Per-operation settings: whether a key is required, how the request is fingerprinted,
-//! which responses are stored, which headers are replayed, and how long a duplicate waits.
+//! which responses are stored, which headers are replayed, and how long a duplicate waits;
+//! and everything a layer was configured with, which its services share.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use idemdb_core::{CanonicalError, Canonicalizer, EffectName, Fingerprint, FingerprintBuilder, KeyHash};
 
+use super::holders::Holders;
 use crate::key::KeyForms;
+use crate::problem::ProblemTypes;
 use crate::response::DEFAULT_REPLAY_HEADERS;
 
 /// Default limit on a request body the layer reads to fingerprint it: 1 MiB.
@@ -403,6 +406,46 @@ fn media_type(value: Option<&HeaderValue>) -> String {
 
 fn is_json(media: &str) -> bool {
     media == "application/json" || media.ends_with("+json")
+}
+
+/// An operation with what the layer derives from it once.
+#[derive(Debug)]
+pub(crate) struct Resolved {
+    pub(crate) operation: Operation,
+    pub(crate) replay_headers: Arc<[String]>,
+}
+
+impl Resolved {
+    pub(crate) fn new(operation: Operation) -> Arc<Resolved> {
+        let replay_headers = operation.replay_headers.iter().cloned().collect();
+        Arc::new(Resolved { operation, replay_headers })
+    }
+}
+
+/// Everything the layer was configured with.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) methods: Vec<Method>,
+    pub(crate) routes: Vec<(Method, String, Arc<Resolved>)>,
+    pub(crate) default: Option<Arc<Resolved>>,
+    pub(crate) problems: ProblemTypes,
+    pub(crate) correlation_header: Option<HeaderName>,
+    /// The keys this layer's requests hold now (shared by every clone of the layer).
+    pub(crate) holders: Arc<Holders>,
+    /// Whether other processes reserve keys in the same store (a fleet on PostgreSQL): a key
+    /// in progress that no request here holds may then have a live holder elsewhere.
+    pub(crate) shared_store: bool,
+}
+
+impl Config {
+    /// The operation of a request with `method` whose route is `route`; `None` when the
+    /// layer lets it through untouched.
+    pub(crate) fn operation(&self, method: &Method, route: &str) -> Option<&Arc<Resolved>> {
+        if let Some((_, _, resolved)) = self.routes.iter().find(|(m, r, _)| m == method && r == route) {
+            return Some(resolved);
+        }
+        if self.methods.contains(method) { self.default.as_ref() } else { None }
+    }
 }
 
 #[cfg(test)]

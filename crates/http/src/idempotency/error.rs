@@ -2,7 +2,7 @@
 
 use idemdb_core::{Coded, ErrorCode};
 
-use super::handle::Settled;
+use super::settled::Settled;
 
 /// A [`LeaseHandle`](super::LeaseHandle) call failed.
 #[derive(Debug)]

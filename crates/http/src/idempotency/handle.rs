@@ -9,31 +9,8 @@ use idemdb_core::{Failure, IdempotencyKey, KeyHash, Lease, Scope};
 use idemdb_interface::IdempotencyStore;
 
 use super::error::HandleError;
+use super::settled::Settled;
 use crate::response::StoredResponse;
-
-/// How the handler settled its lease itself, so the layer must not settle it again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Settled {
-    /// The handler completed the record inside its own transaction.
-    ByHandler,
-    /// The handler marked the outcome uncertain.
-    Uncertain,
-    /// The handler released the key (no effect happened).
-    Released,
-    /// The layer settled it after the handler returned.
-    ByLayer,
-}
-
-impl Settled {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Settled::ByHandler => "completed by the handler",
-            Settled::Uncertain => "marked uncertain",
-            Settled::Released => "released",
-            Settled::ByLayer => "settled by the layer",
-        }
-    }
-}
 
 /// The lease of the request being handled, as the layer inserts it into the request
 /// extensions (axum: `Extension<LeaseHandle<S>>`). Only requests that acquired a reservation

@@ -6,9 +6,8 @@ use http::{HeaderName, Method};
 use idemdb_interface::IdempotencyStore;
 use tower_layer::Layer;
 
-use super::IdempotencyService;
-use super::config::Operation;
-use super::holders::Holders;
+use super::config::{Config, Operation, Resolved};
+use super::service::IdempotencyService;
 use super::tenant::TenantSource;
 use crate::problem::ProblemTypes;
 
@@ -58,46 +57,6 @@ impl<S: Clone, T> Clone for IdempotencyLayer<S, T> {
 impl<S, T> std::fmt::Debug for IdempotencyLayer<S, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdempotencyLayer").field("config", &self.config).finish_non_exhaustive()
-    }
-}
-
-/// An operation with what the layer derives from it once.
-#[derive(Debug)]
-pub(crate) struct Resolved {
-    pub(crate) operation: Operation,
-    pub(crate) replay_headers: Arc<[String]>,
-}
-
-impl Resolved {
-    fn new(operation: Operation) -> Arc<Resolved> {
-        let replay_headers = operation.replay_headers.iter().cloned().collect();
-        Arc::new(Resolved { operation, replay_headers })
-    }
-}
-
-/// Everything the layer was configured with.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) methods: Vec<Method>,
-    pub(crate) routes: Vec<(Method, String, Arc<Resolved>)>,
-    pub(crate) default: Option<Arc<Resolved>>,
-    pub(crate) problems: ProblemTypes,
-    pub(crate) correlation_header: Option<HeaderName>,
-    /// The keys this layer's requests hold now (shared by every clone of the layer).
-    pub(crate) holders: Arc<Holders>,
-    /// Whether other processes reserve keys in the same store (a fleet on PostgreSQL): a key
-    /// in progress that no request here holds may then have a live holder elsewhere.
-    pub(crate) shared_store: bool,
-}
-
-impl Config {
-    /// The operation of a request with `method` whose route is `route`; `None` when the
-    /// layer lets it through untouched.
-    pub(crate) fn operation(&self, method: &Method, route: &str) -> Option<&Arc<Resolved>> {
-        if let Some((_, _, resolved)) = self.routes.iter().find(|(m, r, _)| m == method && r == route) {
-            return Some(resolved);
-        }
-        if self.methods.contains(method) { self.default.as_ref() } else { None }
     }
 }
 

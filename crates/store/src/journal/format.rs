@@ -119,6 +119,21 @@ impl Generation {
     }
 }
 
+/// A new random salt for the generation after `current` (the arguments only matter where no
+/// random source exists, which keeps no journal).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub(crate) fn fresh_salt(_current: Generation, _checkpoint: u64) -> u64 {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    u64::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[10], bytes[11]])
+}
+
+// The WebAssembly build keeps no journal (its open refuses one before this is reached); this
+// only keeps the module compiling there.
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+pub(crate) fn fresh_salt(current: Generation, checkpoint: u64) -> u64 {
+    current.salt.wrapping_add(checkpoint).wrapping_add(1)
+}
+
 /// What a header slot holds: which journal this is, its current generation and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlotInfo {

@@ -29,7 +29,7 @@ use redb::{Database, ReadableDatabase, StorageBackend};
 
 use super::apply::{Applied, apply_put, apply_remove};
 use super::files::{Access, ReadOnlyFile, journal_path, open_journal, resolve};
-use super::format::{BLOCK, Generation, Seal, Slot};
+use super::format::{BLOCK, Generation, Seal, Slot, fresh_salt};
 use super::meta::{History, JournalMeta, MetaFault};
 use super::wal::{JournalFile, Wal};
 use super::{Header, Journal, JournalError, ScanEnd, scan};
@@ -570,24 +570,11 @@ fn fresh_id() -> [u8; 16] {
     *uuid::Uuid::new_v4().as_bytes()
 }
 
-/// A new random salt for the generation after `current` (the arguments only matter where no
-/// random source exists, which keeps no journal).
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-pub(crate) fn fresh_salt(_current: Generation, _checkpoint: u64) -> u64 {
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    u64::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[10], bytes[11]])
-}
-
-// The WebAssembly build keeps no journal (its open refuses one before this is reached); these
-// only keep the module compiling there.
+// The WebAssembly build keeps no journal (its open refuses one before this is reached); this
+// only keeps the module compiling there.
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 fn fresh_id() -> [u8; 16] {
     [0; 16]
-}
-
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-pub(crate) fn fresh_salt(current: Generation, checkpoint: u64) -> u64 {
-    current.salt.wrapping_add(checkpoint).wrapping_add(1)
 }
 
 #[cfg(test)]

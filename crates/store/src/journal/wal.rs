@@ -206,7 +206,7 @@ impl Wal {
         let last = state.journal.last_seq();
         let current = state.journal.generation();
         let next = match current.epoch.checked_add(1) {
-            Some(epoch) => Generation { epoch, salt: super::recovery::fresh_salt(current, last) },
+            Some(epoch) => Generation { epoch, salt: super::format::fresh_salt(current, last) },
             None => return Err(CommitFailure::Commit(Error::Internal("the journal's generations are exhausted"))),
         };
         let closing = self.closing.load(Ordering::SeqCst);

@@ -1,257 +1,23 @@
-//! Workloads with an effect ledger outside the store, run on a [`Disk`] that can fail or crash at
-//! any operation, by a client that behaves as a real one would.
-//!
-//! One *run* ([`run`]) creates a store on a fresh disk with a fault armed, plays the workload's
-//! script, and whenever the machine dies: builds the power-cut image, reopens (possibly crashing
-//! again while the store recovers), checks integrity, checks that every outcome the client saw
-//! is still replayed, and retries every intent the client has not seen finished. It ends with a
-//! last power cut and the same checks, then counts effects in the ledger.
-//!
-//! What is counted ([`Counts`]):
-//! * **lost**: an outcome the client saw returned (with durable commits) that a later reserve
-//!   does not replay byte for byte (or, after its response TTL, as expired);
-//! * **double**: effects beyond the first for one intent, counted in the provider's ledger (or,
-//!   for same-database writes, in the application's own table);
-//! * **reopen failures**: a disk that no longer opens as a store;
-//! * **integrity failures**: `Store::verify` reports a problem after a reopen, or an
-//!   application write and its completion did not commit together.
+//! One run: the client, its store on the fault-injecting disk, the provider's ledger, power
+//! cuts and recovery, and the three phases of [`run`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use idemdb::redb::{ReadableTable, TableDefinition};
 use idemdb::{
-    Durability, Error, Executed, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, Lease, ManualClock,
-    OutcomeClass, Policy, Reservation, Resolution, Scope, State, Store, Timestamp,
+    Error, Executed, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, Lease, ManualClock, OutcomeClass,
+    Policy, Reservation, Resolution, Scope, State, Store,
 };
 
+use super::counts::Counts;
+use super::scenario::{Action, Adapter, Injection, JOURNAL_BYTES, LEASE_MS, Scenario, T0, TOMBSTONE_MS, Workload};
 use crate::fault::{Disk, FaultKind, FaultPlan};
 use crate::rng::{Rng, mix};
 use idemdb_effects::EffectLedger as Provider;
 
-/// Start of the simulated clock: 2023-11-14T22:13:20Z.
-pub const T0: u64 = 1_700_000_000_000;
-const LEASE_MS: u64 = 10_000;
-const RESPONSE_MS: u64 = 3_600_000;
-const PURGE_RESPONSE_MS: u64 = 2_000;
-const TOMBSTONE_MS: u64 = 86_400_000;
-
 /// The application table of the same-database workload: effects per intent.
 const APP_EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("app_effects");
-
-/// A workload: a short script of intents (a few, so that each crash point is cheap).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Workload {
-    /// reserve → remote effect → complete, for three intents.
-    Charge,
-    /// `Store::execute`: the business write and the completion in one commit, three intents.
-    SameDb,
-    /// First attempts time out after the effect, time out before it, are declined, or fail
-    /// before any effect; retries reconcile with the provider; four intents.
-    Uncertain,
-    /// Results expire and are purged (tombstoned) between deliveries; a late retry meets the
-    /// tombstone; three intents.
-    Purge,
-}
-
-impl Workload {
-    /// Every workload.
-    pub const ALL: [Workload; 4] = [Workload::Charge, Workload::SameDb, Workload::Uncertain, Workload::Purge];
-
-    /// Short name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Charge => "charge",
-            Workload::SameDb => "same-db",
-            Workload::Uncertain => "uncertain",
-            Workload::Purge => "purge",
-        }
-    }
-
-    fn intents(self) -> usize {
-        match self {
-            Workload::Uncertain => 4,
-            _ => 3,
-        }
-    }
-
-    fn response_ms(self) -> u64 {
-        match self {
-            Workload::Purge => PURGE_RESPONSE_MS,
-            _ => RESPONSE_MS,
-        }
-    }
-
-    fn script(self) -> Vec<Action> {
-        let n = self.intents();
-        match self {
-            Workload::Charge | Workload::Uncertain => (0..n).map(Action::Deliver).collect(),
-            Workload::SameDb => (0..n).map(Action::Execute).collect(),
-            Workload::Purge => vec![
-                Action::Deliver(0),
-                Action::Deliver(1),
-                Action::Advance(PURGE_RESPONSE_MS + 1),
-                Action::Purge,
-                Action::Deliver(2),
-                Action::Deliver(0),
-                Action::Advance(PURGE_RESPONSE_MS + 1),
-                Action::Purge,
-            ],
-        }
-    }
-}
-
-/// How the client (or the storage under it) behaves. Everything but [`Adapter::Correct`] is
-/// deliberately broken, to prove that the harness reports what it is meant to catch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Adapter {
-    /// The documented client protocol.
-    Correct,
-    /// Broken: commits without durability (the store runs with `Durability::Eventual`) but
-    /// treats every completion as durable and does not flush before the remote effect.
-    CompleteWithoutDurability,
-    /// Broken: after a crash, an attempt whose outcome is unknown is run again without asking
-    /// the provider (reconciles as released blindly).
-    RerunInProgress,
-    /// Broken storage: the disk's `sync_data` reports success and makes nothing durable.
-    LyingDisk,
-}
-
-/// What one run exercises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Scenario {
-    /// The script.
-    pub workload: Workload,
-    /// The store's durability. With [`Durability::Eventual`] the correct client flushes after
-    /// reserving and before the remote effect, and a completion rolled back by a crash is
-    /// allowed (counted as `rolled_back`, then reconciled).
-    pub durability: Durability,
-    /// The client.
-    pub adapter: Adapter,
-    /// Whether the store journals its commits (on the disk's second file; Immediate only).
-    pub journal: bool,
-}
-
-/// The journal size of journaled scenarios: small, so checkpoints happen inside the scripts.
-pub const JOURNAL_BYTES: u64 = 64 * 1024;
-
-impl Scenario {
-    /// The correct client on `workload` with `durability`, without a journal.
-    pub fn new(workload: Workload, durability: Durability) -> Self {
-        Scenario { workload, durability, adapter: Adapter::Correct, journal: false }
-    }
-
-    /// [`Scenario::new`] with [`Durability::Immediate`] and the journal on.
-    pub fn journaled(workload: Workload) -> Self {
-        Scenario { journal: true, ..Scenario::new(workload, Durability::Immediate) }
-    }
-
-    /// "Immediate", "Eventual" or "Journal" (immediate, journaled), for reports.
-    pub fn mode(self) -> &'static str {
-        match (self.journal, self.durability) {
-            (true, _) => "Journal",
-            (false, Durability::Immediate) => "Immediate",
-            (false, _) => "Eventual",
-        }
-    }
-
-    fn store_durability(self) -> Durability {
-        match self.adapter {
-            Adapter::CompleteWithoutDurability => Durability::Eventual,
-            _ => self.durability,
-        }
-    }
-
-    /// Whether the client relies on a completion being durable once it returned.
-    fn claims_durable(self) -> bool {
-        self.durability == Durability::Immediate || self.adapter == Adapter::CompleteWithoutDurability
-    }
-
-    fn flushes_before_effect(self) -> bool {
-        self.adapter == Adapter::Correct && self.store_durability() == Durability::Eventual
-    }
-}
-
-/// The fault of one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Injection {
-    /// The fault, counted from the first operation of store creation; `None` for a run whose
-    /// only crash is the final power cut.
-    pub plan: Option<FaultPlan>,
-    /// Chooses which unsynced writes a power cut keeps and tears.
-    pub damage_seed: u64,
-    /// How many more crashes happen while the store recovers (each at a random early operation
-    /// of the reopen).
-    pub recovery_crashes: u32,
-}
-
-/// What runs found. Added up over a sweep.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Runs.
-    pub runs: u64,
-    /// Faults that fired (crash, fail once, fail forever).
-    pub faults_fired: u64,
-    /// Power cuts simulated (including crashes during recovery and the final one).
-    pub power_cuts: u64,
-    /// Reopens after a power cut.
-    pub reopens: u64,
-    /// Seen outcomes that were not replayed (promise 2, durable mode).
-    pub lost: u64,
-    /// Seen outcomes rolled back by a crash under `Durability::Eventual` (allowed; reconciled).
-    pub rolled_back: u64,
-    /// Effects beyond the first for an intent.
-    pub double: u64,
-    /// Disks that did not open as a store any more.
-    pub reopen_failures: u64,
-    /// `verify` problems or torn same-database commits.
-    pub integrity_failures: u64,
-    /// Seen outcomes checked after a reopen and found replayed.
-    pub completions_verified: u64,
-    /// Answers the protocol does not allow here (mismatch, an intent that never settles).
-    pub unexpected: u64,
-    /// The first few failures, for a human.
-    pub notes: Vec<String>,
-}
-
-const MAX_NOTES: usize = 12;
-
-impl Counts {
-    /// Adds `other` into `self`.
-    pub fn add(&mut self, other: &Counts) {
-        self.runs += other.runs;
-        self.faults_fired += other.faults_fired;
-        self.power_cuts += other.power_cuts;
-        self.reopens += other.reopens;
-        self.lost += other.lost;
-        self.rolled_back += other.rolled_back;
-        self.double += other.double;
-        self.reopen_failures += other.reopen_failures;
-        self.integrity_failures += other.integrity_failures;
-        self.completions_verified += other.completions_verified;
-        self.unexpected += other.unexpected;
-        for note in &other.notes {
-            if self.notes.len() < MAX_NOTES {
-                self.notes.push(note.clone());
-            }
-        }
-    }
-
-    /// Whether nothing that breaks a promise was found.
-    pub fn clean(&self) -> bool {
-        self.lost == 0
-            && self.double == 0
-            && self.reopen_failures == 0
-            && self.integrity_failures == 0
-            && self.unexpected == 0
-    }
-
-    fn note(&mut self, note: String) {
-        if self.notes.len() < MAX_NOTES {
-            self.notes.push(note);
-        }
-    }
-}
 
 /// Why the client stopped.
 #[derive(Debug)]
@@ -268,14 +34,6 @@ struct Seen {
     outcome: OutcomeClass,
     body: Vec<u8>,
     at: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Action {
-    Deliver(usize),
-    Execute(usize),
-    Advance(u64),
-    Purge,
 }
 
 /// What the provider does on an intent's first attempt (the uncertain workload).
@@ -798,9 +556,4 @@ fn finish(mut sim: Sim) -> Counts {
     sim.counts.faults_fired = sim.disk.faults_fired();
     sim.store = None;
     sim.counts
-}
-
-/// A timestamp helper for reports.
-pub fn start_time() -> Timestamp {
-    Timestamp::from_millis(T0)
 }

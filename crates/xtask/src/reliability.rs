@@ -1,0 +1,610 @@
+//! `cargo xtask reliability`: every section in order, then the table of targets.
+
+use std::time::{Duration, Instant};
+
+use idemdb_reliability::clock_faults::{ClockFaultConfig, ClockFaultReport, run_clock_faults};
+use idemdb_reliability::concurrent::run_concurrent;
+use idemdb_reliability::kill::{KillConfig, KillReport, run_kills};
+use idemdb_reliability::live_backup::{LiveBackupConfig, LiveBackupReport, run_live_backups};
+use idemdb_reliability::operators::{OperatorConfig, OperatorReport, run_operators};
+use idemdb_reliability::outbox::{OutboxSweepConfig, OutboxSweepReport, outbox_sweep};
+use idemdb_reliability::races::{RaceConfig, RaceReport, run_races};
+use idemdb_reliability::sweep::{SweepConfig, sweep};
+use idemdb_reliability::workload::{Counts, probe_ops};
+
+use crate::bad_inputs::bad_inputs;
+use crate::binaries::{build_child, build_cli, build_payments};
+use crate::fuzz::run_fuzz;
+use crate::self_check::self_check;
+use crate::size::{FULL, HTTP_KEYS_PER_ROUND, QUICK, SECTIONS, parse_u64, selected_sections, threads};
+use crate::table::{Row, group, print_notes, row};
+
+pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
+    let size = if args.iter().any(|a| a == "--full") { &FULL } else { &QUICK };
+    let seed = parse_u64(args, "--seed")?.unwrap_or(0x001d_e3db);
+    let fuzz_seconds = parse_u64(args, "--fuzz-seconds")?.unwrap_or(size.fuzz_seconds);
+    let sections = selected_sections(args)?;
+    let runs = |section: &str| sections.contains(&section);
+    let fuzz = runs("fuzz") && !args.iter().any(|a| a == "--no-fuzz");
+    let started = Instant::now();
+    let mut timings: Vec<(&str, Duration)> = Vec::new();
+    let only = if sections.len() < SECTIONS.len() { format!(", only {}", sections.join(", ")) } else { String::new() };
+    println!("idemdb reliability run: {} (seed {seed:#x}, {} threads{only})", size.name, threads());
+
+    // 1. Crash sweep.
+    let mut crash = idemdb_reliability::sweep::SweepReport::default();
+    if runs("sweep") {
+        let t = Instant::now();
+        let scenarios = SweepConfig::all_scenarios();
+        let exhaustive: u64 = scenarios.iter().map(|s| probe_ops(*s) * (size.seeds_per_point + 2)).sum();
+        let random_points = size.crash_points.saturating_sub(exhaustive);
+        crash = sweep(&SweepConfig {
+            scenarios,
+            seeds_per_point: size.seeds_per_point,
+            random_points,
+            threads: threads(),
+            seed,
+        });
+        timings.push(("crash sweep", t.elapsed()));
+        println!(
+            "  crash sweep: {} points ({} exhaustive, {} random) in {:.1?}",
+            group(crash.points),
+            group(crash.exhaustive_points),
+            group(random_points),
+            t.elapsed()
+        );
+        for (scenario, ops, counts) in &crash.per_scenario {
+            println!(
+                "    {:<10} {:<9} {:>4} ops  {:>8} runs  verified {:>9}  rolled back {:>7}  lost {} double {} reopen-fail {} integrity {} protocol {}",
+                scenario.workload.name(),
+                scenario.mode(),
+                ops,
+                group(counts.runs),
+                group(counts.completions_verified),
+                group(counts.rolled_back),
+                counts.lost,
+                counts.double,
+                counts.reopen_failures,
+                counts.integrity_failures,
+                counts.unexpected
+            );
+        }
+        print_notes("crash sweep", &crash.total.notes);
+    }
+
+    // 1b. Crash points inside shared group commits.
+    let mut concurrent = Counts::default();
+    if runs("concurrent") {
+        let t = Instant::now();
+        concurrent = run_concurrent(size.concurrent_points, seed);
+        timings.push(("concurrent crash points", t.elapsed()));
+        println!(
+            "  concurrent crash points: {} ({} faults fired, {} outcomes verified) in {:.1?}",
+            group(concurrent.runs),
+            group(concurrent.faults_fired),
+            group(concurrent.completions_verified),
+            t.elapsed()
+        );
+        print_notes("concurrent", &concurrent.notes);
+    }
+
+    // 2. Kill -9.
+    let mut kills = KillReport::default();
+    let child = if runs("kill") || runs("operators") || runs("backup") { Some(build_child()?) } else { None };
+    if let (true, Some(child)) = (runs("kill"), &child) {
+        let t = Instant::now();
+        kills = run_kills(&KillConfig {
+            child: child.clone(),
+            kills: size.kills,
+            kills_per_file: 10,
+            intents_per_child: 8,
+            seed,
+            dir: None,
+        })
+        .map_err(|e| format!("kill test: {e}"))?;
+        timings.push(("kill -9", t.elapsed()));
+        println!(
+            "  kill -9: {} kills ({} before the store was open, {} of them while the file was being created; {} files), {} completions reported, in {:.1?}",
+            group(kills.kills),
+            group(kills.kills_before_open),
+            group(kills.kills_during_creation),
+            kills.files,
+            group(kills.completions_reported),
+            t.elapsed()
+        );
+        print_notes("kill -9", &kills.notes);
+    }
+
+    // 2b. The HTTP flow: the payments service killed and hung up on.
+    let mut http = idemdb_reliability::http_flow::HttpFlowReport::default();
+    let http_runs = size.http_rounds * HTTP_KEYS_PER_ROUND;
+    if runs("http") {
+        let t = Instant::now();
+        let service = build_payments()?;
+        http = idemdb_reliability::http_flow::run(&idemdb_reliability::http_flow::HttpFlowConfig {
+            service,
+            rounds: size.http_rounds,
+            keys_per_round: HTTP_KEYS_PER_ROUND,
+            seed,
+            store_args: Vec::new(),
+        })
+        .map_err(|e| format!("http flow: {e}"))?;
+        timings.push(("http flow", t.elapsed()));
+        println!(
+            "  http flow: {} runs, {} kills, every final answer within {} ms of its round; clients: {} waited, {} cut their request, {} hung up after sending, {} cut the answer; {} acknowledged; retries: {} replayed, {} ran fresh, {} waits; unresolved {} double {} lost {} unexpected {} in {:.1?}",
+            group(http.runs),
+            http.kills,
+            http.slowest_final_ms,
+            http.waited,
+            http.cut_requests,
+            http.hung_up,
+            http.cut_answers,
+            http.acknowledged,
+            http.replayed_on_retry,
+            http.fresh_on_retry,
+            http.waits,
+            http.unresolved,
+            http.double,
+            http.lost,
+            http.unexpected,
+            t.elapsed()
+        );
+        print_notes("http flow", &http.notes);
+    }
+
+    // 3. Races.
+    let mut races = RaceReport::default();
+    if runs("races") {
+        let t = Instant::now();
+        races = run_races(&RaceConfig { attempts: size.races, threads: 8, keys: 16, file_every: 16, seed })
+            .map_err(|e| format!("races: {e}"))?;
+        timings.push(("races", t.elapsed()));
+        println!(
+            "  races: {} attempts in {} rounds ({} on files) in {:.1?}",
+            group(races.attempts),
+            group(races.rounds),
+            races.file_rounds,
+            t.elapsed()
+        );
+        print_notes("races", &races.notes);
+    }
+
+    // 3b. Clock faults.
+    let mut clock = ClockFaultReport::default();
+    if runs("clock") {
+        let t = Instant::now();
+        clock = run_clock_faults(&ClockFaultConfig {
+            scenarios: size.clock_scenarios,
+            threads: threads(),
+            seed,
+            wall_clock_only: false,
+        });
+        timings.push(("clock faults", t.elapsed()));
+        println!(
+            "  clock faults: {} scenarios, {} calls, {} jumps forward and {} back ({} put right), {} clean and {} killed reopens, {} completions, {} retries within retention, largest stamp lag {} ms, in {:.1?}",
+            group(clock.scenarios),
+            group(clock.calls),
+            group(clock.jumps_forward),
+            group(clock.jumps_back),
+            group(clock.corrections),
+            group(clock.reopens_clean),
+            group(clock.reopens_killed),
+            group(clock.completions),
+            group(clock.retries_within_retention),
+            group(clock.max_stamp_lag_ms),
+            t.elapsed()
+        );
+        print_notes("clock faults", &clock.notes);
+    }
+
+    // 3b'. Crash points of the outbox flow.
+    let mut outbox = OutboxSweepReport::default();
+    if runs("outbox") {
+        let t = Instant::now();
+        // Each seed sweeps every operation index of its run: enough seeds for the size.
+        let per_seed = idemdb_reliability::outbox::probe(seed).max(1);
+        let seeds = size.outbox_points.div_ceil(per_seed) + 1;
+        outbox = outbox_sweep(&OutboxSweepConfig { seeds, seed, threads: threads() });
+        timings.push(("outbox crash points", t.elapsed()));
+        println!(
+            "  outbox crash points: {} ({} crashed), {} provider effects, {} resolved by a provider query, {} provider keys with two effects, {} unsettled intents, in {:.1?}",
+            group(outbox.crash_points),
+            group(outbox.crashes),
+            group(outbox.effects),
+            group(outbox.reconciled),
+            outbox.double_effects,
+            outbox.unresolved,
+            t.elapsed()
+        );
+        print_notes("outbox", &outbox.notes);
+    }
+
+    // 3c. Operators beside a writer.
+    let mut operators = OperatorReport::default();
+    if let (true, Some(child)) = (runs("operators"), &child) {
+        let t = Instant::now();
+        let cli = build_cli()?;
+        operators = run_operators(&OperatorConfig {
+            child: child.clone(),
+            cli,
+            races: size.operator_races,
+            intents_per_race: 4,
+            races_per_file: 25,
+            seed,
+            dir: None,
+        })
+        .map_err(|e| format!("operators: {e}"))?;
+        timings.push(("operators", t.elapsed()));
+        let kinds: Vec<String> = operators.commands.iter().map(|(kind, n)| format!("{kind} {}", group(*n))).collect();
+        println!(
+            "  operators beside a writer: {} races ({} files), {} commands ({}; {} done, {} refused while the store was open, {} killed), {} writers killed, {} completions reported, {} verified, {} imported records verified, in {:.1?}",
+            group(operators.races),
+            operators.files,
+            group(operators.commands_run()),
+            kinds.join(", "),
+            group(operators.commands_done),
+            group(operators.commands_refused),
+            group(operators.operators_killed),
+            group(operators.writers_killed),
+            group(operators.completions_reported),
+            group(operators.completions_verified),
+            group(operators.imports_verified),
+            t.elapsed()
+        );
+        print_notes("operators", &operators.notes);
+    }
+
+    let mut backups = LiveBackupReport::default();
+    if let (true, Some(child)) = (runs("backup"), &child) {
+        let (t, config) = (
+            Instant::now(),
+            LiveBackupConfig {
+                child: child.clone(),
+                backups: size.backups,
+                backups_per_child: 4,
+                children_per_file: 8,
+                seed,
+            },
+        );
+        backups = run_live_backups(&config).map_err(|e| format!("live backup: {e}"))?;
+        timings.push(("live backup", t.elapsed()));
+        println!("  live backup: {}, in {:.1?}", backups.summary(), t.elapsed());
+        print_notes("live backup", &backups.notes);
+    }
+
+    // 4. Bad inputs (mutated seeds through the fuzz target bodies, in process).
+    let mut bad = (0, 0);
+    if runs("bad-inputs") {
+        let t = Instant::now();
+        bad = bad_inputs(size.bad_inputs, seed)?;
+        timings.push(("bad inputs", t.elapsed()));
+        println!(
+            "  bad inputs: {} refused with a typed error (of {} tried) in {:.1?}",
+            group(bad.0),
+            group(bad.1),
+            t.elapsed()
+        );
+    }
+
+    // 5. The harness bites: broken adapters must be caught.
+    let mut bites = Vec::new();
+    if runs("self-check") {
+        let t = Instant::now();
+        bites = self_check(seed);
+        timings.push(("self-check", t.elapsed()));
+        for (name, counts) in &bites {
+            println!(
+                "  self-check, broken {name}: lost {} double {} reopen-fail {}",
+                counts.lost, counts.double, counts.reopen_failures
+            );
+        }
+    }
+    let bites_caught = bites.iter().filter(|(_, c)| c.lost + c.double > 0).count() as u64;
+
+    // 6. Fuzzing.
+    let mut fuzz_execs = 0u64;
+    let mut fuzz_crashes = 0u64;
+    let mut fuzz_min = u64::MAX;
+    if fuzz {
+        let t = Instant::now();
+        let results = run_fuzz(fuzz_seconds)?;
+        timings.push(("fuzz (build + run)", t.elapsed()));
+        for (target, execs, crashed) in &results {
+            println!(
+                "  fuzz {target}: {} executions in {fuzz_seconds} s{}",
+                group(*execs),
+                if *crashed { ", CRASHED (see fuzz/artifacts)" } else { "" }
+            );
+            fuzz_execs += execs;
+            fuzz_min = fuzz_min.min(*execs);
+            fuzz_crashes += u64::from(*crashed);
+        }
+    }
+
+    // 3c. Journal damage across generations.
+    let mut damage = idemdb_reliability::journal_damage::DamageReport::default();
+    if runs("journal-damage") {
+        let t = Instant::now();
+        damage = idemdb_reliability::journal_damage::run(size.journal_damage, seed, threads());
+        timings.push(("journal damage", t.elapsed()));
+        println!(
+            "  journal damage: {} scenarios ({} damaged journals recovered a prefix, {} refused with a typed error), {} later acknowledgements verified, {} stale, {} lost, {} not a prefix, {} unopenable, in {:.1?}",
+            group(damage.scenarios),
+            group(damage.recovered),
+            group(damage.refused),
+            group(damage.verified),
+            damage.stale,
+            damage.lost,
+            damage.not_prefix,
+            damage.unopenable,
+            t.elapsed()
+        );
+        print_notes("journal damage", &damage.notes);
+    }
+
+    // 3d. Aliases and twins of a journaled store file.
+    let mut aliases = idemdb_reliability::journal_aliases::AliasReport::default();
+    if runs("journal-aliases") {
+        let t = Instant::now();
+        let child = build_child()?;
+        aliases = idemdb_reliability::journal_aliases::run(&child, size.journal_aliases, seed);
+        timings.push(("journal aliases", t.elapsed()));
+        println!(
+            "  journal aliases: {} scenarios (symlink {}, hard link {}, rename {}, copy {}, swapped journals {}), {} acknowledged completions verified, {} typed refusals of a journal not its own, {} lost, {} foreign applied, {} failures, in {:.1?}",
+            group(aliases.total()),
+            group(aliases.scenarios[0]),
+            group(aliases.scenarios[1]),
+            group(aliases.scenarios[2]),
+            group(aliases.scenarios[3]),
+            group(aliases.scenarios[4]),
+            group(aliases.verified),
+            group(aliases.refused),
+            aliases.lost,
+            aliases.foreign_applied,
+            aliases.failures,
+            t.elapsed()
+        );
+        print_notes("journal aliases", &aliases.notes);
+    }
+
+    // 3e. Rebuilds replacing the file beside a writer, with the window widened.
+    let mut replace = idemdb_reliability::journal_replace::ReplaceReport::default();
+    if runs("journal-replace") {
+        let t = Instant::now();
+        let child = build_child()?;
+        replace = idemdb_reliability::journal_replace::run(&child, size.journal_replace, seed);
+        timings.push(("journal replace", t.elapsed()));
+        println!(
+            "  journal replace: {} races, {} rebuilds (window widened by up to 5 ms), {} acknowledged completions verified, {} lost, {} failures, in {:.1?}",
+            group(replace.races),
+            group(replace.rebuilds),
+            group(replace.checks.verified),
+            replace.checks.lost,
+            replace.checks.failures,
+            t.elapsed()
+        );
+        print_notes("journal replace", &replace.checks.notes);
+    }
+
+    // The table: each row of a section that ran.
+    let lost = crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost;
+    let lost = lost + outbox.unresolved + backups.lost;
+    let double = crash.total.double
+        + concurrent.double
+        + kills.double
+        + races.double
+        + clock.double
+        + operators.double
+        + outbox.double_effects;
+    let unopenable = crash.total.reopen_failures
+        + concurrent.reopen_failures
+        + kills.unopenable
+        + operators.unopenable
+        + outbox.reopen_failures
+        + backups.unopenable;
+    let integrity = crash.total.integrity_failures
+        + concurrent.integrity_failures
+        + kills.integrity_failures
+        + operators.integrity_failures
+        + backups.integrity_failures;
+    let protocol = crash.total.unexpected
+        + concurrent.unexpected
+        + kills.child_errors
+        + races.unexpected
+        + races.missing
+        + clock.unexpected
+        + operators.protocol_errors
+        + backups.child_errors;
+    let promises =
+        ["sweep", "concurrent", "kill", "races", "clock", "operators", "backup", "outbox"].iter().any(|s| runs(s));
+    let files = ["sweep", "concurrent", "kill", "operators", "backup", "outbox"].iter().any(|s| runs(s));
+    let zero = |v: u64| Some(("0", v == 0));
+    let fuzz_target = format!("each target ran {fuzz_seconds} s, 0 crashes");
+    let at_least = |target: u64| format!(">= {}", group(target));
+    let mut rows = Vec::new();
+    let mut push = |ran: bool, row: Row| {
+        if ran {
+            rows.push(row);
+        }
+    };
+    push(
+        runs("sweep"),
+        row(
+            "crash points tried",
+            crash.points,
+            Some((&at_least(size.crash_points), crash.points >= size.crash_points)),
+        ),
+    );
+    push(promises, row("lost completions", lost, zero(lost)));
+    push(promises, row("double effects", double, zero(double)));
+    push(files, row("reopen failures", unopenable, zero(unopenable)));
+    push(files, row("integrity failures", integrity, zero(integrity)));
+    push(promises, row("protocol errors", protocol, zero(protocol)));
+    push(runs("kill"), row("kills", kills.kills, Some((&at_least(size.kills), kills.kills >= size.kills))));
+    push(runs("http"), row("HTTP flow runs", http.runs, Some((&at_least(http_runs), http.runs >= http_runs))));
+    push(runs("http"), row("HTTP keys left without answer", http.unresolved, zero(http.unresolved)));
+    push(runs("http"), row("HTTP double effects", http.double, zero(http.double)));
+    push(runs("http"), row("HTTP acknowledged answers lost", http.lost, zero(http.lost)));
+    push(runs("http"), row("HTTP unexpected answers", http.unexpected, zero(http.unexpected)));
+    let backups_ok = backups.backups >= size.backups && backups.clean() && backups.completions_checked > 0;
+    push(
+        runs("backup"),
+        row("live backups, complete and verified", backups.backups, Some((&at_least(size.backups), backups_ok))),
+    );
+    push(
+        runs("sweep") || runs("kill"),
+        row(
+            "completions verified",
+            crash.total.completions_verified + concurrent.completions_verified + kills.completions_verified,
+            Some((
+                "> 0",
+                (!runs("sweep") || crash.total.completions_verified > 0)
+                    && (!runs("kill") || kills.completions_verified > 0),
+            )),
+        ),
+    );
+    push(
+        runs("races"),
+        row("race attempts", races.attempts, Some((&at_least(size.races), races.attempts >= size.races))),
+    );
+    push(
+        runs("clock"),
+        row(
+            "clock-fault scenarios",
+            clock.scenarios,
+            Some((&at_least(size.clock_scenarios), clock.scenarios >= size.clock_scenarios)),
+        ),
+    );
+    push(runs("clock"), row("keys made unknown early", clock.acquired_early, zero(clock.acquired_early)));
+    push(runs("clock"), row("leases revived", clock.leases_revived, zero(clock.leases_revived)));
+    push(
+        runs("clock"),
+        row(
+            "retries within retention",
+            clock.retries_within_retention,
+            Some(("> 0", clock.retries_within_retention > 0)),
+        ),
+    );
+    push(
+        runs("outbox"),
+        row(
+            "outbox crash points",
+            outbox.crash_points,
+            Some((&at_least(size.outbox_points), outbox.crash_points >= size.outbox_points)),
+        ),
+    );
+    push(runs("outbox"), row("provider keys with two effects", outbox.double_effects, zero(outbox.double_effects)));
+    push(
+        runs("journal-damage"),
+        row(
+            "journal damage scenarios",
+            damage.scenarios,
+            Some((&at_least(size.journal_damage), damage.scenarios >= size.journal_damage)),
+        ),
+    );
+    let damage_lost = damage.lost + damage.not_prefix;
+    push(runs("journal-damage"), row("older records applied", damage.stale, zero(damage.stale)));
+    push(runs("journal-damage"), row("lost after journal damage", damage_lost, zero(damage_lost)));
+    push(runs("journal-damage"), row("unopenable after damage", damage.unopenable, zero(damage.unopenable)));
+    push(runs("journal-damage"), row("damaged journals refused", damage.refused, None));
+    push(
+        runs("journal-aliases"),
+        row(
+            "alias and twin scenarios",
+            aliases.total(),
+            Some((&at_least(size.journal_aliases), aliases.total() >= size.journal_aliases)),
+        ),
+    );
+    push(runs("journal-aliases"), row("lost through another name", aliases.lost, zero(aliases.lost)));
+    push(
+        runs("journal-aliases"),
+        row("foreign records applied", aliases.foreign_applied, zero(aliases.foreign_applied)),
+    );
+    push(runs("journal-aliases"), row("alias scenario failures", aliases.failures, zero(aliases.failures)));
+    push(
+        runs("journal-replace"),
+        row(
+            "replace-beside-writer races",
+            replace.races,
+            Some((&at_least(size.journal_replace), replace.races >= size.journal_replace)),
+        ),
+    );
+    let replace_bad = replace.checks.lost + replace.checks.failures;
+    push(runs("journal-replace"), row("lost beside a replace", replace_bad, zero(replace_bad)));
+    push(
+        runs("operators"),
+        row(
+            "operator races",
+            operators.races,
+            Some((&at_least(size.operator_races), operators.races >= size.operator_races)),
+        ),
+    );
+    push(
+        runs("operators"),
+        row(
+            "operator completions verified",
+            operators.completions_verified + operators.imports_verified,
+            Some(("> 0", operators.completions_verified > 0 && operators.imports_verified > 0)),
+        ),
+    );
+    push(
+        fuzz || runs("fuzz"),
+        row(
+            "fuzz executions",
+            fuzz_execs,
+            if fuzz {
+                Some((fuzz_target.as_str(), fuzz_crashes == 0 && fuzz_min > 0))
+            } else {
+                Some(("skipped (--no-fuzz)", false))
+            },
+        ),
+    );
+    push(
+        runs("bad-inputs"),
+        row("bad inputs tried", bad.1, Some((&at_least(size.bad_inputs), bad.1 >= size.bad_inputs))),
+    );
+    push(
+        runs("concurrent"),
+        row(
+            "concurrent crash points",
+            concurrent.runs,
+            Some((&at_least(size.concurrent_points), concurrent.runs >= size.concurrent_points)),
+        ),
+    );
+    push(runs("kill"), row("kills during store creation", kills.kills_during_creation, None));
+    push(
+        runs("sweep") || runs("concurrent"),
+        row("power cuts simulated", crash.total.power_cuts + concurrent.power_cuts, None),
+    );
+    push(runs("sweep"), row("eventual-mode rollbacks", crash.total.rolled_back, None));
+    push(runs("operators"), row("operator commands run", operators.commands_run(), None));
+    push(runs("operators"), row("operator-side kills", operators.operators_killed + operators.writers_killed, None));
+    push(
+        runs("self-check"),
+        row(
+            "broken adapters caught",
+            bites_caught,
+            Some((&format!("{} of {}", bites.len(), bites.len()), bites_caught == bites.len() as u64)),
+        ),
+    );
+    println!();
+    println!("| {:<30} | {:>13} | {:<34} | {:<6} |", "row", "value", format!("target ({})", size.name), "status");
+    println!("|{:-<32}|{:->15}|{:-<36}|{:-<8}|", "", "", "", "");
+    let mut ok = true;
+    for r in &rows {
+        let status = match r.pass {
+            Some(true) => "PASS",
+            Some(false) => {
+                ok = false;
+                "MISS"
+            }
+            None => "",
+        };
+        println!("| {:<30} | {:>13} | {:<34} | {:<6} |", r.name, group(r.value), r.target, status);
+    }
+    println!();
+    let times: Vec<String> = timings.iter().map(|(name, d)| format!("{name} {:.0?}", d)).collect();
+    println!("time: {} — total {:.0?}", times.join(", "), started.elapsed());
+    println!("{}", if ok { "RESULT: PASS" } else { "RESULT: FAIL" });
+    Ok(ok)
+}

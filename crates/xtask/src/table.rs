@@ -1,0 +1,33 @@
+//! The report: the rows of the final table, numbers grouped by thousands, and notes.
+
+pub(crate) struct Row {
+    pub(crate) name: &'static str,
+    pub(crate) value: u64,
+    pub(crate) target: String,
+    pub(crate) pass: Option<bool>,
+}
+
+pub(crate) fn row(name: &'static str, value: u64, target: Option<(&str, bool)>) -> Row {
+    match target {
+        Some((text, pass)) => Row { name, value, target: text.to_string(), pass: Some(pass) },
+        None => Row { name, value, target: "(info)".into(), pass: None },
+    }
+}
+
+pub(crate) fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub(crate) fn print_notes(what: &str, notes: &[String]) {
+    for note in notes.iter().take(6) {
+        println!("    ! {what}: {note}");
+    }
+}
