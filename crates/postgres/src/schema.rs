@@ -17,6 +17,8 @@
 use deadpool_postgres::tokio_postgres::types::Type;
 use deadpool_postgres::tokio_postgres::{Client, GenericClient};
 
+use idemdb_core::StateKind;
+
 use crate::error::{ConnectError, DbError, SchemaMismatch};
 
 /// The schema version this build writes and reads.
@@ -26,6 +28,23 @@ pub const SCHEMA_VERSION: u32 = 2;
 /// is a new migration.
 const MIGRATIONS: &[(u32, &str)] =
     &[(1, include_str!("migrations/0001_records.sql")), (2, include_str!("migrations/0002_workflows.sql"))];
+
+/// A record state as an SQL string literal, from the core's name (names are plain
+/// `[a-z_]` words, so quoting is all the escaping they need).
+fn state_literal(state: StateKind) -> String {
+    format!("'{}'", state.as_str())
+}
+
+/// A migration's text for a schema: `{schema}` becomes the quoted schema name and
+/// `{state:NAME}` a record state's literal, spelled by the core (a migration never spells a
+/// state itself).
+fn migration_sql(sql: &str, schema: &str) -> String {
+    let mut sql = sql.replace("{schema}", &format!("\"{schema}\""));
+    for state in StateKind::ALL {
+        sql = sql.replace(&format!("{{state:{}}}", state.as_str()), &state_literal(*state));
+    }
+    sql
+}
 
 /// Key of the advisory lock that serialises migrations of one database (with the schema's hash
 /// as the second half), so instances starting together migrate once.
@@ -157,6 +176,7 @@ impl WorkflowSql {
         let objects = format!("{s}.idemdb_objects");
         let jobs = format!("{s}.idemdb_jobs");
         let records = format!("{s}.idemdb_records");
+        let uncertain = state_literal(StateKind::Uncertain);
         let item_pk = "tenant = $1 AND operation = $2 AND key = $3 AND effect = $4";
         let item_columns = "tenant, operation, key, effect, state, due_at, forget_at, reconcile_since, item";
         let purge = |table: &str| {
@@ -194,7 +214,7 @@ impl WorkflowSql {
                  WHERE reconcile_since IS NOT NULL ORDER BY reconcile_since, tenant, operation, key, effect"
             ),
             records_uncertain: format!(
-                "SELECT tenant, operation, key, record FROM {records} WHERE state = 'uncertain'"
+                "SELECT tenant, operation, key, record FROM {records} WHERE state = {uncertain}"
             ),
             outbox_purge: purge(&outbox),
             advisory_lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))".to_string(),
@@ -403,9 +423,7 @@ pub(crate) async fn run_migrations(client: &mut Client, schema: &str) -> Result<
         return Err(ConnectError::SchemaMismatch(SchemaMismatch::new(schema, found)));
     }
     for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > found) {
-        tx.batch_execute(&sql.replace("{schema}", &format!("\"{schema}\"")))
-            .await
-            .map_err(ConnectError::from_driver)?;
+        tx.batch_execute(&migration_sql(sql, schema)).await.map_err(ConnectError::from_driver)?;
         let version = i32::try_from(*version).unwrap_or(i32::MAX);
         tx.execute(&format!("INSERT INTO \"{schema}\".idemdb_schema (version) VALUES ($1)"), &[&version])
             .await
@@ -454,5 +472,35 @@ mod tests {
             assert!(sql.contains("{schema}"));
         }
         assert_eq!(MIGRATIONS.last().map(|(v, _)| *v), Some(SCHEMA_VERSION));
+    }
+
+    /// Every quoted word in the adapter's SQL, after the names are filled in.
+    fn quoted_words(sql: &str) -> Vec<&str> {
+        sql.split('\'').skip(1).step_by(2).filter(|word| !word.is_empty()).collect()
+    }
+
+    #[test]
+    fn state_names_in_sql_are_the_cores() {
+        // No state is spelled in a migration: each comes from a `{state:NAME}` placeholder that
+        // names a state of the core, and nothing is left unfilled.
+        for (version, sql) in MIGRATIONS {
+            for state in StateKind::ALL {
+                assert!(!sql.contains(&format!("'{state}'")), "migration {version} spells `{state}` itself");
+            }
+            let filled = migration_sql(sql, "public");
+            assert!(!filled.contains('{'), "migration {version} has a placeholder no name fills: {filled}");
+        }
+        let filled = migration_sql(MIGRATIONS[1].1, "public");
+        assert!(filled.contains(&format!("WHERE state = '{}'", StateKind::Uncertain.as_str())), "{filled}");
+        // The statements' quoted words are the core's state names, and the reconciliation
+        // queue's query has the partial index's predicate word for word (so the index serves it).
+        let sql = Sql::new("public");
+        for text in sql.texts() {
+            for word in quoted_words(text) {
+                assert!(word.parse::<StateKind>().is_ok(), "`{word}` in `{text}` is not a state of the core");
+            }
+        }
+        let predicate = format!("state = {}", state_literal(StateKind::Uncertain));
+        assert!(sql.wf.records_uncertain.contains(&predicate) && filled.contains(&predicate));
     }
 }
