@@ -144,8 +144,10 @@ pub(crate) fn canonicalizer(options: &JsValue) -> Result<Canonicalizer, JsValue>
 }
 
 /// Parses a name of the vocabulary `T`; `what` names the argument in the error.
+/// A name of the vocabulary `T`, parsed by the core; an unknown one is refused with the core's
+/// `IDEMDB_UNKNOWN_NAME`, naming the names it accepts.
 pub(crate) fn parse_name<T: Named>(name: &str, what: &str) -> Result<T, JsValue> {
-    T::parse_name(name).map_err(|error| invalid(format!("{what}: {error}")))
+    T::parse_name(name).map_err(|error| js_error(error.code(), format!("{what}: {error}")))
 }
 
 /// A JS string holding a name of the vocabulary `T`.

@@ -69,9 +69,9 @@ export interface StoreOptions {
 /** How one attempt ended. */
 export type AttemptOutcome =
   | { outcome: 'sent' }
+  | { outcome: 'status'; status: number }
   | { outcome: 'network_error' }
-  | { outcome: 'timeout' }
-  | { outcome: 'status'; status: number };
+  | { outcome: 'timeout' };
 
 /** A recorded attempt. */
 export type Attempt = AttemptOutcome & { at: number };

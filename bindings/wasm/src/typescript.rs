@@ -163,6 +163,28 @@ mod tests {
         for status in ReservationKind::ALL {
             assert!(types.contains(&format!("status: '{}'", status.as_str())), "reservation status {status}");
         }
+        // The tagged unions of intents and attempts: one arm per name of the core, in its order.
+        let tags = |prefix: &str| -> Vec<String> {
+            let prefix = format!("{prefix}: '");
+            types
+                .match_indices(&prefix)
+                .filter_map(|(at, _)| {
+                    let rest = &types[at + prefix.len()..];
+                    rest.find('\'').map(|end| rest[..end].to_string())
+                })
+                .collect()
+        };
+        let names = |all: Vec<&str>| all.into_iter().map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(
+            tags("IntentBase & { state"),
+            names(IntentStateKind::ALL.iter().map(|state| state.as_str()).collect()),
+            "the `Intent` union's states are not the core's intent states"
+        );
+        assert_eq!(
+            tags("| { outcome"),
+            names(AttemptOutcomeKind::ALL.iter().map(|outcome| outcome.as_str()).collect()),
+            "the `AttemptOutcome` union is not the core's attempt outcomes"
+        );
     }
 
     #[test]

@@ -89,6 +89,27 @@ fn errors_are_js_errors_with_stable_codes() {
         assert_eq!(string(&error, "code"), code);
         assert_eq!(string(&error, "name"), "IdemdbError");
     }
+    // Names are parsed by the core's vocabularies: an intent state or attempt outcome that is
+    // not one of them is refused with a typed error, never taken as another.
+    let intent = store.create_intent("me", "pay", None, &request("{}"), JsValue::NULL).expect("create");
+    let key = string(&intent, "key");
+    let unknown: [Result<JsValue, JsValue>; 3] = [
+        store.record_attempt("me", "pay", &key, "teleported", None),
+        store.record_attempt("me", "pay", &key, "Sent", None),
+        store.intent_page(None, 10, Some("dormant".into())),
+    ];
+    for result in unknown {
+        let error = result.expect_err("an unknown name");
+        assert!(error.is_instance_of::<js_sys::Error>());
+        assert_eq!(string(&error, "code"), "IDEMDB_UNKNOWN_NAME");
+    }
+    for outcome in idemdb::AttemptOutcomeKind::ALL {
+        let status = (*outcome == idemdb::AttemptOutcomeKind::Status).then_some(503);
+        store.record_attempt("me", "pay", &key, outcome.as_str(), status).expect("every outcome of the core");
+    }
+    for state in idemdb::IntentStateKind::ALL {
+        store.intent_page(None, 10, Some(state.as_str().into())).expect("every intent state of the core");
+    }
     let mut store = store;
     store.close();
     assert_eq!(string(&store.pending_intents().map(JsValue::from).expect_err("closed"), "code"), "IDEMDB_CLOSED");

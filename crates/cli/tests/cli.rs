@@ -1275,7 +1275,11 @@ fn reconcile_resolves_an_uncertain_record_without_an_effect() {
     let records: Vec<&Value> =
         queue["entries"].as_array().expect("entries").iter().filter(|e| e["kind"] == "record").collect();
     assert_eq!(records.len(), 1, "{queue}");
-    assert_eq!(records[0]["what"], "record uncertain");
+    assert_eq!(records[0]["state"], "uncertain");
+    // The admin API's spelling as it is: the table's `what` column is not in the JSON.
+    assert!(records[0].get("what").is_none(), "{queue}");
+    let table = idemdb(["reconcile", file]).code(0).stdout;
+    assert!(table.contains("record uncertain"), "{table}");
     let resolve = ["reconcile", file, "--tenant", "acme", "--operation", "create_payment", "--key"];
     // Only uncertain records are reconciled; the completed one is refused.
     idemdb(resolve.iter().chain(&["paid", "--resolve", "failed"])).code(4);
@@ -1359,4 +1363,36 @@ fn a_fifo_at_the_journal_path_never_hangs_a_command() {
     }
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::symlink_metadata(&journal).expect("fifo").file_type().is_fifo(), "left as it was");
+}
+
+#[test]
+fn reconcile_names_the_cores_provider_states_and_resolutions() {
+    // The help and the refusals spell the names the command parses, which are the core's.
+    let help = idemdb(["reconcile", "--help"]).code(0).stdout;
+    for name in idemdb::ProviderStateKind::ALL.iter().map(|kind| kind.as_str()) {
+        assert!(help.contains(name), "--help does not name the provider state `{name}`: {help}");
+    }
+    for name in idemdb::ResolutionKind::ALL.iter().map(|kind| kind.as_str()) {
+        assert!(help.contains(name), "--help does not name the resolution `{name}`: {help}");
+    }
+    let dir = TempDir::new().expect("tempdir");
+    let path = sample_store(&dir);
+    let refused = idemdb([
+        "reconcile",
+        arg(&path),
+        "--tenant",
+        "acme",
+        "--operation",
+        "create_payment",
+        "--key",
+        "unsure",
+        "--effect",
+        "charge",
+        "--provider",
+        "maybe",
+    ])
+    .code(2);
+    for name in idemdb::ProviderStateKind::ALL.iter().map(|kind| kind.as_str()) {
+        assert!(refused.stderr.contains(name), "the refusal does not list `{name}`: {}", refused.stderr);
+    }
 }

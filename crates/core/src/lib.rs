@@ -93,10 +93,11 @@ pub use transition::{
     reconcile, renew,
 };
 pub use workflow::{
-    Admission, Attention, Claim, Compensation, DELIVERY_FORMAT, Delivery, DeliveryOutcome, DeliveryOutcomeKind,
-    DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, HASHED_KEY_PREFIX, InboxAnswer,
-    InboxDecision, InboxRefusal, JOB_FORMAT, JobAnswer, JobDecision, JobLease, JobRecord, JobRefusal, JobState,
-    JobStateKind, MAX_EFFECT_NAME_LEN, MAX_REASON_LEN, MAX_REFERENCE_LEN, NewEffect, NewerVersion, NewerVersionWithin,
-    OBJECT_FORMAT, OUTBOX_FORMAT, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind, ProviderState,
-    RetentionBudget, StepRecord, ValidTransition, accept, backoff, claim_job,
+    Admission, Attention, AttentionKind, Claim, Compensation, DELIVERY_FORMAT, Delivery, DeliveryOutcome,
+    DeliveryOutcomeKind, DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport,
+    HASHED_KEY_PREFIX, InboxAnswer, InboxDecision, InboxRefusal, JOB_FORMAT, JobAnswer, JobDecision, JobLease,
+    JobRecord, JobRefusal, JobState, JobStateKind, MAX_EFFECT_NAME_LEN, MAX_REASON_LEN, MAX_REFERENCE_LEN, NewEffect,
+    NewerVersion, NewerVersionWithin, OBJECT_FORMAT, OUTBOX_FORMAT, ObjectRecord, OutboxItem, OutboxRefusal,
+    OutboxState, OutboxStateKind, ProviderState, ProviderStateKind, RetentionBudget, StepRecord, ValidTransition,
+    accept, backoff, claim_job,
 };

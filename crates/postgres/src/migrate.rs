@@ -74,9 +74,7 @@ pub(crate) async fn run_migrations(client: &mut Client, schema: &str) -> Result<
         return Err(ConnectError::SchemaMismatch(SchemaMismatch::new(schema, found)));
     }
     for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > found) {
-        tx.batch_execute(&sql.replace("{schema}", &format!("\"{schema}\"")))
-            .await
-            .map_err(ConnectError::from_driver)?;
+        tx.batch_execute(&crate::schema::migration_sql(sql, schema)).await.map_err(ConnectError::from_driver)?;
         let version = i32::try_from(*version).unwrap_or(i32::MAX);
         tx.execute(&format!("INSERT INTO \"{schema}\".idemdb_schema (version) VALUES ($1)"), &[&version])
             .await

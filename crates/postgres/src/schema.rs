@@ -15,6 +15,8 @@
 //! | `idemdb_objects` | (2) `(source, object_id)`, `version`, `state`, `object` |
 //! | `idemdb_jobs` | (2) `(tenant, operation, job)`, `state`, `forget_at` (indexed), `record` |
 
+use idemdb_core::StateKind;
+
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 2;
 
@@ -22,6 +24,23 @@ pub const SCHEMA_VERSION: u32 = 2;
 /// is a new migration.
 pub(crate) const MIGRATIONS: &[(u32, &str)] =
     &[(1, include_str!("migrations/0001_records.sql")), (2, include_str!("migrations/0002_workflows.sql"))];
+
+/// A record state as an SQL string literal, from the core's name (names are plain
+/// `[a-z_]` words, so quoting is all the escaping they need).
+pub(crate) fn state_literal(state: StateKind) -> String {
+    format!("'{}'", state.as_str())
+}
+
+/// A migration's text for a schema: `{schema}` becomes the quoted schema name and
+/// `{state:NAME}` a record state's literal, spelled by the core (a migration never spells a
+/// state itself).
+pub(crate) fn migration_sql(sql: &str, schema: &str) -> String {
+    let mut sql = sql.replace("{schema}", &format!("\"{schema}\""));
+    for state in StateKind::ALL {
+        sql = sql.replace(&format!("{{state:{}}}", state.as_str()), &state_literal(*state));
+    }
+    sql
+}
 
 /// The database time in milliseconds since the Unix epoch, read when the expression runs.
 const NOW_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
@@ -154,6 +173,7 @@ impl WorkflowSql {
         let objects = format!("{s}.idemdb_objects");
         let jobs = format!("{s}.idemdb_jobs");
         let records = format!("{s}.idemdb_records");
+        let uncertain = state_literal(StateKind::Uncertain);
         let item_pk = "tenant = $1 AND operation = $2 AND key = $3 AND effect = $4";
         let item_columns = "tenant, operation, key, effect, state, due_at, forget_at, reconcile_since, item";
         let purge = |table: &str| {
@@ -191,7 +211,7 @@ impl WorkflowSql {
                  WHERE reconcile_since IS NOT NULL ORDER BY reconcile_since, tenant, operation, key, effect"
             ),
             records_uncertain: format!(
-                "SELECT tenant, operation, key, record FROM {records} WHERE state = 'uncertain'"
+                "SELECT tenant, operation, key, record FROM {records} WHERE state = {uncertain}"
             ),
             outbox_purge: purge(&outbox),
             advisory_lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))".to_string(),
@@ -372,5 +392,35 @@ mod tests {
             assert!(sql.contains("{schema}"));
         }
         assert_eq!(MIGRATIONS.last().map(|(v, _)| *v), Some(SCHEMA_VERSION));
+    }
+
+    /// Every quoted word in the adapter's SQL, after the names are filled in.
+    fn quoted_words(sql: &str) -> Vec<&str> {
+        sql.split('\'').skip(1).step_by(2).filter(|word| !word.is_empty()).collect()
+    }
+
+    #[test]
+    fn state_names_in_sql_are_the_cores() {
+        // No state is spelled in a migration: each comes from a `{state:NAME}` placeholder that
+        // names a state of the core, and nothing is left unfilled.
+        for (version, sql) in MIGRATIONS {
+            for state in StateKind::ALL {
+                assert!(!sql.contains(&format!("'{state}'")), "migration {version} spells `{state}` itself");
+            }
+            let filled = migration_sql(sql, "public");
+            assert!(!filled.contains('{'), "migration {version} has a placeholder no name fills: {filled}");
+        }
+        let filled = migration_sql(MIGRATIONS[1].1, "public");
+        assert!(filled.contains(&format!("WHERE state = '{}'", StateKind::Uncertain.as_str())), "{filled}");
+        // The statements' quoted words are the core's state names, and the reconciliation
+        // queue's query has the partial index's predicate word for word (so the index serves it).
+        let sql = Sql::new("public");
+        for text in sql.texts() {
+            for word in quoted_words(text) {
+                assert!(word.parse::<StateKind>().is_ok(), "`{word}` in `{text}` is not a state of the core");
+            }
+        }
+        let predicate = format!("state = {}", state_literal(StateKind::Uncertain));
+        assert!(sql.wf.records_uncertain.contains(&predicate) && filled.contains(&predicate));
     }
 }

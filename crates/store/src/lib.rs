@@ -101,16 +101,16 @@ pub use txn::Txn;
 pub use workflow::{EffectFilter, delivery_policy_name};
 
 pub use idemdb_core::{
-    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AttentionCause, AuditEvent, AuditKind,
-    CanonicalError, Canonicalizer, Claim, Coded, Compensation, DecisionTime, Delivery, DeliveryOutcome,
+    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AttentionCause, AttentionKind, AuditEvent,
+    AuditKind, CanonicalError, Canonicalizer, Claim, Coded, Compensation, DecisionTime, Delivery, DeliveryOutcome,
     DeliveryOutcomeKind, DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode,
     ExpiredLease, Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer,
     InboxRefusal, Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord,
     JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
     NewEffect, NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind,
-    OutcomeClass, Policy, PolicyError, ProviderState, PurgeReport, Record, RecordError, Reservation, ReservationKind,
-    Resolution, ResolutionCause, ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord,
-    Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
+    OutcomeClass, Policy, PolicyError, ProviderState, ProviderStateKind, PurgeReport, Record, RecordError, Reservation,
+    ReservationKind, Resolution, ResolutionCause, ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind,
+    StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
 };
 /// The client retry contract (see [`idemdb_core::classify_answer`]).
 pub use idemdb_core::{

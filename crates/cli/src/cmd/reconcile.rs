@@ -8,7 +8,8 @@ use clap::{ArgGroup, Args};
 use serde_json::{Value, json};
 
 use idemdb::{
-    Attention, EffectName, IdempotencyKey, KeyHash, ProviderState, Resolution, ResolutionCause, ResolutionKind, Scope,
+    Attention, AttentionKind, EffectName, IdempotencyKey, KeyHash, Named, ProviderState, ProviderStateKind, Resolution,
+    ResolutionCause, ResolutionKind, Scope,
 };
 
 use crate::cmd::outbox::item_json;
@@ -69,14 +70,14 @@ pub(crate) struct ReconcileArgs {
     #[arg(long, requires_all = ["tenant", "operation"])]
     key: Option<String>,
     /// Resolve an uncertain record: completed, failed or released.
-    #[arg(long, value_name = "RESOLUTION", requires = "key", conflicts_with = "effect", value_parser = parse_resolution)]
+    #[arg(long, value_name = "RESOLUTION", requires = "key", conflicts_with = "effect", value_parser = parse_name::<ResolutionKind>)]
     resolve: Option<ResolutionKind>,
     /// The effect (outbox item) to resolve or retry.
     #[arg(long, value_name = "NAME", requires = "key")]
     effect: Option<String>,
     /// What the provider says of the effect: confirmed, failed or not_found.
-    #[arg(long, value_name = "STATE", requires = "effect")]
-    provider: Option<String>,
+    #[arg(long, value_name = "STATE", requires = "effect", value_parser = parse_name::<ProviderStateKind>)]
+    provider: Option<ProviderStateKind>,
     /// The provider's reference of a confirmed effect.
     #[arg(long, value_name = "REF")]
     reference: Option<String>,
@@ -109,8 +110,9 @@ fn parse_status(text: &str) -> Result<u16, String> {
     }
 }
 
-fn parse_resolution(name: &str) -> Result<ResolutionKind, String> {
-    name.parse().map_err(|error: idemdb::UnknownName| error.to_string())
+/// A name of one of the core's vocabularies, as clap takes it.
+fn parse_name<T: Named + Send + Sync>(name: &str) -> Result<T, String> {
+    T::parse_name(name).map_err(|error| error.to_string())
 }
 
 /// What to do with the entry.
@@ -120,10 +122,21 @@ enum Action {
     Retry(EffectName),
 }
 
+/// What the provider says: its state, with the reference of a confirmed effect.
 enum Provider {
     Confirmed(String),
     Failed,
     NotFound,
+}
+
+impl Provider {
+    fn kind(&self) -> ProviderStateKind {
+        match self {
+            Provider::Confirmed(_) => ProviderStateKind::Confirmed,
+            Provider::Failed => ProviderStateKind::Failed,
+            Provider::NotFound => ProviderStateKind::NotFound,
+        }
+    }
 }
 
 /// The bytes a resolution stores: the HTTP response the layer replays (its own stored-response
@@ -161,19 +174,22 @@ fn action(args: &ReconcileArgs) -> Result<Option<(Scope, IdempotencyKey, Action)
     if args.retry {
         return Ok(Some((scope, key, Action::Retry(effect))));
     }
-    let provider = match args.provider.as_deref() {
-        Some("confirmed") => {
-            let reference = args
-                .reference
-                .clone()
-                .ok_or_else(|| CliError::usage_msg("--reference", "confirmed needs the provider's reference"))?;
+    let provider = match args.provider {
+        Some(ProviderStateKind::Confirmed) => {
+            let reference = args.reference.clone().ok_or_else(|| {
+                CliError::usage_msg(
+                    "--reference",
+                    &format!("{} needs the provider's reference", ProviderStateKind::Confirmed),
+                )
+            })?;
             Provider::Confirmed(reference)
         }
-        Some("failed") => Provider::Failed,
-        Some("not_found") => Provider::NotFound,
+        Some(ProviderStateKind::Failed) => Provider::Failed,
+        Some(ProviderStateKind::NotFound) => Provider::NotFound,
         other => {
-            let got = other.unwrap_or_default();
-            return Err(CliError::usage_msg("--provider", &format!("`{got}`: confirmed, failed or not_found")));
+            let got = other.map(ProviderStateKind::as_str).unwrap_or_default();
+            let all: Vec<&str> = ProviderStateKind::ALL.iter().map(|kind| kind.as_str()).collect();
+            return Err(CliError::usage_msg("--provider", &format!("`{got}`: one of {}", all.join(", "))));
         }
     };
     Ok(Some((scope, key, Action::Provider(effect, provider))))
@@ -221,21 +237,31 @@ pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
     let done = match action {
         Action::Record(kind) => {
             store.reconcile(&scope, &key, resolution(args, kind)?, ResolutionCause::Operator).map_err(refused)?;
-            json!({ "resolved": "record", "resolution": kind.as_str() })
+            resolved_record(kind)
         }
         Action::Retry(effect) => {
             let item = store.retry_effect(&scope, &key, &effect, ResolutionCause::Operator).map_err(refused)?;
-            json!({ "resolved": "effect", "item": item_json(&store, &item, false) })
+            resolved_effect(item_json(&store, &item, false))
         }
         Action::Provider(effect, provider) => {
             let state = provider_state(args, &provider)?;
             let item =
                 store.resolve_effect(&scope, &key, &effect, state, ResolutionCause::Operator).map_err(refused)?;
-            json!({ "resolved": "effect", "item": item_json(&store, &item, false) })
+            resolved_effect(item_json(&store, &item, false))
         }
     };
     print_done(&done, json);
     Ok(Exit::Ok)
+}
+
+/// What a record's resolution printed: `{"resolved": "record", "resolution": ...}`.
+fn resolved_record(kind: ResolutionKind) -> Value {
+    json!({ "resolved": AttentionKind::Record.as_str(), "resolution": kind.as_str() })
+}
+
+/// What an effect's resolution or retry printed: `{"resolved": "effect", "item": ...}`.
+fn resolved_effect(item: Value) -> Value {
+    json!({ "resolved": AttentionKind::Effect.as_str(), "item": item })
 }
 
 fn print_done(done: &Value, json: bool) {
@@ -290,12 +316,12 @@ fn postgres(
                     .reconcile(&scope, &key, resolution(args, kind)?, ResolutionCause::Operator)
                     .await
                     .map_err(refused)?;
-                json!({ "resolved": "record", "resolution": kind.as_str() })
+                resolved_record(kind)
             }
             Action::Retry(effect) => {
                 let done =
                     store.retry_effect(&scope, &key, &effect, ResolutionCause::Operator).await.map_err(refused)?;
-                json!({ "resolved": "effect", "item": item(&done) })
+                resolved_effect(item(&done))
             }
             Action::Provider(effect, provider) => {
                 let state = provider_state(args, &provider)?;
@@ -303,7 +329,7 @@ fn postgres(
                     .resolve_effect(&scope, &key, &effect, state, ResolutionCause::Operator)
                     .await
                     .map_err(refused)?;
-                json!({ "resolved": "effect", "item": item(&done) })
+                resolved_effect(item(&done))
             }
         };
         print_done(&done, json);
@@ -333,7 +359,7 @@ fn list(source: &str, source_kind: &str, entries: Vec<Value>, json: bool) -> Res
             text("tenant"),
             text("operation"),
             text("key_hash"),
-            text("what"),
+            output::terminal_safe(&what(value)),
         ]);
     }
     if table.is_empty() {
@@ -348,27 +374,20 @@ fn entry_json(store: &idemdb::Store, entry: &Attention, show_keys: bool) -> Valu
     entry_json_of(entry, |scope, key| store.key_hash(scope, key), show_keys)
 }
 
-/// The admin API's spelling of an entry, and `what` for the table.
+/// The admin API's spelling of an entry ([`idemdb_http::admin::attention_json`]), as it is.
 fn entry_json_of(entry: &Attention, hash: impl Fn(&Scope, &IdempotencyKey) -> KeyHash, show_keys: bool) -> Value {
-    let hash = match entry {
-        Attention::Record { scoped, .. } => hash(&scoped.scope, &scoped.key),
-        Attention::Effect { item, .. } => hash(&item.scope, &item.key),
-        _ => KeyHash::from_bytes([0; 16]),
-    };
-    let mut out = idemdb_http::admin::attention_json(entry, hash, show_keys);
-    with_what(&mut out);
-    out
+    let (scope, key) = entry.scoped_key();
+    idemdb_http::admin::attention_json(entry, hash(scope, key), show_keys)
 }
 
-/// Adds `what` ("record uncertain", "effect charge (uncertain)") to an entry.
-fn with_what(entry: &mut Value) {
-    let text = |name: &str| entry[name].as_str().unwrap_or_default().to_string();
-    let what = match text("kind").as_str() {
-        "record" => format!("record {}", text("state")),
-        "effect" => format!("effect {} ({})", text("effect"), text("state")),
-        _ => "unknown".to_string(),
-    };
-    entry["what"] = json!(what);
+/// The table's `what` of an entry: "record uncertain", "effect charge (uncertain)".
+fn what(entry: &Value) -> String {
+    let text = |name: &str| entry[name].as_str().unwrap_or_default();
+    match text("kind").parse::<AttentionKind>() {
+        Ok(AttentionKind::Record) => format!("{} {}", AttentionKind::Record, text("state")),
+        Ok(AttentionKind::Effect) => format!("{} {} ({})", AttentionKind::Effect, text("effect"), text("state")),
+        _ => format!("unknown kind `{}`", text("kind")),
+    }
 }
 
 /// `reconcile --url`: the admin API of a running service.
@@ -469,7 +488,6 @@ mod remote {
                         object.remove("idempotency_key");
                         object.remove("provider_key");
                     }
-                    with_what(&mut entry);
                     entry
                 })
                 .collect();
@@ -488,11 +506,7 @@ mod remote {
             }
             Action::Provider(effect, provider) => {
                 body["effect"] = json!(effect.as_str());
-                body["provider"] = json!(match provider {
-                    Provider::Confirmed(_) => "confirmed",
-                    Provider::Failed => "failed",
-                    Provider::NotFound => "not_found",
-                });
+                body["provider"] = json!(provider.kind().as_str());
                 if let Provider::Confirmed(reference) = provider {
                     body["reference"] = json!(reference);
                 }

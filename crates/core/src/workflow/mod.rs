@@ -27,7 +27,7 @@ pub use job::{
 };
 pub use outbox::{
     Claim, EffectDoubt, EffectReport, MAX_REASON_LEN, MAX_REFERENCE_LEN, NewEffect, OUTBOX_FORMAT, OutboxItem,
-    OutboxRefusal, OutboxState, OutboxStateKind, ProviderState, backoff,
+    OutboxRefusal, OutboxState, OutboxStateKind, ProviderState, ProviderStateKind, backoff,
 };
 
 /// One entry of the reconciliation queue.
@@ -60,7 +60,35 @@ impl Attention {
             Attention::Record { since, .. } | Attention::Effect { since, .. } => *since,
         }
     }
+
+    /// Whether the entry is a record or an effect.
+    pub fn kind(&self) -> AttentionKind {
+        match self {
+            Attention::Record { .. } => AttentionKind::Record,
+            Attention::Effect { .. } => AttentionKind::Effect,
+        }
+    }
+
+    /// The scope and key the entry waits under (an effect's is its operation's).
+    pub fn scoped_key(&self) -> (&crate::Scope, &IdempotencyKey) {
+        match self {
+            Attention::Record { scoped, .. } => (&scoped.scope, &scoped.key),
+            Attention::Effect { item, .. } => (&item.scope, &item.key),
+        }
+    }
 }
+
+/// What an [`Attention`] entry is: its `kind` where the queue crosses a boundary as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AttentionKind {
+    /// [`Attention::Record`].
+    Record,
+    /// [`Attention::Effect`].
+    Effect,
+}
+
+crate::names!(AttentionKind, "reconciliation entry kind", { Record => "record", Effect => "effect" });
 
 /// Longest effect or step name, in bytes.
 pub const MAX_EFFECT_NAME_LEN: usize = 64;

@@ -9,49 +9,44 @@ use serde_json::{Value, json};
 
 use crate::StoredResponse;
 
-/// One entry of the reconciliation queue: `kind` (`"effect"` or `"record"`), `tenant`,
-/// `operation`, `key_hash`, `idempotency_key` (with `show_key`), `state`, `since_ms`; an
-/// effect adds `effect`, `provider_key` (with `show_key`), `cause`, `dispatches`,
-/// `last_reason`, `first_sent_at_ms`; a record adds `cause`.
+/// One entry of the reconciliation queue: `kind` ([`AttentionKind`]: `"effect"` or
+/// `"record"`), `tenant`, `operation`, `key_hash`, `idempotency_key` (with `show_key`), `state`,
+/// `cause`, `since_ms`; an effect adds `effect`, `provider_key` (with `show_key`),
+/// `dispatches`, `last_reason`, `first_sent_at_ms`. The one spelling of an entry: the admin
+/// API, the payments example and the CLI print it as it is.
+///
+/// [`AttentionKind`]: idemdb_core::AttentionKind
 pub fn attention_json(entry: &Attention, key_hash: KeyHash, show_key: bool) -> Value {
+    let (scope, key) = entry.scoped_key();
+    let mut out = json!({
+        "kind": entry.kind().as_str(),
+        "tenant": scope.tenant(),
+        "operation": scope.operation(),
+        "key_hash": key_hash.to_string(),
+        "since_ms": entry.since().as_millis(),
+    });
+    if show_key {
+        out["idempotency_key"] = json!(key.as_str());
+    }
     match entry {
-        Attention::Effect { item, since } => {
-            let mut out = json!({
-                "kind": "effect",
-                "tenant": item.scope.tenant(),
-                "operation": item.scope.operation(),
-                "key_hash": key_hash.to_string(),
-                "effect": item.effect.as_str(),
-                "state": item.state.kind().as_str(),
-                "cause": effect_cause(&item.state),
-                "dispatches": item.dispatches,
-                "last_reason": item.last_reason,
-                "first_sent_at_ms": item.first_sent_at.map(|at| at.as_millis()),
-                "since_ms": since.as_millis(),
-            });
+        Attention::Effect { item, .. } => {
+            out["effect"] = json!(item.effect.as_str());
+            out["state"] = json!(item.state.kind().as_str());
+            out["cause"] = json!(effect_cause(&item.state));
+            out["dispatches"] = json!(item.dispatches);
+            out["last_reason"] = json!(item.last_reason);
+            out["first_sent_at_ms"] = json!(item.first_sent_at.map(|at| at.as_millis()));
             if show_key {
-                out["idempotency_key"] = json!(item.key.as_str());
                 out["provider_key"] = json!(item.provider_key.as_str());
             }
-            out
         }
-        Attention::Record { scoped, record, since } => {
-            let mut out = json!({
-                "kind": "record",
-                "tenant": scoped.scope.tenant(),
-                "operation": scoped.scope.operation(),
-                "key_hash": key_hash.to_string(),
-                "state": record.state.kind().as_str(),
-                "cause": record_cause(&record.state),
-                "since_ms": since.as_millis(),
-            });
-            if show_key {
-                out["idempotency_key"] = json!(scoped.key.as_str());
-            }
-            out
+        Attention::Record { record, .. } => {
+            out["state"] = json!(record.state.kind().as_str());
+            out["cause"] = json!(record_cause(&record.state));
         }
-        _ => json!({ "kind": "unknown", "key_hash": key_hash.to_string(), "since_ms": entry.since().as_millis() }),
+        _ => {}
     }
+    out
 }
 
 fn effect_cause(state: &OutboxState) -> Option<&'static str> {

@@ -141,11 +141,8 @@ async fn queue<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
 }
 
 fn hash<S: IdempotencyStore>(store: &S, entry: &Attention) -> idemdb_core::KeyHash {
-    match entry {
-        Attention::Effect { item, .. } => store.key_hash(&item.scope, &item.key),
-        Attention::Record { scoped, .. } => store.key_hash(&scoped.scope, &scoped.key),
-        _ => idemdb_core::KeyHash::from_bytes([0; 16]),
-    }
+    let (scope, key) = entry.scoped_key();
+    store.key_hash(scope, key)
 }
 
 /// `tenant`, `operation` and `key` of a query or body, validated.

@@ -25,7 +25,7 @@ CREATE INDEX idemdb_outbox_forget ON {schema}.idemdb_outbox (forget_at) WHERE fo
 CREATE INDEX idemdb_outbox_reconcile ON {schema}.idemdb_outbox (reconcile_since) WHERE reconcile_since IS NOT NULL;
 
 -- The reconciliation queue's records: uncertain ones only.
-CREATE INDEX idemdb_records_uncertain ON {schema}.idemdb_records (tenant) WHERE state = 'uncertain';
+CREATE INDEX idemdb_records_uncertain ON {schema}.idemdb_records (tenant) WHERE state = {state:uncertain};
 
 CREATE TABLE {schema}.idemdb_deliveries (
     source      text COLLATE "C" NOT NULL,

@@ -203,7 +203,35 @@ pub enum ProviderState {
     NotFound,
 }
 
+/// What a [`ProviderState`] says, without its data: the name an operator or a resolution
+/// request gives (`confirmed`, `failed`, `not_found`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProviderStateKind {
+    /// [`ProviderState::Confirmed`].
+    Confirmed,
+    /// [`ProviderState::Failed`].
+    Failed,
+    /// [`ProviderState::NotFound`].
+    NotFound,
+}
+
+crate::names!(ProviderStateKind, "provider state", {
+    Confirmed => "confirmed",
+    Failed => "failed",
+    NotFound => "not_found",
+});
+
 impl ProviderState {
+    /// What the state says, without its data.
+    pub fn kind(&self) -> ProviderStateKind {
+        match self {
+            ProviderState::Confirmed { .. } => ProviderStateKind::Confirmed,
+            ProviderState::Failed { .. } => ProviderStateKind::Failed,
+            ProviderState::NotFound => ProviderStateKind::NotFound,
+        }
+    }
+
     /// What the intent's record completes with: the result of a confirmed effect, else `None`.
     pub fn result(&self) -> Option<Vec<u8>> {
         match self {
