@@ -178,9 +178,11 @@ describe('intent pages and iteration', () => {
   test('bad page arguments are typed errors; an aborted iteration stops with AbortedError', async () => {
     const store = await openMemoryStore();
     store.createIntents(scope, [{ n: 1 }, { n: 2 }, { n: 3 }]);
-    for (const options of [{ limit: 0 }, { limit: 10_001 }, { limit: 1.5 }, { after: 'xyz' }, { after: 'abc' }, { after: '' }, { state: 'done' }]) {
+    for (const options of [{ limit: 0 }, { limit: 10_001 }, { limit: 1.5 }, { after: 'xyz' }, { after: 'abc' }, { after: '' }]) {
       assert.throws(() => store.intentPage(options), (e) => e instanceof InvalidInputError && e.code === 'IDEMDB_INVALID_ARGUMENT', JSON.stringify(options));
     }
+    // A state the core does not name is refused with the core's code for an unknown name.
+    assert.throws(() => store.intentPage({ state: 'done' }), (e) => e instanceof InvalidInputError && e.code === 'IDEMDB_UNKNOWN_NAME');
     const controller = new AbortController();
     const seen = [];
     await assert.rejects(
