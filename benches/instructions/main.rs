@@ -31,6 +31,9 @@ const WORKLOAD_ENV: &str = "IDEMDB_INSTRUCTIONS_WORKLOAD";
 /// Operations in the small and the large run.
 const SMALL: u64 = 200;
 const LARGE: u64 = 1_200;
+/// The same with `--quick` (the CI smoke: the harness runs, the figures carry no weight).
+const QUICK_SMALL: u64 = 20;
+const QUICK_LARGE: u64 = 120;
 /// Completed records the replay workloads look up among.
 const REPLAY_SET: u64 = 1_000;
 
@@ -108,13 +111,15 @@ fn run() -> Res<()> {
         return run_workload(&spec);
     }
     let mut top = None;
+    let (mut small_ops, mut large_ops) = (SMALL, LARGE);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--top" => top = Some(args.next().ok_or("--top needs a workload name")?),
             "--bench" => {}
+            "--quick" => (small_ops, large_ops) = (QUICK_SMALL, QUICK_LARGE),
             "--help" | "-h" => {
-                println!("usage: cargo bench -p idemdb-benches --bench instructions -- [--top WORKLOAD]");
+                println!("usage: cargo bench -p idemdb-benches --bench instructions -- [--quick] [--top WORKLOAD]");
                 println!("workloads: {}", WORKLOADS.iter().map(|w| w.name).collect::<Vec<_>>().join(", "));
                 return Ok(());
             }
@@ -126,16 +131,19 @@ fn run() -> Res<()> {
         return Ok(());
     }
     let scratch = scratch_dir()?;
-    println!("# Instructions per operation (callgrind; {LARGE} − {SMALL} operations, set-up cancelled out)\n");
+    println!("# Instructions per operation (callgrind; {large_ops} − {small_ops} operations, set-up cancelled out)\n");
+    if large_ops == QUICK_LARGE {
+        println!("quick mode: too few operations for the figures to carry weight\n");
+    }
     println!("| workload | instructions / op |");
     println!("|---|---:|");
     let mut per_op = Vec::new();
     for workload in WORKLOADS {
-        let small = count(workload, SMALL, &scratch, None)?;
+        let small = count(workload, small_ops, &scratch, None)?;
         let keep =
             (top.as_deref() == Some(workload.name)).then(|| scratch.join(format!("{}.callgrind", workload.name)));
-        let large = count(workload, LARGE, &scratch, keep.as_deref())?;
-        let instructions = large.saturating_sub(small) / (LARGE - SMALL);
+        let large = count(workload, large_ops, &scratch, keep.as_deref())?;
+        let instructions = large.saturating_sub(small) / (large_ops - small_ops);
         println!("| {} | {} |", workload.what, group(instructions));
         per_op.push((workload.name, instructions));
     }
@@ -151,7 +159,7 @@ fn run() -> Res<()> {
         if !file.exists() {
             return Err(format!("no workload named {name:?} (try --help)").into());
         }
-        println!("\n## Where the instructions of `{name}` go (inclusive, {LARGE} operations plus set-up)\n");
+        println!("\n## Where the instructions of `{name}` go (inclusive, {large_ops} operations plus set-up)\n");
         let annotated = Command::new("callgrind_annotate").arg("--inclusive=yes").arg(&file).output()?;
         let text = String::from_utf8_lossy(&annotated.stdout);
         for line in text.lines().filter(|line| line.contains(':')).take(60) {
