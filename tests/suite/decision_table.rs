@@ -2,7 +2,7 @@
 //! through the store interface, against the redb store in memory and on a file. One table,
 //! every backend (the PostgreSQL adapter and the wasm32 build run the same runner).
 
-use idemdb::{Durability, ManualClock, Policy, Store};
+use idemdb::{AsyncStore, Durability, ManualClock, Policy, Store};
 use idemdb_core::{
     DecisionContext, Failure, IdempotencyKey, Record, Reservation, Retention, Scope, Timestamp, complete, decide, fail,
 };
@@ -97,9 +97,9 @@ impl Stores {
 }
 
 impl Backend for Stores {
-    type Store = Store;
+    type Store = AsyncStore;
 
-    async fn open(&mut self, operations: &[(&'static str, Policy)]) -> Store {
+    async fn open(&mut self, operations: &[(&'static str, Policy)]) -> AsyncStore {
         // A clock of its own per store: time only goes forward from its open.
         self.clock = ManualClock::new(idemdb::Clock::now(&self.clock).as_millis());
         let mut builder = Store::builder().clock(self.clock.clone());
@@ -107,13 +107,14 @@ impl Backend for Stores {
             builder = builder.policy(*operation, policy.clone());
         }
         self.opened += 1;
-        match &self.dir {
+        let store = match &self.dir {
             None => builder.in_memory().expect("open memory store"),
             Some(dir) => builder
                 .durability(Durability::Eventual)
                 .open(dir.path().join(format!("case-{}.idemdb", self.opened)))
                 .expect("open file store"),
-        }
+        };
+        store.asynchronous()
     }
 
     fn set_time(&mut self, millis: u64) {

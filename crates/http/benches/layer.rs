@@ -29,7 +29,7 @@ use axum::{Extension, Router};
 use http::Method;
 use idemdb::redb::backends::FileBackend;
 use idemdb::redb::{BackendError, StorageBackend, TableDefinition};
-use idemdb::{Durability, Store};
+use idemdb::{AsyncStore, Durability, Store};
 use idemdb_http::{IdempotencyLayer, LeaseHandle, Operation, SingleTenant};
 
 const ROWS: TableDefinition<&str, &[u8]> = TableDefinition::new("bench_rows");
@@ -139,7 +139,7 @@ async fn bare(Extension(store): Extension<Store>, body: Bytes) -> impl IntoRespo
 /// The same row, and the completion in the same commit.
 async fn one_commit(
     Extension(store): Extension<Store>,
-    Extension(lease): Extension<LeaseHandle<Store>>,
+    Extension(lease): Extension<LeaseHandle<AsyncStore>>,
     body: Bytes,
 ) -> impl IntoResponse {
     let key = row_key();
@@ -159,7 +159,7 @@ async fn one_commit(
 }
 
 fn app(store: Store) -> Router {
-    let layer = IdempotencyLayer::new(store.clone(), SingleTenant::new("bench"))
+    let layer = IdempotencyLayer::new(store.asynchronous(), SingleTenant::new("bench"))
         .route(Method::POST, Path::OneCommit.route(), Operation::named("one_commit"))
         .route(Method::POST, Path::LayerCompletes.route(), Operation::named("layer_completes"))
         .only_listed_routes();

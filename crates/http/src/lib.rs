@@ -24,7 +24,7 @@
 //! struct Account(String);
 //! let tenant = |parts: &Parts| parts.extensions.get::<Account>().map(|a| a.0.clone());
 //!
-//! let idempotency = IdempotencyLayer::new(store, tenant)
+//! let idempotency = IdempotencyLayer::new(store.asynchronous(), tenant)
 //!     .route(Method::POST, "/v1/orders", Operation::named("place_order"));
 //! Router::new().route("/v1/orders", post(|| async { "placed" })).layer(idempotency)
 //! # }

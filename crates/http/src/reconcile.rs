@@ -35,15 +35,15 @@
 //! /// A provider that can be asked about a charge by its provider key.
 //! struct Provider;
 //!
-//! impl EffectLookup<idemdb::Store> for Provider {
-//!     async fn decide(&self, _store: &idemdb::Store, _item: &OutboxItem) -> EffectDecision {
+//! impl EffectLookup<idemdb::AsyncStore> for Provider {
+//!     async fn decide(&self, _store: &idemdb::AsyncStore, _item: &OutboxItem) -> EffectDecision {
 //!         // Ask the provider about `item.provider_key`; resolve through the store.
 //!         EffectDecision::Undecided
 //!     }
 //! }
 //!
 //! let charge = EffectName::new("charge").expect("a valid effect name");
-//! let reconciler = Reconciler::new(store, Provider).declare("create_payment", [charge]);
+//! let reconciler = Reconciler::new(store.asynchronous(), Provider).declare("create_payment", [charge]);
 //! tokio::spawn(reconciler.run());
 //! # }
 //! ```

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 
 use idemdb::redb::TableDefinition;
 use idemdb::{
-    BackupError, BackupOptions, BackupReport, EffectReport, OutboxItem, ProviderState, ResolutionCause, Store,
+    AsyncStore, BackupError, BackupOptions, BackupReport, EffectReport, OutboxItem, ProviderState, ResolutionCause,
+    Store,
 };
 use idemdb_interface::InspectStore;
 use serde_json::Value;
@@ -117,17 +118,19 @@ pub enum BackupOutcome {
 #[derive(Debug, Clone)]
 pub struct RedbLedger {
     store: Store,
+    /// The same store through the async interface the service is generic over.
+    handle: AsyncStore,
 }
 
 impl RedbLedger {
     /// A ledger in `store`'s database.
     pub fn new(store: Store) -> Self {
-        RedbLedger { store }
+        RedbLedger { handle: store.asynchronous(), store }
     }
 }
 
 impl Ledger for RedbLedger {
-    type Store = Store;
+    type Store = AsyncStore;
 
     fn wait_for_charges(&self) -> impl Future<Output = ()> + Send {
         // One process owns the file: only items that become due later (a retry after its
@@ -135,8 +138,8 @@ impl Ledger for RedbLedger {
         tokio::time::sleep(crate::dispatch::POLL)
     }
 
-    fn store(&self) -> &Store {
-        &self.store
+    fn store(&self) -> &AsyncStore {
+        &self.handle
     }
 
     fn record_payment(

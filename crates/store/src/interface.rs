@@ -6,9 +6,10 @@
 //! there; an async runtime's worker threads never wait on an `fsync`. On `wasm32` there are no
 //! threads: every call runs inline and its future is ready when first polled.
 //!
-//! `Store`'s own (blocking) methods have the same names, and a method call on a `Store` picks
-//! them; async code is generic over the interface, or names it (`IdempotencyStore::reserve(&store,
-//! ...)`).
+//! [`Store`]'s own methods block; the interface is implemented by a separate handle,
+//! [`AsyncStore`] ([`Store::asynchronous`]), so a method call never silently picks the blocking
+//! method where the async one was meant: a `Store` has only blocking methods, an `AsyncStore`
+//! only async ones (as `reqwest` keeps its blocking client in a type of its own).
 //!
 //! ```
 //! use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
@@ -29,6 +30,7 @@
 //! let store = Store::in_memory()?;
 //! let scope = Scope::new("acme", "create_payment")?;
 //! let key = IdempotencyKey::new("order-842")?;
+//! let store = store.asynchronous();
 //! assert_eq!(pollster::block_on(charge_once(&store, &scope, &key))?, b"ch_1");
 //! assert_eq!(pollster::block_on(charge_once(&store, &scope, &key))?, b"ch_1", "a replay");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -63,20 +65,67 @@ async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'stati
     work()
 }
 
+/// The async handle of a [`Store`]: the same store (a clone of the handle, cheap: two reference
+/// counts), seen through the async store interface ([`IdempotencyStore`], [`WorkflowStore`],
+/// [`InspectStore`]) that the HTTP layer and backend-neutral code are generic over.
+///
+/// Its methods are the interface's, and they are async; [`Store`]'s methods of the same names
+/// block. Keeping the two in separate types means a call always means what it says.
+///
+/// ```
+/// use idemdb::Store;
+/// use idemdb_interface::IdempotencyStore;
+///
+/// let store = Store::in_memory()?;
+/// let handle = store.asynchronous();
+/// assert_eq!(handle.policy("any"), store.policy("any"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct AsyncStore {
+    store: Store,
+}
+
+impl Store {
+    /// This store's async handle, for code generic over the store interface.
+    pub fn asynchronous(&self) -> AsyncStore {
+        AsyncStore { store: self.clone() }
+    }
+}
+
+impl AsyncStore {
+    /// The blocking store behind this handle.
+    pub fn blocking(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl std::fmt::Debug for AsyncStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncStore").finish_non_exhaustive()
+    }
+}
+
+impl From<Store> for AsyncStore {
+    fn from(store: Store) -> Self {
+        AsyncStore { store }
+    }
+}
+
 /// The futures own a clone of the handle (cheap: two reference counts).
-impl IdempotencyStore for Store {
+impl IdempotencyStore for AsyncStore {
     type Error = Error;
 
     fn policy(&self, operation: &str) -> &Policy {
-        Store::policy(self, operation)
+        Store::policy(&self.store, operation)
     }
 
     fn key_hash(&self, scope: &Scope, key: &IdempotencyKey) -> KeyHash {
-        Store::key_hash(self, scope, key)
+        Store::key_hash(&self.store, scope, key)
     }
 
     fn tenant_hash(&self, tenant: &str) -> KeyHash {
-        Store::tenant_hash(self, tenant)
+        Store::tenant_hash(&self.store, tenant)
     }
 
     fn reserve(
@@ -97,7 +146,7 @@ impl IdempotencyStore for Store {
         correlation: Option<&str>,
         effects: Vec<NewEffect>,
     ) -> impl Future<Output = Result<Reservation, Error>> + Send {
-        let store = self.clone();
+        let store = self.store.clone();
         let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
         let correlation = correlation.map(str::to_string);
         async move {
@@ -127,17 +176,17 @@ impl IdempotencyStore for Store {
     }
 
     fn complete(&self, lease: &Lease, result: Vec<u8>) -> impl Future<Output = Result<(), Error>> + Send {
-        let (store, lease) = (self.clone(), lease.clone());
+        let (store, lease) = (self.store.clone(), lease.clone());
         off_runtime(move || store.complete(&lease, result))
     }
 
     fn fail(&self, lease: &Lease, failure: Failure) -> impl Future<Output = Result<(), Error>> + Send {
-        let (store, lease) = (self.clone(), lease.clone());
+        let (store, lease) = (self.store.clone(), lease.clone());
         off_runtime(move || store.fail(&lease, failure))
     }
 
     fn renew(&self, lease: &Lease) -> impl Future<Output = Result<Lease, Error>> + Send {
-        let (store, lease) = (self.clone(), lease.clone());
+        let (store, lease) = (self.store.clone(), lease.clone());
         off_runtime(move || store.renew(&lease))
     }
 
@@ -148,17 +197,17 @@ impl IdempotencyStore for Store {
         resolution: Resolution,
         cause: ResolutionCause,
     ) -> impl Future<Output = Result<(), Error>> + Send {
-        let (store, scope, key) = (self.clone(), scope.clone(), key.clone());
+        let (store, scope, key) = (self.store.clone(), scope.clone(), key.clone());
         off_runtime(move || store.reconcile(&scope, &key, resolution, cause))
     }
 
     fn get(&self, scope: &Scope, key: &IdempotencyKey) -> impl Future<Output = Result<Option<Record>, Error>> + Send {
-        let answer = Store::get(self, scope, key);
+        let answer = Store::get(&self.store, scope, key);
         async move { answer }
     }
 
     fn purge_expired(&self, budget: usize) -> impl Future<Output = Result<PurgeReport, Error>> + Send {
-        let store = self.clone();
+        let store = self.store.clone();
         off_runtime(move || store.purge_expired(budget))
     }
 }
@@ -166,7 +215,7 @@ impl IdempotencyStore for Store {
 /// Every call runs in a transaction of its own, on the blocking pool natively (each waits
 /// for a flush).
 #[cfg(feature = "workflow")]
-impl WorkflowStore for Store {
+impl WorkflowStore for AsyncStore {
     fn enqueue_effect(
         &self,
         lease: &Lease,
@@ -174,12 +223,12 @@ impl WorkflowStore for Store {
         version: u16,
         payload: Vec<u8>,
     ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
-        let (store, lease, effect) = (self.clone(), lease.clone(), effect.clone());
+        let (store, lease, effect) = (self.store.clone(), lease.clone(), effect.clone());
         off_runtime(move || store.enqueue_effect(&lease, &effect, version, payload))
     }
 
     fn claim_effects(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxItem>, Error>> + Send {
-        let store = self.clone();
+        let store = self.store.clone();
         off_runtime(move || store.claim_effects(limit))
     }
 
@@ -188,7 +237,7 @@ impl WorkflowStore for Store {
         claim: &OutboxItem,
         report: EffectReport,
     ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
-        let (store, claim) = (self.clone(), claim.clone());
+        let (store, claim) = (self.store.clone(), claim.clone());
         off_runtime(move || store.report_effect(&claim, report))
     }
 
@@ -199,7 +248,7 @@ impl WorkflowStore for Store {
         effect: &EffectName,
         cause: ResolutionCause,
     ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
-        let (store, scope, key, effect) = (self.clone(), scope.clone(), key.clone(), effect.clone());
+        let (store, scope, key, effect) = (self.store.clone(), scope.clone(), key.clone(), effect.clone());
         off_runtime(move || store.retry_effect(&scope, &key, &effect, cause))
     }
 
@@ -211,7 +260,7 @@ impl WorkflowStore for Store {
         state: ProviderState,
         cause: ResolutionCause,
     ) -> impl Future<Output = Result<OutboxItem, Error>> + Send {
-        let (store, scope, key, effect) = (self.clone(), scope.clone(), key.clone(), effect.clone());
+        let (store, scope, key, effect) = (self.store.clone(), scope.clone(), key.clone(), effect.clone());
         off_runtime(move || store.resolve_effect(&scope, &key, &effect, state, cause))
     }
 
@@ -221,12 +270,12 @@ impl WorkflowStore for Store {
         key: &IdempotencyKey,
         effect: &EffectName,
     ) -> impl Future<Output = Result<Option<OutboxItem>, Error>> + Send {
-        let answer = Store::effect(self, scope, key, effect);
+        let answer = Store::effect(&self.store, scope, key, effect);
         async move { answer }
     }
 
     fn reconciliation_queue(&self, limit: usize) -> impl Future<Output = Result<Vec<Attention>, Error>> + Send {
-        let answer = Store::reconciliation_queue(self, limit);
+        let answer = Store::reconciliation_queue(&self.store, limit);
         async move { answer }
     }
 
@@ -236,7 +285,7 @@ impl WorkflowStore for Store {
         old_key: &IdempotencyKey,
         new_key: &IdempotencyKey,
     ) -> impl Future<Output = Result<(), Error>> + Send {
-        let (store, scope, old_key, new_key) = (self.clone(), scope.clone(), old_key.clone(), new_key.clone());
+        let (store, scope, old_key, new_key) = (self.store.clone(), scope.clone(), old_key.clone(), new_key.clone());
         off_runtime(move || store.supersede(&scope, &old_key, &new_key))
     }
 
@@ -245,7 +294,7 @@ impl WorkflowStore for Store {
         delivery: &Delivery,
         guard: G,
     ) -> impl Future<Output = Result<InboxAnswer, Error>> + Send {
-        let (store, delivery) = (self.clone(), delivery.clone());
+        let (store, delivery) = (self.store.clone(), delivery.clone());
         off_runtime(move || store.accept_delivery(&delivery, &guard))
     }
 
@@ -254,7 +303,7 @@ impl WorkflowStore for Store {
         source: &str,
         object_id: &str,
     ) -> impl Future<Output = Result<Option<ObjectRecord>, Error>> + Send {
-        let answer = Store::object(self, source, object_id);
+        let answer = Store::object(&self.store, source, object_id);
         async move { answer }
     }
 
@@ -264,7 +313,7 @@ impl WorkflowStore for Store {
         job: &IdempotencyKey,
         fingerprint: &Fingerprint,
     ) -> impl Future<Output = Result<JobAnswer, Error>> + Send {
-        let (store, scope, job, fingerprint) = (self.clone(), scope.clone(), job.clone(), *fingerprint);
+        let (store, scope, job, fingerprint) = (self.store.clone(), scope.clone(), job.clone(), *fingerprint);
         off_runtime(move || store.claim_job(&scope, &job, &fingerprint))
     }
 
@@ -275,12 +324,12 @@ impl WorkflowStore for Store {
         result: Vec<u8>,
         compensation: Option<Vec<u8>>,
     ) -> impl Future<Output = Result<(), Error>> + Send {
-        let (store, lease, step) = (self.clone(), lease.clone(), step.clone());
+        let (store, lease, step) = (self.store.clone(), lease.clone(), step.clone());
         off_runtime(move || store.record_step(&lease, &step, result, compensation))
     }
 
     fn finish_job(&self, lease: &JobLease, result: Vec<u8>) -> impl Future<Output = Result<(), Error>> + Send {
-        let (store, lease) = (self.clone(), lease.clone());
+        let (store, lease) = (self.store.clone(), lease.clone());
         off_runtime(move || store.finish_job(&lease, result))
     }
 
@@ -289,7 +338,7 @@ impl WorkflowStore for Store {
         lease: &JobLease,
         reason: &str,
     ) -> impl Future<Output = Result<Vec<Compensation>, Error>> + Send {
-        let (store, lease, reason) = (self.clone(), lease.clone(), reason.to_string());
+        let (store, lease, reason) = (self.store.clone(), lease.clone(), reason.to_string());
         off_runtime(move || store.abandon_job(&lease, &reason))
     }
 
@@ -298,7 +347,7 @@ impl WorkflowStore for Store {
         lease: &JobLease,
         step: &EffectName,
     ) -> impl Future<Output = Result<(), Error>> + Send {
-        let (store, lease, step) = (self.clone(), lease.clone(), step.clone());
+        let (store, lease, step) = (self.store.clone(), lease.clone(), step.clone());
         off_runtime(move || store.record_compensated(&lease, &step))
     }
 
@@ -307,7 +356,7 @@ impl WorkflowStore for Store {
         scope: &Scope,
         job: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<JobRecord>, Error>> + Send {
-        let answer = Store::job(self, scope, job);
+        let answer = Store::job(&self.store, scope, job);
         async move { answer }
     }
 }
@@ -351,18 +400,18 @@ impl Store {
 
 /// The listings read a snapshot inline: no commit, no `fsync`.
 #[cfg(feature = "workflow")]
-impl InspectStore for Store {
+impl InspectStore for AsyncStore {
     fn list_effects(
         &self,
         state: Option<idemdb_core::OutboxStateKind>,
         limit: usize,
     ) -> impl Future<Output = Result<Option<Vec<OutboxItem>>, Error>> + Send {
         let filter = crate::EffectFilter { state, tenant: None, limit };
-        std::future::ready(self.effects(&filter).map(Some))
+        std::future::ready(self.store.effects(&filter).map(Some))
     }
 
     fn list_deliveries(&self, limit: usize) -> impl Future<Output = Result<Option<Vec<ListedDelivery>>, Error>> + Send {
-        let listed = self.deliveries(limit).map(|deliveries| {
+        let listed = self.store.deliveries(limit).map(|deliveries| {
             deliveries
                 .into_iter()
                 .map(|(source, delivery_id, record)| ListedDelivery { source, delivery_id, record })
@@ -377,8 +426,8 @@ impl InspectStore for Store {
         key: &IdempotencyKey,
         window: usize,
     ) -> impl Future<Output = Result<Option<Vec<idemdb_core::AuditEvent>>, Error>> + Send {
-        let hash = Store::key_hash(self, scope, key);
-        let events = self.audit_events(window).map(|events| {
+        let hash = Store::key_hash(&self.store, scope, key);
+        let events = self.store.audit_events(window).map(|events| {
             events.into_iter().filter(|event| event.key_hash == hash && event.tenant == scope.tenant()).collect()
         });
         std::future::ready(events.map(Some))

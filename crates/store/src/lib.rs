@@ -86,6 +86,7 @@ pub use idemdb_interface::SystemClock;
 pub use idemdb_interface::{Clock, ManualClock};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use intents::{IntentError, IntentPage, IntentPurge};
+pub use interface::AsyncStore;
 pub use journal::DEFAULT_JOURNAL_BYTES;
 pub use journal::wal::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS, JournalStats};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

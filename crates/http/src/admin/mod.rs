@@ -22,7 +22,7 @@
 //!     }
 //!     next.run(request).await
 //! }
-//! let admin = AdminApi::new(store).router().layer(middleware::from_fn(operators_only));
+//! let admin = AdminApi::new(store.asynchronous()).router().layer(middleware::from_fn(operators_only));
 //! public.nest("/v1/admin", admin)
 //! # }
 //! ```

@@ -31,7 +31,7 @@ use crate::problem::ProblemTypes;
 /// use http::Method;
 ///
 /// # fn app(store: idemdb::Store) -> Router {
-/// let idempotency = IdempotencyLayer::new(store, SingleTenant::new("acme"))
+/// let idempotency = IdempotencyLayer::new(store.asynchronous(), SingleTenant::new("acme"))
 ///     .route(Method::POST, "/v1/orders", Operation::named("place_order"));
 /// Router::new()
 ///     .route("/v1/orders", post(|| async { "placed" }))

@@ -37,14 +37,14 @@ async fn an_operator_completes_or_releases_an_uncertain_key() {
             let effects = effects.clone();
             async move {
                 effects.add();
-                let handle = request.extensions().get::<LeaseHandle<idemdb::Store>>().cloned().unwrap();
+                let handle = request.extensions().get::<LeaseHandle<idemdb::AsyncStore>>().cloned().unwrap();
                 handle.mark_uncertain().await.unwrap();
                 Response::builder().status(502).body(Body::from("provider timed out")).unwrap()
             }
         }
     };
-    let svc = service(layer(store.clone(), idemdb_http::Operation::named("pay")), handler);
-    let router = AdminApi::new(store.clone()).router();
+    let svc = service(layer(store.asynchronous(), idemdb_http::Operation::named("pay")), handler);
+    let router = AdminApi::new(store.asynchronous()).router();
     for key in ["k-done", "k-free"] {
         assert_eq!(send(&svc, post("/pay", Some(key), BODY)).await.status, StatusCode::BAD_GATEWAY);
     }

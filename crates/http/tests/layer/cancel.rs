@@ -69,7 +69,7 @@ async fn poll_then_drop<F: Future + Unpin>(mut future: F, polls: usize) {
 async fn a_request_future_dropped_at_any_point_leaves_its_key_settled_or_untouched() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("pay")), slow_handler(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("pay")), slow_handler(effects.clone()));
     let mut completed = 0;
     for polls in 0..40 {
         let key = format!("k-{polls}");
@@ -104,7 +104,7 @@ async fn a_request_future_dropped_at_any_point_leaves_its_key_settled_or_untouch
 async fn clients_that_hang_up_over_a_real_socket_never_strand_their_keys() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("pay")), slow_handler(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("pay")), slow_handler(effects.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let router = axum::Router::new().fallback_service(svc.clone());
@@ -172,7 +172,7 @@ async fn a_panic_while_the_layer_collects_the_body_settles_the_key_uncertain() {
             std::future::ready(Response::builder().status(StatusCode::CREATED).body(Body::new(Exploding)).unwrap())
         }
     };
-    let svc = service(layer(store.clone(), Operation::named("op")), handler);
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), handler);
     let first = send(&svc, post("/p", Some("k-1"), BODY)).await;
     assert_eq!(first.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(first.problem(), "urn:idemdb:problem:internal");

@@ -26,7 +26,7 @@ async fn answers_refusals_and_settlements_are_counted_by_operation() {
 
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("pay")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("pay")), created(effects.clone()));
     let body = r#"{"amount":1}"#;
     assert_eq!(send(&svc, post("/p", Some("m-1"), body)).await.status, StatusCode::CREATED);
     assert!(send(&svc, post("/p", Some("m-1"), body)).await.replayed());
@@ -34,7 +34,7 @@ async fn answers_refusals_and_settlements_are_counted_by_operation() {
     assert_eq!(send(&svc, post("/p", Some("m-1"), r#"{"amount":2}"#)).await.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(send(&svc, post("/p", None, body)).await.status, StatusCode::BAD_REQUEST);
     // A handler's 500 is stored (a definitive failure).
-    let failing = service(layer(store.clone(), Operation::named("pay")), |_| async {
+    let failing = service(layer(store.asynchronous(), Operation::named("pay")), |_| async {
         Response::builder().status(StatusCode::INTERNAL_SERVER_ERROR).body(Body::from("boom")).unwrap()
     });
     assert_eq!(send(&failing, post("/p", Some("m-2"), body)).await.status, StatusCode::INTERNAL_SERVER_ERROR);

@@ -23,7 +23,7 @@ async fn the_effect_is_enqueued_with_the_reservation_before_the_handler_runs() {
     let seen: Arc<Mutex<Vec<Option<Vec<u8>>>>> = Arc::default();
     let (watcher, seen_by) = (store.clone(), Arc::clone(&seen));
     let effect = charge.clone();
-    let svc = service(layer(store.clone(), op), move |request: Request<Body>| {
+    let svc = service(layer(store.asynchronous(), op), move |request: Request<Body>| {
         let (store, seen, effect) = (watcher.clone(), Arc::clone(&seen_by), effect.clone());
         async move {
             let key = request.headers()["idempotency-key"].to_str().unwrap().trim_matches('"').to_string();

@@ -99,7 +99,7 @@ async fn a_panicking_handler_leaves_the_key_uncertain_never_runnable_twice() {
             }
         }
     };
-    let svc = service(layer(store.clone(), Operation::named("op")), handler);
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), handler);
     let first = send(&svc, post("/p", Some("k-1"), BODY)).await;
     assert_eq!(first.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(first.problem(), "urn:idemdb:problem:internal");
@@ -126,7 +126,7 @@ async fn a_service_error_leaves_the_key_uncertain_and_is_passed_on() {
             async { Err::<Response<Body>, std::io::Error>(std::io::Error::other("connection to the bank reset")) }
         }
     });
-    let svc = layer(store.clone(), Operation::named("op")).layer(inner);
+    let svc = layer(store.asynchronous(), Operation::named("op")).layer(inner);
     let error = svc.clone().oneshot(post("/p", Some("k-1"), BODY)).await.unwrap_err();
     assert_eq!(error.to_string(), "connection to the bank reset");
     assert_eq!(record(&store, "op", "k-1").unwrap().state.kind(), StateKind::Uncertain);
@@ -165,7 +165,7 @@ async fn too_large_and_streamed_responses_reach_the_first_client_and_leave_the_k
             std::future::ready(Response::builder().status(200).body(body).unwrap())
         }
     };
-    let svc = service(layer(store.clone(), Operation::new()), handler);
+    let svc = service(layer(store.asynchronous(), Operation::new()), handler);
     let big = send(&svc, post("/big", Some("k-1"), BODY)).await;
     assert_eq!((big.status, big.body.len()), (StatusCode::OK, 1000), "the first client gets all of it");
     let stream = send(&svc, post("/stream", Some("k-2"), BODY)).await;
@@ -189,7 +189,7 @@ async fn a_handler_can_renew_release_or_mark_uncertain() {
             let (effects, clock) = (effects.clone(), clock.clone());
             async move {
                 effects.add();
-                let handle: LeaseHandle<idemdb::Store> = handle_of(&request);
+                let handle: LeaseHandle<idemdb::AsyncStore> = handle_of(&request);
                 match request.uri().path() {
                     "/renew" => {
                         let before = handle.lease().expires_at();
@@ -213,7 +213,7 @@ async fn a_handler_can_renew_release_or_mark_uncertain() {
             }
         }
     };
-    let svc = service(layer(store.clone(), Operation::new()), handler);
+    let svc = service(layer(store.asynchronous(), Operation::new()), handler);
     assert_eq!(send(&svc, post("/renew", Some("k-1"), BODY)).await.body, "renewed");
     assert!(send(&svc, post("/renew", Some("k-1"), BODY)).await.replayed());
 
@@ -241,7 +241,7 @@ async fn a_handlers_400_or_release_leaves_no_binding_so_the_corrected_request_ru
         move |request: Request<Body>| {
             let effects = effects.clone();
             async move {
-                let handle: LeaseHandle<idemdb::Store> = handle_of(&request);
+                let handle: LeaseHandle<idemdb::AsyncStore> = handle_of(&request);
                 let path = request.uri().path().to_string();
                 let body = axum::body::to_bytes(request.into_body(), 1024).await.unwrap();
                 if body.windows(6).any(|w| w == b"10.505") {
@@ -255,7 +255,7 @@ async fn a_handlers_400_or_release_leaves_no_binding_so_the_corrected_request_ru
             }
         }
     };
-    let svc = service(layer(store.clone(), Operation::new()), handler);
+    let svc = service(layer(store.asynchronous(), Operation::new()), handler);
     for path in ["/plain", "/released"] {
         let refused = send(&svc, post(path, Some("k-1"), r#"{"amount":"10.505"}"#)).await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{path}");

@@ -52,7 +52,7 @@ async fn the_tenant_and_the_key_reach_logs_as_keyed_hashes_only() {
 
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let key = "k-logged-1f2e";
     assert_eq!(send(&svc, post("/things", Some(key), r#"{"a":1}"#)).await.status, StatusCode::CREATED);
     // The same key with another body: refused inside the request's span, which logs.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idemdb::{
-    AuditKind, EffectName, EffectReport, ExpiredLease, Failure, Fingerprint, IdempotencyKey, OutboxItem, Policy,
-    ProviderState, Reservation, ResolutionCause, Scope, Store,
+    AsyncStore, AuditKind, EffectName, EffectReport, ExpiredLease, Failure, Fingerprint, IdempotencyKey, OutboxItem,
+    Policy, ProviderState, Reservation, ResolutionCause, Scope, Store,
 };
 use idemdb_http::reconcile::{EffectDecision, EffectLookup, Reconciler, Round};
 use idemdb_interface::{InspectStore, WorkflowStore};
@@ -16,8 +16,8 @@ use idemdb_interface::{InspectStore, WorkflowStore};
 #[derive(Clone, Default)]
 struct NothingCharged(Arc<AtomicUsize>);
 
-impl EffectLookup<Store> for NothingCharged {
-    async fn decide(&self, store: &Store, item: &OutboxItem) -> EffectDecision {
+impl EffectLookup<AsyncStore> for NothingCharged {
+    async fn decide(&self, store: &AsyncStore, item: &OutboxItem) -> EffectDecision {
         self.0.fetch_add(1, Ordering::SeqCst);
         match WorkflowStore::resolve_effect(
             store,
@@ -46,7 +46,12 @@ fn acquire(store: &Store, scope: &Scope, key: &str) -> idemdb::Lease {
 /// The resolutions in the audit trail of `(scope, key)`: each event's kind and cause.
 async fn causes(store: &Store, scope: &Scope, key: &str) -> Vec<(AuditKind, ResolutionCause)> {
     let key = IdempotencyKey::new(key).unwrap();
-    let history = store.key_history(scope, &key, 10_000).await.unwrap().expect("the redb store reads its trail back");
+    let history = store
+        .asynchronous()
+        .key_history(scope, &key, 10_000)
+        .await
+        .unwrap()
+        .expect("the redb store reads its trail back");
     history.iter().filter_map(|event| Some((event.kind, event.cause()?))).collect()
 }
 
@@ -69,7 +74,7 @@ async fn a_round_decides_what_facts_can_and_leaves_the_rest() {
     store.fail(&unknown, Failure::Uncertain).unwrap();
 
     let lookups = NothingCharged::default();
-    let reconciler = Reconciler::new(store.clone(), lookups.clone()).declare("pay", [charge.clone()]);
+    let reconciler = Reconciler::new(store.asynchronous(), lookups.clone()).declare("pay", [charge.clone()]);
     let round = reconciler.round().await;
     assert_eq!(round, Round { found: 3, confirmed: 0, not_found: 1, released: 1, left: 1 });
     assert_eq!(lookups.0.load(Ordering::SeqCst), 1, "one lookup for the one uncertain effect");

@@ -33,7 +33,7 @@ async fn a_replay_has_the_stored_status_allowed_headers_and_the_same_bytes() {
             )
         }
     };
-    let svc = service(layer(store.clone(), Operation::named("op")), handler);
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), handler);
     let first = send(&svc, post("/jobs", Some("k-1"), BODY)).await;
     assert_eq!(first.headers["set-cookie"], "session=secret", "the first client gets every header");
     let replay = send(&svc, post("/jobs", Some("k-1"), BODY)).await;
@@ -59,7 +59,7 @@ async fn the_allow_list_is_per_operation() {
     let (store, _) = store();
     let effects = Effects::default();
     let op = Operation::named("op").replay_headers(["X-Request-Cost"]);
-    let svc = service(layer(store.clone(), op), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), op), created(effects.clone()));
     let first = send(&svc, post("/things", Some("k-1"), BODY)).await;
     let replay = send(&svc, post("/things", Some("k-1"), BODY)).await;
     assert_eq!(replay.headers["x-request-cost"], "7");
@@ -73,7 +73,7 @@ async fn the_allow_list_is_per_operation() {
 async fn two_tenants_with_the_same_key_are_two_records() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let mut other = post("/things", Some("k-1"), BODY);
     other.headers_mut().insert("x-test-tenant", http::HeaderValue::from_static("globex"));
     let acme = send(&svc, post("/things", Some("k-1"), BODY)).await;
@@ -98,7 +98,7 @@ async fn stored_5xx_are_replayed_by_default_and_released_when_the_policy_says_so
             std::future::ready(Response::builder().status(500).body(Body::from("down")).unwrap())
         }
     };
-    let svc = service(layer(store.clone(), Operation::named("op")), failing.clone());
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), failing.clone());
     assert_eq!(send(&svc, post("/x", Some("k-1"), BODY)).await.status, StatusCode::INTERNAL_SERVER_ERROR);
     let replay = send(&svc, post("/x", Some("k-1"), BODY)).await;
     assert!(replay.replayed());
@@ -109,7 +109,7 @@ async fn stored_5xx_are_replayed_by_default_and_released_when_the_policy_says_so
 
     let release = Operation::named("op2")
         .responses(idemdb_http::ResponsePolicy::default().server_errors(idemdb_http::OnResponse::Release));
-    let svc = service(layer(store.clone(), release), failing);
+    let svc = service(layer(store.asynchronous(), release), failing);
     send(&svc, post("/x", Some("k-1"), BODY)).await;
     let again = send(&svc, post("/x", Some("k-1"), BODY)).await;
     assert!(!again.replayed());

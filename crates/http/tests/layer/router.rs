@@ -15,11 +15,8 @@ use tower::ServiceExt;
 use crate::support::*;
 
 fn app(store: idemdb::Store, effects: Effects) -> Router {
-    let layer = IdempotencyLayer::new(store, tenant as fn(&http::request::Parts) -> Option<String>).route(
-        Method::POST,
-        "/v1/login",
-        Operation::new().key_optional(),
-    );
+    let layer = IdempotencyLayer::new(store.asynchronous(), tenant as fn(&http::request::Parts) -> Option<String>)
+        .route(Method::POST, "/v1/login", Operation::new().key_optional());
     let count = move || {
         let effects = effects.clone();
         move |Path(id): Path<String>| {

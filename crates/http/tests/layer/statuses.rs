@@ -18,11 +18,12 @@ const BODY: &str = r#"{"amount":"10.50","currency":"BRL"}"#;
 async fn uncovered_methods_and_optional_keys_pass_through_without_a_record() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let get = Request::builder().method(Method::GET).uri("/things").body(Body::empty()).unwrap();
     assert_eq!(send(&svc, get).await.status, StatusCode::CREATED);
 
-    let optional = service(layer(store.clone(), Operation::named("op").key_optional()), created(effects.clone()));
+    let optional =
+        service(layer(store.asynchronous(), Operation::named("op").key_optional()), created(effects.clone()));
     assert_eq!(send(&optional, post("/things", None, BODY)).await.status, StatusCode::CREATED);
     assert_eq!(send(&optional, post("/things", None, BODY)).await.status, StatusCode::CREATED);
     assert_eq!(effects.count(), 3, "nothing idempotent about requests without a key");
@@ -33,7 +34,7 @@ async fn uncovered_methods_and_optional_keys_pass_through_without_a_record() {
 async fn a_required_key_that_is_missing_is_400_key_missing() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let answer = send(&svc, post("/things", None, BODY)).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST);
     assert_eq!(answer.problem(), "urn:idemdb:problem:key-missing");
@@ -45,7 +46,7 @@ async fn a_required_key_that_is_missing_is_400_key_missing() {
 async fn malformed_keys_are_400_invalid_key_and_never_reach_the_handler() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let too_long = format!("\"{}\"", "k".repeat(256));
     let values: Vec<&[u8]> = vec![
         b"\"\"",                    // empty
@@ -77,7 +78,7 @@ async fn malformed_keys_are_400_invalid_key_and_never_reach_the_handler() {
 async fn a_string_a_token_and_a_bare_uuid_are_one_key_by_default_and_strict_takes_strings_only() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let with_key = |value: &'static str| {
         let mut request = post("/things", None, BODY);
         request.headers_mut().insert("idempotency-key", http::HeaderValue::from_static(value));
@@ -91,7 +92,8 @@ async fn a_string_a_token_and_a_bare_uuid_are_one_key_by_default_and_strict_take
     assert!(send(&svc, with_key("  k-1 ")).await.replayed());
     assert_eq!(effects.count(), 2);
 
-    let strict = service(layer(store.clone(), Operation::named("strict").strict_keys()), created(effects.clone()));
+    let strict =
+        service(layer(store.asynchronous(), Operation::named("strict").strict_keys()), created(effects.clone()));
     for value in ["k-1", "8e03978e-40d5-43e8-bc93-6894a57f9324"] {
         let answer = send(&strict, with_key(value)).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{value}");
@@ -107,7 +109,7 @@ async fn a_string_a_token_and_a_bare_uuid_are_one_key_by_default_and_strict_take
 async fn no_tenant_is_401_and_stores_nothing() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let mut request = post("/things", Some("k-1"), BODY);
     request.headers_mut().remove("x-test-tenant");
     let answer = send(&svc, request).await;
@@ -124,7 +126,7 @@ async fn no_tenant_is_401_and_stores_nothing() {
 async fn bodies_over_the_limit_are_413_declared_or_not() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op").max_body_bytes(16)), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op").max_body_bytes(16)), created(effects.clone()));
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(32));
     let mut declared = post("/things", Some("k-1"), &big);
     declared.headers_mut().insert("content-length", big.len().into());
@@ -145,7 +147,7 @@ async fn bodies_over_the_limit_are_413_declared_or_not() {
 async fn json_without_a_canonical_form_is_400_invalid_request() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     for body in ["{not json", r#"{"a":1,"a":2}"#, ""] {
         let answer = send(&svc, post("/things", Some("k-1"), body)).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body:?}");
@@ -158,7 +160,7 @@ async fn json_without_a_canonical_form_is_400_invalid_request() {
 async fn a_new_key_runs_once_and_a_retry_replays() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let first = send(&svc, post("/things", Some("k-1"), BODY)).await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert!(!first.replayed());
@@ -196,7 +198,7 @@ async fn a_duplicate_while_the_first_runs_is_409_with_retry_after() {
     let (store, _) = store();
     let effects = Effects::default();
     let (handler, entered, release) = gated(effects.clone());
-    let svc = service(layer(store.clone(), Operation::named("op")), handler);
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), handler);
     let first = tokio::spawn({
         let svc = svc.clone();
         async move { send(&svc, post("/things", Some("k-1"), BODY)).await }
@@ -224,20 +226,20 @@ async fn a_key_whose_holder_is_gone_gets_the_lease_s_remaining_time_as_retry_aft
     let (handler, entered, release) = gated(effects.clone());
     // The first layer stands for a process that died holding the key: the second layer (the
     // restarted service over the same store) holds nothing.
-    let before = service(layer(store.clone(), Operation::named("op")), handler);
+    let before = service(layer(store.asynchronous(), Operation::named("op")), handler);
     let first = tokio::spawn({
         let svc = before.clone();
         async move { send(&svc, post("/things", Some("k-1"), BODY)).await }
     });
     entered.notified().await;
-    let after = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let after = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let refused = send(&after, post("/things", Some("k-1"), BODY)).await;
     assert_eq!(refused.problem(), "urn:idemdb:problem:in-progress");
     assert_eq!(refused.headers["retry-after"], "60", "nothing here will finish it before its lease ends");
     clock.advance(Duration::from_secs(20));
     assert_eq!(send(&after, post("/things", Some("k-1"), BODY)).await.headers["retry-after"], "40");
     // In a fleet the holder may be working in another instance: the cap applies.
-    let fleet = service(layer(store.clone(), Operation::named("op")).shared_store(), created(effects.clone()));
+    let fleet = service(layer(store.asynchronous(), Operation::named("op")).shared_store(), created(effects.clone()));
     assert_eq!(send(&fleet, post("/things", Some("k-1"), BODY)).await.headers["retry-after"], "1");
     // The layer that holds it caps its own duplicates.
     assert_eq!(send(&before, post("/things", Some("k-1"), BODY)).await.headers["retry-after"], "1");
@@ -252,7 +254,7 @@ async fn with_a_bounded_wait_the_duplicate_gets_the_first_response() {
     let effects = Effects::default();
     let (handler, entered, release) = gated(effects.clone());
     let op = Operation::named("op").wait_for_first(Duration::from_secs(30));
-    let svc = service(layer(store.clone(), op), handler);
+    let svc = service(layer(store.asynchronous(), op), handler);
     let first = tokio::spawn({
         let svc = svc.clone();
         async move { send(&svc, post("/things", Some("k-1"), BODY)).await }
@@ -277,7 +279,7 @@ async fn with_a_bounded_wait_the_duplicate_gets_the_first_response() {
 async fn the_same_key_with_another_request_is_422_and_runs_nothing() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     assert_eq!(send(&svc, post("/things", Some("k-1"), BODY)).await.status, StatusCode::CREATED);
     let other = send(&svc, post("/things", Some("k-1"), r#"{"amount":"99.00","currency":"BRL"}"#)).await;
     assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
@@ -291,7 +293,7 @@ async fn the_same_key_with_another_request_is_422_and_runs_nothing() {
 async fn an_expired_lease_makes_the_key_uncertain_and_refused_with_409() {
     let (store, clock) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     // An attempt that took the lease and died without a word (a crashed process).
     let fp = Operation::named("op")
         .fingerprint(&Method::POST, "/things", &post("/things", None, BODY).headers().clone(), BODY.as_bytes())
@@ -314,7 +316,7 @@ async fn an_expired_lease_makes_the_key_uncertain_and_refused_with_409() {
 async fn a_purged_response_is_410_expired_and_never_runs_again() {
     let (store, clock) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     assert_eq!(send(&svc, post("/things", Some("k-1"), BODY)).await.status, StatusCode::CREATED);
     clock.advance(Duration::from_secs(31 * 24 * 3600));
     store.purge_expired(100).unwrap();
@@ -346,7 +348,7 @@ async fn a_store_that_fails_is_503_with_retry_after_and_runs_nothing() {
 async fn a_stored_result_that_is_not_a_response_is_500_corrupt() {
     let (store, _) = store();
     let effects = Effects::default();
-    let svc = service(layer(store.clone(), Operation::named("op")), created(effects.clone()));
+    let svc = service(layer(store.asynchronous(), Operation::named("op")), created(effects.clone()));
     let request = post("/things", None, BODY);
     let fp = Operation::named("op").fingerprint(&Method::POST, "/things", request.headers(), BODY.as_bytes()).unwrap();
     let (scope, key) = (Scope::new("acme", "op").unwrap(), IdempotencyKey::new("k-1").unwrap());
@@ -361,7 +363,7 @@ async fn a_stored_result_that_is_not_a_response_is_500_corrupt() {
 #[tokio::test]
 async fn problem_types_can_live_under_the_service_own_base() {
     let (store, _) = store();
-    let layer = layer(store, Operation::named("op"))
+    let layer = layer(store.asynchronous(), Operation::named("op"))
         .problem_types(idemdb_http::ProblemTypes::base("https://api.example.com/problems/"));
     let svc = service(layer, created(Effects::default()));
     let answer = send(&svc, post("/things", None, BODY)).await;

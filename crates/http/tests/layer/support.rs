@@ -10,8 +10,8 @@ use http::request::Parts;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idemdb::{
-    Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, ManualClock, Policy, PurgeReport, Record, Reservation,
-    Resolution, Scope, Store,
+    AsyncStore, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, ManualClock, Policy, PurgeReport, Record,
+    Reservation, Resolution, Scope, Store,
 };
 use idemdb_http::{IdempotencyLayer, Operation};
 use idemdb_interface::IdempotencyStore;
@@ -134,7 +134,7 @@ pub async fn send(svc: &Svc, request: Request<Body>) -> Answer {
 /// A store that counts the calls made through the interface and can be made to fail.
 #[derive(Clone)]
 pub struct Watched {
-    pub inner: Store,
+    handle: AsyncStore,
     pub down: Arc<AtomicBool>,
     pub completes: Arc<AtomicUsize>,
     pub fails: Arc<AtomicUsize>,
@@ -142,7 +142,7 @@ pub struct Watched {
 
 impl Watched {
     pub fn new(inner: Store) -> Self {
-        Watched { inner, down: Arc::default(), completes: Arc::default(), fails: Arc::default() }
+        Watched { handle: inner.asynchronous(), down: Arc::default(), completes: Arc::default(), fails: Arc::default() }
     }
 
     fn check(&self) -> Result<(), idemdb::Error> {
@@ -158,15 +158,15 @@ impl IdempotencyStore for Watched {
     type Error = idemdb::Error;
 
     fn policy(&self, operation: &str) -> &Policy {
-        IdempotencyStore::policy(&self.inner, operation)
+        IdempotencyStore::policy(&self.handle, operation)
     }
 
     fn key_hash(&self, scope: &Scope, key: &IdempotencyKey) -> KeyHash {
-        IdempotencyStore::key_hash(&self.inner, scope, key)
+        IdempotencyStore::key_hash(&self.handle, scope, key)
     }
 
     fn tenant_hash(&self, tenant: &str) -> KeyHash {
-        IdempotencyStore::tenant_hash(&self.inner, tenant)
+        IdempotencyStore::tenant_hash(&self.handle, tenant)
     }
 
     async fn reserve_enqueuing(
@@ -181,7 +181,7 @@ impl IdempotencyStore for Watched {
             let io = std::io::Error::other("disk unplugged");
             return Err(idemdb::Error::from(idemdb::redb::StorageError::Io(io)));
         }
-        IdempotencyStore::reserve_enqueuing(&self.inner, scope, key, fingerprint, correlation, effects).await
+        IdempotencyStore::reserve_enqueuing(&self.handle, scope, key, fingerprint, correlation, effects).await
     }
 
     async fn reserve(
@@ -192,24 +192,24 @@ impl IdempotencyStore for Watched {
         correlation: Option<&str>,
     ) -> Result<Reservation, idemdb::Error> {
         self.check()?;
-        IdempotencyStore::reserve(&self.inner, scope, key, fingerprint, correlation).await
+        IdempotencyStore::reserve(&self.handle, scope, key, fingerprint, correlation).await
     }
 
     async fn complete(&self, lease: &Lease, result: Vec<u8>) -> Result<(), idemdb::Error> {
         self.completes.fetch_add(1, Ordering::SeqCst);
         self.check()?;
-        IdempotencyStore::complete(&self.inner, lease, result).await
+        IdempotencyStore::complete(&self.handle, lease, result).await
     }
 
     async fn fail(&self, lease: &Lease, failure: Failure) -> Result<(), idemdb::Error> {
         self.fails.fetch_add(1, Ordering::SeqCst);
         self.check()?;
-        IdempotencyStore::fail(&self.inner, lease, failure).await
+        IdempotencyStore::fail(&self.handle, lease, failure).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<Lease, idemdb::Error> {
         self.check()?;
-        IdempotencyStore::renew(&self.inner, lease).await
+        IdempotencyStore::renew(&self.handle, lease).await
     }
 
     async fn reconcile(
@@ -219,15 +219,15 @@ impl IdempotencyStore for Watched {
         resolution: Resolution,
         cause: idemdb::ResolutionCause,
     ) -> Result<(), idemdb::Error> {
-        IdempotencyStore::reconcile(&self.inner, scope, key, resolution, cause).await
+        IdempotencyStore::reconcile(&self.handle, scope, key, resolution, cause).await
     }
 
     async fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<Option<Record>, idemdb::Error> {
-        IdempotencyStore::get(&self.inner, scope, key).await
+        IdempotencyStore::get(&self.handle, scope, key).await
     }
 
     async fn purge_expired(&self, budget: usize) -> Result<PurgeReport, idemdb::Error> {
-        IdempotencyStore::purge_expired(&self.inner, budget).await
+        IdempotencyStore::purge_expired(&self.handle, budget).await
     }
 }
 
