@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) audit: bool,
     pub(crate) audit_retention: Duration,
     pub(crate) trust_clock_at_open: bool,
+    /// The application tables whose writes are journaled ([`Txn::table`](crate::Txn::table)).
+    pub(crate) apps: crate::app_table::AppTables,
 }
 
 /// Buffered audit events that make an answer commit the buffer by itself.

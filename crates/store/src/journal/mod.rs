@@ -19,6 +19,9 @@ pub(crate) mod meta;
 pub(crate) mod recovery;
 pub(crate) mod wal;
 
+#[cfg(all(test, feature = "workflow"))]
+mod commit_tests;
+
 use redb::StorageBackend;
 
 pub(crate) use format::Mutation;
