@@ -89,7 +89,8 @@ pub use idemdb_interface::{Clock, ManualClock};
 pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyReport};
 pub use intents::{IntentError, IntentPage, IntentPurge};
 pub use journal::DEFAULT_JOURNAL_BYTES;
-pub use journal::wal::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS, JournalStats};
+pub use journal::checkpoint::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS};
+pub use journal::commit::JournalStats;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

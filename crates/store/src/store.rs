@@ -414,7 +414,7 @@ impl Store {
     /// What the store's write-ahead journal did since the store was opened; `None` when
     /// commits are not journaled ([`StoreBuilder::journal`](crate::StoreBuilder::journal)).
     pub fn journal_stats(&self) -> Option<crate::JournalStats> {
-        self.engine.wal().map(crate::journal::wal::Wal::stats)
+        self.engine.wal().map(crate::journal::commit::Wal::stats)
     }
 
     /// Makes every earlier commit durable (needed only with [`Durability::Eventual`]).

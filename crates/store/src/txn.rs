@@ -13,7 +13,7 @@ use crate::audit::{EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
 use crate::engine::Engine;
 use crate::journal::Mutation;
 use crate::journal::apply::{self, T_AUDIT, T_EXPIRY, T_META, T_RECONCILE, T_RECORDS};
-use crate::journal::wal::CommitFailure;
+use crate::journal::commit::CommitFailure;
 use crate::tables::{
     META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, RECONCILE_RECORD, RECORDS, audit_key, expiry_key, reconcile_key,
 };

@@ -28,10 +28,10 @@ use std::path::{Path, PathBuf};
 use redb::{Database, ReadableDatabase, StorageBackend};
 
 use super::apply::{Applied, apply_put, apply_remove};
+use super::commit::{JournalFile, Wal};
 use super::files::{Access, ReadOnlyFile, journal_path, open_journal, resolve};
 use super::format::{BLOCK, Generation, Seal, Slot, fresh_salt};
 use super::meta::{History, JournalMeta, MetaFault};
-use super::wal::{JournalFile, Wal};
 use super::{Header, Journal, JournalError, ScanEnd, scan};
 use crate::tables::{META, META_SECRET};
 use crate::{Error, OpenError};
