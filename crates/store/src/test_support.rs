@@ -46,6 +46,11 @@ pub(crate) struct Disk {
 }
 
 impl Disk {
+    /// How many times `sync_data` was called on this disk.
+    pub(crate) fn syncs(&self) -> u64 {
+        self.now.syncs()
+    }
+
     /// A new disk holding what this one held at its last sync.
     pub(crate) fn crashed(&self) -> Disk {
         let image = self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();

@@ -215,3 +215,42 @@ fn the_raw_escape_hatch_still_checkpoints() {
     assert_eq!(after.checkpoints, before.checkpoints + 1, "one checkpoint");
     assert_eq!(after.appends, before.appends, "nothing journaled");
 }
+
+/// The flagship request: reserve, write the business row and enqueue the effect with the
+/// completion's transaction, then the dispatcher's claim and report. Four commits, each one
+/// journal append, none a checkpoint; after the first request (whose commits grow the store
+/// file once) the store file is never flushed again.
+#[test]
+fn a_request_with_a_row_and_an_effect_is_four_appends_and_no_checkpoint() {
+    let fixture = Fixture::new();
+    let effect = EffectName::new("authorize").expect("name");
+    let request = |name: &str| {
+        let Reservation::Acquired(lease) =
+            fixture.store.reserve(&scope(), &key(name), &Fingerprint::from_bytes([5; 32])).expect("reserve")
+        else {
+            panic!("acquired")
+        };
+        fixture
+            .store
+            .write(|txn| {
+                txn.table(APP)?.insert(name, 1)?;
+                txn.enqueue_effect(&lease, &effect, 1, b"{}".to_vec()).map(drop)
+            })
+            .expect("row and effect");
+        let claims = fixture.store.claim_effects(4).expect("claim");
+        assert_eq!(claims.len(), 1);
+        for claim in claims {
+            let report = crate::EffectReport::Confirmed { reference: "auth_1".into(), result: b"ok".to_vec() };
+            fixture.store.report_effect(&claim, report).expect("report");
+        }
+    };
+    request("r-0");
+    let (before, file_syncs) = (fixture.stats(), fixture.file.syncs());
+    for n in 1..=10 {
+        request(&format!("r-{n}"));
+    }
+    let after = fixture.stats();
+    assert_eq!(after.checkpoints, before.checkpoints, "no checkpoint");
+    assert_eq!(after.appends, before.appends + 40, "one append per commit");
+    assert_eq!(fixture.file.syncs(), file_syncs, "the store file is not flushed");
+}
