@@ -35,45 +35,7 @@ pub(crate) fn apply_put(
     key: &[u8],
     value: &[u8],
 ) -> Result<(), Applied> {
-    let bytes = |table| -> Result<(), Applied> {
-        tx.open_table(table)?.insert(key, value)?;
-        Ok(())
-    };
-    let index = |table| -> Result<(), Applied> {
-        if !value.is_empty() {
-            return Err(Applied::Malformed);
-        }
-        tx.open_table(table)?.insert(key, ())?;
-        Ok(())
-    };
-    match table {
-        T_META => {
-            let key = std::str::from_utf8(key).map_err(|_| Applied::Malformed)?;
-            tx.open_table(META)?.insert(key, value)?;
-            Ok(())
-        }
-        T_RECORDS => bytes(RECORDS),
-        T_EXPIRY => index(EXPIRY),
-        T_AUDIT => {
-            let key: [u8; 16] = key.try_into().map_err(|_| Applied::Malformed)?;
-            tx.open_table(AUDIT)?.insert(key, value)?;
-            Ok(())
-        }
-        T_RECONCILE => bytes(RECONCILE),
-        T_INTENTS => bytes(INTENTS),
-        #[cfg(feature = "workflow")]
-        T_OUTBOX => bytes(OUTBOX),
-        #[cfg(feature = "workflow")]
-        T_OUTBOX_DUE => index(OUTBOX_DUE),
-        #[cfg(feature = "workflow")]
-        T_DELIVERIES => bytes(DELIVERIES),
-        #[cfg(feature = "workflow")]
-        T_OBJECTS => bytes(OBJECTS),
-        #[cfg(feature = "workflow")]
-        T_JOBS => bytes(JOBS),
-        T_APPLICATION => Ok(apps.apply(tx, key, Some(value))?),
-        _ => Err(Applied::Malformed),
-    }
+    apply(tx, apps, table, key, Some(value))
 }
 
 /// Removes one key from its table of `tx`. Application tables are looked up in `apps`.
@@ -83,25 +45,53 @@ pub(crate) fn apply_remove(
     table: u8,
     key: &[u8],
 ) -> Result<(), Applied> {
+    apply(tx, apps, table, key, None)
+}
+
+/// Puts `key` → `value`, or removes `key` (`None`), in the table with id `table`.
+fn apply(
+    tx: &WriteTransaction,
+    apps: &crate::app_table::AppTables,
+    table: u8,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<(), Applied> {
     let bytes = |table| -> Result<(), Applied> {
-        tx.open_table(table)?.remove(key)?;
+        let mut table = tx.open_table(table)?;
+        match value {
+            Some(value) => drop(table.insert(key, value)?),
+            None => drop(table.remove(key)?),
+        }
         Ok(())
     };
     let index = |table| -> Result<(), Applied> {
-        tx.open_table(table)?.remove(key)?;
+        let mut table = tx.open_table(table)?;
+        match value {
+            Some([]) => drop(table.insert(key, ())?),
+            Some(_) => return Err(Applied::Malformed),
+            None => drop(table.remove(key)?),
+        }
         Ok(())
     };
     match table {
         T_META => {
             let key = std::str::from_utf8(key).map_err(|_| Applied::Malformed)?;
-            tx.open_table(META)?.remove(key)?;
+            let mut meta = tx.open_table(META)?;
+            match value {
+                Some(value) => drop(meta.insert(key, value)?),
+                None => drop(meta.remove(key)?),
+            }
             Ok(())
         }
         T_RECORDS => bytes(RECORDS),
         T_EXPIRY => index(EXPIRY),
         T_AUDIT => {
             let key: [u8; 16] = key.try_into().map_err(|_| Applied::Malformed)?;
-            tx.open_table(AUDIT)?.remove(key)?;
+            let mut audit = tx.open_table(AUDIT)?;
+            match value {
+                Some(value) => drop(audit.insert(key, value)?),
+                None => drop(audit.remove(key)?),
+            }
             Ok(())
         }
         T_RECONCILE => bytes(RECONCILE),
@@ -116,7 +106,7 @@ pub(crate) fn apply_remove(
         T_OBJECTS => bytes(OBJECTS),
         #[cfg(feature = "workflow")]
         T_JOBS => bytes(JOBS),
-        T_APPLICATION => Ok(apps.apply(tx, key, None)?),
+        T_APPLICATION => Ok(apps.apply(tx, key, value)?),
         _ => Err(Applied::Malformed),
     }
 }
