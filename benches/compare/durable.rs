@@ -150,7 +150,7 @@ fn acquired(reservation: Reservation) -> Res<idemdb::Lease> {
 fn reserve_then_write(store: &Store, scope: &Scope, r: &data::Request, body: &[u8]) -> Res<()> {
     let lease = acquired(store.reserve(scope, &r.key, &r.fingerprint)?)?;
     store.write(|txn| -> Result<(), idemdb::Error> {
-        txn.tables()
+        txn.tables_checkpointing()
             .open_table(PAYMENTS)
             .map_err(idemdb::Error::from)?
             .insert(r.encoded.as_slice(), &body[..64])

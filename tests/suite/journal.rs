@@ -142,7 +142,11 @@ fn application_tables_commit_durably_and_periodic_checkpoints_bound_the_journal(
     };
     store
         .write(|txn| {
-            txn.tables().open_table(ORDERS).map_err(Error::from)?.insert("order-1", 1050).map_err(Error::from)?;
+            txn.tables_checkpointing()
+                .open_table(ORDERS)
+                .map_err(Error::from)?
+                .insert("order-1", 1050)
+                .map_err(Error::from)?;
             txn.complete(&lease, b"placed".to_vec())
         })
         .expect("write");

@@ -349,7 +349,7 @@ fn a_rebuild_refuses_a_store_with_application_tables_instead_of_dropping_them() 
         let store = builder(&clock).open(&path).expect("open");
         store
             .write(|txn| -> Result<(), idemdb::Error> {
-                txn.tables()
+                txn.tables_checkpointing()
                     .open_table(ORDERS)
                     .map_err(idemdb::Error::from)?
                     .insert("o-1", 1050)

@@ -121,9 +121,7 @@ fn json_headers() -> HeaderMap {
 
 /// Writes the handler's one row.
 fn insert_row(txn: &mut idemdb::Txn<'_>, key: &str, body: &[u8]) -> Result<(), idemdb::Error> {
-    let mut rows = txn.tables().open_table(ROWS).map_err(idemdb::Error::from)?;
-    rows.insert(key, body).map_err(idemdb::Error::from)?;
-    Ok(())
+    txn.table(ROWS)?.insert(key, body)
 }
 
 /// The bare handler: one row in its own commit.
@@ -237,8 +235,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .create(true)
             .truncate(false)
             .open(dir.path().join("bench.idemdb"))?;
-        let store =
-            Store::builder().durability(Durability::Immediate).open_backend(Counting(FileBackend::new(file)?))?;
+        let store = Store::builder()
+            .durability(Durability::Immediate)
+            .journaled_table(ROWS)
+            .open_backend(Counting(FileBackend::new(file)?))?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         tokio::spawn(async move { axum::serve(listener, app(store)).await });

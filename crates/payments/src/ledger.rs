@@ -159,7 +159,7 @@ impl Ledger for RedbLedger {
             };
             store
                 .write_async(move |txn| {
-                    let mut payments = txn.tables().open_table(PAYMENTS).map_err(idemdb::Error::from)?;
+                    let mut payments = txn.tables_checkpointing().open_table(PAYMENTS).map_err(idemdb::Error::from)?;
                     payments.insert((tenant.as_str(), id.as_str()), row.as_slice()).map_err(idemdb::Error::from)?;
                     drop(payments);
                     match settlement {

@@ -223,7 +223,7 @@ fn round(config: &RaceConfig, number: u64, dir: &std::path::Path, report: &mut R
     let effects: BTreeMap<usize, u64> = match kind {
         Kind::Execute => store
             .write(|txn| -> Result<BTreeMap<usize, u64>, Error> {
-                let table = txn.tables().open_table(APP_EFFECTS)?;
+                let table = txn.tables_checkpointing().open_table(APP_EFFECTS)?;
                 let mut out = BTreeMap::new();
                 for entry in table.iter()? {
                     let (k, v) = entry?;

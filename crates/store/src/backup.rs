@@ -461,6 +461,7 @@ impl Store {
             audit: true,
             audit_retention: DEFAULT_AUDIT_RETENTION,
             trust_clock_at_open: false,
+            apps: self.engine.config.apps.clone(),
         };
         let init = Initialiser { allow_init: false, seed: None, created_at: 0 };
         let engine = Engine::from_parts(

@@ -229,7 +229,7 @@ fn application_tables_are_copied_when_named_and_refused_otherwise() {
     complete(&store, "k-1");
     store
         .write(|txn| {
-            let mut rows = txn.tables().open_table(APP).map_err(crate::Error::from)?;
+            let mut rows = txn.tables_checkpointing().open_table(APP).map_err(crate::Error::from)?;
             for i in 0..25u64 {
                 rows.insert(("acme", i), b"row".as_slice()).map_err(crate::Error::from)?;
             }

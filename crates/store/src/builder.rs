@@ -13,9 +13,9 @@ use idemdb_core::Policy;
 use crate::db::Db;
 use crate::durability::Durability;
 use crate::engine::{Config, Engine};
+use crate::journal::commit::JournalFile;
 use crate::journal::files::{journal_path, refuse_odd_journal, resolve};
 use crate::journal::recovery::{JournalSetup, JournalSource, check_read_only};
-use crate::journal::wal::JournalFile;
 use crate::meta::{Initialiser, read_meta};
 use crate::store::Store;
 use crate::{Clock, OpenError};
@@ -53,6 +53,7 @@ pub struct StoreBuilder {
     journal: bool,
     journal_bytes: u64,
     discard_lost_journal: bool,
+    apps: crate::app_table::AppTables,
 }
 
 impl Default for StoreBuilder {
@@ -71,6 +72,7 @@ impl Default for StoreBuilder {
             journal: DEFAULT_JOURNAL,
             journal_bytes: crate::journal::DEFAULT_JOURNAL_BYTES,
             discard_lost_journal: false,
+            apps: crate::app_table::AppTables::default(),
         }
     }
 }
@@ -214,6 +216,19 @@ impl StoreBuilder {
         self
     }
 
+    /// Registers one of the application's tables, with its key and value types, for
+    /// [`Txn::table`](crate::Txn::table): its writes are then journaled with the store's own,
+    /// and the open replays them after a crash (which needs the types: register every
+    /// journaled table at every open). Names starting with `idemdb_` belong to the store and
+    /// are ignored.
+    pub fn journaled_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        mut self,
+        table: redb::TableDefinition<K, V>,
+    ) -> Self {
+        self.apps.register(table);
+        self
+    }
+
     /// Sets redb's page cache size in bytes (redb's default is 1 GiB).
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = Some(bytes);
@@ -294,6 +309,7 @@ impl StoreBuilder {
             capacity: self.journal_bytes,
             active: self.journal && self.durability == Durability::Immediate,
             discard_lost: self.discard_lost_journal,
+            apps: self.apps.clone(),
         }))
     }
 
@@ -393,6 +409,7 @@ impl StoreBuilder {
             capacity: self.journal_bytes,
             active: self.journal && self.durability == Durability::Immediate,
             discard_lost: self.discard_lost_journal,
+            apps: self.apps.clone(),
         };
         Engine::from_parts(Db::Writable(db), None, config, clock, init, Some(setup)).map(Store::from_engine)
     }
@@ -437,6 +454,7 @@ impl StoreBuilder {
             audit: self.audit,
             audit_retention: self.audit_retention,
             trust_clock_at_open: self.trust_clock_at_open,
+            apps: self.apps.clone(),
         })
     }
 

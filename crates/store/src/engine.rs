@@ -19,8 +19,8 @@ use crate::audit::EncodedEvent;
 use crate::clock::ClockGuard;
 use crate::db::Db;
 use crate::durability::Durability;
+use crate::journal::commit::{CommitFailure, Wal};
 use crate::journal::recovery::JournalSetup;
-use crate::journal::wal::{CommitFailure, Wal};
 use crate::meta::{Initialiser, Meta};
 use crate::snapshot::Snapshots;
 use crate::tables::{
@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) audit: bool,
     pub(crate) audit_retention: Duration,
     pub(crate) trust_clock_at_open: bool,
+    /// The application tables whose writes are journaled ([`Txn::table`](crate::Txn::table)).
+    pub(crate) apps: crate::app_table::AppTables,
 }
 
 /// Buffered audit events that make an answer commit the buffer by itself.
@@ -61,7 +63,7 @@ pub(crate) struct Engine {
     fence_floor: AtomicU64,
     /// Audit events not yet written: they go out in batches with a later commit.
     buffered_audit: Mutex<Vec<EncodedEvent>>,
-    /// The write-ahead journal, when commits use one (see `journal/wal.rs`); read through
+    /// The write-ahead journal, when commits use one (see `journal/commit.rs`); read through
     /// [`Engine::wal`].
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     wal: Option<Wal>,
@@ -356,7 +358,7 @@ fn index_uncertain_records(db: &Database) -> Result<(), OpenError> {
     Ok(())
 }
 
-/// Replays and opens the journal of `setup` (see `journal/wal.rs`).
+/// Replays and opens the journal of `setup` (see `journal/commit.rs`).
 #[cfg(not(target_arch = "wasm32"))]
 fn recover_journal(db: &Database, setup: JournalSetup, now: u64) -> Result<Option<Wal>, OpenError> {
     crate::journal::recovery::recover(db, setup, now)

@@ -127,6 +127,14 @@ pub enum Error {
     /// handle and open the store again (the open replays what the journal holds).
     #[error("an earlier journal write failed on this handle; reopen the store")]
     JournalFailed,
+    /// [`Txn::table`](crate::Txn::table) was given an application table the store was not
+    /// told about ([`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table)),
+    /// or a journal record names one: the store could not replay its writes after a crash.
+    #[error("application table {name:?} is not registered with the store (StoreBuilder::journaled_table)")]
+    UnregisteredTable {
+        /// The table's name.
+        name: String,
+    },
 }
 
 impl Error {
@@ -151,6 +159,7 @@ impl Error {
             Error::InvalidRecord(_) => ErrorCode::InvalidArgument,
             Error::ReadOnly => ErrorCode::ReadOnly,
             Error::JournalFailed => ErrorCode::Storage,
+            Error::UnregisteredTable { .. } => ErrorCode::InvalidArgument,
         }
     }
 

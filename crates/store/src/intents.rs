@@ -32,6 +32,7 @@ use idemdb_core::{
     Intent, IntentRefusal, IntentResponse, IntentStateKind, KeyError, Scope, ScopedKey, Timestamp,
 };
 
+use crate::journal::apply::T_INTENTS;
 use crate::tables::{INTENTS, open_optional};
 use crate::{Error, Store};
 
@@ -149,17 +150,13 @@ impl Store {
         }
         let created = self.write(|txn| {
             let now = txn.now();
-            let mut table = txn.tables().open_table(INTENTS).map_err(Error::from)?;
             let mut created = Vec::with_capacity(prepared.len());
             for (scope, key, canonical, fingerprint) in prepared {
                 let encoded = ScopedKey::encode_parts(&scope, &key);
-                let existing = match table.get(encoded.as_slice()).map_err(Error::from)? {
-                    Some(value) => Some(decode(&encoded, value.value())?),
-                    None => None,
-                };
+                let existing = load_intent(txn, &encoded)?;
                 let (intent, write) = Intent::create(existing, Intent::new(scope, key, canonical, fingerprint, now))?;
                 if write {
-                    table.insert(encoded.as_slice(), intent.encode().as_slice()).map_err(Error::from)?;
+                    txn.put_logged(T_INTENTS, &encoded, &intent.encode())?;
                 }
                 created.push(intent);
             }
@@ -346,21 +343,23 @@ impl Store {
     pub fn purge_intents(&self, keep_for: Duration, budget: usize) -> Result<IntentPurge, IntentError> {
         self.write(|txn| {
             let now = txn.retention_time();
-            let mut table = txn.tables().open_table(INTENTS).map_err(Error::from)?;
             let mut due = Vec::new();
             let mut more = false;
-            for entry in table.iter().map_err(Error::from)? {
-                let (key, value) = entry.map_err(Error::from)?;
-                if decode(key.value(), value.value())?.is_due_for_removal(keep_for, now) {
-                    if due.len() == budget {
-                        more = true;
-                        break;
+            {
+                let table = txn.tx().open_table(INTENTS).map_err(Error::from)?;
+                for entry in table.iter().map_err(Error::from)? {
+                    let (key, value) = entry.map_err(Error::from)?;
+                    if decode(key.value(), value.value())?.is_due_for_removal(keep_for, now) {
+                        if due.len() == budget {
+                            more = true;
+                            break;
+                        }
+                        due.push(key.value().to_vec());
                     }
-                    due.push(key.value().to_vec());
                 }
             }
             for key in &due {
-                table.remove(key.as_slice()).map_err(Error::from)?;
+                txn.remove_logged(T_INTENTS, key)?;
             }
             Ok::<_, IntentError>(IntentPurge { removed: due.len() as u64, more })
         })
@@ -379,14 +378,10 @@ impl Store {
         let key_hash = self.engine.key_hash_of(&encoded);
         let intent = self.write(|txn| {
             let now = txn.now();
-            let mut table = txn.tables().open_table(INTENTS).map_err(Error::from)?;
-            let intent = match table.get(encoded.as_slice()).map_err(Error::from)? {
-                Some(value) => decode(&encoded, value.value())?,
-                None => return Err(IntentRefusal::NotFound.into()),
-            };
+            let Some(intent) = load_intent(txn, &encoded)? else { return Err(IntentRefusal::NotFound.into()) };
             match change(&intent, now)? {
                 Some(next) => {
-                    table.insert(encoded.as_slice(), next.encode().as_slice()).map_err(Error::from)?;
+                    txn.put_logged(T_INTENTS, &encoded, &next.encode())?;
                     Ok::<_, IntentError>(next)
                 }
                 None => Ok(intent),
@@ -395,6 +390,13 @@ impl Store {
         tracing::debug!(target: "idemdb", event = "intent_updated", action, key_hash = %key_hash, state = intent.state.name());
         Ok(intent)
     }
+}
+
+/// Reads one intent inside a write transaction (seeing the transaction's own writes).
+fn load_intent(txn: &crate::Txn<'_>, encoded: &[u8]) -> Result<Option<Intent>, IntentError> {
+    let table = txn.tx().open_table(INTENTS).map_err(Error::from)?;
+    let Some(value) = table.get(encoded).map_err(Error::from)? else { return Ok(None) };
+    decode(encoded, value.value()).map(Some)
 }
 
 #[cfg(test)]

@@ -371,13 +371,13 @@ impl Store {
     /// use redb::TableDefinition;
     /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
     ///
-    /// let store = Store::in_memory()?;
+    /// let store = Store::builder().journaled_table(ORDERS).in_memory()?;
     /// let (scope, key) = (Scope::new("acme", "place_order")?, IdempotencyKey::new("order-842")?);
     /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &Fingerprint::from_bytes([9; 32]))? else {
     ///     panic!()
     /// };
     /// pollster::block_on(store.write_async(move |txn| {
-    ///     txn.tables().open_table(ORDERS).map_err(idemdb::Error::from)?.insert("order-842", 1050).map_err(idemdb::Error::from)?;
+    ///     txn.table(ORDERS)?.insert("order-842", 1050)?;
     ///     txn.complete(&lease, b"order placed".to_vec())
     /// }))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())

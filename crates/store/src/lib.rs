@@ -46,6 +46,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod app_table;
 mod audit;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 mod backup;
@@ -77,6 +78,7 @@ mod txn;
 mod workflow;
 
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+pub use app_table::AppTable;
 pub use backup::{BackupError, BackupOptions, BackupProgress, BackupReport};
 pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, StoreBuilder};
 pub use durability::Durability;
@@ -88,7 +90,8 @@ pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyRepor
 pub use intents::{IntentError, IntentPage, IntentPurge};
 pub use interface::AsyncStore;
 pub use journal::DEFAULT_JOURNAL_BYTES;
-pub use journal::wal::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS, JournalStats};
+pub use journal::checkpoint::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS};
+pub use journal::commit::JournalStats;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

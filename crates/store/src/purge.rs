@@ -6,6 +6,7 @@ use redb::ReadableTable;
 use idemdb_core::{AuditKind, PurgeReport, Retention, ScopedKey, Timestamp};
 
 use crate::audit::decode_entry;
+use crate::journal::apply::{T_AUDIT, T_EXPIRY};
 use crate::tables::{AUDIT, EXPIRY, audit_key, expiry_key, split_expiry_key};
 use crate::txn::Txn;
 use crate::{Error, Store};
@@ -78,14 +79,14 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
     // Retention time: only measured or confirmed time makes a record less known.
     let now = txn.retention_time();
     // Every purge keeps the clock, even one with nothing due.
-    txn.engine().persist_clock_if_due(txn.tables(), true)?;
+    txn.persist_clock_logged(true)?;
     let mut report = PurgeReport::default();
     let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
     // Corrupt records are skipped without spending budget, up to a bound, so one damaged
     // record cannot stop retention for the whole store.
     let scan = budget.saturating_add(1).saturating_add(MAX_CORRUPT_SKIPPED);
     let due: Vec<Vec<u8>> = {
-        let index = txn.tables().open_table(EXPIRY)?;
+        let index = txn.tx().open_table(EXPIRY)?;
         let mut keys = Vec::new();
         for entry in index.range(..upper.as_slice())?.take(scan) {
             keys.push(entry?.0.value().to_vec());
@@ -100,7 +101,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
         }
         done += 1;
         let Some((due_at, scoped)) = split_expiry_key(&index_key) else {
-            txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
+            txn.remove_logged(T_EXPIRY, &index_key)?;
             report.stale_index_entries += 1;
             continue;
         };
@@ -113,7 +114,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
                 } else {
                     report.stale_index_entries += 1;
                 }
-                txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
+                txn.remove_logged(T_EXPIRY, &index_key)?;
             }
             #[cfg(not(feature = "workflow"))]
             let _ = due_at;
@@ -130,7 +131,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
         let record = match record {
             Some(record) if record.due_at() == Some(due_at) => record,
             _ => {
-                txn.tables().open_table(EXPIRY)?.remove(index_key.as_slice())?;
+                txn.remove_logged(T_EXPIRY, &index_key)?;
                 report.stale_index_entries += 1;
                 continue;
             }
@@ -154,23 +155,25 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
     let cutoff = audit_key(Timestamp::from_millis(now.as_millis().saturating_sub(retention_ms)), 0);
     // An entry (one event, or a segment keyed by its newest event) goes once all its events
     // are past retention. The budget counts entries.
-    let mut audit = txn.tables().open_table(AUDIT)?;
-    let mut removed = 0usize;
-    while removed < budget {
-        let first =
-            audit.first()?.map(|(key, value)| (key.value(), decode_entry(value.value()).map_or(1, |e| e.len())));
-        match first {
-            Some((key, events)) if key < cutoff => {
-                audit.remove(key)?;
-                removed += 1;
-                report.audit_removed += events as u64;
+    let (due, more) = {
+        let audit = txn.tx().open_table(AUDIT)?;
+        let mut due = Vec::new();
+        let mut more = false;
+        for entry in audit.range(..cutoff)? {
+            let (key, value) = entry?;
+            if due.len() == budget {
+                more = true;
+                break;
             }
-            _ => break,
+            due.push((key.value(), decode_entry(value.value()).map_or(1, |e| e.len())));
         }
+        (due, more)
+    };
+    for (key, events) in due {
+        txn.remove_logged(T_AUDIT, &key)?;
+        report.audit_removed += events as u64;
     }
-    if removed == budget && audit.first()?.is_some_and(|(key, _)| key.value() < cutoff) {
-        report.more = true;
-    }
+    report.more |= more;
     Ok(report)
 }
 

@@ -149,21 +149,23 @@ impl Store {
     /// it wrote (idempotency records and the application's own tables) is rolled back.
     ///
     /// This is how an application writes its own redb tables and completes the record **in
-    /// the same commit** (see [`Txn::tables`]).
+    /// the same commit**: [`Txn::table`] writes a table registered with
+    /// [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table) through the
+    /// journal (one append, no redb flush); [`Txn::tables_checkpointing`] is the raw escape
+    /// hatch, whose commit is a durable checkpoint.
     ///
     /// ```
     /// use idemdb::{Reservation, Scope, Store, IdempotencyKey, Fingerprint};
     /// use redb::TableDefinition;
     /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
     ///
-    /// let store = Store::in_memory()?;
+    /// let store = Store::builder().journaled_table(ORDERS).in_memory()?;
     /// let scope = Scope::new("acme", "place_order")?;
     /// let key = IdempotencyKey::new("order-842")?;
     /// let fp = Fingerprint::from_bytes([9; 32]);
     /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp)? else { panic!() };
     /// store.write(|txn| {
-    ///     txn.tables().open_table(ORDERS).map_err(idemdb::Error::from)?
-    ///         .insert("order-842", 1050).map_err(idemdb::Error::from)?;
+    ///     txn.table(ORDERS)?.insert("order-842", 1050)?;
     ///     txn.complete(&lease, b"order placed".to_vec())
     /// })?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -188,9 +190,9 @@ impl Store {
     /// use redb::{ReadableTable, TableDefinition};
     /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
     ///
-    /// let store = Store::in_memory()?;
+    /// let store = Store::builder().journaled_table(ORDERS).in_memory()?;
     /// store.write(|txn| {
-    ///     txn.tables().open_table(ORDERS).map_err(idemdb::Error::from)?.insert("order-842", 1050).map_err(idemdb::Error::from)?;
+    ///     txn.table(ORDERS)?.insert("order-842", 1050)?;
     ///     Ok::<(), idemdb::Error>(())
     /// })?;
     /// let amount = store.read(|tx| {
@@ -354,6 +356,10 @@ impl Store {
     /// Reserves, runs `operation` and completes, **in one commit**: for effects in the same
     /// database. If the operation fails, nothing is stored and the key stays free.
     ///
+    /// The operation gets the raw redb transaction
+    /// ([`Txn::tables_checkpointing`]), so this commit is a durable checkpoint; to journal the
+    /// application's writes, reserve and complete inside [`Store::write`] with [`Txn::table`].
+    ///
     /// ```
     /// use idemdb::{Executed, Fingerprint, IdempotencyKey, Scope, Store};
     /// use redb::{ReadableTable, TableDefinition};
@@ -391,7 +397,7 @@ impl Store {
             txn.commit()?;
             return Ok(Executed::Answered(reservation));
         };
-        let result = operation(txn.tables()).map_err(ExecuteError::Operation)?;
+        let result = operation(txn.tables_checkpointing()).map_err(ExecuteError::Operation)?;
         txn.complete(&lease, result.clone())?;
         txn.commit()?;
         Ok(Executed::Ran { result })
@@ -408,7 +414,7 @@ impl Store {
     /// What the store's write-ahead journal did since the store was opened; `None` when
     /// commits are not journaled ([`StoreBuilder::journal`](crate::StoreBuilder::journal)).
     pub fn journal_stats(&self) -> Option<crate::JournalStats> {
-        self.engine.wal().map(crate::journal::wal::Wal::stats)
+        self.engine.wal().map(crate::journal::commit::Wal::stats)
     }
 
     /// Makes every earlier commit durable (needed only with [`Durability::Eventual`]).

@@ -52,6 +52,29 @@ pub(crate) const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("
 /// Queue jobs, one per `(scope, job id)`.
 pub(crate) const JOBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_jobs");
 
+/// The id of each table in journal records (`journal/apply.rs` applies a mutation by it).
+/// Every table the store owns has one, so every write the store makes is journaled; ids are
+/// never reused. 6 is the business rows table.
+pub(crate) const T_META: u8 = 1;
+pub(crate) const T_RECORDS: u8 = 2;
+pub(crate) const T_EXPIRY: u8 = 3;
+pub(crate) const T_AUDIT: u8 = 4;
+pub(crate) const T_RECONCILE: u8 = 5;
+pub(crate) const T_INTENTS: u8 = 7;
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
+pub(crate) const T_OUTBOX: u8 = 8;
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
+pub(crate) const T_OUTBOX_DUE: u8 = 9;
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
+pub(crate) const T_DELIVERIES: u8 = 10;
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
+pub(crate) const T_OBJECTS: u8 = 11;
+#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
+pub(crate) const T_JOBS: u8 = 12;
+/// Every application table (`app_table.rs`): the logged key is `name length: u32 BE · name ·
+/// key`.
+pub(crate) const T_APPLICATION: u8 = 13;
+
 /// Reconciliation queue entry kinds.
 pub(crate) const RECONCILE_RECORD: u8 = 1;
 #[cfg_attr(not(feature = "workflow"), allow(dead_code))]

@@ -36,3 +36,49 @@ impl StorageBackend for Shared {
         self.0.write(offset, data)
     }
 }
+
+/// A disk that loses what was not synced: [`Disk::crashed`] is the image as of the last
+/// `sync_data`, as a power cut would leave it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Disk {
+    now: Shared,
+    synced: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Disk {
+    /// How many times `sync_data` was called on this disk.
+    pub(crate) fn syncs(&self) -> u64 {
+        self.now.syncs()
+    }
+
+    /// A new disk holding what this one held at its last sync.
+    pub(crate) fn crashed(&self) -> Disk {
+        let image = self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let disk = Disk { now: Shared::default(), synced: Arc::new(std::sync::Mutex::new(image.clone())) };
+        disk.now.set_len(image.len() as u64).expect("in memory");
+        disk.now.write(0, &image).expect("in memory");
+        disk
+    }
+}
+
+impl StorageBackend for Disk {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.now.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.now.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.now.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.now.sync_data()?;
+        let mut image = vec![0u8; usize::try_from(self.now.len()?).unwrap_or(0)];
+        self.now.read(0, &mut image)?;
+        *self.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = image;
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.now.write(offset, data)
+    }
+}

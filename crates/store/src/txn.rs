@@ -13,7 +13,7 @@ use crate::audit::{EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
 use crate::engine::Engine;
 use crate::journal::Mutation;
 use crate::journal::apply::{self, T_AUDIT, T_EXPIRY, T_META, T_RECONCILE, T_RECORDS};
-use crate::journal::wal::CommitFailure;
+use crate::journal::commit::CommitFailure;
 use crate::tables::{
     META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, RECONCILE_RECORD, RECORDS, audit_key, expiry_key, reconcile_key,
 };
@@ -35,7 +35,7 @@ pub struct Txn<'s> {
     flush_audit: bool,
     /// The mutations of the store's tables, when the store journals its commits.
     log: Option<Vec<Mutation>>,
-    /// Set once [`Txn::tables`] handed out the redb transaction: what was written through it
+    /// Set once [`Txn::tables_checkpointing`] handed out the redb transaction: what was written through it
     /// is not in `log`, so the commit is a durable checkpoint instead of a journal record.
     raw: std::sync::atomic::AtomicBool,
     /// Whether the commit must be durable in the file (a flush).
@@ -91,21 +91,55 @@ impl<'s> Txn<'s> {
         self.retention
     }
 
-    /// The underlying redb transaction, for the application's own tables.
+    /// One of the application's own tables, typed as `table` declares it: reads see this
+    /// transaction's writes, and writes are logged for the store's journal, so the commit
+    /// stays one journal append (no redb checkpoint). The table must have been registered
+    /// when the store was opened ([`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table)),
+    /// with the same key and value types, so that recovery can replay its writes.
+    ///
+    /// ```
+    /// use idemdb::{Store, redb::TableDefinition};
+    /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("orders");
+    /// let store = Store::builder().journaled_table(ORDERS).in_memory()?;
+    /// store.write(|txn| {
+    ///     txn.table(ORDERS)?.insert("order-842", 1050)?;
+    ///     Ok::<(), idemdb::Error>(())
+    /// })?;
+    /// let amount = store.write(|txn| Ok::<_, idemdb::Error>(txn.table(ORDERS)?.get("order-842")?.map(|v| v.value())))?;
+    /// assert_eq!(amount, Some(1050));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::UnregisteredTable`] for a table the store was not told about (or told about
+    /// with other types, or named `idemdb_…`); storage errors opening it.
+    pub fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &mut self,
+        table: redb::TableDefinition<K, V>,
+    ) -> Result<crate::app_table::AppTable<'_, K, V>, Error> {
+        crate::app_table::AppTable::open(&self.tx, &self.store.config.apps, self.log.as_mut(), table)
+    }
+
+    /// The underlying redb transaction: the escape hatch for what [`Txn::table`] does not
+    /// cover (another table type, an unregistered table, redb's own API). **A transaction that
+    /// calls this commits as a durable redb checkpoint** (a flush of the store file) instead
+    /// of one journal append, because what is written through it is not in the journal.
     ///
     /// Do not open tables whose names start with `idemdb_`: those belong to the store.
-    ///
-    /// With the store's journal on, a transaction that used this commits durably (one redb
-    /// flush, which is also a checkpoint) instead of appending to the journal: the journal
-    /// records only the store's own tables.
-    pub fn tables(&self) -> &WriteTransaction {
+    pub fn tables_checkpointing(&self) -> &WriteTransaction {
         self.raw.store(true, std::sync::atomic::Ordering::Relaxed);
         &self.tx
     }
 
+    /// The redb transaction for **reading** the store's tables (writes go through
+    /// [`Txn::put_logged`] and [`Txn::remove_logged`], so they are journaled).
+    pub(crate) fn tx(&self) -> &WriteTransaction {
+        &self.tx
+    }
+
     /// Writes `key` → `value` into one of the store's tables and logs it for the journal.
-    fn put_logged(&mut self, table: u8, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        apply::apply_put(&self.tx, table, key, value)?;
+    pub(crate) fn put_logged(&mut self, table: u8, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        apply::apply_put(&self.tx, &self.store.config.apps, table, key, value)?;
         if let Some(log) = &mut self.log {
             log.push(Mutation::Put { table, key: key.to_vec(), value: value.to_vec() });
         }
@@ -113,8 +147,8 @@ impl<'s> Txn<'s> {
     }
 
     /// Removes `key` from one of the store's tables and logs it for the journal.
-    fn remove_logged(&mut self, table: u8, key: &[u8]) -> Result<(), Error> {
-        apply::apply_remove(&self.tx, table, key)?;
+    pub(crate) fn remove_logged(&mut self, table: u8, key: &[u8]) -> Result<(), Error> {
+        apply::apply_remove(&self.tx, &self.store.config.apps, table, key)?;
         if let Some(log) = &mut self.log {
             log.push(Mutation::Remove { table, key: key.to_vec() });
         }
@@ -122,7 +156,7 @@ impl<'s> Txn<'s> {
     }
 
     /// Writes the clock state when it is due (see [`Engine::persist_clock_if_due`]).
-    fn persist_clock_logged(&mut self, force: bool) -> Result<(), Error> {
+    pub(crate) fn persist_clock_logged(&mut self, force: bool) -> Result<(), Error> {
         if let Some(state) = self.store.clock.take_due(force) {
             self.put_logged(T_META, META_CLOCK.as_bytes(), &state.trusted.to_be_bytes())?;
             self.put_logged(T_META, META_CLOCK_PENDING.as_bytes(), &state.encode_pending())?;
@@ -180,7 +214,7 @@ impl<'s> Txn<'s> {
     /// census behind [`idemdb_core::ExpiredLease::TakeoverIfNoEffect`]. Items are keyed by the
     /// scoped key followed by the effect's name, so one range read answers it.
     pub(crate) fn any_effect(&self, scoped_key: &[u8]) -> Result<bool, Error> {
-        let table = self.tables().open_table(crate::tables::OUTBOX)?;
+        let table = self.tx.open_table(crate::tables::OUTBOX)?;
         let mut after = table.range(scoped_key..)?;
         Ok(match after.next() {
             Some(entry) => entry?.0.value().starts_with(scoped_key),
@@ -343,14 +377,19 @@ impl<'s> Txn<'s> {
     }
 
     fn move_index(&mut self, encoded: &[u8], old: Option<Timestamp>, new: Option<Timestamp>) -> Result<(), Error> {
+        self.move_entry(T_EXPIRY, old.map(|old| expiry_key(old, encoded)), new.map(|new| expiry_key(new, encoded)))
+    }
+
+    /// Moves an entry of an index table (empty values) from key `old` to key `new`, logged.
+    pub(crate) fn move_entry(&mut self, table: u8, old: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Result<(), Error> {
         if old == new {
             return Ok(());
         }
         if let Some(old) = old {
-            self.remove_logged(T_EXPIRY, &expiry_key(old, encoded))?;
+            self.remove_logged(table, &old)?;
         }
         if let Some(new) = new {
-            self.put_logged(T_EXPIRY, &expiry_key(new, encoded), &[])?;
+            self.put_logged(table, &new, &[])?;
         }
         Ok(())
     }

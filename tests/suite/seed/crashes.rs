@@ -11,7 +11,11 @@ fn a_transaction_that_fails_before_commit_stores_neither_the_reservation_nor_the
 
     let result: Result<(), AppError> = store.write(|txn| {
         let lease = acquired(txn.reserve(&scope, &key, &fp(1))?);
-        txn.tables().open_table(ORDERS).map_err(Error::from)?.insert("order-842", 1050).map_err(Error::from)?;
+        txn.tables_checkpointing()
+            .open_table(ORDERS)
+            .map_err(Error::from)?
+            .insert("order-842", 1050)
+            .map_err(Error::from)?;
         txn.complete(&lease, b"placed".to_vec())?;
         Err(AppError::Declined)
     });

@@ -184,7 +184,7 @@ pub(super) const BALANCES: TableDefinition<&str, i64> = TableDefinition::new("ap
 pub(super) fn read_order(store: &Store, order: &str) -> Option<u64> {
     store
         .write(|txn| -> Result<_, Error> {
-            let table = txn.tables().open_table(ORDERS)?;
+            let table = txn.tables_checkpointing().open_table(ORDERS)?;
             let value = table.get(order)?.map(|guard| guard.value());
             Ok(value)
         })
@@ -194,7 +194,7 @@ pub(super) fn read_order(store: &Store, order: &str) -> Option<u64> {
 pub(super) fn read_balance(store: &Store, account: &str) -> i64 {
     store
         .write(|txn| -> Result<_, Error> {
-            let table = txn.tables().open_table(BALANCES)?;
+            let table = txn.tables_checkpointing().open_table(BALANCES)?;
             let value = table.get(account)?.map(|guard| guard.value());
             Ok(value.unwrap_or(0))
         })

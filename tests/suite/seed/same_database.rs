@@ -69,7 +69,7 @@ fn an_app_write_and_the_completion_commit_together_in_one_write() {
     // A completion refused (over the result limit) takes the app write down with it.
     let oversized = vec![b'x'; idemdb::Policy::default().max_result_bytes() + 1];
     let refused_write: Result<(), Error> = fixture.store().write(|txn| {
-        txn.tables().open_table(ORDERS)?.insert("order-842", 1050)?;
+        txn.tables_checkpointing().open_table(ORDERS)?.insert("order-842", 1050)?;
         txn.complete(&lease, oversized)
     });
     assert!(
@@ -82,7 +82,7 @@ fn an_app_write_and_the_completion_commit_together_in_one_write() {
     fixture
         .store()
         .write(|txn| -> Result<(), Error> {
-            txn.tables().open_table(ORDERS)?.insert("order-842", 1050)?;
+            txn.tables_checkpointing().open_table(ORDERS)?.insert("order-842", 1050)?;
             txn.complete(&lease, b"order placed".to_vec())
         })
         .expect("one commit");

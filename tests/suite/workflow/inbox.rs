@@ -38,7 +38,7 @@ fn the_same_delivery_twice_is_applied_once() {
     );
     assert_eq!(ledger.total(), 1, "the business effect ran once");
     let read = store.write(|txn| {
-        let table = txn.tables().open_table(SUBSCRIPTIONS)?;
+        let table = txn.tables_checkpointing().open_table(SUBSCRIPTIONS)?;
         Ok::<_, idemdb::Error>(table.get("sub_1")?.map(|state| state.value().to_string()))
     });
     assert_eq!(read.unwrap().as_deref(), Some("active"));

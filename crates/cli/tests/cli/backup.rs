@@ -83,7 +83,7 @@ fn backup_refuses_unknown_tables_unless_told_to_leave_them_out() {
         const APP: idemdb::redb::TableDefinition<&str, u64> = idemdb::redb::TableDefinition::new("app_things");
         store
             .write(|txn| {
-                txn.tables()
+                txn.tables_checkpointing()
                     .open_table(APP)
                     .map_err(idemdb::Error::from)?
                     .insert("a", 1)

@@ -44,7 +44,7 @@ async fn a_handler_that_completes_in_its_own_transaction_is_not_completed_again(
                 // The business row and the completion: one commit.
                 store
                     .write_async(move |txn| {
-                        txn.tables()
+                        txn.tables_checkpointing()
                             .open_table(ROWS)
                             .map_err(idemdb::Error::from)?
                             .insert(key.as_str(), 1)
@@ -75,7 +75,7 @@ async fn a_handler_that_completes_in_its_own_transaction_is_not_completed_again(
     }
     assert_eq!(effects.count(), 1);
     let read = store.write(|txn| {
-        let table = txn.tables().open_table(ROWS).map_err(idemdb::Error::from)?;
+        let table = txn.tables_checkpointing().open_table(ROWS).map_err(idemdb::Error::from)?;
         table.len().map_err(idemdb::Error::from)
     });
     assert_eq!(read.unwrap(), 1, "one row for the key");

@@ -284,7 +284,7 @@ impl Sim {
         store
             .write(|txn| -> Result<BTreeMap<usize, u64>, Error> {
                 let mut out = BTreeMap::new();
-                let table = txn.tables().open_table(APP_EFFECTS)?;
+                let table = txn.tables_checkpointing().open_table(APP_EFFECTS)?;
                 for entry in table.iter().map_err(Error::from)? {
                     let (k, v) = entry.map_err(Error::from)?;
                     out.insert(usize::try_from(k.value()).unwrap_or(usize::MAX), v.value());

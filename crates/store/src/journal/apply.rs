@@ -1,69 +1,114 @@
 //! The tables a journal record may change, by their one-byte ids, and applying a mutation to
 //! them: the same code writes a transaction's change and replays a record at recovery.
+//!
+//! Every table the store owns has an id here, so every write the store itself makes rides the
+//! journal. The application's tables share one id, [`T_APPLICATION`]: their mutations carry
+//! the table's name in front of the key (see [`crate::app_table`]), and are replayed through
+//! the table types the application registered with
+//! [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table).
+//!
+//! Adding an id changes no byte of the journal format (a mutation's table is one byte in
+//! every format), so journals written before an id existed read unchanged; a build that
+//! does not know an id refuses to replay the record (it names no table of the store) instead
+//! of skipping it.
 
 use redb::WriteTransaction;
 
 use crate::Error;
-use crate::tables::{AUDIT, EXPIRY, META, RECONCILE, RECORDS};
+use crate::app_table::ReplayError;
+use crate::tables::{AUDIT, EXPIRY, INTENTS, META, RECONCILE, RECORDS};
+#[cfg(feature = "workflow")]
+use crate::tables::{DELIVERIES, JOBS, OBJECTS, OUTBOX, OUTBOX_DUE};
 
-/// Table ids in journal records.
-pub(crate) const T_META: u8 = 1;
-pub(crate) const T_RECORDS: u8 = 2;
-pub(crate) const T_EXPIRY: u8 = 3;
-pub(crate) const T_AUDIT: u8 = 4;
-pub(crate) const T_RECONCILE: u8 = 5;
+// The table ids are listed with the tables (`tables.rs`).
+#[cfg_attr(not(feature = "workflow"), allow(unused_imports))]
+pub(crate) use crate::tables::{
+    T_APPLICATION, T_AUDIT, T_DELIVERIES, T_EXPIRY, T_INTENTS, T_JOBS, T_META, T_OBJECTS, T_OUTBOX, T_OUTBOX_DUE,
+    T_RECONCILE, T_RECORDS,
+};
 
-/// Writes one mutation into its table of `tx`.
-pub(crate) fn apply_put(tx: &WriteTransaction, table: u8, key: &[u8], value: &[u8]) -> Result<(), Applied> {
-    match table {
-        T_META => {
-            let key = std::str::from_utf8(key).map_err(|_| Applied::Malformed)?;
-            tx.open_table(META)?.insert(key, value)?;
-        }
-        T_RECORDS => {
-            tx.open_table(RECORDS)?.insert(key, value)?;
-        }
-        T_EXPIRY => {
-            if !value.is_empty() {
-                return Err(Applied::Malformed);
-            }
-            tx.open_table(EXPIRY)?.insert(key, ())?;
-        }
-        T_AUDIT => {
-            let key: [u8; 16] = key.try_into().map_err(|_| Applied::Malformed)?;
-            tx.open_table(AUDIT)?.insert(key, value)?;
-        }
-        T_RECONCILE => {
-            tx.open_table(RECONCILE)?.insert(key, value)?;
-        }
-        _ => return Err(Applied::Malformed),
-    }
-    Ok(())
+/// Writes one mutation into its table of `tx`. Application tables are looked up in `apps`.
+pub(crate) fn apply_put(
+    tx: &WriteTransaction,
+    apps: &crate::app_table::AppTables,
+    table: u8,
+    key: &[u8],
+    value: &[u8],
+) -> Result<(), Applied> {
+    apply(tx, apps, table, key, Some(value))
 }
 
-/// Removes one key from its table of `tx`.
-pub(crate) fn apply_remove(tx: &WriteTransaction, table: u8, key: &[u8]) -> Result<(), Applied> {
+/// Removes one key from its table of `tx`. Application tables are looked up in `apps`.
+pub(crate) fn apply_remove(
+    tx: &WriteTransaction,
+    apps: &crate::app_table::AppTables,
+    table: u8,
+    key: &[u8],
+) -> Result<(), Applied> {
+    apply(tx, apps, table, key, None)
+}
+
+/// Puts `key` → `value`, or removes `key` (`None`), in the table with id `table`.
+fn apply(
+    tx: &WriteTransaction,
+    apps: &crate::app_table::AppTables,
+    table: u8,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<(), Applied> {
+    let bytes = |table| -> Result<(), Applied> {
+        let mut table = tx.open_table(table)?;
+        match value {
+            Some(value) => drop(table.insert(key, value)?),
+            None => drop(table.remove(key)?),
+        }
+        Ok(())
+    };
+    let index = |table| -> Result<(), Applied> {
+        let mut table = tx.open_table(table)?;
+        match value {
+            Some([]) => drop(table.insert(key, ())?),
+            Some(_) => return Err(Applied::Malformed),
+            None => drop(table.remove(key)?),
+        }
+        Ok(())
+    };
     match table {
         T_META => {
             let key = std::str::from_utf8(key).map_err(|_| Applied::Malformed)?;
-            tx.open_table(META)?.remove(key)?;
+            let mut meta = tx.open_table(META)?;
+            match value {
+                Some(value) => drop(meta.insert(key, value)?),
+                None => drop(meta.remove(key)?),
+            }
+            Ok(())
         }
-        T_RECORDS => {
-            tx.open_table(RECORDS)?.remove(key)?;
-        }
-        T_EXPIRY => {
-            tx.open_table(EXPIRY)?.remove(key)?;
-        }
+        T_RECORDS => bytes(RECORDS),
+        T_EXPIRY => index(EXPIRY),
         T_AUDIT => {
             let key: [u8; 16] = key.try_into().map_err(|_| Applied::Malformed)?;
-            tx.open_table(AUDIT)?.remove(key)?;
+            let mut audit = tx.open_table(AUDIT)?;
+            match value {
+                Some(value) => drop(audit.insert(key, value)?),
+                None => drop(audit.remove(key)?),
+            }
+            Ok(())
         }
-        T_RECONCILE => {
-            tx.open_table(RECONCILE)?.remove(key)?;
-        }
-        _ => return Err(Applied::Malformed),
+        T_RECONCILE => bytes(RECONCILE),
+        T_INTENTS => bytes(INTENTS),
+        #[cfg(feature = "workflow")]
+        T_OUTBOX => bytes(OUTBOX),
+        #[cfg(feature = "workflow")]
+        T_OUTBOX_DUE => index(OUTBOX_DUE),
+        #[cfg(feature = "workflow")]
+        T_DELIVERIES => bytes(DELIVERIES),
+        #[cfg(feature = "workflow")]
+        T_OBJECTS => bytes(OBJECTS),
+        #[cfg(feature = "workflow")]
+        T_JOBS => bytes(JOBS),
+        T_APPLICATION => Ok(apps.apply(tx, key, value)?),
+        _ => Err(Applied::Malformed),
     }
-    Ok(())
 }
 
 /// A mutation could not be applied.
@@ -71,6 +116,8 @@ pub(crate) enum Applied {
     Storage(Error),
     /// It names no table of the store, or a key of the wrong shape.
     Malformed,
+    /// It names an application table that was not registered with the store.
+    Unregistered(String),
 }
 
 macro_rules! applied_from {
@@ -84,11 +131,22 @@ macro_rules! applied_from {
 }
 applied_from!(redb::TableError, redb::StorageError);
 
+impl From<ReplayError> for Applied {
+    fn from(error: ReplayError) -> Self {
+        match error {
+            ReplayError::Malformed => Applied::Malformed,
+            ReplayError::Unregistered(name) => Applied::Unregistered(name),
+            ReplayError::Storage(error) => Applied::Storage(error),
+        }
+    }
+}
+
 impl From<Applied> for Error {
     fn from(applied: Applied) -> Self {
         match applied {
             Applied::Storage(error) => error,
             Applied::Malformed => Error::Internal("a journal mutation names no table of the store"),
+            Applied::Unregistered(name) => Error::UnregisteredTable { name },
         }
     }
 }

@@ -28,10 +28,10 @@ use std::path::{Path, PathBuf};
 use redb::{Database, ReadableDatabase, StorageBackend};
 
 use super::apply::{Applied, apply_put, apply_remove};
+use super::commit::{JournalFile, Wal};
 use super::files::{Access, ReadOnlyFile, journal_path, open_journal, resolve};
 use super::format::{BLOCK, Generation, Seal, Slot, fresh_salt};
 use super::meta::{History, JournalMeta, MetaFault};
-use super::wal::{JournalFile, Wal};
 use super::{Header, Journal, JournalError, ScanEnd, scan};
 use crate::tables::{META, META_SECRET};
 use crate::{Error, OpenError};
@@ -60,6 +60,9 @@ pub(crate) struct JournalSetup {
     /// Open a store whose journal is missing, damaged or foreign anyway, accepting the loss of
     /// the commits that journal held.
     pub(crate) discard_lost: bool,
+    /// The application tables registered for the journal: recovery replays their mutations
+    /// with these types.
+    pub(crate) apps: crate::app_table::AppTables,
 }
 
 /// A journal file found for reading, with where it is (`None`: a backend the caller gave).
@@ -124,7 +127,7 @@ fn legacy_id(secret: &[u8]) -> [u8; 16] {
 /// Recovery at open (see the module docs). Returns the journal commits use from now on
 /// (`None` when the journal is off).
 pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Option<Wal>, OpenError> {
-    let JournalSetup { source, capacity, active, discard_lost } = setup;
+    let JournalSetup { source, capacity, active, discard_lost, apps } = setup;
     let (meta, secret) = read_meta(&db.begin_read()?)?;
     let mut history = meta.history();
     if !active && history == History::None {
@@ -230,12 +233,22 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
     for (at, batch) in read.batches.iter().enumerate() {
         for mutation in batch {
             let result = match mutation {
-                Mutation::Put { table, key, value } => apply_put(&tx, *table, key, value),
-                Mutation::Remove { table, key } => apply_remove(&tx, *table, key),
+                Mutation::Put { table, key, value } => apply_put(&tx, &apps, *table, key, value),
+                Mutation::Remove { table, key } => apply_remove(&tx, &apps, *table, key),
             };
             match result {
                 Ok(()) => {}
                 Err(Applied::Storage(error)) => return Err(storage(error)),
+                Err(Applied::Unregistered(name)) => {
+                    return Err(OpenError::JournalDamaged {
+                        store: store_path,
+                        journal: beside.unwrap_or_default(),
+                        reason: format!(
+                            "record {} writes the application table {name:?}, which is not registered (StoreBuilder::journaled_table)",
+                            checkpoint + at as u64 + 1
+                        ),
+                    });
+                }
                 Err(Applied::Malformed) => {
                     return Err(OpenError::JournalDamaged {
                         store: store_path,

@@ -9,7 +9,8 @@ use idemdb_core::{
     accept,
 };
 
-use crate::tables::{DELIVERIES, EXPIRY, EXPIRY_DELIVERY, OBJECTS, marked_expiry_key, open_optional};
+use crate::journal::apply::{T_DELIVERIES, T_EXPIRY, T_OBJECTS};
+use crate::tables::{DELIVERIES, EXPIRY_DELIVERY, OBJECTS, marked_expiry_key, open_optional};
 use crate::txn::Txn;
 use crate::{Error, ExecuteError, Store};
 
@@ -32,13 +33,13 @@ impl Txn<'_> {
         guard: &impl DomainGuard,
     ) -> Result<(InboxAnswer, Option<ObjectRecord>), Error> {
         let (delivery_key, object_key) = (delivery.delivery_key(), delivery.object_key());
-        let existing = match self.tables().open_table(DELIVERIES)?.get(delivery_key.as_slice())? {
+        let existing = match self.tx().open_table(DELIVERIES)?.get(delivery_key.as_slice())? {
             Some(value) => Some(
                 DeliveryRecord::decode(value.value()).map_err(|source| Error::Corrupt { what: "delivery", source })?,
             ),
             None => None,
         };
-        let object = match self.tables().open_table(OBJECTS)?.get(object_key.as_slice())? {
+        let object = match self.tx().open_table(OBJECTS)?.get(object_key.as_slice())? {
             Some(value) => {
                 Some(ObjectRecord::decode(value.value()).map_err(|source| Error::Corrupt { what: "object", source })?)
             }
@@ -46,15 +47,15 @@ impl Txn<'_> {
         };
         let decision = accept(existing, object.as_ref(), delivery, guard, self.now())?;
         if let Some(record) = &decision.delivery {
-            self.tables().open_table(DELIVERIES)?.insert(delivery_key.as_slice(), record.encode().as_slice())?;
+            self.put_logged(T_DELIVERIES, &delivery_key, &record.encode())?;
             let policy = self.engine().policy(&delivery_policy_name(&delivery.source)).clone();
             let forget_at =
                 record.received_at.saturating_add(policy.response_ttl()).saturating_add(policy.tombstone_ttl());
             let entry = marked_expiry_key(forget_at, EXPIRY_DELIVERY, &delivery_key);
-            self.tables().open_table(EXPIRY)?.insert(entry.as_slice(), ())?;
+            self.put_logged(T_EXPIRY, &entry, &[])?;
         }
         if let Some(object) = &decision.object {
-            self.tables().open_table(OBJECTS)?.insert(object_key.as_slice(), object.encode().as_slice())?;
+            self.put_logged(T_OBJECTS, &object_key, &object.encode())?;
         }
         if let (Ok(scope), Ok(key)) =
             (Scope::new(delivery.source.as_str(), "webhook"), IdempotencyKey::new(delivery.delivery_id.as_str()))
@@ -112,7 +113,7 @@ impl Store {
         let mut txn = Txn::begin(&self.engine)?;
         let (answer, object) = txn.accept_delivery(delivery, guard)?;
         if let Some(object) = &object {
-            apply(txn.tables(), object).map_err(ExecuteError::Operation)?;
+            apply(txn.tables_checkpointing(), object).map_err(ExecuteError::Operation)?;
         }
         txn.commit()?;
         Ok(answer)

@@ -9,30 +9,26 @@ use idemdb_core::{
     JobRefusal, Scope, ScopedKey, claim_job,
 };
 
-use crate::tables::{EXPIRY, EXPIRY_JOB, JOBS, marked_expiry_key};
+use crate::journal::apply::{T_EXPIRY, T_JOBS};
+use crate::tables::{EXPIRY_JOB, JOBS, marked_expiry_key};
 use crate::txn::Txn;
 use crate::{Error, ExecuteError, Store};
 
 impl Txn<'_> {
     fn load_job(&self, encoded: &[u8]) -> Result<Option<JobRecord>, Error> {
-        let table = self.tables().open_table(JOBS)?;
+        let table = self.tx().open_table(JOBS)?;
         let Some(value) = table.get(encoded)? else { return Ok(None) };
         JobRecord::decode(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "job", source })
     }
 
     fn put_job(&mut self, encoded: &[u8], previous: Option<&JobRecord>, job: &JobRecord) -> Result<(), Error> {
-        self.tables().open_table(JOBS)?.insert(encoded, job.encode().as_slice())?;
+        self.put_logged(T_JOBS, encoded, &job.encode())?;
         let (old, new) = (previous.and_then(JobRecord::due_at), job.due_at());
-        if old != new {
-            let mut expiry = self.tables().open_table(EXPIRY)?;
-            if let Some(old) = old {
-                expiry.remove(marked_expiry_key(old, EXPIRY_JOB, encoded).as_slice())?;
-            }
-            if let Some(new) = new {
-                expiry.insert(marked_expiry_key(new, EXPIRY_JOB, encoded).as_slice(), ())?;
-            }
-        }
-        Ok(())
+        self.move_entry(
+            T_EXPIRY,
+            old.map(|old| marked_expiry_key(old, EXPIRY_JOB, encoded)),
+            new.map(|new| marked_expiry_key(new, EXPIRY_JOB, encoded)),
+        )
     }
 
     /// Changes the job `lease` names with `change`, writing what it returns.

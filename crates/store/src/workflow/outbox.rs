@@ -9,9 +9,10 @@ use idemdb_core::{
     OutboxRefusal, OutboxStateKind, ProviderState, Reservation, Scope, ScopedKey, Timestamp,
 };
 
+use crate::journal::apply::{T_EXPIRY, T_OUTBOX, T_OUTBOX_DUE, T_RECONCILE};
 use crate::tables::{
-    EXPIRY, EXPIRY_OUTBOX, OUTBOX, OUTBOX_DUE, RECONCILE, RECONCILE_EFFECT, expiry_key, marked_expiry_key,
-    open_optional, reconcile_key, split_expiry_key,
+    EXPIRY_OUTBOX, OUTBOX, OUTBOX_DUE, RECONCILE_EFFECT, expiry_key, marked_expiry_key, open_optional, reconcile_key,
+    split_expiry_key,
 };
 use crate::txn::Txn;
 use crate::{Error, Store};
@@ -74,7 +75,7 @@ impl Txn<'_> {
     }
 
     pub(crate) fn load_effect(&self, storage_key: &[u8]) -> Result<Option<OutboxItem>, Error> {
-        let table = self.tables().open_table(OUTBOX)?;
+        let table = self.tx().open_table(OUTBOX)?;
         let Some(value) = table.get(storage_key)? else { return Ok(None) };
         OutboxItem::decode(storage_key, value.value())
             .map(Some)
@@ -85,39 +86,29 @@ impl Txn<'_> {
     /// retention entries.
     pub(crate) fn put_effect(&mut self, previous: Option<&OutboxItem>, item: &OutboxItem) -> Result<(), Error> {
         let key = item.storage_key();
-        self.tables().open_table(OUTBOX)?.insert(key.as_slice(), item.encode().as_slice())?;
+        self.put_logged(T_OUTBOX, &key, &item.encode())?;
         let (old_due, new_due) = (previous.and_then(OutboxItem::due_at), item.due_at());
-        if old_due != new_due {
-            let mut due = self.tables().open_table(OUTBOX_DUE)?;
-            if let Some(old) = old_due {
-                due.remove(expiry_key(old, &key).as_slice())?;
-            }
-            if let Some(new) = new_due {
-                due.insert(expiry_key(new, &key).as_slice(), ())?;
-            }
-        }
+        self.move_entry(
+            T_OUTBOX_DUE,
+            old_due.map(|old| expiry_key(old, &key)),
+            new_due.map(|new| expiry_key(new, &key)),
+        )?;
         let (was, is) = (previous.is_some_and(OutboxItem::needs_reconciliation), item.needs_reconciliation());
         if was != is {
-            let mut queue = self.tables().open_table(RECONCILE)?;
             let entry = reconcile_key(RECONCILE_EFFECT, &key);
             if is {
-                queue.insert(entry.as_slice(), item.updated_at.as_millis().to_be_bytes().as_slice())?;
+                self.put_logged(T_RECONCILE, &entry, &item.updated_at.as_millis().to_be_bytes())?;
             } else {
-                queue.remove(entry.as_slice())?;
+                self.remove_logged(T_RECONCILE, &entry)?;
             }
         }
         let policy = self.engine().policy(item.scope.operation()).clone();
         let (old_forget, new_forget) = (previous.and_then(|p| p.forget_at(&policy)), item.forget_at(&policy));
-        if old_forget != new_forget {
-            let mut expiry = self.tables().open_table(EXPIRY)?;
-            if let Some(old) = old_forget {
-                expiry.remove(marked_expiry_key(old, EXPIRY_OUTBOX, &key).as_slice())?;
-            }
-            if let Some(new) = new_forget {
-                expiry.insert(marked_expiry_key(new, EXPIRY_OUTBOX, &key).as_slice(), ())?;
-            }
-        }
-        Ok(())
+        self.move_entry(
+            T_EXPIRY,
+            old_forget.map(|old| marked_expiry_key(old, EXPIRY_OUTBOX, &key)),
+            new_forget.map(|new| marked_expiry_key(new, EXPIRY_OUTBOX, &key)),
+        )
     }
 
     /// Moves the intent's record along after its effect changed (see
@@ -290,7 +281,7 @@ impl Store {
             let now = txn.now();
             let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
             let due: Vec<Vec<u8>> = {
-                let index = txn.tables().open_table(OUTBOX_DUE)?;
+                let index = txn.tx().open_table(OUTBOX_DUE)?;
                 let mut keys = Vec::new();
                 for entry in index.range(..upper.as_slice())? {
                     keys.push(entry?.0.value().to_vec());
@@ -307,7 +298,7 @@ impl Store {
                 }
                 let Some((_, storage_key)) = split_expiry_key(&entry) else { continue };
                 let Some(item) = txn.load_effect(storage_key)? else {
-                    txn.tables().open_table(OUTBOX_DUE)?.remove(entry.as_slice())?;
+                    txn.remove_logged(T_OUTBOX_DUE, &entry)?;
                     continue;
                 };
                 let policy = txn.engine().policy(item.scope.operation()).clone();

@@ -7,6 +7,7 @@ use redb::ReadableTable;
 use idemdb_core::{DeliveryRecord, JobRecord, ObjectRecord, OutboxItem, Timestamp};
 
 use crate::Error;
+use crate::journal::apply::{T_DELIVERIES, T_JOBS, T_OUTBOX};
 use crate::tables::{DELIVERIES, EXPIRY_DELIVERY, EXPIRY_JOB, EXPIRY_OUTBOX, JOBS, OBJECTS, OUTBOX};
 use crate::txn::Txn;
 
@@ -21,12 +22,18 @@ pub(crate) fn forget_entry(txn: &mut Txn<'_>, rest: &[u8], due: Timestamp) -> Re
             if item.forget_at(&policy) != Some(due) {
                 return Ok(false);
             }
-            txn.tables().open_table(OUTBOX)?.remove(key)?;
+            txn.remove_logged(T_OUTBOX, key)?;
             Ok(true)
         }
-        EXPIRY_DELIVERY => Ok(txn.tables().open_table(DELIVERIES)?.remove(key)?.is_some()),
+        EXPIRY_DELIVERY => {
+            if txn.tx().open_table(DELIVERIES)?.get(key)?.is_none() {
+                return Ok(false);
+            }
+            txn.remove_logged(T_DELIVERIES, key)?;
+            Ok(true)
+        }
         EXPIRY_JOB => {
-            let due_now = match txn.tables().open_table(JOBS)?.get(key)? {
+            let due_now = match txn.tx().open_table(JOBS)?.get(key)? {
                 Some(value) => {
                     JobRecord::decode(value.value()).map_err(|source| Error::Corrupt { what: "job", source })?.due_at()
                 }
@@ -35,7 +42,7 @@ pub(crate) fn forget_entry(txn: &mut Txn<'_>, rest: &[u8], due: Timestamp) -> Re
             if due_now != Some(due) {
                 return Ok(false);
             }
-            txn.tables().open_table(JOBS)?.remove(key)?;
+            txn.remove_logged(T_JOBS, key)?;
             Ok(true)
         }
         _ => Ok(false),

@@ -1,5 +1,6 @@
-//! The journal as the store's commit path uses it: the journaled commit and the checkpoint
-//! rule. Opening and recovery are in `recovery.rs`; the table registry in `apply.rs`.
+//! The journal as the store's commit path uses it: the journaled commit. The checkpoint rule
+//! and the checkpoint commit are in `checkpoint.rs`; opening and recovery in `recovery.rs`;
+//! the table ids in `tables.rs`.
 //!
 //! A journaled commit appends the batch's mutations to the journal (one write, one
 //! `fdatasync`) and only then commits redb with `Durability::None`: a commit is visible to
@@ -8,9 +9,10 @@
 //! the last journal sequence number it covers and the **next generation** into the metadata
 //! table; the journal then starts over at its first block, sealing its records with the new
 //! generation, so nothing written before the checkpoint can be taken for a later record. Every
-//! write to the store's tables that is not journaled (a transaction that handed the application
-//! [`Txn::tables`](crate::Txn::tables), purge, the workflow tables, intents) is made by such a
-//! checkpoint commit, so the durable file plus the records after its checkpoint is always
+//! write that is not journaled (a transaction that used the escape hatch
+//! [`Txn::tables_checkpointing`](crate::Txn::tables_checkpointing), an explicit flush) is made by such a
+//! checkpoint commit; every write of the store's own tables, and of the application tables
+//! written through [`Txn::table`](crate::Txn::table), is journaled, so the durable file plus the records after its checkpoint is always
 //! exactly the last acknowledged state. The last checkpoint of a clean close also clears the
 //! metadata's "records may be pending" marker.
 
@@ -19,17 +21,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redb::{StorageBackend, WriteTransaction};
 
-use super::format::Generation;
 use super::{Journal, JournalError, Mutation};
 use crate::Error;
-use crate::tables::META;
-
-/// Checkpoint after this many journal records...
-pub const CHECKPOINT_RECORDS: u64 = 1024;
-/// ...or this many journal bytes (and always before the journal is full)...
-pub const CHECKPOINT_BYTES: u64 = 4 * 1024 * 1024;
-/// ...or at the first commit this long (store time) after the last checkpoint.
-pub const CHECKPOINT_MS: u64 = 10_000;
 
 /// A journal file behind a trait object (shared: recovery reads it before the commit path
 /// keeps it).
@@ -90,7 +83,7 @@ pub(crate) struct Wal {
     failed: AtomicBool,
     /// Set by the last handle's close: the next checkpoint clears the "records may be pending"
     /// marker, and nothing is appended after it.
-    closing: AtomicBool,
+    pub(super) closing: AtomicBool,
     pub(crate) counters: WalCounters,
 }
 
@@ -100,7 +93,7 @@ pub(crate) struct WalState {
     pub(crate) checkpoint_at: u64,
 }
 
-fn io(error: std::io::Error) -> Error {
+pub(super) fn io(error: std::io::Error) -> Error {
     Error::from(redb::Error::Io(error))
 }
 
@@ -116,7 +109,7 @@ impl Wal {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, WalState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, WalState> {
         // Held only around one append or one commit; a panic there leaves the journal's
         // position as it was (it moves only after a successful write).
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -126,7 +119,7 @@ impl Wal {
         self.failed.load(Ordering::SeqCst)
     }
 
-    fn fail(&self) {
+    pub(super) fn fail(&self) {
         self.failed.store(true, Ordering::SeqCst);
     }
 
@@ -162,11 +155,7 @@ impl Wal {
             // Nothing changed: nothing to journal.
             return tx.commit().map_err(|error| CommitFailure::Commit(error.into()));
         }
-        let due = self.closing.load(Ordering::SeqCst)
-            || state.journal.last_seq() - state.journal.checkpointed() >= CHECKPOINT_RECORDS
-            || state.journal.used() >= CHECKPOINT_BYTES.min(state.journal.capacity() / 2)
-            || now.saturating_sub(state.checkpoint_at) >= CHECKPOINT_MS;
-        if due {
+        if self.checkpoint_due(&state, now) {
             return self.checkpoint_locked(&mut state, tx, now);
         }
         match state.journal.append(log) {
@@ -189,58 +178,6 @@ impl Wal {
             self.fail();
             CommitFailure::Unknown(error.into())
         })
-    }
-
-    /// A durable commit of `tx` that records the journal's last sequence number as applied,
-    /// then starts the journal over. For every `Immediate` commit the engine makes while a
-    /// journal is open.
-    pub(crate) fn checkpoint(&self, tx: WriteTransaction, now: u64) -> Result<(), CommitFailure> {
-        let mut state = self.lock();
-        if self.failed() {
-            return Err(CommitFailure::Refused);
-        }
-        self.checkpoint_locked(&mut state, tx, now)
-    }
-
-    fn checkpoint_locked(&self, state: &mut WalState, mut tx: WriteTransaction, now: u64) -> Result<(), CommitFailure> {
-        let last = state.journal.last_seq();
-        let current = state.journal.generation();
-        let next = match current.epoch.checked_add(1) {
-            Some(epoch) => Generation { epoch, salt: super::format::fresh_salt(current, last) },
-            None => return Err(CommitFailure::Commit(Error::Internal("the journal's generations are exhausted"))),
-        };
-        let closing = self.closing.load(Ordering::SeqCst);
-        let prepared = (|| -> Result<(), Error> {
-            let mut meta = tx.open_table(META)?;
-            super::meta::write_checkpoint(&mut meta, last, next)?;
-            if closing {
-                super::meta::write_closed(&mut meta)?;
-            }
-            drop(meta);
-            tx.set_durability(redb::Durability::Immediate)?;
-            Ok(())
-        })();
-        if let Err(error) = prepared {
-            return Err(CommitFailure::Commit(error));
-        }
-        match tx.commit() {
-            Ok(()) => {
-                self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-                state.checkpoint_at = now;
-                if let Err(error) = state.journal.restart(last, next) {
-                    // The checkpoint took effect; the journal's header could not be written, so
-                    // nothing more is appended until the store is reopened.
-                    tracing::error!(target: "idemdb::journal", %error, "journal header write failed after a checkpoint");
-                    self.fail();
-                }
-                Ok(())
-            }
-            Err(error) => {
-                // redb refuses every later commit after a failed flush; so does the journal.
-                self.fail();
-                Err(CommitFailure::Commit(error.into()))
-            }
-        }
     }
 }
 
