@@ -35,6 +35,9 @@
 //! );
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! [`prelude`] is the curated list of the core's names that every storage adapter re-exports,
+//! so the adapters offer one vocabulary.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -49,6 +52,7 @@ mod intent;
 mod key;
 mod names;
 mod policy;
+pub mod prelude;
 mod purge;
 mod record;
 mod retry;

@@ -113,6 +113,20 @@
 //!
 //! The adapter runs on Tokio (the driver runs each connection as a task): call it from inside a
 //! Tokio runtime.
+//!
+//! # What this crate exports
+//!
+//! * The adapter's own names: [`PgStore`], [`PgStoreBuilder`], [`PgTxn`], its errors
+//!   ([`Error`], [`ConnectError`], [`DbError`], [`SchemaMismatch`]), the purge task, the
+//!   outbox listener and the connection settings.
+//! * The core's curated list, [`idemdb_core::prelude`], re-exported whole: the same names, the
+//!   same items, as the embedded store's `idemdb` crate offers (`idemdb_postgres::Scope` is
+//!   `idemdb::Scope`), so code moves between the two by changing the crate name.
+//! * The core itself as [`core`](idemdb_core) for everything else (the pure decision
+//!   functions, the codecs), the storage traits and clocks of `idemdb-interface`, and the
+//!   driver ([`tokio_postgres`]).
+//!
+//! A core name an adapter user needs is added to the prelude, never to one adapter's list.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -146,13 +160,10 @@ pub use time::TimeSource;
 pub use txn::PgTxn;
 pub use workflow::OutboxListener;
 
-pub use idemdb_core::{
-    Attention, AuditEvent, AuditKind, Coded, Compensation, Delivery, DeliveryRecord, DomainGuard, EffectName,
-    EffectReport, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, InboxAnswer, InboxRefusal, JobAnswer,
-    JobLease, JobRecord, JobRefusal, KeyHash, Lease, NewEffect, NewerVersion, ObjectRecord, OutboxItem, OutboxRefusal,
-    OutboxState, OutboxStateKind, OutcomeClass, Policy, ProviderState, PurgeReport, Record, Reservation, Resolution,
-    ResolutionCause, Scope, ScopedKey, State, StateKind, Timestamp, TransitionError, ValidTransition,
-};
+/// The core itself, for what the prelude leaves out (`idemdb_postgres::core::decide`, the codecs).
+pub use idemdb_core as core;
+/// The core's names an adapter user needs: the one list both adapters re-export.
+pub use idemdb_core::prelude::*;
 pub use idemdb_interface::{Clock, IdempotencyStore, ManualClock, SystemClock, WorkflowStore};
 /// Re-export of the driver, whose `Client` the transaction API hands out.
 pub use tokio_postgres;

@@ -43,6 +43,18 @@
 //! The decision logic lives in [`idemdb_core`] (re-exported here) as pure functions; this
 //! crate translates them into redb transactions. See `docs/design.md` for the state diagram,
 //! the byte layout and the version history.
+//!
+//! # What this crate exports
+//!
+//! * The store's own names: [`Store`], [`StoreBuilder`], [`Txn`], its errors ([`Error`],
+//!   [`OpenError`], [`StorageError`]), backup, rebuild, inspection and journal settings.
+//! * The core's curated list, [`idemdb_core::prelude`], re-exported whole: the same names, the
+//!   same items, as the PostgreSQL adapter (`idemdb-postgres`) offers, so code moves between
+//!   the two by changing the crate name.
+//! * The core itself as [`core`](idemdb_core) for everything else (the pure decision
+//!   functions, the codecs), the clocks, and [`redb`].
+//!
+//! A core name an adapter user needs is added to the prelude, never to one adapter's list.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -104,24 +116,10 @@ pub use txn::Txn;
 #[cfg(feature = "workflow")]
 pub use workflow::{EffectFilter, delivery_policy_name};
 
-pub use idemdb_core::{
-    Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AttentionCause, AttentionKind, AuditEvent,
-    AuditKind, CanonicalError, Canonicalizer, Claim, Coded, Compensation, DecisionTime, Delivery, DeliveryOutcome,
-    DeliveryOutcomeKind, DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode,
-    ExpiredLease, Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer,
-    InboxRefusal, Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord,
-    JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
-    NewEffect, NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind,
-    OutcomeClass, Policy, PolicyError, ProviderState, ProviderStateKind, PurgeReport, Record, RecordError, Reservation,
-    ReservationKind, Resolution, ResolutionCause, ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind,
-    StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
-};
-/// The client retry contract (see [`idemdb_core::classify_answer`]).
-pub use idemdb_core::{
-    AnswerClass, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
-    DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES, backoff_ceiling,
-    backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
-};
+/// The core itself, for what the prelude leaves out (`idemdb::core::decide`, the codecs).
+pub use idemdb_core as core;
+/// The core's names an adapter user needs: the one list both adapters re-export.
+pub use idemdb_core::prelude::*;
 /// Re-export of redb, whose `WriteTransaction` and tables the transaction API hands out.
 pub use redb;
 
