@@ -122,7 +122,7 @@
 //! * The core's curated list, [`idemdb_core::prelude`], re-exported whole: the same names, the
 //!   same items, as the embedded store's `idemdb` crate offers (`idemdb_postgres::Scope` is
 //!   `idemdb::Scope`), so code moves between the two by changing the crate name.
-//! * The core itself as [`core`](idemdb_core) for everything else (the pure decision
+//! * The core itself as [`core`] for everything else (the pure decision
 //!   functions, the codecs), the storage traits and clocks of `idemdb-interface`, and the
 //!   driver ([`tokio_postgres`]).
 //!

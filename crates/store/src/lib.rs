@@ -51,7 +51,7 @@
 //! * The core's curated list, [`idemdb_core::prelude`], re-exported whole: the same names, the
 //!   same items, as the PostgreSQL adapter (`idemdb-postgres`) offers, so code moves between
 //!   the two by changing the crate name.
-//! * The core itself as [`core`](idemdb_core) for everything else (the pure decision
+//! * The core itself as [`core`] for everything else (the pure decision
 //!   functions, the codecs), the clocks, and [`redb`].
 //!
 //! A core name an adapter user needs is added to the prelude, never to one adapter's list.
