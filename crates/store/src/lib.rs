@@ -89,8 +89,8 @@ mod txn;
 #[cfg(feature = "workflow")]
 mod workflow;
 
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use app_table::AppTable;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use backup::{BackupError, BackupOptions, BackupProgress, BackupReport};
 pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, StoreBuilder};
 pub use durability::Durability;
