@@ -128,13 +128,13 @@ fn keys_are_uuid_v4_from_the_platform_csprng() {
 /// through the store interface: the same answers as the native build.
 #[wasm_bindgen_test]
 fn decision_table_on_the_wasm32_build() {
-    use idemdb::{ManualClock, Policy, Store};
+    use idemdb::{AsyncStore, ManualClock, Policy, Store};
     use idemdb_interface::conformance::{self, Backend};
 
     struct Stores(ManualClock, usize);
     impl Backend for Stores {
-        type Store = Store;
-        async fn open(&mut self, operations: &[(&'static str, Policy)]) -> Store {
+        type Store = AsyncStore;
+        async fn open(&mut self, operations: &[(&'static str, Policy)]) -> AsyncStore {
             self.1 += 1;
             // A clock of its own per store: time only goes forward from its open.
             self.0 = ManualClock::new(idemdb::Clock::now(&self.0).as_millis());
@@ -142,7 +142,7 @@ fn decision_table_on_the_wasm32_build() {
             for (operation, policy) in operations {
                 builder = builder.policy(*operation, policy.clone());
             }
-            builder.in_memory().expect("open a memory store in wasm32")
+            builder.in_memory().expect("open a memory store in wasm32").asynchronous()
         }
         fn set_time(&mut self, millis: u64) {
             self.0.set(millis);
