@@ -25,6 +25,7 @@ mod data;
 
 use data::Res;
 use idemdb::{Reservation, Store};
+use thousands::Separable;
 
 /// The environment variable that makes this binary run one workload instead of the table.
 const WORKLOAD_ENV: &str = "IDEMDB_INSTRUCTIONS_WORKLOAD";
@@ -246,13 +247,5 @@ fn scratch_dir() -> Res<PathBuf> {
 
 /// `1234567` → `1,234,567`.
 fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    n.separate_with_commas()
 }

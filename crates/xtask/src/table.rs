@@ -1,5 +1,7 @@
 //! The report: the rows of the final table, numbers grouped by thousands, and notes.
 
+use thousands::Separable;
+
 pub(crate) struct Row {
     pub(crate) name: &'static str,
     pub(crate) value: u64,
@@ -15,15 +17,7 @@ pub(crate) fn row(name: &'static str, value: u64, target: Option<(&str, bool)>) 
 }
 
 pub(crate) fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    n.separate_with_commas()
 }
 
 pub(crate) fn print_notes(what: &str, notes: &[String]) {

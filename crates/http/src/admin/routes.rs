@@ -16,7 +16,7 @@ use idemdb_interface::{IdempotencyStore, InspectStore};
 use serde_json::{Value, json};
 
 use super::json::{attention_json, delivery_json, effect_json, event_json, record_json};
-use super::{AdminApi, ConfirmHook};
+use super::api::{AdminApi, ConfirmHook};
 use crate::StoredResponse;
 use crate::problem::{Problem, ProblemTypes};
 
@@ -32,7 +32,16 @@ const MAX_RESOLVE_BYTES: usize = 1024 * 1024;
 
 type Api<S, H> = Arc<AdminApi<S, H>>;
 
-pub(super) fn router<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(api: Api<S, H>) -> Router {
+impl<S: InspectStore + Clone + 'static, H: ConfirmHook<S>> AdminApi<S, H> {
+    /// The router; mount it behind operator authentication (it does none). It has no
+    /// fallback of its own, so it can be merged with the service's other admin routes (an
+    /// unknown path gets the service's fallback).
+    pub fn router(self) -> Router {
+        router(Arc::new(self))
+    }
+}
+
+fn router<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(api: Api<S, H>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/reconciliation", get(queue::<S, H>))
