@@ -157,6 +157,49 @@ impl From<ReservationKind> for AuditKind {
     }
 }
 
+/// How long audit events are kept before a purge removes them, unless the store is told
+/// otherwise: 90 days.
+pub const DEFAULT_AUDIT_RETENTION: core::time::Duration = core::time::Duration::from_secs(90 * 24 * 3600);
+
+/// When the audit events of answers that change nothing are written.
+///
+/// Such answers (a replay, a key in progress, a mismatch, an expired or uncertain key) are
+/// decided without a write transaction; their events wait in memory and go out with a later
+/// commit. A storage adapter asks [`AuditBatch::due`] before each commit, so that a crash loses
+/// at most about [`AuditBatch::DELAY_MS`] of such events — never a decision, and never the event
+/// of a decision (those are written by the decision's own transaction).
+///
+/// ```
+/// use idemdb_core::{AuditBatch, Timestamp};
+/// let at = |ms| Timestamp::from_millis(ms);
+/// // Nothing buffered and nothing of its own: nothing to write.
+/// assert!(!AuditBatch::due(0, None, 0, at(5_000)));
+/// // A few young events wait for a later commit...
+/// assert!(!AuditBatch::due(3, Some(at(4_500)), 0, at(5_000)));
+/// // ...until the oldest is a second old, or a batch has gathered.
+/// assert!(AuditBatch::due(3, Some(at(4_000)), 0, at(5_000)));
+/// assert!(AuditBatch::due(AuditBatch::EVENTS - 1, Some(at(4_900)), 1, at(5_000)));
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct AuditBatch;
+
+impl AuditBatch {
+    /// Buffered events that make the next commit write them.
+    pub const EVENTS: usize = 256;
+    /// Decision time (milliseconds) after which the next commit writes buffered events.
+    pub const DELAY_MS: u64 = 1_000;
+
+    /// Whether a commit at `now` should write the buffer: `buffered` events wait, the oldest
+    /// decided at `oldest`, and the commit brings `own` new ones.
+    pub fn due(buffered: usize, oldest: Option<Timestamp>, own: usize, now: Timestamp) -> bool {
+        if buffered == 0 && own == 0 {
+            return false;
+        }
+        buffered + own >= Self::EVENTS
+            || oldest.is_some_and(|oldest| now.as_millis() >= oldest.as_millis().saturating_add(Self::DELAY_MS))
+    }
+}
+
 /// One entry of the audit trail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEvent {

@@ -61,7 +61,7 @@ mod transition;
 mod workflow;
 
 pub use answer::{Lease, Reservation, ReservationKind};
-pub use audit::{AuditEvent, AuditKind, KeyHash};
+pub use audit::{AuditBatch, AuditEvent, AuditKind, DEFAULT_AUDIT_RETENTION, KeyHash};
 pub use canonical::{CanonicalError, Canonicalizer, Normaliser};
 pub use codec::{
     DecodeError, RECORD_FORMAT, decode_record, decode_versioned, encode_append, encode_record, encode_versioned,
@@ -81,8 +81,8 @@ pub use key::{
 pub use names::{Named, UnknownName, as_name};
 pub use policy::{
     DEFAULT_DISPATCH_BACKOFF, DEFAULT_LEASE_TTL, DEFAULT_MAX_DISPATCH_BACKOFF, DEFAULT_MAX_RESULT_BYTES,
-    DEFAULT_PROVIDER_KEY_RETENTION, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, MAX_RESULT_BYTES_LIMIT,
-    Policy, PolicyError,
+    DEFAULT_PROVIDER_KEY_RETENTION, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease, InvalidPolicy,
+    MAX_RESULT_BYTES_LIMIT, Policies, Policy, PolicyError,
 };
 pub use purge::PurgeReport;
 pub use record::{MAX_FENCE, OutcomeClass, Record, RecordError, Retention, State, StateKind, UncertainCause};
@@ -103,5 +103,5 @@ pub use workflow::{
     JobRecord, JobRefusal, JobState, JobStateKind, MAX_EFFECT_NAME_LEN, MAX_REASON_LEN, MAX_REFERENCE_LEN, NewEffect,
     NewerVersion, NewerVersionWithin, OBJECT_FORMAT, OUTBOX_FORMAT, ObjectRecord, OutboxItem, OutboxRefusal,
     OutboxState, OutboxStateKind, ProviderState, ProviderStateKind, RetentionBudget, StepRecord, ValidTransition,
-    accept, backoff, claim_job,
+    accept, backoff, claim_job, delivery_policy_name,
 };

@@ -252,3 +252,85 @@ impl Policy {
         self.max_result_bytes
     }
 }
+
+/// The policies of a store: one per named operation, and a default for the rest. Both storage
+/// adapters keep their policies in one of these, so the lookup and the check at open are the
+/// same everywhere.
+///
+/// ```
+/// use std::time::Duration;
+/// use idemdb_core::{Policies, Policy};
+/// let mut policies = Policies::default();
+/// policies.set("create_payment", Policy::default().with_lease_ttl(Duration::from_secs(30)));
+/// assert_eq!(policies.get("create_payment").lease_ttl(), Duration::from_secs(30));
+/// assert_eq!(policies.get("refund"), policies.default_policy());
+/// assert!(policies.validate().is_ok());
+///
+/// policies.set("broken", Policy::default().with_lease_ttl(Duration::ZERO));
+/// let error = policies.validate().unwrap_err();
+/// assert_eq!(error.operation.as_deref(), Some("broken"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policies {
+    default: Policy,
+    // Ordered, so that `validate` reports the same operation first on every run.
+    by_operation: std::collections::BTreeMap<String, Policy>,
+}
+
+/// A policy of a [`Policies`] failed [`Policy::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid policy for {}: {source}", .operation.as_deref().unwrap_or("operations without their own (the default)"))]
+pub struct InvalidPolicy {
+    /// The operation whose policy it is (`None`: the default policy).
+    pub operation: Option<String>,
+    /// What is wrong with it.
+    #[source]
+    pub source: PolicyError,
+}
+
+impl Policies {
+    /// Sets the policy of `operation`.
+    pub fn set(&mut self, operation: impl Into<String>, policy: Policy) {
+        self.by_operation.insert(operation.into(), policy);
+    }
+
+    /// Sets the policy of operations without their own.
+    pub fn set_default(&mut self, policy: Policy) {
+        self.default = policy;
+    }
+
+    /// The policy that applies to `operation`.
+    pub fn get(&self, operation: &str) -> &Policy {
+        self.by_operation.get(operation).unwrap_or(&self.default)
+    }
+
+    /// The policy of operations without their own.
+    pub fn default_policy(&self) -> &Policy {
+        &self.default
+    }
+
+    /// The operations with a policy of their own, in name order.
+    pub fn operations(&self) -> impl Iterator<Item = (&str, &Policy)> {
+        self.by_operation.iter().map(|(operation, policy)| (operation.as_str(), policy))
+    }
+
+    /// Checks every policy (the default first, then the operations in name order).
+    ///
+    /// # Errors
+    /// [`InvalidPolicy`] naming the first policy [`Policy::validate`] refuses.
+    pub fn validate(&self) -> Result<(), InvalidPolicy> {
+        self.default.validate().map_err(|source| InvalidPolicy { operation: None, source })?;
+        for (operation, policy) in &self.by_operation {
+            policy.validate().map_err(|source| InvalidPolicy { operation: Some(operation.clone()), source })?;
+        }
+        Ok(())
+    }
+}
+
+impl InvalidPolicy {
+    /// The stable code: [`ErrorCode::InvalidPolicy`](crate::ErrorCode::InvalidPolicy).
+    pub fn code(&self) -> crate::ErrorCode {
+        crate::ErrorCode::InvalidPolicy
+    }
+}
+crate::coded!(InvalidPolicy);

@@ -36,6 +36,9 @@ pub use crate::{
     StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
 };
 
+/// What a store is configured with: its policies and the defaults both adapters share.
+pub use crate::{DEFAULT_AUDIT_RETENTION, InvalidPolicy, Policies, delivery_policy_name};
+
 /// The client retry contract (see [`crate::classify_answer`]).
 pub use crate::{
     AnswerClass, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,

@@ -1,6 +1,5 @@
 //! Configuring and connecting a [`PgStore`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +7,7 @@ use deadpool_postgres::tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use deadpool_postgres::tokio_postgres::{Config, NoTls, Socket};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
-use idemdb_core::Policy;
+use idemdb_core::{DEFAULT_AUDIT_RETENTION, InvalidPolicy, Policies, Policy};
 use idemdb_interface::{Clock, SystemClock};
 
 use crate::error::{ConnectError, DbError};
@@ -18,9 +17,6 @@ use crate::schema::{Sql, reserved_schema_name, valid_schema_name};
 use crate::stmt::Statements;
 use crate::store::PgStore;
 use crate::time::TimeSource;
-
-/// Default audit retention: 90 days, as in the embedded store.
-pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 
 /// Where the connection settings come from.
 enum Source {
@@ -50,8 +46,7 @@ enum Source {
 pub struct PgStoreBuilder {
     source: Source,
     schema: String,
-    policies: HashMap<String, Policy>,
-    default_policy: Policy,
+    policies: Policies,
     time_source: TimeSource,
     clock: Arc<dyn Clock>,
     audit: bool,
@@ -98,8 +93,7 @@ impl PgStoreBuilder {
         PgStoreBuilder {
             source,
             schema: "public".into(),
-            policies: HashMap::new(),
-            default_policy: Policy::default(),
+            policies: Policies::default(),
             time_source: TimeSource::Database,
             clock: Arc::new(SystemClock),
             audit: true,
@@ -137,13 +131,13 @@ impl PgStoreBuilder {
 
     /// The policy of one operation.
     pub fn policy(mut self, operation: impl Into<String>, policy: Policy) -> Self {
-        self.policies.insert(operation.into(), policy);
+        self.policies.set(operation, policy);
         self
     }
 
     /// The policy of operations without their own.
     pub fn default_policy(mut self, policy: Policy) -> Self {
-        self.default_policy = policy;
+        self.policies.set_default(policy);
         self
     }
 
@@ -242,11 +236,9 @@ impl PgStoreBuilder {
                 self.schema.chars().take(64).collect::<String>()
             )));
         }
-        for (operation, policy) in
-            self.policies.iter().map(|(op, p)| (Some(op.clone()), p)).chain([(None, &self.default_policy)])
-        {
-            policy.validate().map_err(|source| ConnectError::Policy { operation, source })?;
-        }
+        self.policies
+            .validate()
+            .map_err(|InvalidPolicy { operation, source }| ConnectError::Policy { operation, source })?;
         let mut config: Config = match &self.source {
             Source::Url(url) => {
                 url.parse().map_err(|error| ConnectError::Config(format!("connection URL: {error}")))?
@@ -349,7 +341,6 @@ impl PgStoreBuilder {
             secret,
             Settings {
                 policies: self.policies,
-                default_policy: self.default_policy,
                 time_source: self.time_source,
                 clock: self.clock,
                 audit: self.audit,

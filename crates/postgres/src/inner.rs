@@ -3,7 +3,6 @@
 //! deadline, round trips ended by it, the decision time). It knows nothing of transactions
 //! (`txn.rs`) or of the handle (`store.rs`).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -13,7 +12,7 @@ use deadpool_postgres::Pool;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{NoTls, Row};
 
-use idemdb_core::{AuditKind, Fingerprint, IdempotencyKey, KeyHash, Policy, Scope, ScopedKey, Timestamp};
+use idemdb_core::{AuditKind, Fingerprint, IdempotencyKey, KeyHash, Policies, Policy, Scope, ScopedKey, Timestamp};
 use idemdb_interface::Clock;
 
 use crate::audit::{self, AuditRow, Buffer};
@@ -34,8 +33,7 @@ tokio::task_local! {
 
 /// Settings fixed at connect.
 pub(crate) struct Settings {
-    pub(crate) policies: HashMap<String, Policy>,
-    pub(crate) default_policy: Policy,
+    pub(crate) policies: Policies,
     pub(crate) time_source: TimeSource,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) audit: bool,
@@ -132,7 +130,7 @@ impl Inner {
     }
 
     pub(crate) fn policy(&self, operation: &str) -> &Policy {
-        self.settings.policies.get(operation).unwrap_or(&self.settings.default_policy)
+        self.settings.policies.get(operation)
     }
 
     /// The time of a decision: the database's clock as read in the decision's statement (or

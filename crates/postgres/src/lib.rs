@@ -149,7 +149,7 @@ mod time;
 mod txn;
 mod workflow;
 
-pub use builder::{DEFAULT_AUDIT_RETENTION, PgStoreBuilder};
+pub use builder::PgStoreBuilder;
 pub use error::{ConnectError, DbError, Error, SchemaMismatch};
 pub use import::ImportReport;
 pub use schema::SCHEMA_VERSION;

@@ -456,7 +456,6 @@ impl Store {
         let db = Database::builder().open(path).map_err(|e| BackupError::Open(e.into()))?;
         let config = Config {
             policies: Default::default(),
-            default_policy: Default::default(),
             durability: Durability::Immediate,
             audit: true,
             audit_retention: DEFAULT_AUDIT_RETENTION,

@@ -1,6 +1,5 @@
 //! Opening and creating stores.
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
@@ -8,7 +7,7 @@ use std::time::Duration;
 
 use redb::{ReadableDatabase, StorageBackend};
 
-use idemdb_core::Policy;
+use idemdb_core::{DEFAULT_AUDIT_RETENTION, InvalidPolicy, Policies, Policy};
 
 use crate::db::Db;
 use crate::durability::Durability;
@@ -22,9 +21,6 @@ use crate::{Clock, OpenError};
 
 /// Whether file stores journal their commits unless [`StoreBuilder::journal`] says otherwise.
 pub const DEFAULT_JOURNAL: bool = true;
-
-/// Default audit retention: 90 days.
-pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 
 /// Configures and opens a [`Store`].
 ///
@@ -40,8 +36,7 @@ pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600
 /// ```
 #[must_use]
 pub struct StoreBuilder {
-    policies: HashMap<String, Policy>,
-    default_policy: Policy,
+    policies: Policies,
     clock: Option<Arc<dyn Clock>>,
     durability: Durability,
     audit: bool,
@@ -59,8 +54,7 @@ pub struct StoreBuilder {
 impl Default for StoreBuilder {
     fn default() -> Self {
         StoreBuilder {
-            policies: HashMap::new(),
-            default_policy: Policy::default(),
+            policies: Policies::default(),
             clock: None,
             durability: Durability::Immediate,
             audit: true,
@@ -81,7 +75,6 @@ impl std::fmt::Debug for StoreBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreBuilder")
             .field("policies", &self.policies)
-            .field("default_policy", &self.default_policy)
             .field("durability", &self.durability)
             .field("audit", &self.audit)
             .finish_non_exhaustive()
@@ -120,13 +113,13 @@ impl StoreBuilder {
 
     /// Sets the policy of one operation.
     pub fn policy(mut self, operation: impl Into<String>, policy: Policy) -> Self {
-        self.policies.insert(operation.into(), policy);
+        self.policies.set(operation, policy);
         self
     }
 
     /// Sets the policy of operations without their own.
     pub fn default_policy(mut self, policy: Policy) -> Self {
-        self.default_policy = policy;
+        self.policies.set_default(policy);
         self
     }
 
@@ -443,13 +436,11 @@ impl StoreBuilder {
     }
 
     fn config(&self) -> Result<Config, OpenError> {
-        self.default_policy.validate().map_err(|source| OpenError::Policy { operation: None, source })?;
-        for (operation, policy) in &self.policies {
-            policy.validate().map_err(|source| OpenError::Policy { operation: Some(operation.clone()), source })?;
-        }
+        self.policies
+            .validate()
+            .map_err(|InvalidPolicy { operation, source }| OpenError::Policy { operation, source })?;
         Ok(Config {
             policies: self.policies.clone(),
-            default_policy: self.default_policy.clone(),
             durability: self.durability,
             audit: self.audit,
             audit_retention: self.audit_retention,

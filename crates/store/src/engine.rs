@@ -3,7 +3,6 @@
 //! low-level helpers transactions use. It knows nothing of transactions (`txn.rs` builds them
 //! on top of it), of group commit (`group.rs`) or of the public handle (`store.rs`).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -12,7 +11,8 @@ use std::time::Duration;
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    AuditEvent, AuditKind, DecisionTime, Fingerprint, Policy, Record, Scope, State, Timestamp, decode_record,
+    AuditBatch, AuditEvent, AuditKind, DecisionTime, Fingerprint, Policies, Policy, Record, Scope, State, Timestamp,
+    decode_record,
 };
 
 use crate::audit::EncodedEvent;
@@ -31,8 +31,7 @@ use crate::{Clock, Error, KeyHash, OpenError};
 
 /// Settings fixed when the store is opened.
 pub(crate) struct Config {
-    pub(crate) policies: HashMap<String, Policy>,
-    pub(crate) default_policy: Policy,
+    pub(crate) policies: Policies,
     pub(crate) durability: Durability,
     pub(crate) audit: bool,
     pub(crate) audit_retention: Duration,
@@ -41,12 +40,9 @@ pub(crate) struct Config {
     pub(crate) apps: crate::app_table::AppTables,
 }
 
-/// Buffered audit events that make an answer commit the buffer by itself.
+/// Buffered audit events that make an answer commit the buffer by itself (a commit carries
+/// them earlier when [`AuditBatch::due`] says so).
 pub(crate) const AUDIT_BUFFER: usize = 4096;
-/// Buffered audit events that make the next commit carry them.
-const AUDIT_BATCH: usize = 256;
-/// Store time after which the next commit carries buffered audit events.
-const AUDIT_DELAY_MS: u64 = 1_000;
 
 /// An open store's state.
 pub(crate) struct Engine {
@@ -118,7 +114,7 @@ impl Engine {
 
     /// The policy that applies to `operation`.
     pub(crate) fn policy(&self, operation: &str) -> &Policy {
-        self.config.policies.get(operation).unwrap_or(&self.config.default_policy)
+        self.config.policies.get(operation)
     }
 
     /// Store time (see [`Store::now`](crate::Store::now)).
@@ -294,22 +290,15 @@ impl Engine {
         }
     }
 
-    /// Whether a commit at `now` carrying `own` new events should write the audit batch:
-    /// when forced, when the buffer reaches [`AUDIT_BATCH`] events, or when its oldest event is
-    /// [`AUDIT_DELAY_MS`] old.
+    /// Whether a commit at `now` carrying `own` new events should write the audit batch: when
+    /// forced and there is anything to write, or when [`AuditBatch::due`] says so.
     pub(crate) fn audit_batch_due(&self, own: usize, now: Timestamp, force: bool) -> bool {
         if !self.config.audit {
             return false;
         }
         let buffer = self.audit_buffer();
-        if buffer.is_empty() && own == 0 {
-            return false;
-        }
-        force
-            || buffer.len() + own >= AUDIT_BATCH
-            || buffer
-                .first()
-                .is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
+        let oldest = buffer.first().map(|event| event.at);
+        (force && (own > 0 || !buffer.is_empty())) || AuditBatch::due(buffer.len(), oldest, own, now)
     }
 
     /// The events not yet written, decoded.

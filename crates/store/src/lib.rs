@@ -92,7 +92,7 @@ mod workflow;
 pub use app_table::AppTable;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use backup::{BackupError, BackupOptions, BackupProgress, BackupReport};
-pub use builder::{DEFAULT_AUDIT_RETENTION, DEFAULT_JOURNAL, StoreBuilder};
+pub use builder::{DEFAULT_JOURNAL, StoreBuilder};
 pub use durability::Durability;
 pub use error::{Error, OpenError, StorageError};
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
@@ -114,7 +114,7 @@ pub use store::{ExecuteError, Executed, Store};
 pub use tables::STORE_FORMAT;
 pub use txn::Txn;
 #[cfg(feature = "workflow")]
-pub use workflow::{EffectFilter, delivery_policy_name};
+pub use workflow::EffectFilter;
 
 /// The core itself, for what the prelude leaves out (`idemdb::core::decide`, the codecs).
 pub use idemdb_core as core;

@@ -362,6 +362,16 @@ impl InboxRefusal {
 
 crate::coded!(InboxRefusal);
 
+/// The operation name whose policy sets how long the deliveries of a webhook `source` are
+/// kept: `webhook:<source>`. A store without a policy of that name uses its default policy.
+///
+/// ```
+/// assert_eq!(idemdb_core::delivery_policy_name("stripe"), "webhook:stripe");
+/// ```
+pub fn delivery_policy_name(source: &str) -> String {
+    format!("webhook:{source}")
+}
+
 /// Accepts a delivery: `existing` is the stored record of its delivery id, `object` the
 /// stored record of the object it describes.
 ///

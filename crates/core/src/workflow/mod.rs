@@ -19,7 +19,7 @@ pub use budget::{DuplicateCost, RetentionBudget};
 pub use inbox::{
     Admission, DELIVERY_FORMAT, Delivery, DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord, DomainGuard,
     InboxAnswer, InboxDecision, InboxRefusal, NewerVersion, NewerVersionWithin, OBJECT_FORMAT, ObjectRecord,
-    ValidTransition, accept,
+    ValidTransition, accept, delivery_policy_name,
 };
 pub use job::{
     Compensation, JOB_FORMAT, JobAnswer, JobDecision, JobLease, JobRecord, JobRefusal, JobState, JobStateKind,

@@ -1,9 +1,9 @@
 //! The admin API's types: the API value, and the application's hook for confirmed
 //! resolutions. The routes are in `routes.rs`.
 
-use std::future::Future;
 use idemdb_core::OutboxItem;
 use idemdb_interface::InspectStore;
+use std::future::Future;
 
 /// An application's part in a confirmed resolution: its business rows written with the
 /// resolution, in one commit of its backend.

@@ -75,4 +75,3 @@ mod routes;
 
 pub use api::{AdminApi, ConfirmHook, HookError, NoHook};
 pub use json::{attention_json, delivery_json, effect_json, event_json, record_json};
-

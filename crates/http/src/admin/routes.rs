@@ -15,8 +15,8 @@ use idemdb_core::{
 use idemdb_interface::{IdempotencyStore, InspectStore};
 use serde_json::{Value, json};
 
-use super::json::{attention_json, delivery_json, effect_json, event_json, record_json};
 use super::api::{AdminApi, ConfirmHook};
+use super::json::{attention_json, delivery_json, effect_json, event_json, record_json};
 use crate::StoredResponse;
 use crate::problem::{Problem, ProblemTypes};
 

@@ -6,6 +6,7 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
     AuditKind, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope, accept,
+    delivery_policy_name,
 };
 
 use super::{LOCK_DELIVERY, LOCK_OBJECT};
@@ -13,12 +14,6 @@ use crate::audit::to_sql_ms;
 use crate::error::Error;
 use crate::store::PgStore;
 use crate::txn::PgTxn;
-
-/// The operation name whose policy sets how long deliveries of a source are kept:
-/// `webhook:<source>` (or the default policy) — the same name as on the embedded store.
-fn delivery_policy_name(source: &str) -> String {
-    format!("webhook:{source}")
-}
 
 impl PgStore {
     /// At most `limit` accepted deliveries (0: all), by source, then delivery id — what an

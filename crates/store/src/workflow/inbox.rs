@@ -6,19 +6,13 @@ use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
     AuditKind, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope, ScopedKey,
-    accept,
+    accept, delivery_policy_name,
 };
 
 use crate::journal::apply::{T_DELIVERIES, T_EXPIRY, T_OBJECTS};
 use crate::tables::{DELIVERIES, EXPIRY_DELIVERY, OBJECTS, marked_expiry_key, open_optional};
 use crate::txn::Txn;
 use crate::{Error, ExecuteError, Store};
-
-/// The operation name whose policy sets how long deliveries of a source are kept:
-/// `webhook:<source>` (or the default policy).
-pub fn delivery_policy_name(source: &str) -> String {
-    format!("webhook:{source}")
-}
 
 impl Txn<'_> {
     /// Accepts a delivery in this transaction (see [`Store::accept_delivery_with`]); returns the

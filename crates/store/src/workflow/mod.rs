@@ -11,5 +11,4 @@ mod retention;
 
 pub(crate) use retention::{forget_entry, verify_tables};
 
-pub use inbox::delivery_policy_name;
 pub use outbox::EffectFilter;
