@@ -45,7 +45,8 @@ same_items! {
     StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition, AnswerClass,
     DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
     DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES, backoff_ceiling,
-    backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
+    backoff_delay, classify_answer, key_header_value, problem_code, retry_after, DEFAULT_AUDIT_RETENTION, InvalidPolicy,
+    Policies, delivery_policy_name,
 }
 
 /// The names the prelude re-exports, read from its `pub use crate::{...};` blocks.
