@@ -224,6 +224,41 @@ pub struct AuditEvent {
 }
 
 impl AuditEvent {
+    /// The event of a decision or answer on `scope`, whose `(scope, key)` hashes to
+    /// `key_hash`: what every adapter records, whichever way it stores it.
+    ///
+    /// ```
+    /// use idemdb_core::{AuditEvent, AuditKind, Fingerprint, KeyHash, Scope, Timestamp};
+    /// let scope = Scope::new("acme", "pay").unwrap();
+    /// let fingerprint = Fingerprint::of_canonical_json(b"{}");
+    /// let hash = KeyHash::from_bytes([3; 16]);
+    /// let event =
+    ///     AuditEvent::new(Timestamp::from_millis(9), AuditKind::Reserved, &scope, hash, 9, Some(&fingerprint), Some("req-1"));
+    /// assert_eq!((event.tenant.as_str(), event.operation.as_str()), ("acme", "pay"));
+    /// assert_eq!(event.fingerprint_prefix, Some(fingerprint.prefix()));
+    /// assert_eq!(event.correlation.as_deref(), Some("req-1"));
+    /// ```
+    pub fn new(
+        at: Timestamp,
+        kind: AuditKind,
+        scope: &crate::Scope,
+        key_hash: KeyHash,
+        fence: u64,
+        fingerprint: Option<&crate::Fingerprint>,
+        correlation: Option<&str>,
+    ) -> Self {
+        AuditEvent {
+            at,
+            kind,
+            tenant: scope.tenant().to_string(),
+            operation: scope.operation().to_string(),
+            key_hash,
+            fence,
+            fingerprint_prefix: fingerprint.map(crate::Fingerprint::prefix),
+            correlation: correlation.map(str::to_string),
+        }
+    }
+
     /// Why a resolution event's record or effect was resolved; `None` for other events (and
     /// for resolutions written before causes were recorded).
     ///

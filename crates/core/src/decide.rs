@@ -1,7 +1,7 @@
 //! The decision: what a request with a given fingerprint meets in the store, as a pure function.
 
 use crate::{
-    DecisionTime, ExpiredLease, Fingerprint, IdempotencyKey, Lease, MAX_FENCE, OutcomeClass, Policy, Record,
+    AuditKind, DecisionTime, ExpiredLease, Fingerprint, IdempotencyKey, Lease, MAX_FENCE, OutcomeClass, Policy, Record,
     Reservation, Scope, ScopedKey, State, Timestamp, TransitionError, UncertainCause,
 };
 
@@ -17,6 +17,38 @@ pub struct Decision {
 impl Decision {
     fn answer(answer: Reservation) -> Self {
         Decision { answer, write: None }
+    }
+
+    /// The kind of audit event this decision records.
+    pub fn audit_kind(&self) -> AuditKind {
+        AuditKind::from(self.answer.kind())
+    }
+
+    /// The answer, when the decision changes nothing (a replay, in progress, a mismatch, an
+    /// expired or uncertain key): an adapter that decided it from a read snapshot returns it
+    /// without a write transaction, buffering only its audit event. `None` when there is a
+    /// record to write: the adapter then decides again inside a write transaction.
+    ///
+    /// ```
+    /// use idemdb_core::{AuditKind, DecisionContext, Fingerprint, IdempotencyKey, Policy, Scope, Timestamp, decide};
+    /// let (scope, key) = (Scope::new("acme", "pay").unwrap(), IdempotencyKey::new("k-1").unwrap());
+    /// let fingerprint = Fingerprint::of_canonical_json(b"{}");
+    /// let policy = Policy::default();
+    /// let context = DecisionContext::new(Timestamp::from_millis(1_000), &policy);
+    /// // A new key writes its record: nothing to answer from a snapshot.
+    /// let fresh = decide(None, &scope, &key, &fingerprint, context).unwrap();
+    /// let record = fresh.write.clone().unwrap();
+    /// assert!(fresh.unchanged().is_none());
+    /// // The same request while the first still runs changes nothing.
+    /// let again = decide(Some(record), &scope, &key, &fingerprint, context).unwrap();
+    /// assert_eq!(again.audit_kind(), AuditKind::InProgress);
+    /// assert!(again.unchanged().is_some());
+    /// ```
+    pub fn unchanged(self) -> Option<Reservation> {
+        match self.write {
+            None => Some(self.answer),
+            Some(_) => None,
+        }
     }
 }
 

@@ -36,6 +36,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! What every adapter does around the decision is here too, so an adapter writes only its I/O:
+//! [`Decision::unchanged`] (an answer that needs no write transaction) and
+//! [`Decision::audit_kind`]; [`LeaseStep`] (complete, fail, renew as data, with the event each
+//! records); [`AuditEvent::new`] and [`AuditBatch::due`] (when buffered events are written);
+//! [`Policies`] (per-operation policies, checked at open) and [`delivery_policy_name`].
+//!
 //! [`prelude`] is the curated list of the core's names that every storage adapter re-exports,
 //! so the adapters offer one vocabulary.
 #![forbid(unsafe_code)]
@@ -56,6 +62,7 @@ pub mod prelude;
 mod purge;
 mod record;
 mod retry;
+mod step;
 mod time;
 mod transition;
 mod workflow;
@@ -91,6 +98,7 @@ pub use retry::{
     DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES,
     backoff_ceiling, backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
 };
+pub use step::LeaseStep;
 pub use time::{DecisionTime, Timestamp};
 pub use transition::{
     Failure, FailureKind, Resolution, ResolutionCause, ResolutionKind, TransitionError, check_holder, complete, fail,

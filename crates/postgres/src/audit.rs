@@ -11,76 +11,47 @@ use deadpool_postgres::Client;
 use deadpool_postgres::tokio_postgres::Row;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
-use idemdb_core::{AuditEvent, AuditKind, Fingerprint, IdempotencyKey, KeyHash, Named, Scope, ScopedKey, Timestamp};
+use idemdb_core::{
+    AuditBatch, AuditEvent, AuditKind, Fingerprint, IdempotencyKey, KeyHash, Named, Scope, ScopedKey, Timestamp,
+};
 
 use crate::error::{DbError, Error};
 
-/// Buffered events that make an answer write the buffer by itself.
-const AUDIT_BATCH: usize = 256;
-/// Age (in decision time) after which an answer writes the buffer by itself.
-const AUDIT_DELAY_MS: u64 = 1_000;
-
-/// One event, as its row.
-#[derive(Debug, Clone)]
-pub(crate) struct AuditRow {
+/// The event of a decision or answer on `(scope, key)`, hashed under the store's `secret`;
+/// emits the event's `tracing` event (the key and the tenant as keyed hashes, never raw).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn event(
     at: Timestamp,
     kind: AuditKind,
-    tenant: String,
-    operation: String,
-    key_hash: KeyHash,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    secret: &[u8; 32],
     fence: u64,
-    fingerprint_prefix: Option<[u8; 8]>,
-    correlation: Option<String>,
+    fingerprint: Option<&Fingerprint>,
+    correlation: Option<&str>,
+) -> AuditEvent {
+    let key_hash = KeyHash::compute(secret, &ScopedKey::encode_parts(scope, key));
+    tracing::debug!(
+        target: "idemdb",
+        event = kind.as_str(),
+        key_hash = %key_hash,
+        tenant_hash = %KeyHash::tenant(secret, scope.tenant()),
+        operation = scope.operation(),
+        fence,
+        correlation = correlation.unwrap_or(""),
+    );
+    AuditEvent::new(at, kind, scope, key_hash, fence, fingerprint, correlation)
 }
 
-impl AuditRow {
-    /// The row of an event on `(scope, key)`, hashed under the store's `secret`; emits the
-    /// event's `tracing` event (the key and the tenant as keyed hashes, never raw).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        at: Timestamp,
-        kind: AuditKind,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        secret: &[u8; 32],
-        fence: u64,
-        fingerprint: Option<&Fingerprint>,
-        correlation: Option<&str>,
-    ) -> Self {
-        let key_hash = KeyHash::compute(secret, &ScopedKey::encode_parts(scope, key));
-        tracing::debug!(
-            target: "idemdb",
-            event = kind.as_str(),
-            key_hash = %key_hash,
-            tenant_hash = %KeyHash::tenant(secret, scope.tenant()),
-            operation = scope.operation(),
-            fence,
-            correlation = correlation.unwrap_or(""),
-        );
-        AuditRow {
-            at,
-            kind,
-            tenant: scope.tenant().to_string(),
-            operation: scope.operation().to_string(),
-            key_hash,
-            fence,
-            fingerprint_prefix: fingerprint.map(Fingerprint::prefix),
-            correlation: correlation.map(str::to_string),
-        }
-    }
-}
-
-impl AuditRow {
-    /// The columns a single-row insert binds besides time, scope and fence: kind, key hash,
-    /// fingerprint prefix, correlation.
-    pub(crate) fn columns(&self) -> (&'static str, &[u8], Option<&[u8]>, Option<&str>) {
-        (
-            self.kind.as_str(),
-            self.key_hash.as_bytes().as_slice(),
-            self.fingerprint_prefix.as_ref().map(|p| p.as_slice()),
-            self.correlation.as_deref(),
-        )
-    }
+/// The columns a single-row insert binds besides time, scope and fence: kind, key hash,
+/// fingerprint prefix, correlation.
+pub(crate) fn columns(event: &AuditEvent) -> (&'static str, &[u8], Option<&[u8]>, Option<&str>) {
+    (
+        event.kind.as_str(),
+        event.key_hash.as_bytes().as_slice(),
+        event.fingerprint_prefix.as_ref().map(|p| p.as_slice()),
+        event.correlation.as_deref(),
+    )
 }
 
 /// Milliseconds as a `bigint` (values past `i64::MAX`, "never", saturate; order is kept).
@@ -94,7 +65,7 @@ pub(crate) async fn insert(
     statements: &crate::stmt::Statements,
     client: &Client,
     sql: &str,
-    rows: &[AuditRow],
+    rows: &[AuditEvent],
 ) -> Result<Option<Row>, Error> {
     if rows.is_empty() {
         return Ok(None);
@@ -144,33 +115,31 @@ pub(crate) fn decode(row: &Row) -> Result<AuditEvent, Error> {
 
 /// Events of answers that wrote nothing, waiting for a write.
 #[derive(Debug, Default)]
-pub(crate) struct Buffer(Mutex<Vec<AuditRow>>);
+pub(crate) struct Buffer(Mutex<Vec<AuditEvent>>);
 
 impl Buffer {
-    fn lock(&self) -> MutexGuard<'_, Vec<AuditRow>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<AuditEvent>> {
         // Only pushes, appends and takes happen under this lock: a panic cannot leave it
         // inconsistent.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps an event; returns whether the buffer should be written now.
-    pub(crate) fn push(&self, row: AuditRow) -> bool {
+    /// Keeps an event; returns whether the buffer should be written now ([`AuditBatch::due`]).
+    pub(crate) fn push(&self, event: AuditEvent) -> bool {
         let mut buffer = self.lock();
-        let now = row.at;
-        buffer.push(row);
-        buffer.len() >= AUDIT_BATCH
-            || buffer
-                .first()
-                .is_some_and(|oldest| now.as_millis() >= oldest.at.as_millis().saturating_add(AUDIT_DELAY_MS))
+        let now = event.at;
+        let due = AuditBatch::due(buffer.len(), buffer.first().map(|oldest| oldest.at), 1, now);
+        buffer.push(event);
+        due
     }
 
     /// Takes every buffered event (a write transaction carries them).
-    pub(crate) fn take(&self) -> Vec<AuditRow> {
+    pub(crate) fn take(&self) -> Vec<AuditEvent> {
         std::mem::take(&mut *self.lock())
     }
 
     /// Puts back events whose write failed.
-    pub(crate) fn restore(&self, mut rows: Vec<AuditRow>) {
+    pub(crate) fn restore(&self, mut rows: Vec<AuditEvent>) {
         if !rows.is_empty() {
             let mut buffer = self.lock();
             rows.append(&mut buffer);
@@ -179,22 +148,7 @@ impl Buffer {
     }
 
     /// Copies of the buffered events.
-    pub(crate) fn snapshot(&self) -> Vec<AuditRow> {
+    pub(crate) fn snapshot(&self) -> Vec<AuditEvent> {
         self.lock().clone()
-    }
-}
-
-impl From<&AuditRow> for AuditEvent {
-    fn from(row: &AuditRow) -> Self {
-        AuditEvent {
-            at: row.at,
-            kind: row.kind,
-            tenant: row.tenant.clone(),
-            operation: row.operation.clone(),
-            key_hash: row.key_hash,
-            fence: row.fence,
-            fingerprint_prefix: row.fingerprint_prefix,
-            correlation: row.correlation.clone(),
-        }
     }
 }

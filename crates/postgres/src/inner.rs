@@ -12,10 +12,12 @@ use deadpool_postgres::Pool;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{NoTls, Row};
 
-use idemdb_core::{AuditKind, Fingerprint, IdempotencyKey, KeyHash, Policies, Policy, Scope, ScopedKey, Timestamp};
+use idemdb_core::{
+    AuditEvent, AuditKind, Fingerprint, IdempotencyKey, KeyHash, Policies, Policy, Scope, ScopedKey, Timestamp,
+};
 use idemdb_interface::Clock;
 
-use crate::audit::{self, AuditRow, Buffer};
+use crate::audit::{self, Buffer};
 use crate::conn::Conn;
 use crate::error::{DbError, Error};
 use crate::schema::Sql;
@@ -160,8 +162,8 @@ impl Inner {
         fence: u64,
         fingerprint: Option<&Fingerprint>,
         correlation: Option<&str>,
-    ) -> Option<AuditRow> {
-        let row = AuditRow::new(at, kind, scope, key, &self.secret, fence, fingerprint, correlation);
+    ) -> Option<AuditEvent> {
+        let row = audit::event(at, kind, scope, key, &self.secret, fence, fingerprint, correlation);
         self.settings.audit.then_some(row)
     }
 
@@ -182,7 +184,7 @@ impl Inner {
 
     /// Writes audit rows outside any transaction (buffered answers' events); on failure they
     /// go back to the buffer.
-    pub(crate) async fn write_buffered(&self, rows: Vec<AuditRow>) -> Result<(), Error> {
+    pub(crate) async fn write_buffered(&self, rows: Vec<AuditEvent>) -> Result<(), Error> {
         if rows.is_empty() {
             return Ok(());
         }

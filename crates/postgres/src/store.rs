@@ -11,11 +11,11 @@ use deadpool_postgres::tokio_postgres::Row;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
-    AuditEvent, AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport,
-    Record, Reservation, Resolution, Scope, Timestamp, decide, decode_record, validate_correlation,
+    AuditEvent, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record,
+    Reservation, Resolution, Scope, Timestamp, decide, decode_record, validate_correlation,
 };
 
-use crate::audit::{self, AuditRow};
+use crate::audit;
 use crate::error::{DbError, Error};
 use crate::inner::Inner;
 use crate::schema::Sql;
@@ -222,9 +222,9 @@ impl PgStore {
         let (state, due_at, bytes) = crate::txn::row_values(record);
         let fence = audit::to_sql_ms(record.fence);
         let at = audit::to_sql_ms(predicted.as_millis());
-        let row = AuditRow::new(
+        let row = audit::event(
             predicted,
-            AuditKind::from(fresh.answer.kind()),
+            fresh.audit_kind(),
             scope,
             key,
             &inner.secret,
@@ -232,7 +232,7 @@ impl PgStore {
             Some(fingerprint),
             correlation,
         );
-        let (kind, key_hash, prefix, correlation_column) = row.columns();
+        let (kind, key_hash, prefix, correlation_column) = audit::columns(&row);
         let audit_on = inner.settings.audit;
         let sent = tokio::time::Instant::now();
         let reply = inner
@@ -290,11 +290,8 @@ impl PgStore {
         let now = inner.now(database_ms);
         let context = DecisionContext::new(now, policy).with_fence_floor(u64::try_from(floor).unwrap_or(0));
         let decision = decide(Some(record), scope, key, fingerprint, context)?;
-        if decision.write.is_some() {
-            return Ok(None);
-        }
-        let answer = decision.answer;
-        let kind = AuditKind::from(answer.kind());
+        let kind = decision.audit_kind();
+        let Some(answer) = decision.unchanged() else { return Ok(None) };
         if let Some(row) = inner.event(now, kind, scope, key, answer.fence(), Some(fingerprint), correlation)
             && inner.audit.push(row)
         {
@@ -486,7 +483,7 @@ impl PgStore {
             })
             .await?;
         let mut events = rows.iter().map(audit::decode).collect::<Result<Vec<_>, _>>()?;
-        events.extend(inner.audit.snapshot().iter().map(AuditEvent::from));
+        events.extend(inner.audit.snapshot());
         events.truncate(limit);
         Ok(events)
     }
@@ -521,9 +518,7 @@ impl PgStore {
         let mut events = rows.iter().map(audit::decode).collect::<Result<Vec<_>, _>>()?;
         let buffered = inner.audit.snapshot();
         let newest = buffered.len().saturating_sub(window);
-        events.extend(
-            buffered[newest..].iter().map(AuditEvent::from).filter(|e| e.key_hash == hash && e.tenant == tenant),
-        );
+        events.extend(buffered.into_iter().skip(newest).filter(|e| e.key_hash == hash && e.tenant == tenant));
         Ok(events)
     }
 

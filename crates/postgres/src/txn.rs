@@ -8,16 +8,16 @@ use deadpool_postgres::tokio_postgres::{Client, Row};
 use futures_util::future::{join, try_join3};
 
 use idemdb_core::{
-    AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, Record, Reservation, Resolution, Scope,
-    State, Timestamp, TransitionError, decide, decode_record, encode_record, needs_effect_census, validate_correlation,
+    AuditEvent, AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep, Record,
+    Reservation, Resolution, ResolutionCause, Scope, Timestamp, decide, decode_record, encode_record,
+    needs_effect_census, validate_correlation,
 };
 
-use crate::audit::{self, AuditRow, to_sql_ms};
+use crate::audit::{self, to_sql_ms};
 use crate::conn::Conn;
 use crate::error::{DbError, Error};
 use crate::inner::Inner;
 use crate::outcome::{Before, Identity, Written};
-use idemdb_core::{AuditEvent, ResolutionCause};
 
 /// Decisions that found the row inserted by a concurrent transaction and read again.
 const MAX_DECISION_ROUNDS: usize = 8;
@@ -50,7 +50,7 @@ pub struct PgTxn {
     identity: Option<Identity>,
     /// The record rows this transaction wrote, before and after.
     written: Vec<Written>,
-    audit: Vec<AuditRow>,
+    audit: Vec<AuditEvent>,
 }
 
 impl std::fmt::Debug for PgTxn {
@@ -282,7 +282,7 @@ impl PgTxn {
         Ok((record, bytes, context.now))
     }
 
-    pub(crate) fn push_event(&mut self, row: Option<AuditRow>) {
+    pub(crate) fn push_event(&mut self, row: Option<AuditEvent>) {
         self.audit.extend(row);
     }
 
@@ -341,8 +341,8 @@ impl PgTxn {
                     continue;
                 }
             }
+            let kind = decision.audit_kind();
             let answer = decision.answer;
-            let kind = AuditKind::from(answer.kind());
             let row = self.inner.event(context.now, kind, scope, key, answer.fence(), Some(fingerprint), correlation);
             self.push_event(row);
             return Ok(answer);
@@ -351,17 +351,13 @@ impl PgTxn {
     }
 
     /// Applies a lease holder's transition to the locked record.
-    async fn transition(
-        &mut self,
-        lease: &Lease,
-        kind: AuditKind,
-        apply: impl FnOnce(&Record, Timestamp) -> Result<Record, TransitionError>,
-    ) -> Result<Record, Error> {
+    async fn transition(&mut self, lease: &Lease, step: LeaseStep) -> Result<Record, Error> {
         let (scope, key) = (lease.scope(), lease.key());
         let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
         let record = record.ok_or(Error::NotFound)?;
-        let next = apply(&record, context.now)?;
         let inner = Arc::clone(&self.inner);
+        let kind = step.audit_kind();
+        let next = step.apply(&record, lease, context.now, inner.policy(scope.operation()))?;
         self.write(&inner.sql.update, scope, key, &next, bytes.as_deref()).await?;
         let row = self.inner.event(context.now, kind, scope, key, lease.fence(), Some(&next.fingerprint), None);
         self.push_event(row);
@@ -373,12 +369,7 @@ impl PgTxn {
     /// # Errors
     /// As [`PgStore::complete`](crate::PgStore::complete).
     pub async fn complete(&mut self, lease: &Lease, result: Vec<u8>) -> Result<(), Error> {
-        let policy = self.inner.policy(lease.scope().operation()).clone();
-        self.transition(lease, AuditKind::Completed, |record, now| {
-            idemdb_core::complete(record, lease.fence(), result, now, &policy)
-        })
-        .await
-        .map(drop)
+        self.transition(lease, LeaseStep::Complete(result)).await.map(drop)
     }
 
     /// [`PgStore::fail`](crate::PgStore::fail) inside this transaction.
@@ -386,12 +377,7 @@ impl PgTxn {
     /// # Errors
     /// As [`PgStore::fail`](crate::PgStore::fail).
     pub async fn fail(&mut self, lease: &Lease, failure: Failure) -> Result<(), Error> {
-        let policy = self.inner.policy(lease.scope().operation()).clone();
-        self.transition(lease, AuditKind::Failed, |record, now| {
-            idemdb_core::fail(record, lease.fence(), failure, now, &policy)
-        })
-        .await
-        .map(drop)
+        self.transition(lease, LeaseStep::Fail(failure)).await.map(drop)
     }
 
     /// [`PgStore::renew`](crate::PgStore::renew) inside this transaction.
@@ -399,17 +385,7 @@ impl PgTxn {
     /// # Errors
     /// As [`PgStore::renew`](crate::PgStore::renew).
     pub async fn renew(&mut self, lease: &Lease) -> Result<Lease, Error> {
-        let policy = self.inner.policy(lease.scope().operation()).clone();
-        let record = self
-            .transition(lease, AuditKind::Renewed, |record, now| {
-                idemdb_core::renew(record, lease.fence(), now, &policy).map(|(record, _)| record)
-            })
-            .await?;
-        let expires_at = match record.state {
-            State::InProgress { lease_expires_at } => lease_expires_at,
-            _ => lease.expires_at(),
-        };
-        Ok(lease.renewed(expires_at))
+        self.transition(lease, LeaseStep::Renew).await.map(|record| lease.renewed_by(&record))
     }
 
     /// [`PgStore::reconcile`](crate::PgStore::reconcile) inside this transaction.
@@ -506,7 +482,7 @@ impl PgTxn {
         result
     }
 
-    async fn commit_with(&mut self, rows: &[AuditRow]) -> Result<(), Error> {
+    async fn commit_with(&mut self, rows: &[AuditEvent]) -> Result<(), Error> {
         let inner = Arc::clone(&self.inner);
         let connection = self.conn()?;
         // The audit rows (or the identity alone) go out in the same round trip as COMMIT, and

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use redb::WriteTransaction;
 
 use idemdb_core::{
-    AuditKind, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, Record,
-    Reservation, Resolution, Scope, ScopedKey, Timestamp, decide,
+    DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, Record, Reservation,
+    Resolution, Scope, ScopedKey, Timestamp, decide,
 };
 
 use crate::Error;
@@ -295,11 +295,8 @@ impl Store {
         let context =
             DecisionContext::at(at, self.engine.policy(scope.operation())).with_fence_floor(self.engine.fence_floor());
         let decision = decide(Some(record), scope, key, fingerprint, context)?;
-        if decision.write.is_some() {
-            return Ok(None);
-        }
-        let answer = decision.answer;
-        let kind = AuditKind::from(answer.kind());
+        let kind = decision.audit_kind();
+        let Some(answer) = decision.unchanged() else { return Ok(None) };
         let event = self.engine.audit_event(now, kind, scope, &encoded, answer.fence(), Some(fingerprint), correlation);
         if event.is_some_and(|event| self.engine.buffer_audit(event)) {
             // The buffer is full: an empty commit writes it.

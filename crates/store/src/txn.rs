@@ -3,8 +3,8 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    AuditKind, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, MAX_RESULT_BYTES_LIMIT,
-    Record, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, TransitionError, decide, decode_record,
+    AuditKind, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep,
+    MAX_RESULT_BYTES_LIMIT, Record, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, decide, decode_record,
     encode_record, needs_effect_census, validate_correlation,
 };
 
@@ -205,8 +205,9 @@ impl<'s> Txn<'s> {
         if let Some(record) = &decision.write {
             self.put_moving(&encoded, prior, record)?;
         }
+        let kind = decision.audit_kind();
         let answer = decision.answer;
-        self.event(AuditKind::from(answer.kind()), scope, &encoded, answer.fence(), Some(fingerprint), correlation);
+        self.event(kind, scope, &encoded, answer.fence(), Some(fingerprint), correlation);
         Ok(answer)
     }
 
@@ -227,12 +228,7 @@ impl<'s> Txn<'s> {
     /// # Errors
     /// As [`Store::complete`](crate::Store::complete).
     pub fn complete(&mut self, lease: &Lease, result: Vec<u8>) -> Result<(), Error> {
-        let now = self.now;
-        let policy = self.store.policy(lease.scope().operation()).clone();
-        self.transition(lease, AuditKind::Completed, |record| {
-            idemdb_core::complete(record, lease.fence(), result, now, &policy)
-        })
-        .map(drop)
+        self.transition(lease, LeaseStep::Complete(result)).map(drop)
     }
 
     /// [`Store::fail`](crate::Store::fail) inside this transaction.
@@ -240,12 +236,7 @@ impl<'s> Txn<'s> {
     /// # Errors
     /// As [`Store::fail`](crate::Store::fail).
     pub fn fail(&mut self, lease: &Lease, failure: Failure) -> Result<(), Error> {
-        let now = self.now;
-        let policy = self.store.policy(lease.scope().operation()).clone();
-        self.transition(lease, AuditKind::Failed, |record| {
-            idemdb_core::fail(record, lease.fence(), failure, now, &policy)
-        })
-        .map(drop)
+        self.transition(lease, LeaseStep::Fail(failure)).map(drop)
     }
 
     /// [`Store::renew`](crate::Store::renew) inside this transaction.
@@ -253,16 +244,7 @@ impl<'s> Txn<'s> {
     /// # Errors
     /// As [`Store::renew`](crate::Store::renew).
     pub fn renew(&mut self, lease: &Lease) -> Result<Lease, Error> {
-        let now = self.now;
-        let policy = self.store.policy(lease.scope().operation()).clone();
-        let record = self.transition(lease, AuditKind::Renewed, |record| {
-            idemdb_core::renew(record, lease.fence(), now, &policy).map(|(record, _)| record)
-        })?;
-        let expires_at = match record.state {
-            State::InProgress { lease_expires_at } => lease_expires_at,
-            _ => lease.expires_at(),
-        };
-        Ok(lease.renewed(expires_at))
+        self.transition(lease, LeaseStep::Renew).map(|record| lease.renewed_by(&record))
     }
 
     /// [`Store::reconcile`](crate::Store::reconcile) inside this transaction.
@@ -313,15 +295,12 @@ impl<'s> Txn<'s> {
         Ok(true)
     }
 
-    fn transition(
-        &mut self,
-        lease: &Lease,
-        kind: AuditKind,
-        apply: impl FnOnce(&Record) -> Result<Record, TransitionError>,
-    ) -> Result<Record, Error> {
+    /// Applies a lease holder's step to its record.
+    fn transition(&mut self, lease: &Lease, step: LeaseStep) -> Result<Record, Error> {
         let encoded = lease.scoped_key().encode();
         let record = self.load(&encoded)?.ok_or(Error::NotFound)?;
-        let next = apply(&record)?;
+        let kind = step.audit_kind();
+        let next = step.apply(&record, lease, self.now, self.store.policy(lease.scope().operation()))?;
         self.put(&encoded, Some(&record), &next)?;
         self.event(kind, lease.scope(), &encoded, lease.fence(), Some(&next.fingerprint), None);
         Ok(next)
