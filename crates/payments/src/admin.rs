@@ -16,47 +16,12 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::json;
 
+use crate::app::{Admin, App};
 use crate::ledger::{BackupOutcome, Ledger};
 use crate::payment::problem;
-use crate::{App, bearer};
 
 /// Where backups are asked for.
 pub const BACKUP_PATH: &str = "/v1/admin/backup";
-
-/// The operator's side of the service: the token admin requests carry and where backups go.
-#[derive(Clone)]
-pub struct Admin {
-    token: String,
-    backup_dir: Option<PathBuf>,
-}
-
-impl std::fmt::Debug for Admin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Admin").field("backup_dir", &self.backup_dir).finish_non_exhaustive()
-    }
-}
-
-impl Admin {
-    /// Admin requests authenticated by `token` (at least 16 bytes), writing backups into
-    /// `backup_dir` (`None`: the backend has no backup here, the endpoint says so).
-    ///
-    /// # Errors
-    /// A token shorter than 16 bytes.
-    pub fn new(token: impl Into<String>, backup_dir: Option<PathBuf>) -> Result<Admin, String> {
-        let token = token.into();
-        if token.len() < 16 {
-            return Err("the admin token must be at least 16 bytes".into());
-        }
-        Ok(Admin { token, backup_dir })
-    }
-
-    /// Whether `headers` carry the admin token (compared in constant time).
-    fn authorised(&self, headers: &HeaderMap) -> bool {
-        let Some(given) = bearer(headers) else { return false };
-        let (given, token) = (given.as_bytes(), self.token.as_bytes());
-        given.len() == token.len() && given.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-    }
-}
 
 /// A backup file name a request may ask for: 1..=100 bytes of `[A-Za-z0-9._-]`, not starting
 /// with a dot (no path separator, no `..`, no hidden file).
@@ -181,8 +146,8 @@ impl<L: Ledger> idemdb_http::admin::ConfirmHook<L::Store> for PaymentRow<L> {
         if item.effect != self.app.charges.effect {
             return Ok(false);
         }
-        let order = crate::dispatch::ChargeOrder::from_payload(&item.payload).map_err(idemdb_http::admin::HookError)?;
-        let (payment, result) = crate::dispatch::confirmed_payment(item, &order, reference);
+        let order = crate::charge::ChargeOrder::from_payload(&item.payload).map_err(idemdb_http::admin::HookError)?;
+        let (payment, result) = crate::charge::confirmed_payment(item, &order, reference);
         let state = idemdb_core::ProviderState::Confirmed { reference: reference.to_string(), result };
         self.app
             .ledger

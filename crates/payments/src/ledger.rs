@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use idemdb::redb::TableDefinition;
 use idemdb::{
@@ -19,6 +20,10 @@ use idemdb::{
 };
 use idemdb_interface::InspectStore;
 use serde_json::Value;
+
+/// How often the dispatcher looks for due charges when nobody woke it (items whose backoff or
+/// whose dead dispatcher's claim ran out, items another instance enqueued).
+pub(crate) const POLL: Duration = Duration::from_millis(100);
 
 /// `(tenant, payment id)` → the payment as JSON.
 pub const PAYMENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("app_payments");
@@ -135,7 +140,7 @@ impl Ledger for RedbLedger {
     fn wait_for_charges(&self) -> impl Future<Output = ()> + Send {
         // One process owns the file: only items that become due later (a retry after its
         // back-off, an expired claim) need the poll.
-        tokio::time::sleep(crate::dispatch::POLL)
+        tokio::time::sleep(POLL)
     }
 
     fn store(&self) -> &AsyncStore {

@@ -24,6 +24,9 @@
 #![deny(missing_docs)]
 
 mod admin;
+mod app;
+mod charge;
+mod create;
 mod dispatch;
 mod ledger;
 pub mod metrics;
@@ -48,10 +51,12 @@ use http::request::Parts;
 use idemdb_core::{Canonicalizer, KeyError, Normaliser};
 use idemdb_http::{IdempotencyLayer, Operation, WebhookVerifier};
 
-use crate::dispatch::Charges;
+use crate::app::Charges;
 
-pub use admin::{ADMIN_API_PATH, Admin, BACKUP_PATH, timestamped_backup_name, valid_backup_name};
-pub use dispatch::{CHARGE_EFFECT, CHARGE_VERSION, Dispatcher};
+pub use admin::{ADMIN_API_PATH, BACKUP_PATH, timestamped_backup_name, valid_backup_name};
+pub use app::{Admin, App, bearer};
+pub use charge::{CHARGE_EFFECT, CHARGE_VERSION};
+pub use dispatch::Dispatcher;
 
 pub use ledger::{BackupOutcome, Ledger, LedgerError, PAYMENTS, RedbLedger};
 pub use metrics::METRICS_PATH;
@@ -63,29 +68,6 @@ pub use purge::{DEFAULT_PURGE_BATCH, DEFAULT_PURGE_INTERVAL, Purging, purge_post
 pub use reconcile::{ChargeLookup, RECONCILIATION_PATH, Reconciler};
 pub use serve::{ReadTimeouts, serve};
 pub use webhook::{MAX_VERSION_STEP, MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
-
-/// What the handlers share.
-#[derive(Debug)]
-pub struct App<L> {
-    /// Payments and the idempotency store.
-    pub ledger: L,
-    /// The simulated provider.
-    pub provider: Provider,
-    /// What the payment handlers and the dispatcher share.
-    charges: Charges,
-    /// Admin requests (`None`: not enabled).
-    admin: Option<Admin>,
-    /// The verifier of the provider's webhook signatures (`None`: deliveries are not signed).
-    webhooks: Option<WebhookVerifier>,
-}
-
-/// The tenant of a request: the token of `Authorization: Bearer <tenant>`.
-pub fn bearer(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
-}
 
 /// The canonical form of a payment request: currency case and amount spelling do not make
 /// another request, and a client's `trace_id` is a transport field. (The pointers are
@@ -109,7 +91,7 @@ pub fn payment_operation() -> Operation {
         // refuse enqueues nothing.
         Ok(charge) => operation.enqueue_on_reserve(charge, CHARGE_VERSION, |body, key_hash| {
             let request = PaymentRequest::parse(body).ok()?;
-            Some(dispatch::ChargeOrder::for_request(request, key_hash).to_payload())
+            Some(charge::ChargeOrder::for_request(request, key_hash).to_payload())
         }),
         Err(_) => operation,
     }
@@ -156,7 +138,7 @@ pub fn router_with<L: Ledger>(
     let idempotency = if ledger.shared() { idempotency.shared_store() } else { idempotency };
     let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin, webhooks });
     let router = Router::new()
-        .route("/v1/payments", post(payment::create::<L>))
+        .route("/v1/payments", post(create::create::<L>))
         .route(WEBHOOK_PATH, post(webhook::receive::<L>).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)))
         .route(RECONCILIATION_PATH, get(reconcile::list::<L>))
         .route("/v1/ledger", get(ledger_of::<L>))

@@ -85,7 +85,7 @@ impl Ledger for PgLedger {
             Some(listener) => {
                 listener.wait(SAFETY_POLL).await;
             }
-            None => tokio::time::sleep(crate::dispatch::POLL).await,
+            None => tokio::time::sleep(crate::ledger::POLL).await,
         }
     }
 

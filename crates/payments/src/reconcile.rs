@@ -14,10 +14,10 @@ use idemdb_http::reconcile::{EffectDecision, EffectLookup};
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
 use serde_json::{Value, json};
 
-use crate::dispatch::{ChargeOrder, confirmed_payment};
+use crate::app::{App, bearer};
+use crate::charge::{ChargeOrder, confirmed_payment};
 use crate::ledger::{Ledger, Settlement};
 use crate::payment::{payment_operation_name, problem};
-use crate::{App, bearer};
 
 /// Where the queue is listed.
 pub const RECONCILIATION_PATH: &str = "/v1/reconciliation";

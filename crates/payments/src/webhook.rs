@@ -22,7 +22,7 @@ use idemdb_core::{Canonicalizer, Coded, Delivery, DeliveryOutcome, ErrorCode, In
 use idemdb_interface::WorkflowStore;
 use serde_json::{Map, Value, json};
 
-use crate::App;
+use crate::app::App;
 use crate::ledger::Ledger;
 use crate::payment::problem;
 

@@ -1,0 +1,100 @@
+//! `POST /v1/payments`: validate, find the charge the layer enqueued in the outbox with the
+//! reservation (one commit; provider key `<key>:charge-v1`), and answer once the dispatcher has
+//! settled it (the dispatcher writes the payment row and completes the idempotency record in
+//! one commit).
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::Bytes;
+use idemdb_core::{OutboxStateKind, State as RecordState};
+use idemdb_http::{LeaseHandle, StoredResponse};
+use idemdb_interface::{IdempotencyStore, WorkflowStore};
+
+use crate::app::App;
+use crate::charge::{CHARGE_VERSION, ChargeOrder};
+use crate::ledger::Ledger;
+use crate::payment::{PaymentRequest, nothing_changed, problem};
+
+/// The handler. The layer has reserved the key before it runs, so it runs at most once per
+/// key. It enqueues the charge and waits (at most the operation's lease TTL) for the
+/// dispatcher: a confirmed charge has completed the record with the payment's `201`, which the
+/// handler answers with as a retry would replay it.
+pub(crate) async fn create<L: Ledger>(
+    State(app): State<Arc<App<L>>>,
+    Extension(handle): Extension<LeaseHandle<L::Store>>,
+    body: Bytes,
+) -> Response {
+    let request = match PaymentRequest::parse(&body) {
+        Ok(request) => request,
+        Err(detail) => {
+            // Nothing happened: release the key so the corrected request may use it.
+            let _ = handle.release().await;
+            return problem(StatusCode::BAD_REQUEST, "invalid-payment", &detail);
+        }
+    };
+    let (scope, key) = (handle.scope(), handle.key());
+    let store = app.ledger.store();
+    let order = ChargeOrder::for_request(request, handle.key_hash());
+    if app.provider.crashes_after_reserve(&order.destination) {
+        eprintln!("payments-example: fault injection: aborting after the reservation, before the charge is sent");
+        std::process::abort();
+    }
+    // The layer enqueued the charge with the reservation (`payment_operation`); a router
+    // whose operation does not has the handler enqueue it, in a commit of its own.
+    let enqueued = match store.effect(&scope, &key, &app.charges.effect).await {
+        Ok(Some(item)) => Ok(item),
+        Ok(None) => {
+            store.enqueue_effect(&handle.lease(), &app.charges.effect, CHARGE_VERSION, order.to_payload()).await
+        }
+        Err(error) => Err(error),
+    };
+    let item = match enqueued {
+        Ok(item) => item,
+        Err(error) if nothing_changed(&error) => {
+            // Nothing was enqueued (the store says so): release the key, a retry runs again.
+            let _ = handle.release().await;
+            return problem(StatusCode::SERVICE_UNAVAILABLE, "outbox-unavailable", "the charge could not be enqueued");
+        }
+        Err(_) => {
+            // Whether the charge was enqueued is not known: never guess.
+            let _ = handle.mark_uncertain().await;
+            return problem(StatusCode::SERVICE_UNAVAILABLE, "outbox-unavailable", "the charge could not be enqueued");
+        }
+    };
+    app.charges.wake();
+    let limit = store.policy(scope.operation()).lease_ttl();
+    let unreadable = || async {
+        // The charge is enqueued and the dispatcher settles it: the layer must not store this
+        // 503 as the payment's answer. Marked uncertain (or, if the store cannot even do that,
+        // left in progress), the record is completed by the dispatcher's report, and the
+        // reconciler decides what the provider did if that report is lost.
+        let _ = handle.mark_uncertain().await;
+        problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "the payment's state could not be read")
+    };
+    let settled = match app.charges.settled(store, &item, limit).await {
+        Ok(settled) => settled,
+        Err(_) => return unreadable().await,
+    };
+    if let Some(OutboxStateKind::Confirmed | OutboxStateKind::Failed) = settled {
+        let record = match store.get(&scope, &key).await {
+            Ok(record) => record,
+            Err(_) => return unreadable().await,
+        };
+        if let Some(record) = record
+            && let RecordState::Completed { result: stored, .. } | RecordState::Failed { error: stored, .. } =
+                &record.state
+            && let Ok(response) = StoredResponse::decode(stored)
+        {
+            let _ = handle.completed_by_handler();
+            return response.into_response::<axum::body::Body>(false);
+        }
+    }
+    // Unknown (the provider's answer was lost), or not settled in time: retries are refused
+    // until the charge is reconciled; the dispatcher's later report settles the record.
+    let _ = handle.mark_uncertain().await;
+    problem(StatusCode::BAD_GATEWAY, "provider-uncertain", "the provider did not confirm the charge")
+}
