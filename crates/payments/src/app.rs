@@ -1,14 +1,16 @@
 //! What the handlers and the dispatcher share: the ledger, the provider, the charges' wake-ups,
 //! the admin settings and the webhook verifier; and who a request's tenant is.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
-use idemdb_core::{EffectName, KeyError, OutboxItem, OutboxStateKind};
+use idemdb_core::{EffectName, KeyError, OutboxItem, OutboxStateKind, ScopedKey};
 use idemdb_http::WebhookVerifier;
 use idemdb_interface::WorkflowStore;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, oneshot};
 
 use crate::charge::CHARGE_EFFECT;
 use crate::ledger::POLL;
@@ -73,22 +75,42 @@ impl Admin {
 }
 
 /// What a payment's handler and the dispatcher share: the effect's name, a wake-up for the
-/// dispatcher, and a counter of settled charges the handlers watch.
+/// dispatcher, and the handlers waiting for a charge, each told by the dispatcher (through a
+/// channel of its own) when that charge has been dispatched.
 #[derive(Debug)]
 pub(crate) struct Charges {
     pub(crate) effect: EffectName,
     pub(crate) wake: Notify,
-    pub(crate) settled: watch::Sender<u64>,
+    /// Waiting handlers by the encoded `(scope, key)` of their charge.
+    waiting: Mutex<HashMap<Vec<u8>, Vec<oneshot::Sender<()>>>>,
+    /// Whether another instance's dispatcher may dispatch a charge (a shared store): it tells
+    /// no handler here, so a waiting handler also looks at the store every [`POLL`].
+    shared: bool,
 }
 
 impl Charges {
-    pub(crate) fn new() -> Result<Charges, KeyError> {
-        Ok(Charges { effect: EffectName::new(CHARGE_EFFECT)?, wake: Notify::new(), settled: watch::Sender::new(0) })
+    pub(crate) fn new(shared: bool) -> Result<Charges, KeyError> {
+        Ok(Charges { effect: EffectName::new(CHARGE_EFFECT)?, wake: Notify::new(), waiting: Mutex::default(), shared })
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Vec<oneshot::Sender<()>>>> {
+        // Only inserts and removals happen under this lock: a panic cannot leave it inconsistent.
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Tells the dispatcher that a charge was enqueued (or is due again).
     pub(crate) fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// Tells the handlers waiting for `item` that its dispatch has ended (the dispatcher calls
+    /// this after its report, whatever it was).
+    pub(crate) fn dispatched(&self, item: &OutboxItem) {
+        let waiters = self.waiting().remove(&ScopedKey::encode_parts(&item.scope, &item.key));
+        for waiter in waiters.into_iter().flatten() {
+            // A handler that gave up has dropped its receiver: nothing to tell.
+            let _ = waiter.send(());
+        }
     }
 
     /// Waits until `item` is finished or uncertain (its state then), at most `limit`.
@@ -100,20 +122,121 @@ impl Charges {
         item: &OutboxItem,
         limit: Duration,
     ) -> Result<Option<OutboxStateKind>, S::Error> {
-        let mut settled = self.settled.subscribe();
-        let until = tokio::time::Instant::now() + limit;
+        let scoped = ScopedKey::encode_parts(&item.scope, &item.key);
+        let settled = self.wait(store, item, &scoped, tokio::time::Instant::now() + limit).await;
+        // Whatever the answer, this handler waits no more: drop its (now closed) channels.
+        let mut waiting = self.waiting();
+        if let Some(waiters) = waiting.get_mut(&scoped) {
+            waiters.retain(|waiter| !waiter.is_closed());
+            if waiters.is_empty() {
+                waiting.remove(&scoped);
+            }
+        }
+        settled
+    }
+
+    async fn wait<S: WorkflowStore>(
+        &self,
+        store: &S,
+        item: &OutboxItem,
+        scoped: &[u8],
+        until: tokio::time::Instant,
+    ) -> Result<Option<OutboxStateKind>, S::Error> {
+        let settled = |kind: OutboxStateKind| !matches!(kind, OutboxStateKind::Pending | OutboxStateKind::Dispatching);
         loop {
-            settled.borrow_and_update();
+            // Registered before the store is read, so a dispatch that ends in between is told.
+            let (told, dispatched) = oneshot::channel();
+            self.waiting().entry(scoped.to_vec()).or_default().push(told);
             let Some(current) = store.effect(&item.scope, &item.key, &item.effect).await? else { return Ok(None) };
-            match current.state.kind() {
-                OutboxStateKind::Pending | OutboxStateKind::Dispatching => {}
-                finished => return Ok(Some(finished)),
+            let kind = current.state.kind();
+            if settled(kind) {
+                return Ok(Some(kind));
             }
             if tokio::time::Instant::now() >= until {
                 return Ok(None);
             }
-            // Another instance's dispatcher does not notify: look again after a while anyway.
-            let _ = tokio::time::timeout_at(until.min(tokio::time::Instant::now() + POLL), settled.changed()).await;
+            let wait_until = if self.shared { until.min(tokio::time::Instant::now() + POLL) } else { until };
+            // Told, timed out, or (a dropped dispatcher) closed: look at the store again.
+            let _ = tokio::time::timeout_at(wait_until, dispatched).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idemdb_core::{EffectReport, Fingerprint, IdempotencyKey, Reservation, Scope};
+    use idemdb_interface::IdempotencyStore;
+    use std::sync::Arc;
+
+    /// A store holding one claimed charge, and that claim.
+    async fn claimed_charge(charges: &Charges) -> (idemdb::AsyncStore, OutboxItem) {
+        let store = idemdb::Store::in_memory().unwrap().asynchronous();
+        let (scope, key) = (Scope::new("acme", "create_payment").unwrap(), IdempotencyKey::new("k-1").unwrap());
+        let fingerprint = Fingerprint::of_canonical_json(b"{}");
+        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint, None).await.unwrap() else {
+            panic!("a new key is acquired");
+        };
+        store.enqueue_effect(&lease, &charges.effect, 1, b"{}".to_vec()).await.unwrap();
+        let claim = store.claim_effects(1).await.unwrap().pop().expect("the charge is due");
+        (store, claim)
+    }
+
+    fn confirmed() -> EffectReport {
+        EffectReport::Confirmed { reference: "ch_1".into(), result: b"paid".to_vec() }
+    }
+
+    #[tokio::test]
+    async fn a_waiting_handler_is_told_by_the_dispatcher_and_the_waiting_list_empties() {
+        let charges = Arc::new(Charges::new(false).unwrap());
+        let (store, claim) = claimed_charge(&charges).await;
+        let waiter = {
+            let (charges, store, claim) = (Arc::clone(&charges), store.clone(), claim.clone());
+            // A limit no test run reaches: only the dispatcher's word ends this wait.
+            tokio::spawn(async move { charges.settled(&store, &claim, Duration::from_secs(3_600)).await })
+        };
+        while charges.waiting().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        store.report_effect(&claim, confirmed()).await.unwrap();
+        charges.dispatched(&claim);
+        let settled = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("told").unwrap().unwrap();
+        assert_eq!(settled, Some(OutboxStateKind::Confirmed));
+        assert!(charges.waiting().is_empty(), "no channel is left behind");
+    }
+
+    /// Reports `claim` confirmed behind the handlers' back (no `dispatched`) once a handler
+    /// waits for it; the handler's answer and how long it waited.
+    async fn settled_unannounced(shared: bool, limit: Duration) -> (Option<OutboxStateKind>, Duration) {
+        let charges = Arc::new(Charges::new(shared).unwrap());
+        let (store, claim) = claimed_charge(&charges).await;
+        let started = tokio::time::Instant::now();
+        let waiter = {
+            let (charges, store, claim) = (Arc::clone(&charges), store.clone(), claim.clone());
+            tokio::spawn(async move { charges.settled(&store, &claim, limit).await })
+        };
+        while charges.waiting().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        store.report_effect(&claim, confirmed()).await.unwrap();
+        let settled = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("answered").unwrap().unwrap();
+        assert!(charges.waiting().is_empty(), "no channel is left behind");
+        (settled, started.elapsed())
+    }
+
+    #[tokio::test]
+    async fn an_unshared_store_is_not_polled_the_last_look_is_at_the_limit() {
+        let limit = Duration::from_millis(400);
+        let (settled, waited) = settled_unannounced(false, limit).await;
+        assert_eq!(settled, Some(OutboxStateKind::Confirmed), "the look at the limit sees the report");
+        // Only this process's dispatcher reports its charges: nothing made it look earlier.
+        assert!(waited >= limit, "looked again after {waited:?}, before the limit");
+    }
+
+    #[tokio::test]
+    async fn with_a_shared_store_another_instances_report_is_seen_before_the_limit() {
+        // Another instance's dispatcher tells nobody here: the store is looked at every POLL.
+        let (settled, _) = settled_unannounced(true, Duration::from_secs(3_600)).await;
+        assert_eq!(settled, Some(OutboxStateKind::Confirmed));
     }
 }

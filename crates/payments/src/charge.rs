@@ -4,7 +4,8 @@
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use idemdb_core::OutboxItem;
 use idemdb_http::{DEFAULT_REPLAY_HEADERS, StoredResponse};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::payment::PaymentRequest;
 
@@ -12,65 +13,56 @@ use crate::payment::PaymentRequest;
 pub const CHARGE_EFFECT: &str = "charge";
 /// The version of the charge's contract with the provider (part of the provider key).
 pub const CHARGE_VERSION: u16 = 1;
-/// What the outbox item of a payment carries: what to charge, and the payment's id.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the outbox item of a payment carries: the payment request and the payment's id (its
+/// payload is this as JSON: `payment_id` beside the request's fields).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ChargeOrder {
     pub(crate) payment_id: String,
-    pub(crate) amount: String,
-    pub(crate) currency: String,
-    pub(crate) destination: String,
+    #[serde(flatten)]
+    pub(crate) payment: PaymentRequest,
 }
 
 impl ChargeOrder {
     /// The charge of a validated payment request, its payment id made from the key's hash
     /// (the same on every retry).
-    pub(crate) fn for_request(request: PaymentRequest, key_hash: idemdb_core::KeyHash) -> ChargeOrder {
-        ChargeOrder {
-            payment_id: format!("pay_{key_hash}"),
-            amount: request.amount,
-            currency: request.currency,
-            destination: request.destination,
-        }
+    pub(crate) fn for_request(payment: PaymentRequest, key_hash: idemdb_core::KeyHash) -> ChargeOrder {
+        ChargeOrder { payment_id: format!("pay_{key_hash}"), payment }
     }
 
     pub(crate) fn to_payload(&self) -> Vec<u8> {
-        json!({
-            "payment_id": self.payment_id,
-            "amount": self.amount,
-            "currency": self.currency,
-            "destination": self.destination,
-        })
-        .to_string()
-        .into_bytes()
+        // Through a JSON value, so the payload's keys are in the order they always had.
+        serde_json::to_value(self).map(|value| value.to_string().into_bytes()).unwrap_or_default()
     }
 
     pub(crate) fn from_payload(payload: &[u8]) -> Result<ChargeOrder, String> {
-        let value: Value = serde_json::from_slice(payload).map_err(|e| format!("the charge is not JSON: {e}"))?;
-        let field = |name: &str| {
-            value.get(name).and_then(Value::as_str).map(str::to_string).ok_or(format!("the charge has no `{name}`"))
-        };
-        Ok(ChargeOrder {
-            payment_id: field("payment_id")?,
-            amount: field("amount")?,
-            currency: field("currency")?,
-            destination: field("destination")?,
-        })
+        serde_json::from_slice(payload).map_err(|e| format!("the charge is not a charge order: {e}"))
     }
+}
+
+/// A confirmed payment, as the ledger keeps it and the `201` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Payment<'a> {
+    id: &'a str,
+    idempotency_key: &'a str,
+    #[serde(flatten)]
+    payment: &'a PaymentRequest,
+    provider_key: &'a str,
+    provider_charge: &'a str,
+    status: &'static str,
 }
 
 /// The payment row of a confirmed charge, and the `201` its idempotency record completes with.
 pub(crate) fn confirmed_payment(item: &OutboxItem, order: &ChargeOrder, reference: &str) -> (Value, Vec<u8>) {
-    let payment = json!({
-        "id": order.payment_id,
-        "idempotency_key": item.key.as_str(),
-        "amount": order.amount,
-        "currency": order.currency,
-        "destination": order.destination,
-        "provider_key": item.provider_key.as_str(),
-        "provider_charge": reference,
-        "status": "succeeded",
-    });
-    let location = format!("/v1/payments/{}", order.payment_id);
+    let payment = Payment {
+        id: &order.payment_id,
+        idempotency_key: item.key.as_str(),
+        payment: &order.payment,
+        provider_key: item.provider_key.as_str(),
+        provider_charge: reference,
+        status: "succeeded",
+    };
+    let payment = serde_json::to_value(&payment).unwrap_or_default();
+    let location = format!("{}/{}", crate::payment::PAYMENTS_PATH, order.payment_id);
     let result = stored(StatusCode::CREATED, "application/json", Some(&location), &payment);
     (payment, result)
 }
@@ -92,13 +84,15 @@ mod tests {
 
     #[test]
     fn a_charge_order_survives_its_payload_and_a_bad_payload_is_refused() {
-        let order = ChargeOrder {
-            payment_id: "pay_1".into(),
-            amount: "10.50".into(),
-            currency: "BRL".into(),
-            destination: "acct_x".into(),
-        };
-        assert_eq!(ChargeOrder::from_payload(&order.to_payload()), Ok(order));
+        let payment = PaymentRequest { amount: "10.50".into(), currency: "BRL".into(), destination: "acct_x".into() };
+        let order = ChargeOrder { payment_id: "pay_1".into(), payment };
+        let payload = order.to_payload();
+        // The payload's form, as stored outbox items have it.
+        assert_eq!(
+            String::from_utf8(payload.clone()).unwrap(),
+            r#"{"amount":"10.50","currency":"BRL","destination":"acct_x","payment_id":"pay_1"}"#
+        );
+        assert_eq!(ChargeOrder::from_payload(&payload), Ok(order));
         assert!(ChargeOrder::from_payload(b"not json").is_err());
         assert!(ChargeOrder::from_payload(br#"{"payment_id":"pay_1","amount":"1"}"#).is_err());
     }

@@ -21,7 +21,7 @@ use crate::payment::{PaymentRequest, nothing_changed, problem};
 
 /// The handler. The layer has reserved the key before it runs, so it runs at most once per
 /// key. It enqueues the charge and waits (at most the operation's lease TTL) for the
-/// dispatcher: a confirmed charge has completed the record with the payment's `201`, which the
+/// dispatcher to say the charge's dispatch has ended (`Charges::settled`): a confirmed charge has completed the record with the payment's `201`, which the
 /// handler answers with as a retry would replay it.
 pub(crate) async fn create<L: Ledger>(
     State(app): State<Arc<App<L>>>,
@@ -39,7 +39,7 @@ pub(crate) async fn create<L: Ledger>(
     let (scope, key) = (handle.scope(), handle.key());
     let store = app.ledger.store();
     let order = ChargeOrder::for_request(request, handle.key_hash());
-    if app.provider.crashes_after_reserve(&order.destination) {
+    if app.provider.crashes_after_reserve(&order.payment.destination) {
         eprintln!("payments-example: fault injection: aborting after the reservation, before the charge is sent");
         std::process::abort();
     }

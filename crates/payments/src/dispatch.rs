@@ -59,7 +59,7 @@ impl<L: Ledger> Dispatcher<L> {
                 let app = Arc::clone(&app);
                 tokio::spawn(async move {
                     dispatch(&app, &claim).await;
-                    app.charges.settled.send_modify(|settled| *settled = settled.wrapping_add(1));
+                    app.charges.dispatched(&claim);
                 });
             }
         }
@@ -90,9 +90,7 @@ async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) {
     let request = ChargeRequest {
         tenant: tenant.to_string(),
         provider_key: claim.provider_key.as_str().to_string(),
-        amount: order.amount.clone(),
-        currency: order.currency.clone(),
-        destination: order.destination.clone(),
+        payment: order.payment.clone(),
     };
     let charge = match app.provider.charge(request).await {
         Ok(charge) => charge,

@@ -60,7 +60,7 @@ pub use dispatch::Dispatcher;
 
 pub use ledger::{BackupOutcome, Ledger, LedgerError, PAYMENTS, RedbLedger};
 pub use metrics::METRICS_PATH;
-pub use payment::{PaymentRequest, payment_operation_name};
+pub use payment::{PAYMENTS_PATH, PaymentRequest, payment_operation_name};
 pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
 pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
@@ -133,12 +133,13 @@ pub fn router_with<L: Ledger>(
 ) -> Result<(Router, Dispatcher<L>), KeyError> {
     let tenant = |parts: &Parts| bearer(&parts.headers);
     let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
-        .route(Method::POST, "/v1/payments", payment_operation())
+        .route(Method::POST, PAYMENTS_PATH, payment_operation())
         .only_listed_routes();
     let idempotency = if ledger.shared() { idempotency.shared_store() } else { idempotency };
-    let app = Arc::new(App { ledger, provider, charges: Charges::new()?, admin, webhooks });
+    let charges = Charges::new(ledger.shared())?;
+    let app = Arc::new(App { ledger, provider, charges, admin, webhooks });
     let router = Router::new()
-        .route("/v1/payments", post(create::create::<L>))
+        .route(PAYMENTS_PATH, post(create::create::<L>))
         .route(WEBHOOK_PATH, post(webhook::receive::<L>).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)))
         .route(RECONCILIATION_PATH, get(reconcile::list::<L>))
         .route("/v1/ledger", get(ledger_of::<L>))

@@ -6,13 +6,17 @@ use axum::response::{IntoResponse, Response};
 use idemdb_core::{Coded, ErrorCode};
 use serde_json::{Value, json};
 
+/// The path of the payments route (`POST`).
+pub const PAYMENTS_PATH: &str = "/v1/payments";
+
 /// The operation name of `POST /v1/payments` (its scope's operation and policy name).
 pub fn payment_operation_name() -> &'static str {
     "create_payment"
 }
 
-/// A validated payment request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A validated payment request: the one payment type the handler, the outbox's charge order,
+/// the provider's charge request and the payment row carry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PaymentRequest {
     /// Decimal amount, as sent (`"10.50"`).
     pub amount: String,

@@ -21,7 +21,7 @@ pub fn published_policy(policy: &Policy, operation: &Operation) -> Value {
         "key": key,
         "operations": [{
             "method": "POST",
-            "path": "/v1/payments",
+            "path": crate::payment::PAYMENTS_PATH,
             "key_required": limits["key"]["required"].clone(),
             "scope": "the tenant of the bearer token and the operation create_payment",
             "fingerprint": {

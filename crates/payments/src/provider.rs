@@ -15,6 +15,8 @@ use idemdb_postgres::PgStore;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
 
+use crate::payment::PaymentRequest;
+
 /// `(tenant, provider key)` → the charge as JSON, with its call count.
 const CHARGES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("provider_charges");
 
@@ -40,12 +42,8 @@ pub struct ChargeRequest {
     /// The provider's idempotency key, derived from the service's key (`<key>:charge-v1`, the
     /// outbox item's provider key).
     pub provider_key: String,
-    /// Decimal amount.
-    pub amount: String,
-    /// ISO 4217 currency.
-    pub currency: String,
-    /// Destination account.
-    pub destination: String,
+    /// What to charge.
+    pub payment: PaymentRequest,
 }
 
 /// The simulated provider.
@@ -155,7 +153,7 @@ impl Provider {
     /// then unknown.
     pub async fn charge(&self, request: ChargeRequest) -> Result<Value, ProviderError> {
         tokio::time::sleep(self.latency).await;
-        let lost = self.lose_responses_to.as_deref() == Some(request.destination.as_str());
+        let lost = self.lose_responses_to.as_deref() == Some(request.payment.destination.as_str());
         let charge = match &self.storage {
             Storage::Redb(db) => {
                 let db = Arc::clone(db);
@@ -200,9 +198,9 @@ impl PgCharges {
         let new = json!({
             "id": charge_id(&request.tenant, &request.provider_key),
             "provider_key": request.provider_key,
-            "amount": request.amount,
-            "currency": request.currency,
-            "destination": request.destination,
+            "amount": request.payment.amount,
+            "currency": request.payment.currency,
+            "destination": request.payment.destination,
         })
         .to_string();
         let txn = self.store.begin().await.map_err(ProviderError::of)?;
@@ -275,9 +273,9 @@ fn charge(db: &Database, request: &ChargeRequest) -> Result<Value, ProviderError
                 json!({
                     "id": id,
                     "provider_key": request.provider_key,
-                    "amount": request.amount,
-                    "currency": request.currency,
-                    "destination": request.destination,
+                    "amount": request.payment.amount,
+                    "currency": request.payment.currency,
+                    "destination": request.payment.destination,
                     "calls": 1,
                 })
             }
