@@ -242,6 +242,10 @@ impl Engine {
         fingerprint: Option<&Fingerprint>,
         correlation: Option<&str>,
     ) -> Option<EncodedEvent> {
+        // With the audit trail off and nobody listening, there is nothing to hash.
+        if !self.config.audit && !tracing::enabled!(target: "idemdb", tracing::Level::DEBUG) {
+            return None;
+        }
         let key_hash = self.key_hash_of(encoded);
         tracing::debug!(
             target: "idemdb",

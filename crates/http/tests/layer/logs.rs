@@ -70,3 +70,28 @@ async fn the_tenant_and_the_key_reach_logs_as_keyed_hashes_only() {
     assert!(!logs.contains(key), "the raw key never is: {logs}");
     assert_ne!(tenant_hash, key_hash);
 }
+
+#[tokio::test]
+async fn with_the_audit_trail_off_decisions_still_reach_a_listening_subscriber() {
+    let captured = captured();
+
+    let store = idemdb::Store::builder().audit(false).in_memory().unwrap();
+    let effects = Effects::default();
+    let svc = service(layer(store.asynchronous(), Operation::named("op-unaudited")), created(effects.clone()));
+    let key = "k-unaudited-7c1d";
+    assert_eq!(send(&svc, post("/things", Some(key), r#"{"a":1}"#)).await.status, StatusCode::CREATED);
+    // A replay, answered from a read snapshot: its event is logged though none is stored.
+    assert_eq!(send(&svc, post("/things", Some(key), r#"{"a":1}"#)).await.status, StatusCode::CREATED);
+    assert_eq!(effects.count(), 1);
+
+    let scope = Scope::new("acme", "op-unaudited").unwrap();
+    let key_hash = store.key_hash(&scope, &IdempotencyKey::new(key).unwrap()).to_string();
+    let logs = captured.text();
+    let lines: Vec<&str> = logs.lines().filter(|line| line.contains(&format!("key_hash={key_hash}"))).collect();
+    assert!(
+        lines.iter().any(|line| line.contains("event=\"reserved\"") || line.contains("event=reserved")),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|line| line.contains("replayed")), "the replay is logged: {lines:?}");
+    assert!(store.audit_events(100).unwrap().is_empty(), "the audit trail is off: nothing is stored");
+}
