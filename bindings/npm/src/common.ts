@@ -9,6 +9,7 @@ export {
   IdemdbError,
   InternalError,
   InvalidInputError,
+  KeyMismatchError,
   KeyReusedError,
   NeedsAttentionError,
   NotFoundError,
@@ -73,3 +74,34 @@ export {
   type Resumed,
   type RetryOptions,
 } from './fetch.js';
+/**
+ * The core's vocabularies as values and types (generated from Rust): for validating input,
+ * building menus, or an exhaustive `switch`.
+ */
+export {
+  ATTEMPT_OUTCOMES,
+  ATTENTION_CAUSES,
+  DURABILITIES,
+  ENGINE_ERROR_CODES,
+  EXPIRED_LEASE_RULES,
+  FAILURE_KINDS,
+  INTENT_STATES,
+  KEY_FORMS,
+  NORMALISERS,
+  OUTCOMES,
+  RECORD_STATES,
+  RESERVATION_STATUSES,
+  RESOLUTION_KINDS,
+  UNCERTAIN_CAUSES,
+  type AttemptOutcomeKind,
+  type Durability,
+  type ExpiredLeaseRule,
+  type FailureKind,
+  type KeyForm,
+  type NormaliserName,
+  type Outcome,
+  type RecordState,
+  type ReservationStatus,
+  type ResolutionKind,
+  type UncertainCause,
+} from './generated/vocabulary.js';

@@ -27,8 +27,24 @@ export class IdemdbError extends Error {
 export class InvalidInputError extends IdemdbError {}
 /** No record or intent exists for the key. */
 export class NotFoundError extends IdemdbError {}
-/** A key already names a different request (`IDEMDB_KEY_REUSED`). */
-export class KeyReusedError extends IdemdbError {}
+/**
+ * The key is bound to a different request (`IDEMDB_KEY_MISMATCH`): the store refused an
+ * intent whose key already names another request, or the server answered 422 to
+ * `idempotentFetch` (then `response` is the recorded answer). Never retried: a new request
+ * needs a new key.
+ */
+export class KeyMismatchError extends IdemdbError {
+  /** The server's recorded 422 answer; `undefined` when the local store refused. */
+  readonly response: Response | undefined;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; response?: Response }) {
+    super(code, message, options);
+    this.response = options?.response;
+  }
+}
+/** @deprecated The same class as `KeyMismatchError` (one code, `IDEMDB_KEY_MISMATCH`). */
+export const KeyReusedError = KeyMismatchError;
+/** @deprecated The same class as `KeyMismatchError` (one code, `IDEMDB_KEY_MISMATCH`). */
+export const ConflictError = KeyMismatchError;
 /** A state transition was refused: stale lease, wrong state, live lease, finished intent, too large. */
 export class TransitionError extends IdemdbError {}
 /** The storage failed; check `reopenRequired`. */
@@ -69,15 +85,6 @@ export class InternalError extends IdemdbError {}
  */
 export class NotReadyError extends IdemdbError {}
 
-/** The server answered 422: the key is bound to a different request. Never retried. */
-export class ConflictError extends IdemdbError {
-  /** The recorded final response. */
-  readonly response: Response;
-  constructor(message: string, response: Response) {
-    super('IDEMDB_CONFLICT', message);
-    this.response = response;
-  }
-}
 /** Every attempt failed; the intent stays pending and is resumed later with the same key. */
 export class RetriesExhaustedError extends IdemdbError {
   /** The intent's key. */
@@ -134,7 +141,6 @@ const BY_CODE: Record<ErrorCode, ErrorClass> = {
   IDEMDB_INVALID_POLICY: InvalidInputError,
   IDEMDB_UNKNOWN_NAME: InvalidInputError,
   IDEMDB_NOT_FOUND: NotFoundError,
-  IDEMDB_KEY_REUSED: KeyReusedError,
   IDEMDB_INTENT_FINISHED: TransitionError,
   IDEMDB_STALE_LEASE: TransitionError,
   IDEMDB_WRONG_STATE: TransitionError,
@@ -156,12 +162,11 @@ const BY_CODE: Record<ErrorCode, ErrorClass> = {
   IDEMDB_NOT_READY: NotReadyError,
   IDEMDB_INTERNAL: InternalError,
   IDEMDB_ABORTED: AbortedError,
-  IDEMDB_CONFLICT: IdemdbError,
   IDEMDB_RETRIES_EXHAUSTED: IdemdbError,
   IDEMDB_ABANDONED: IdemdbError,
   IDEMDB_NEEDS_ATTENTION: IdemdbError,
   IDEMDB_KEY_MISSING: IdemdbError,
-  IDEMDB_KEY_MISMATCH: IdemdbError,
+  IDEMDB_KEY_MISMATCH: KeyMismatchError,
   IDEMDB_IN_PROGRESS: IdemdbError,
   IDEMDB_NEEDS_RECONCILIATION: IdemdbError,
   IDEMDB_EXPIRED: IdemdbError,

@@ -7,14 +7,14 @@
 import {
   AbandonedError,
   AbortedError,
-  ConflictError,
   InvalidInputError,
+  KeyMismatchError,
   NeedsAttentionError,
   RetriesExhaustedError,
   toIdemdbError,
 } from './errors.js';
 import { classifyAnswer, problemCode } from './contract.js';
-import { KEY_HEADER, REPLAYED_HEADER, RETRY_DEFAULTS, type AttentionCause } from './generated/vocabulary.js';
+import { KEY_HEADER, REPLAYED_HEADER, RETRY_DEFAULTS, type AttentionCause, type KeyForm } from './generated/vocabulary.js';
 import type { CanonicalOptions, Intent, IntentResponse, Scope, Store } from './store.js';
 
 /** The store methods `idempotentFetch` and the resume helpers use. */
@@ -66,7 +66,7 @@ export interface IdempotentFetchOptions {
    * structured-field string, `"<key>"` (what the idemdb HTTP layer requires); `'bare'` as the
    * key alone, for servers that take the header as an opaque token (Stripe's API does).
    */
-  keyFormat?: 'sf-string' | 'bare';
+  keyFormat?: KeyForm;
   /** The fetch to use (default `globalThis.fetch`). */
   fetch?: typeof fetch;
   /**
@@ -207,7 +207,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
  * The header value carrying `key`. Keys are visible ASCII (the engine refuses others), a subset
  * of the sf-string alphabet, so the string form only escapes `"` and `\\`.
  */
-function keyHeaderValue(key: string, format: 'sf-string' | 'bare' = 'sf-string'): string {
+function keyHeaderValue(key: string, format: KeyForm = 'sf-string'): string {
   if (format === 'bare') return key;
   return `"${key.replace(/["\\]/g, (c) => `\\${c}`)}"`;
 }
@@ -281,7 +281,9 @@ async function deliver(
     if (intent.state === 'completed') {
       const replayed = intent.response.headers.some(([name, value]) => name === REPLAYED_HEADER && value === 'true');
       if (intent.response.status === 422 && !replayed) {
-        throw new ConflictError(`the server refused key ${intent.key} as bound to a different request (422)`, responseOf(intent.response));
+        throw new KeyMismatchError('IDEMDB_KEY_MISMATCH', `the server refused key ${intent.key} as bound to a different request (422)`, {
+          response: responseOf(intent.response),
+        });
       }
       return { response: responseOf(intent.response), intent };
     }
@@ -388,7 +390,7 @@ function classify(response: Response, body: Uint8Array) {
 /**
  * `fetch` that cannot run the same mutation twice: persists the intent (key, canonical
  * request, fingerprint) **before the request leaves**, sets `Idempotency-Key`, retries
- * safely, records the final response and returns it. Throws `ConflictError` on 422,
+ * safely, records the final response and returns it. Throws `KeyMismatchError` on 422,
  * `NeedsAttentionError` when the answer needs a person (the intent is not resumed),
  * `RetriesExhaustedError` when this call's attempts failed (the intent stays pending: call
  * `resumePending` later, or `autoResume`), `AbortedError` for an aborted signal (nothing is

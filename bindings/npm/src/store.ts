@@ -17,6 +17,19 @@ import type {
   StoredRecord,
   StoreOptions,
 } from '../wasm/idemdb_wasm_node.cjs';
+import type {
+  AttemptOutcomeKind,
+  AttentionCause as AttentionCauseName,
+  Durability,
+  ExpiredLeaseRule,
+  FailureKind,
+  IntentState as IntentStateName,
+  NormaliserName,
+  Outcome,
+  RecordState,
+  ReservationStatus,
+  UncertainCause,
+} from './generated/vocabulary.js';
 
 export type {
   Attempt,
@@ -71,6 +84,28 @@ declare global {
 
 /** Where a client intent is in its life: `Intent['state']`. */
 export type IntentState = Intent['state'];
+
+/**
+ * The engine's declarations (written in `bindings/wasm/src/types.rs`, where wasm-bindgen needs
+ * literal text) against the vocabularies generated from Rust: each line fails to compile when
+ * a union and its Rust vocabulary differ in either direction.
+ */
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+type Replayed = Extract<RawReservation, { status: 'replay' }>;
+type Uncertain = Extract<RawReservation, { status: 'needs_reconciliation' }>;
+const VOCABULARIES_MATCH: [
+  Same<IntentState, IntentStateName>,
+  Same<AttemptOutcome['outcome'], AttemptOutcomeKind>,
+  Same<Extract<Intent, { state: 'needs_attention' }>['cause'], AttentionCauseName>,
+  Same<RawReservation['status'], ReservationStatus>,
+  Same<Replayed['outcome'], Outcome>,
+  Same<Uncertain['cause'], UncertainCause>,
+  Same<StoredRecord['state'], RecordState>,
+  Same<NonNullable<StoreOptions['durability']>, Durability>,
+  Same<NonNullable<NonNullable<StoreOptions['defaultPolicy']>['expiredLease']>, ExpiredLeaseRule>,
+  Same<NonNullable<CanonicalOptions['normalise']>[string], NormaliserName>,
+] = [true, true, true, true, true, true, true, true, true, true];
+void VOCABULARIES_MATCH;
 
 /** Options of `Store.intentPage`. */
 export interface IntentPageOptions {
@@ -370,7 +405,7 @@ export class Store {
    * Records a failed attempt: `definitive` (the body is replayed), `retryable` (nothing happened;
    * the key is released) or `uncertain` (an external effect may have happened; reconcile first).
    */
-  fail(lease: Lease, kind: 'definitive' | 'retryable' | 'uncertain', body?: Body): void {
+  fail(lease: Lease, kind: FailureKind, body?: Body): void {
     const raw = rawLease(lease);
     const bytes = body === undefined ? null : bodyBytes(body);
     this.#run((store) => store.fail(raw, kind, bytes));

@@ -1,6 +1,6 @@
 //! Every error crosses the boundary as one `IdemdbError` variant per stable [`ErrorCode`]:
-//! Kotlin gets `IdemdbException.KeyReused`, Swift `IdemdbError.KeyReused`, Python
-//! `IdemdbError.KeyReused`, each carrying the code's string (`IDEMDB_KEY_REUSED`, from
+//! Kotlin gets `IdemdbException.KeyMismatch`, Swift `IdemdbError.KeyMismatch`, Python
+//! `IdemdbError.KeyMismatch`, each carrying the code's string (`IDEMDB_KEY_MISMATCH`, from
 //! [`ErrorCode::as_str`]), the message and whether repeating the call may succeed.
 //!
 //! The variant list is the core's vocabulary: the macro below builds the enum, its mapping to
@@ -80,7 +80,6 @@ error_codes!(
     InvalidRequest,
     InvalidPolicy,
     NotFound,
-    KeyReused,
     IntentFinished,
     StaleLease,
     WrongState,
@@ -98,7 +97,6 @@ error_codes!(
     OlderFormat,
     Unsupported,
     Internal,
-    Conflict,
     RetriesExhausted,
     Abandoned,
     Aborted,
@@ -169,8 +167,8 @@ mod tests {
         }
         assert!(IdemdbError::new(ErrorCode::StoreBusy, "").transient());
         assert!(matches!(
-            IdemdbError::new(ErrorCode::KeyReused, "x"),
-            IdemdbError::KeyReused { transient: false, ref code, .. } if code == "IDEMDB_KEY_REUSED"
+            IdemdbError::new(ErrorCode::KeyMismatch, "x"),
+            IdemdbError::KeyMismatch { transient: false, ref code, .. } if code == "IDEMDB_KEY_MISMATCH"
         ));
     }
 }

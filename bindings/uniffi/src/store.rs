@@ -190,7 +190,7 @@ impl IdemStore {
     /// `canonicalizer`) and fingerprint. Creating the same intent again returns it unchanged.
     ///
     /// # Errors
-    /// `IDEMDB_INVALID_REQUEST` for a body that is not canonicalisable JSON; `IDEMDB_KEY_REUSED`
+    /// `IDEMDB_INVALID_REQUEST` for a body that is not canonicalisable JSON; `IDEMDB_KEY_MISMATCH`
     /// when the key names a different request; `IDEMDB_INVALID_KEY`; storage errors.
     pub fn create_intent(
         &self,

@@ -3,7 +3,9 @@
 //! `type` URIs are built from them).
 //!
 //! A code names a *class* of failure that a caller can act on; the message says the details.
-//! Codes are never renamed or reused; new ones are added at the end.
+//! Codes are never renamed or reused; new ones are added at the end. One situation has one
+//! code: a key bound to another request is [`ErrorCode::KeyMismatch`] in the store, the
+//! server, both clients and the intent store alike.
 
 /// A stable, machine-readable error code (`IDEMDB_...`).
 ///
@@ -27,8 +29,6 @@ pub enum ErrorCode {
     InvalidPolicy,
     /// No record (or intent) exists for the key.
     NotFound,
-    /// A client intent's key already names a different request.
-    KeyReused,
     /// A client intent is finished (completed or abandoned) and cannot take the change.
     IntentFinished,
     /// A lease's fence is no longer the record's: a newer attempt took over.
@@ -63,8 +63,6 @@ pub enum ErrorCode {
     Unsupported,
     /// A bug or a trap inside the engine.
     Internal,
-    /// A server answered that the key is bound to a different request (HTTP 422).
-    Conflict,
     /// Every attempt to send an intent failed; it stays pending.
     RetriesExhausted,
     /// The intent was abandoned and will not be sent again.
@@ -74,6 +72,8 @@ pub enum ErrorCode {
     /// A request that needs an idempotency key came without one.
     KeyMissing,
     /// The key is bound to a different request: a conflict, never a replay or an execution.
+    /// One code wherever this is found: a store or server refusing the request, a client
+    /// whose server answered 422, a client intent whose key already names another request.
     KeyMismatch,
     /// Another attempt with the same key is in progress.
     InProgress,
@@ -114,7 +114,6 @@ crate::names!(ErrorCode, "error code", {
     InvalidRequest => "IDEMDB_INVALID_REQUEST",
     InvalidPolicy => "IDEMDB_INVALID_POLICY",
     NotFound => "IDEMDB_NOT_FOUND",
-    KeyReused => "IDEMDB_KEY_REUSED",
     IntentFinished => "IDEMDB_INTENT_FINISHED",
     StaleLease => "IDEMDB_STALE_LEASE",
     WrongState => "IDEMDB_WRONG_STATE",
@@ -132,7 +131,6 @@ crate::names!(ErrorCode, "error code", {
     OlderFormat => "IDEMDB_OLDER_FORMAT",
     Unsupported => "IDEMDB_UNSUPPORTED",
     Internal => "IDEMDB_INTERNAL",
-    Conflict => "IDEMDB_CONFLICT",
     RetriesExhausted => "IDEMDB_RETRIES_EXHAUSTED",
     Abandoned => "IDEMDB_ABANDONED",
     Aborted => "IDEMDB_ABORTED",

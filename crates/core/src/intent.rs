@@ -218,7 +218,7 @@ pub enum IntentRefusal {
     NotFound,
     /// The key already names an intent with a different request. A new request needs a new key.
     #[error("the key already names an intent with a different request")]
-    KeyReused,
+    KeyMismatch,
     /// The intent is not pending (completed, abandoned or needing attention) and cannot take
     /// this change.
     #[error("intent is {state}; cannot {action}")]
@@ -262,7 +262,7 @@ impl IntentRefusal {
     pub fn code(&self) -> ErrorCode {
         match self {
             IntentRefusal::NotFound => ErrorCode::NotFound,
-            IntentRefusal::KeyReused => ErrorCode::KeyReused,
+            IntentRefusal::KeyMismatch => ErrorCode::KeyMismatch,
             IntentRefusal::Finished { .. } => ErrorCode::IntentFinished,
             IntentRefusal::ReasonEmpty | IntentRefusal::ReasonTooLong { .. } | IntentRefusal::TooManyHeaders { .. } => {
                 ErrorCode::InvalidArgument
@@ -334,11 +334,11 @@ impl Intent {
     /// whether it must be written.
     ///
     /// # Errors
-    /// [`IntentRefusal::KeyReused`] when the stored intent has a different request.
+    /// [`IntentRefusal::KeyMismatch`] when the stored intent has a different request.
     pub fn create(existing: Option<Intent>, new: Intent) -> Result<(Intent, bool), IntentRefusal> {
         match existing {
             Some(existing) if existing.fingerprint == new.fingerprint => Ok((existing, false)),
-            Some(_) => Err(IntentRefusal::KeyReused),
+            Some(_) => Err(IntentRefusal::KeyMismatch),
             None => Ok((new, true)),
         }
     }
@@ -606,7 +606,7 @@ mod tests {
         assert_eq!(Intent::create(Some(first.clone()), same), Ok((first.clone(), false)), "the stored one wins");
         let mut other = first.clone();
         other.fingerprint = Fingerprint::from_bytes([2; 32]);
-        assert_eq!(Intent::create(Some(first), other), Err(IntentRefusal::KeyReused));
+        assert_eq!(Intent::create(Some(first), other), Err(IntentRefusal::KeyMismatch));
     }
 
     #[test]

@@ -24,11 +24,7 @@ pub const RECONCILIATION_PATH: &str = "/v1/reconciliation";
 
 /// One entry as JSON (the admin API's spelling), or `None` for another tenant's.
 fn entry<S: IdempotencyStore>(store: &S, tenant: &str, attention: &Attention) -> Option<Value> {
-    let (scope, key) = match attention {
-        Attention::Effect { item, .. } => (&item.scope, &item.key),
-        Attention::Record { scoped, .. } => (&scoped.scope, &scoped.key),
-        _ => return None,
-    };
+    let (scope, key) = attention.scoped_key();
     (scope.tenant() == tenant).then(|| attention_json(attention, store.key_hash(scope, key), true))
 }
 

@@ -119,7 +119,7 @@ impl Store {
     ///
     /// # Errors
     /// [`IntentError::Request`] for a body that is not canonicalisable JSON;
-    /// [`IntentRefusal::KeyReused`] when the key names a different request; storage errors.
+    /// [`IntentRefusal::KeyMismatch`] when the key names a different request; storage errors.
     pub fn create_intent(
         &self,
         scope: &Scope,
@@ -438,7 +438,7 @@ mod tests {
         assert_eq!(again, first);
         // A different request under the same key is refused and changes nothing.
         let err = store.create_intent(&scope, &key, br#"{"a":"y","b":1}"#, &canon).unwrap_err();
-        assert!(matches!(err, IntentError::Refused(IntentRefusal::KeyReused)), "{err:?}");
+        assert!(matches!(err, IntentError::Refused(IntentRefusal::KeyMismatch)), "{err:?}");
         assert_eq!(store.intent(&scope, &key).unwrap(), Some(first));
     }
 
@@ -456,7 +456,7 @@ mod tests {
         let fresh = IdempotencyKey::new("b-new").unwrap();
         let bad: Vec<(&Scope, &IdempotencyKey, &[u8])> =
             vec![(&scope, &fresh, b"{}"), (&scope, &keys[0], b"{\"n\":9}")];
-        assert!(matches!(store.create_intents(&bad, &canon), Err(IntentError::Refused(IntentRefusal::KeyReused))));
+        assert!(matches!(store.create_intents(&bad, &canon), Err(IntentError::Refused(IntentRefusal::KeyMismatch))));
         assert_eq!(store.intent(&scope, &fresh).unwrap(), None);
         let invalid: Vec<(&Scope, &IdempotencyKey, &[u8])> =
             vec![(&scope, &fresh, b"{}"), (&scope, &keys[1], b"{oops")];

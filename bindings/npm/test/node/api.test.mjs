@@ -13,6 +13,7 @@ import {
   ConflictError,
   IdemdbError,
   InvalidInputError,
+  KeyMismatchError,
   KeyReusedError,
   NotFoundError,
   RetriesExhaustedError,
@@ -65,7 +66,13 @@ describe('intents', () => {
     assert.equal(intent.fingerprint, fingerprint('{"a":"x","b":1}'));
     const again = store.createIntent(scope, '{"a":"x","b":1,"trace_id":"t2"}', { key: intent.key, canonical: { exclude: ['/trace_id'] } });
     assert.deepEqual(again, intent);
-    assert.throws(() => store.createIntent(scope, { a: 'y' }, { key: intent.key }), KeyReusedError);
+    assert.throws(
+      () => store.createIntent(scope, { a: 'y' }, { key: intent.key }),
+      (e) => e instanceof KeyMismatchError && e.code === 'IDEMDB_KEY_MISMATCH' && e.response === undefined,
+    );
+    // One code, one class: the older names are the same class.
+    assert.equal(KeyReusedError, KeyMismatchError);
+    assert.equal(ConflictError, KeyMismatchError);
     store.close();
   });
 
@@ -100,7 +107,7 @@ describe('intents', () => {
     const made = store.createIntents(scope, [{ n: 1 }, { n: 2 }, '{"n":3}'], { keys: ['k-1', 'k-2'] });
     assert.deepEqual(made.map((i) => i.key).slice(0, 2), ['k-1', 'k-2']);
     assert.match(made[2].key, /^[0-9a-f-]{36}$/);
-    assert.throws(() => store.createIntents(scope, [{ n: 4 }, { n: 99 }], { keys: ['k-4', 'k-1'] }), KeyReusedError);
+    assert.throws(() => store.createIntents(scope, [{ n: 4 }, { n: 99 }], { keys: ['k-4', 'k-1'] }), KeyMismatchError);
     assert.equal(store.getIntent(scope, 'k-4'), null);
     assert.equal(store.pendingIntents().length, 3);
   });
@@ -410,7 +417,7 @@ describe('idempotentFetch', () => {
     server.reset();
     await assert.rejects(
       idempotentFetch(store, `${server.url}/api/conflict`, { scope, init: { method: 'POST', body: '{}' }, retry: fast }),
-      (e) => e instanceof ConflictError && e.code === 'IDEMDB_CONFLICT' && e.response.status === 422,
+      (e) => e instanceof KeyMismatchError && e.code === 'IDEMDB_KEY_MISMATCH' && e.response.status === 422,
     );
     assert.equal(server.state.seen.length, 1, '422 is not retried');
   });
@@ -437,7 +444,7 @@ describe('idempotentFetch', () => {
     const abandonedStore = await openMemoryStore();
     const intent = abandonedStore.createIntent(scope, { method: 'POST', url: `${server.url}/api/pay`, headers: {} });
     abandonedStore.abandonIntent(scope, intent.key, 'user gave up');
-    await assert.rejects(idempotentFetch(abandonedStore, `${server.url}/api/pay`, { scope, key: intent.key, init: { method: 'POST' } }), (e) => e instanceof AbandonedError || e instanceof KeyReusedError);
+    await assert.rejects(idempotentFetch(abandonedStore, `${server.url}/api/pay`, { scope, key: intent.key, init: { method: 'POST' } }), (e) => e instanceof AbandonedError || e instanceof KeyMismatchError);
   });
 
   test('two senders of the same intent at once: one effect, both get the recorded response', async () => {

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 
 import {
   AbortedError,
-  ConflictError,
+  KeyMismatchError,
   NeedsAttentionError,
   InvalidInputError,
   RetriesExhaustedError,
@@ -85,7 +85,7 @@ describe('retry contract', () => {
     const replayed = await send('replayed-500');
     assert.equal(replayed.status, 500);
     assert.equal((await send('not-found')).status, 404);
-    await assert.rejects(send('conflict'), ConflictError);
+    await assert.rejects(send('conflict'), KeyMismatchError);
     for (const [path, cause] of [['reconcile', 'needs_reconciliation'], ['expired', 'expired'], ['provider', 'provider_key_expired'], ['busy', 'retries_exhausted']]) {
       await assert.rejects(send(path), (e) => e instanceof NeedsAttentionError && e.code === 'IDEMDB_NEEDS_ATTENTION' && e.cause === cause && e.response !== undefined, path);
     }

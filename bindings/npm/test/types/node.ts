@@ -6,7 +6,7 @@ const r: Reservation = store.reserveRequest({ tenant: 'a', operation: 'b' }, 'k'
 if (r.status === 'acquired') store.complete(r.lease, 'done');
 const res: Response = await idempotentFetch(store, 'http://x', { scope: { tenant: 'a', operation: 'b' } });
 try { } catch (e) { if (e instanceof StoreBusyError) { const c: string = e.code; void c; } }
-const err: IdemdbError['code'] = 'IDEMDB_CONFLICT'; void err; void res;
+const err: IdemdbError['code'] = 'IDEMDB_KEY_MISMATCH'; void err; void res;
 // @ts-expect-error unknown outcome
 store.recordAttempt({ tenant: 'a', operation: 'b' }, 'k', { outcome: 'nope' });
 import { ready, openHostStore, type HostStorage, type ErrorCode, type FileStoreOptions } from 'idemdb';

@@ -58,7 +58,7 @@ fun defineTests() {
         eq(created.fingerprint, fingerprintOfCanonical(created.request), "fingerprint")
         val again = store.createIntent(SCOPE, key, json("""{"a":"x","b":1,"trace_id":"t2"}"""), canon)
         eq(again.createdAtMs, created.createdAtMs, "the same intent again")
-        eq(throws<IdemdbException.KeyReused> { store.createIntent(SCOPE, key, json("""{"a":"y"}"""), canon) }.codeString, "IDEMDB_KEY_REUSED", "code")
+        eq(throws<IdemdbException.KeyMismatch> { store.createIntent(SCOPE, key, json("""{"a":"y"}"""), canon) }.codeString, "IDEMDB_KEY_MISMATCH", "code")
         eq(store.pendingIntents().map { it.key }, listOf(key), "pending")
         store.recordAttempt(SCOPE, key, AttemptOutcome.Sent)
         val attempted = store.recordAttempt(SCOPE, key, AttemptOutcome.Status(503u))
@@ -202,8 +202,8 @@ fun defineTests() {
             store.createIntentAsync(SCOPE, other, json("{}"), canon)
             store.abandonIntentAsync(SCOPE, other, "no")
             eq(store.pendingIntentsAsync().size, 0, "nothing pending")
-            val e = try { store.createIntentAsync(SCOPE, key, json("""{"x":2}"""), canon); null } catch (e: IdemdbException.KeyReused) { e }
-            eq(e?.codeString, "IDEMDB_KEY_REUSED", "typed error from a suspend call")
+            val e = try { store.createIntentAsync(SCOPE, key, json("""{"x":2}"""), canon); null } catch (e: IdemdbException.KeyMismatch) { e }
+            eq(e?.codeString, "IDEMDB_KEY_MISMATCH", "typed error from a suspend call")
             store.closeStore()
         }
     }

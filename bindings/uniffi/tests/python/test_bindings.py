@@ -94,9 +94,9 @@ class Intents(unittest.TestCase):
         self.assertEqual(created.fingerprint, fingerprint_of_canonical(created.request))
         again = store.create_intent(SCOPE, key, b'{"a":"x","b":1,"trace_id":"t2"}', canon)
         self.assertEqual(again, created)
-        with self.assertRaises(IdemdbError.KeyReused) as caught:
+        with self.assertRaises(IdemdbError.KeyMismatch) as caught:
             store.create_intent(SCOPE, key, b'{"a":"y"}', canon)
-        self.assertEqual(caught.exception.code, "IDEMDB_KEY_REUSED")
+        self.assertEqual(caught.exception.code, "IDEMDB_KEY_MISMATCH")
         self.assertEqual([i.key for i in store.pending_intents()], [key])
         store.record_attempt(SCOPE, key, AttemptOutcome.SENT())
         attempted = store.record_attempt(SCOPE, key, AttemptOutcome.STATUS(code=503))
@@ -245,7 +245,7 @@ class Async(Scratch):
             await store.create_intent_async(SCOPE, other, b"{}", canon)
             await store.abandon_intent_async(SCOPE, other, "no")
             self.assertEqual(await store.pending_intents_async(), [])
-            with self.assertRaises(IdemdbError.KeyReused):
+            with self.assertRaises(IdemdbError.KeyMismatch):
                 await store.create_intent_async(SCOPE, key, b'{"x":2}', canon)
             store.close_store()
 

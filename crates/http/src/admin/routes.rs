@@ -77,10 +77,13 @@ fn store_failed(error: &(impl Coded + std::fmt::Display)) -> Response {
         ErrorCode::WrongState
         | ErrorCode::IntentFinished
         | ErrorCode::ProviderKeyExpired
-        | ErrorCode::Conflict
         | ErrorCode::LeaseLive
         | ErrorCode::StaleLease => StatusCode::CONFLICT,
-        ErrorCode::InvalidArgument | ErrorCode::InvalidKey | ErrorCode::InvalidRequest | ErrorCode::TooLarge => {
+        ErrorCode::InvalidArgument
+        | ErrorCode::InvalidKey
+        | ErrorCode::InvalidRequest
+        | ErrorCode::TooLarge
+        | ErrorCode::KeyMismatch => {
             StatusCode::UNPROCESSABLE_ENTITY
         }
         _ => {

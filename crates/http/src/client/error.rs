@@ -64,12 +64,12 @@ impl ClientError {
         ClientError { kind: Kind::InvalidRequest(reason.into()) }
     }
 
-    /// The stable code: [`ErrorCode::Conflict`], [`ErrorCode::RetriesExhausted`],
+    /// The stable code: [`ErrorCode::KeyMismatch`] (the server's 422), [`ErrorCode::RetriesExhausted`],
     /// [`ErrorCode::Abandoned`], [`ErrorCode::NeedsAttention`], [`ErrorCode::InvalidRequest`],
     /// or the store error's code.
     pub fn code(&self) -> ErrorCode {
         match &self.kind {
-            Kind::Conflict(_) => ErrorCode::Conflict,
+            Kind::Conflict(_) => ErrorCode::KeyMismatch,
             Kind::RetriesExhausted { .. } => ErrorCode::RetriesExhausted,
             Kind::Abandoned { .. } => ErrorCode::Abandoned,
             Kind::NeedsAttention { .. } => ErrorCode::NeedsAttention,

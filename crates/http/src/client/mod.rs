@@ -342,7 +342,8 @@ impl IdempotentClient {
     /// answer. The same key with a different request is refused by the store.
     ///
     /// # Errors
-    /// As [`IdempotentClient::send`], and [`ErrorCode::KeyReused`](idemdb::ErrorCode::KeyReused).
+    /// As [`IdempotentClient::send`], and [`ErrorCode::KeyMismatch`](idemdb::ErrorCode::KeyMismatch) when the key
+    /// already names another intent.
     pub async fn send_with_key(
         &self,
         scope: &Scope,

@@ -840,7 +840,7 @@ public protocol IdemStoreProtocol: AnyObject, Sendable {
      * `canonicalizer`) and fingerprint. Creating the same intent again returns it unchanged.
      *
      * # Errors
-     * `IDEMDB_INVALID_REQUEST` for a body that is not canonicalisable JSON; `IDEMDB_KEY_REUSED`
+     * `IDEMDB_INVALID_REQUEST` for a body that is not canonicalisable JSON; `IDEMDB_KEY_MISMATCH`
      * when the key names a different request; `IDEMDB_INVALID_KEY`; storage errors.
      */
     func createIntent(scope: Scope, key: String, request: Data, canonicalizer: Canonicalizer) throws  -> Intent
@@ -1203,7 +1203,7 @@ open func completeAsync(lease: Lease, result: Data)async throws   {
      * `canonicalizer`) and fingerprint. Creating the same intent again returns it unchanged.
      *
      * # Errors
-     * `IDEMDB_INVALID_REQUEST` for a body that is not canonicalisable JSON; `IDEMDB_KEY_REUSED`
+     * `IDEMDB_INVALID_REQUEST` for a body that is not canonicalisable JSON; `IDEMDB_KEY_MISMATCH`
      * when the key names a different request; `IDEMDB_INVALID_KEY`; storage errors.
      */
 open func createIntent(scope: Scope, key: String, request: Data, canonicalizer: Canonicalizer)throws  -> Intent  {
@@ -2610,17 +2610,6 @@ enum IdemdbError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
          * Whether repeating the same call later may succeed unchanged.
          */transient: Bool
     )
-    case KeyReused(
-        /**
-         * The stable code (`IDEMDB_...`), as the core spells it.
-         */code: String, 
-        /**
-         * What happened, for logs and people (not for matching).
-         */detail: String, 
-        /**
-         * Whether repeating the same call later may succeed unchanged.
-         */transient: Bool
-    )
     case IntentFinished(
         /**
          * The stable code (`IDEMDB_...`), as the core spells it.
@@ -2798,17 +2787,6 @@ enum IdemdbError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
          */transient: Bool
     )
     case Internal(
-        /**
-         * The stable code (`IDEMDB_...`), as the core spells it.
-         */code: String, 
-        /**
-         * What happened, for logs and people (not for matching).
-         */detail: String, 
-        /**
-         * Whether repeating the same call later may succeed unchanged.
-         */transient: Bool
-    )
-    case Conflict(
         /**
          * The stable code (`IDEMDB_...`), as the core spells it.
          */code: String, 
@@ -3082,192 +3060,182 @@ public struct FfiConverterTypeIdemdbError: FfiConverterRustBuffer {
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 6: return .KeyReused(
+        case 6: return .IntentFinished(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 7: return .IntentFinished(
+        case 7: return .StaleLease(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 8: return .StaleLease(
+        case 8: return .WrongState(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 9: return .WrongState(
+        case 9: return .LeaseLive(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 10: return .LeaseLive(
+        case 10: return .TooLarge(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 11: return .TooLarge(
+        case 11: return .Storage(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 12: return .Storage(
+        case 12: return .CommitUnknown(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 13: return .CommitUnknown(
+        case 13: return .Corrupt(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 14: return .Corrupt(
+        case 14: return .NoRandomness(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 15: return .NoRandomness(
+        case 15: return .Closed(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 16: return .Closed(
+        case 16: return .StoreBusy(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 17: return .StoreBusy(
+        case 17: return .NotAStore(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 18: return .NotAStore(
+        case 18: return .Foreign(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 19: return .Foreign(
+        case 19: return .NewerFormat(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 20: return .NewerFormat(
+        case 20: return .OlderFormat(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 21: return .OlderFormat(
+        case 21: return .Unsupported(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 22: return .Unsupported(
+        case 22: return .Internal(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 23: return .Internal(
+        case 23: return .RetriesExhausted(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 24: return .Conflict(
+        case 24: return .Abandoned(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 25: return .RetriesExhausted(
+        case 25: return .Aborted(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 26: return .Abandoned(
+        case 26: return .KeyMissing(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 27: return .Aborted(
+        case 27: return .KeyMismatch(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 28: return .KeyMissing(
+        case 28: return .InProgress(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 29: return .KeyMismatch(
+        case 29: return .NeedsReconciliation(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 30: return .InProgress(
+        case 30: return .Expired(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 31: return .NeedsReconciliation(
+        case 31: return .OperationFailed(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 32: return .Expired(
+        case 32: return .Unavailable(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 33: return .OperationFailed(
+        case 33: return .SchemaMismatch(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 34: return .Unavailable(
+        case 34: return .UnknownName(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 35: return .SchemaMismatch(
+        case 35: return .Unauthenticated(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 36: return .UnknownName(
+        case 36: return .ProviderKeyExpired(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 37: return .Unauthenticated(
+        case 37: return .DeliveryMismatch(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 38: return .ProviderKeyExpired(
+        case 38: return .NotReady(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 39: return .DeliveryMismatch(
+        case 39: return .FenceExhausted(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 40: return .NotReady(
+        case 40: return .ReadOnly(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
             )
-        case 41: return .FenceExhausted(
-            code: try FfiConverterString.read(from: &buf), 
-            detail: try FfiConverterString.read(from: &buf), 
-            transient: try FfiConverterBool.read(from: &buf)
-            )
-        case 42: return .ReadOnly(
-            code: try FfiConverterString.read(from: &buf), 
-            detail: try FfiConverterString.read(from: &buf), 
-            transient: try FfiConverterBool.read(from: &buf)
-            )
-        case 43: return .NeedsAttention(
+        case 41: return .NeedsAttention(
             code: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf), 
             transient: try FfiConverterBool.read(from: &buf)
@@ -3319,267 +3287,253 @@ public struct FfiConverterTypeIdemdbError: FfiConverterRustBuffer {
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .KeyReused(code,detail,transient):
+        case let .IntentFinished(code,detail,transient):
             writeInt(&buf, Int32(6))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .IntentFinished(code,detail,transient):
+        case let .StaleLease(code,detail,transient):
             writeInt(&buf, Int32(7))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .StaleLease(code,detail,transient):
+        case let .WrongState(code,detail,transient):
             writeInt(&buf, Int32(8))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .WrongState(code,detail,transient):
+        case let .LeaseLive(code,detail,transient):
             writeInt(&buf, Int32(9))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .LeaseLive(code,detail,transient):
+        case let .TooLarge(code,detail,transient):
             writeInt(&buf, Int32(10))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .TooLarge(code,detail,transient):
+        case let .Storage(code,detail,transient):
             writeInt(&buf, Int32(11))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Storage(code,detail,transient):
+        case let .CommitUnknown(code,detail,transient):
             writeInt(&buf, Int32(12))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .CommitUnknown(code,detail,transient):
+        case let .Corrupt(code,detail,transient):
             writeInt(&buf, Int32(13))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Corrupt(code,detail,transient):
+        case let .NoRandomness(code,detail,transient):
             writeInt(&buf, Int32(14))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .NoRandomness(code,detail,transient):
+        case let .Closed(code,detail,transient):
             writeInt(&buf, Int32(15))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Closed(code,detail,transient):
+        case let .StoreBusy(code,detail,transient):
             writeInt(&buf, Int32(16))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .StoreBusy(code,detail,transient):
+        case let .NotAStore(code,detail,transient):
             writeInt(&buf, Int32(17))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .NotAStore(code,detail,transient):
+        case let .Foreign(code,detail,transient):
             writeInt(&buf, Int32(18))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Foreign(code,detail,transient):
+        case let .NewerFormat(code,detail,transient):
             writeInt(&buf, Int32(19))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .NewerFormat(code,detail,transient):
+        case let .OlderFormat(code,detail,transient):
             writeInt(&buf, Int32(20))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .OlderFormat(code,detail,transient):
+        case let .Unsupported(code,detail,transient):
             writeInt(&buf, Int32(21))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Unsupported(code,detail,transient):
+        case let .Internal(code,detail,transient):
             writeInt(&buf, Int32(22))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Internal(code,detail,transient):
+        case let .RetriesExhausted(code,detail,transient):
             writeInt(&buf, Int32(23))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Conflict(code,detail,transient):
+        case let .Abandoned(code,detail,transient):
             writeInt(&buf, Int32(24))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .RetriesExhausted(code,detail,transient):
+        case let .Aborted(code,detail,transient):
             writeInt(&buf, Int32(25))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Abandoned(code,detail,transient):
+        case let .KeyMissing(code,detail,transient):
             writeInt(&buf, Int32(26))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Aborted(code,detail,transient):
+        case let .KeyMismatch(code,detail,transient):
             writeInt(&buf, Int32(27))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .KeyMissing(code,detail,transient):
+        case let .InProgress(code,detail,transient):
             writeInt(&buf, Int32(28))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .KeyMismatch(code,detail,transient):
+        case let .NeedsReconciliation(code,detail,transient):
             writeInt(&buf, Int32(29))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .InProgress(code,detail,transient):
+        case let .Expired(code,detail,transient):
             writeInt(&buf, Int32(30))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .NeedsReconciliation(code,detail,transient):
+        case let .OperationFailed(code,detail,transient):
             writeInt(&buf, Int32(31))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Expired(code,detail,transient):
+        case let .Unavailable(code,detail,transient):
             writeInt(&buf, Int32(32))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .OperationFailed(code,detail,transient):
+        case let .SchemaMismatch(code,detail,transient):
             writeInt(&buf, Int32(33))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Unavailable(code,detail,transient):
+        case let .UnknownName(code,detail,transient):
             writeInt(&buf, Int32(34))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .SchemaMismatch(code,detail,transient):
+        case let .Unauthenticated(code,detail,transient):
             writeInt(&buf, Int32(35))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .UnknownName(code,detail,transient):
+        case let .ProviderKeyExpired(code,detail,transient):
             writeInt(&buf, Int32(36))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .Unauthenticated(code,detail,transient):
+        case let .DeliveryMismatch(code,detail,transient):
             writeInt(&buf, Int32(37))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .ProviderKeyExpired(code,detail,transient):
+        case let .NotReady(code,detail,transient):
             writeInt(&buf, Int32(38))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .DeliveryMismatch(code,detail,transient):
+        case let .FenceExhausted(code,detail,transient):
             writeInt(&buf, Int32(39))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .NotReady(code,detail,transient):
+        case let .ReadOnly(code,detail,transient):
             writeInt(&buf, Int32(40))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
             
         
-        case let .FenceExhausted(code,detail,transient):
-            writeInt(&buf, Int32(41))
-            FfiConverterString.write(code, into: &buf)
-            FfiConverterString.write(detail, into: &buf)
-            FfiConverterBool.write(transient, into: &buf)
-            
-        
-        case let .ReadOnly(code,detail,transient):
-            writeInt(&buf, Int32(42))
-            FfiConverterString.write(code, into: &buf)
-            FfiConverterString.write(detail, into: &buf)
-            FfiConverterBool.write(transient, into: &buf)
-            
-        
         case let .NeedsAttention(code,detail,transient):
-            writeInt(&buf, Int32(43))
+            writeInt(&buf, Int32(41))
             FfiConverterString.write(code, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             FfiConverterBool.write(transient, into: &buf)
@@ -4250,7 +4204,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_complete_async() != 63295) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_idemdb_uniffi_checksum_method_idemstore_create_intent() != 15340) {
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_create_intent() != 5007) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_create_intent_async() != 30855) {
