@@ -147,8 +147,9 @@ impl<L: Ledger> idemdb_http::admin::ConfirmHook<L::Store> for PaymentRow<L> {
             return Ok(false);
         }
         let order = crate::charge::ChargeOrder::from_payload(&item.payload).map_err(idemdb_http::admin::HookError)?;
-        let (payment, result) = crate::charge::confirmed_payment(item, &order, reference);
-        let state = idemdb_core::ProviderState::Confirmed { reference: reference.to_string(), result };
+        let (payment, response) = crate::charge::confirmed_payment(item, &order, reference);
+        let state =
+            idemdb_core::ProviderState::Confirmed { reference: reference.to_string(), result: response.encode() };
         self.app
             .ledger
             .record_payment(

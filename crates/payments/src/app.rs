@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
 use idemdb_core::{EffectName, KeyError, OutboxItem, OutboxStateKind, ScopedKey};
-use idemdb_http::WebhookVerifier;
+use idemdb_http::{StoredResponse, WebhookVerifier};
 use idemdb_interface::WorkflowStore;
 use tokio::sync::{Notify, oneshot};
 
@@ -75,17 +75,34 @@ impl Admin {
 }
 
 /// What a payment's handler and the dispatcher share: the effect's name, a wake-up for the
-/// dispatcher, and the handlers waiting for a charge, each told by the dispatcher (through a
-/// channel of its own) when that charge has been dispatched.
+/// dispatcher, and the handlers waiting for a charge, each handed by the dispatcher (through a
+/// channel of its own) the response the payment's record was finished with.
 #[derive(Debug)]
 pub(crate) struct Charges {
     pub(crate) effect: EffectName,
     pub(crate) wake: Notify,
     /// Waiting handlers by the encoded `(scope, key)` of their charge.
-    waiting: Mutex<HashMap<Vec<u8>, Vec<oneshot::Sender<()>>>>,
+    waiting: Mutex<HashMap<Vec<u8>, Vec<Waiter>>>,
     /// Whether another instance's dispatcher may dispatch a charge (a shared store): it tells
     /// no handler here, so a waiting handler also looks at the store every [`POLL`].
     shared: bool,
+}
+
+/// A waiting handler's end of its channel: the record's response, or `None` when the dispatch
+/// ended without finishing the record.
+type Waiter = oneshot::Sender<Option<StoredResponse>>;
+
+/// How a handler's wait for its charge ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// This process's dispatcher finished the payment's record with this response (committed).
+    Answered(StoredResponse),
+    /// The store shows the charge finished or uncertain (its state): another instance's
+    /// dispatcher, a reconciliation, or a dispatch whose word did not reach this handler. The
+    /// record says the answer.
+    Seen(OutboxStateKind),
+    /// Still pending or dispatching at the limit, or gone.
+    Waiting,
 }
 
 impl Charges {
@@ -93,7 +110,7 @@ impl Charges {
         Ok(Charges { effect: EffectName::new(CHARGE_EFFECT)?, wake: Notify::new(), waiting: Mutex::default(), shared })
     }
 
-    fn waiting(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Vec<oneshot::Sender<()>>>> {
+    fn waiting(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Vec<Waiter>>> {
         // Only inserts and removals happen under this lock: a panic cannot leave it inconsistent.
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -104,24 +121,25 @@ impl Charges {
     }
 
     /// Tells the handlers waiting for `item` that its dispatch has ended (the dispatcher calls
-    /// this after its report, whatever it was).
-    pub(crate) fn dispatched(&self, item: &OutboxItem) {
+    /// this after its report, whatever it was), with the response the payment's record was
+    /// finished with when the report committed.
+    pub(crate) fn dispatched(&self, item: &OutboxItem, answer: Option<&StoredResponse>) {
         let waiters = self.waiting().remove(&ScopedKey::encode_parts(&item.scope, &item.key));
         for waiter in waiters.into_iter().flatten() {
             // A handler that gave up has dropped its receiver: nothing to tell.
-            let _ = waiter.send(());
+            let _ = waiter.send(answer.cloned());
         }
     }
 
-    /// Waits until `item` is finished or uncertain (its state then), at most `limit`.
-    /// `Ok(None)`: it is still pending or dispatching (or gone); `Err`: the store could not be
-    /// read.
+    /// Waits, at most `limit`, until the dispatcher hands over the response of `item`'s
+    /// payment or the store shows the charge finished or uncertain. `Err`: the store could not
+    /// be read.
     pub(crate) async fn settled<S: WorkflowStore>(
         &self,
         store: &S,
         item: &OutboxItem,
         limit: Duration,
-    ) -> Result<Option<OutboxStateKind>, S::Error> {
+    ) -> Result<Settled, S::Error> {
         let scoped = ScopedKey::encode_parts(&item.scope, &item.key);
         let settled = self.wait(store, item, &scoped, tokio::time::Instant::now() + limit).await;
         // Whatever the answer, this handler waits no more: drop its (now closed) channels.
@@ -141,23 +159,28 @@ impl Charges {
         item: &OutboxItem,
         scoped: &[u8],
         until: tokio::time::Instant,
-    ) -> Result<Option<OutboxStateKind>, S::Error> {
+    ) -> Result<Settled, S::Error> {
         let settled = |kind: OutboxStateKind| !matches!(kind, OutboxStateKind::Pending | OutboxStateKind::Dispatching);
         loop {
             // Registered before the store is read, so a dispatch that ends in between is told.
             let (told, dispatched) = oneshot::channel();
             self.waiting().entry(scoped.to_vec()).or_default().push(told);
-            let Some(current) = store.effect(&item.scope, &item.key, &item.effect).await? else { return Ok(None) };
+            let Some(current) = store.effect(&item.scope, &item.key, &item.effect).await? else {
+                return Ok(Settled::Waiting);
+            };
             let kind = current.state.kind();
             if settled(kind) {
-                return Ok(Some(kind));
+                return Ok(Settled::Seen(kind));
             }
             if tokio::time::Instant::now() >= until {
-                return Ok(None);
+                return Ok(Settled::Waiting);
             }
             let wait_until = if self.shared { until.min(tokio::time::Instant::now() + POLL) } else { until };
-            // Told, timed out, or (a dropped dispatcher) closed: look at the store again.
-            let _ = tokio::time::timeout_at(wait_until, dispatched).await;
+            // Handed the response: done. Told without one, timed out, or (a dropped
+            // dispatcher) closed: look at the store again.
+            if let Ok(Ok(Some(response))) = tokio::time::timeout_at(wait_until, dispatched).await {
+                return Ok(Settled::Answered(response));
+            }
         }
     }
 }
@@ -182,42 +205,67 @@ mod tests {
         (store, claim)
     }
 
+    /// The response a confirmed charge finishes the record with.
+    fn paid() -> StoredResponse {
+        let headers = axum::http::HeaderMap::new();
+        StoredResponse::new(axum::http::StatusCode::CREATED, &headers, idemdb_http::DEFAULT_REPLAY_HEADERS, "paid")
+    }
+
     fn confirmed() -> EffectReport {
-        EffectReport::Confirmed { reference: "ch_1".into(), result: b"paid".to_vec() }
+        EffectReport::Confirmed { reference: "ch_1".into(), result: paid().encode() }
     }
 
-    #[tokio::test]
-    async fn a_waiting_handler_is_told_by_the_dispatcher_and_the_waiting_list_empties() {
-        let charges = Arc::new(Charges::new(false).unwrap());
-        let (store, claim) = claimed_charge(&charges).await;
+    /// A handler waiting (at most `limit`) for `claim`, once it has registered its channel.
+    async fn waiting_handler(
+        charges: &Arc<Charges>,
+        store: &idemdb::AsyncStore,
+        claim: &OutboxItem,
+        limit: Duration,
+    ) -> tokio::task::JoinHandle<Result<Settled, idemdb::Error>> {
         let waiter = {
-            let (charges, store, claim) = (Arc::clone(&charges), store.clone(), claim.clone());
-            // A limit no test run reaches: only the dispatcher's word ends this wait.
-            tokio::spawn(async move { charges.settled(&store, &claim, Duration::from_secs(3_600)).await })
-        };
-        while charges.waiting().is_empty() {
-            tokio::task::yield_now().await;
-        }
-        store.report_effect(&claim, confirmed()).await.unwrap();
-        charges.dispatched(&claim);
-        let settled = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("told").unwrap().unwrap();
-        assert_eq!(settled, Some(OutboxStateKind::Confirmed));
-        assert!(charges.waiting().is_empty(), "no channel is left behind");
-    }
-
-    /// Reports `claim` confirmed behind the handlers' back (no `dispatched`) once a handler
-    /// waits for it; the handler's answer and how long it waited.
-    async fn settled_unannounced(shared: bool, limit: Duration) -> (Option<OutboxStateKind>, Duration) {
-        let charges = Arc::new(Charges::new(shared).unwrap());
-        let (store, claim) = claimed_charge(&charges).await;
-        let started = tokio::time::Instant::now();
-        let waiter = {
-            let (charges, store, claim) = (Arc::clone(&charges), store.clone(), claim.clone());
+            let (charges, store, claim) = (Arc::clone(charges), store.clone(), claim.clone());
             tokio::spawn(async move { charges.settled(&store, &claim, limit).await })
         };
         while charges.waiting().is_empty() {
             tokio::task::yield_now().await;
         }
+        waiter
+    }
+
+    #[tokio::test]
+    async fn a_waiting_handler_is_handed_the_dispatchers_response_and_the_waiting_list_empties() {
+        let charges = Arc::new(Charges::new(false).unwrap());
+        let (store, claim) = claimed_charge(&charges).await;
+        // A limit no test run reaches: only the dispatcher's word ends this wait.
+        let waiter = waiting_handler(&charges, &store, &claim, Duration::from_secs(3_600)).await;
+        // No report in the store: it still says dispatching, so only the channel can answer,
+        // and it hands over the response itself, not a cue to read the record back.
+        charges.dispatched(&claim, Some(&paid()));
+        let settled = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("told").unwrap().unwrap();
+        assert_eq!(settled, Settled::Answered(paid()));
+        assert!(charges.waiting().is_empty(), "no channel is left behind");
+    }
+
+    #[tokio::test]
+    async fn a_dispatch_that_did_not_finish_the_record_sends_the_handler_to_the_store() {
+        let charges = Arc::new(Charges::new(false).unwrap());
+        let (store, claim) = claimed_charge(&charges).await;
+        let waiter = waiting_handler(&charges, &store, &claim, Duration::from_secs(3_600)).await;
+        // The provider's answer was lost: the charge is uncertain, the record not finished.
+        store.report_effect(&claim, EffectReport::Unknown { reason: "timeout".into() }).await.unwrap();
+        charges.dispatched(&claim, None);
+        let settled = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("told").unwrap().unwrap();
+        assert_eq!(settled, Settled::Seen(OutboxStateKind::Uncertain));
+        assert!(charges.waiting().is_empty(), "no channel is left behind");
+    }
+
+    /// Reports `claim` confirmed behind the handlers' back (no `dispatched`) once a handler
+    /// waits for it; the handler's answer and how long it waited.
+    async fn settled_unannounced(shared: bool, limit: Duration) -> (Settled, Duration) {
+        let charges = Arc::new(Charges::new(shared).unwrap());
+        let (store, claim) = claimed_charge(&charges).await;
+        let started = tokio::time::Instant::now();
+        let waiter = waiting_handler(&charges, &store, &claim, limit).await;
         store.report_effect(&claim, confirmed()).await.unwrap();
         let settled = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("answered").unwrap().unwrap();
         assert!(charges.waiting().is_empty(), "no channel is left behind");
@@ -228,7 +276,7 @@ mod tests {
     async fn an_unshared_store_is_not_polled_the_last_look_is_at_the_limit() {
         let limit = Duration::from_millis(400);
         let (settled, waited) = settled_unannounced(false, limit).await;
-        assert_eq!(settled, Some(OutboxStateKind::Confirmed), "the look at the limit sees the report");
+        assert_eq!(settled, Settled::Seen(OutboxStateKind::Confirmed), "the look at the limit sees the report");
         // Only this process's dispatcher reports its charges: nothing made it look earlier.
         assert!(waited >= limit, "looked again after {waited:?}, before the limit");
     }
@@ -237,6 +285,6 @@ mod tests {
     async fn with_a_shared_store_another_instances_report_is_seen_before_the_limit() {
         // Another instance's dispatcher tells nobody here: the store is looked at every POLL.
         let (settled, _) = settled_unannounced(true, Duration::from_secs(3_600)).await;
-        assert_eq!(settled, Some(OutboxStateKind::Confirmed));
+        assert_eq!(settled, Settled::Seen(OutboxStateKind::Confirmed));
     }
 }

@@ -51,8 +51,9 @@ pub(crate) struct Payment<'a> {
     status: &'static str,
 }
 
-/// The payment row of a confirmed charge, and the `201` its idempotency record completes with.
-pub(crate) fn confirmed_payment(item: &OutboxItem, order: &ChargeOrder, reference: &str) -> (Value, Vec<u8>) {
+/// The payment row of a confirmed charge, and the `201` its idempotency record completes with
+/// (stored encoded; retries replay it).
+pub(crate) fn confirmed_payment(item: &OutboxItem, order: &ChargeOrder, reference: &str) -> (Value, StoredResponse) {
     let payment = Payment {
         id: &order.payment_id,
         idempotency_key: item.key.as_str(),
@@ -63,19 +64,24 @@ pub(crate) fn confirmed_payment(item: &OutboxItem, order: &ChargeOrder, referenc
     };
     let payment = serde_json::to_value(&payment).unwrap_or_default();
     let location = format!("{}/{}", crate::payment::PAYMENTS_PATH, order.payment_id);
-    let result = stored(StatusCode::CREATED, "application/json", Some(&location), &payment);
-    (payment, result)
+    let response = stored(StatusCode::CREATED, "application/json", Some(&location), &payment);
+    (payment, response)
 }
 
-/// The bytes the idempotency record is completed (or failed) with: the response a retry
-/// replays, as the layer stores responses.
-pub(crate) fn stored(status: StatusCode, content_type: &'static str, location: Option<&str>, body: &Value) -> Vec<u8> {
+/// The response the idempotency record is completed (or failed) with, as the layer stores
+/// responses (`encode` gives its bytes): what a retry replays.
+pub(crate) fn stored(
+    status: StatusCode,
+    content_type: &'static str,
+    location: Option<&str>,
+    body: &Value,
+) -> StoredResponse {
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if let Some(location) = location.and_then(|l| HeaderValue::from_str(l).ok()) {
         headers.insert(header::LOCATION, location);
     }
-    StoredResponse::new(status, &headers, DEFAULT_REPLAY_HEADERS, body.to_string()).encode()
+    StoredResponse::new(status, &headers, DEFAULT_REPLAY_HEADERS, body.to_string())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `POST /v1/payments`: validate, find the charge the layer enqueued in the outbox with the
-//! reservation (one commit; provider key `<key>:charge-v1`), and answer once the dispatcher has
-//! settled it (the dispatcher writes the payment row and completes the idempotency record in
-//! one commit).
+//! reservation (one commit; provider key `<key>:charge-v1`), and answer with the response the
+//! dispatcher hands over once it has settled the charge (it writes the payment row and
+//! completes the idempotency record with that response in one commit).
 
 use std::sync::Arc;
 
@@ -14,15 +14,15 @@ use idemdb_core::{OutboxStateKind, State as RecordState};
 use idemdb_http::{LeaseHandle, StoredResponse};
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
 
-use crate::app::App;
+use crate::app::{App, Settled};
 use crate::charge::{CHARGE_VERSION, ChargeOrder};
 use crate::ledger::Ledger;
 use crate::payment::{PaymentRequest, nothing_changed, problem};
 
 /// The handler. The layer has reserved the key before it runs, so it runs at most once per
-/// key. It enqueues the charge and waits (at most the operation's lease TTL) for the
-/// dispatcher to say the charge's dispatch has ended (`Charges::settled`): a confirmed charge has completed the record with the payment's `201`, which the
-/// handler answers with as a retry would replay it.
+/// key. It finds the charge enqueued with the reservation and waits (at most the operation's
+/// lease TTL) for the dispatcher to hand over the response it finished the payment's record
+/// with (`Charges::settled`): the payment's `201`, answered as a retry would replay it.
 pub(crate) async fn create<L: Ledger>(
     State(app): State<Arc<App<L>>>,
     Extension(handle): Extension<LeaseHandle<L::Store>>,
@@ -75,23 +75,27 @@ pub(crate) async fn create<L: Ledger>(
         let _ = handle.mark_uncertain().await;
         problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "the payment's state could not be read")
     };
-    let settled = match app.charges.settled(store, &item, limit).await {
-        Ok(settled) => settled,
+    let response = match app.charges.settled(store, &item, limit).await {
+        // The dispatcher here finished the record with this response and handed it over.
+        Ok(Settled::Answered(response)) => Some(response),
+        // Finished elsewhere (another instance, a reconciliation): the record has the answer.
+        Ok(Settled::Seen(OutboxStateKind::Confirmed | OutboxStateKind::Failed)) => {
+            match store.get(&scope, &key).await {
+                Ok(record) => record.and_then(|record| match &record.state {
+                    RecordState::Completed { result: stored, .. } | RecordState::Failed { error: stored, .. } => {
+                        StoredResponse::decode(stored).ok()
+                    }
+                    _ => None,
+                }),
+                Err(_) => return unreadable().await,
+            }
+        }
+        Ok(Settled::Seen(_) | Settled::Waiting) => None,
         Err(_) => return unreadable().await,
     };
-    if let Some(OutboxStateKind::Confirmed | OutboxStateKind::Failed) = settled {
-        let record = match store.get(&scope, &key).await {
-            Ok(record) => record,
-            Err(_) => return unreadable().await,
-        };
-        if let Some(record) = record
-            && let RecordState::Completed { result: stored, .. } | RecordState::Failed { error: stored, .. } =
-                &record.state
-            && let Ok(response) = StoredResponse::decode(stored)
-        {
-            let _ = handle.completed_by_handler();
-            return response.into_response::<axum::body::Body>(false);
-        }
+    if let Some(response) = response {
+        let _ = handle.completed_by_handler();
+        return response.into_response::<axum::body::Body>(false);
     }
     // Unknown (the provider's answer was lost), or not settled in time: retries are refused
     // until the charge is reconciled; the dispatcher's later report settles the record.

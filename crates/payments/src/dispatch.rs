@@ -3,7 +3,7 @@
 //!
 //! A confirmed charge is reported in the same commit as its payment row
 //! ([`Ledger::record_payment`]); the report completes the idempotency record with the payment's
-//! `201`, so a retry replays it. A lost answer is reported unknown: the item and the record wait
+//! `201`, so a retry replays it, and the waiting handler is handed the same response. A lost answer is reported unknown: the item and the record wait
 //! in the reconciliation queue (`GET /v1/reconciliation`) and are never charged again blindly.
 //! A dispatcher that dies mid-call leaves its claim to expire; the next claim (in this process
 //! or after a restart) sends the same provider key again, inside the provider's key-retention
@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use idemdb_core::{EffectReport, OutboxItem};
+use idemdb_http::StoredResponse;
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
 use serde_json::json;
 
@@ -58,16 +59,18 @@ impl<L: Ledger> Dispatcher<L> {
             for claim in claims {
                 let app = Arc::clone(&app);
                 tokio::spawn(async move {
-                    dispatch(&app, &claim).await;
-                    app.charges.dispatched(&claim);
+                    let answer = dispatch(&app, &claim).await;
+                    app.charges.dispatched(&claim, answer.as_ref());
                 });
             }
         }
     }
 }
 
-/// One dispatch of one claimed charge.
-async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) {
+/// One dispatch of one claimed charge. The response the payment's idempotency record was
+/// finished with, when this dispatch's report committed (the waiting handler answers with it);
+/// `None` when the charge is uncertain, due again, or its report's outcome is unknown.
+async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) -> Option<StoredResponse> {
     let store = app.ledger.store();
     let tenant = claim.scope.tenant();
     let order = match ChargeOrder::from_payload(&claim.payload) {
@@ -81,10 +84,13 @@ async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) {
                 "detail": detail,
             });
             let failure = stored(StatusCode::INTERNAL_SERVER_ERROR, "application/problem+json", None, &body);
-            if let Err(error) = store.report_effect(claim, EffectReport::Failed { body: failure }).await {
-                eprintln!("payments-example: reporting an invalid charge failed: {error}");
-            }
-            return;
+            return match store.report_effect(claim, EffectReport::Failed { body: failure.encode() }).await {
+                Ok(_) => Some(failure),
+                Err(error) => {
+                    eprintln!("payments-example: reporting an invalid charge failed: {error}");
+                    None
+                }
+            };
         }
     };
     let request = ChargeRequest {
@@ -100,20 +106,20 @@ async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) {
             if let Err(error) = store.report_effect(claim, report).await {
                 eprintln!("payments-example: reporting an unknown charge outcome failed: {error}");
             }
-            return;
+            return None;
         }
     };
     let reference = charge["id"].as_str().unwrap_or_default().to_string();
-    let (payment, result) = confirmed_payment(claim, &order, &reference);
-    let report = EffectReport::Confirmed { reference, result };
+    let (payment, response) = confirmed_payment(claim, &order, &reference);
+    let report = EffectReport::Confirmed { reference, result: response.encode() };
     let Err(error) = app.ledger.record_payment(tenant, &payment, claim, Settlement::Reported(report)).await else {
-        return;
+        return Some(response);
     };
     eprintln!("payments-example: recording a confirmed charge failed: {error}");
     if error.outcome_unknown() {
         // The payment row may be written: the claim runs out and the charge is sent again
         // with the same provider key, which the provider answers with this same charge.
-        return;
+        return None;
     }
     // Nothing was written (the store says so): the charge is due again after the first
     // backoff instead of when the claim runs out, and is sent again with the same provider key
@@ -128,4 +134,5 @@ async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) {
         }
         Err(error) => eprintln!("payments-example: making the charge due again failed: {error}"),
     }
+    None
 }

@@ -100,8 +100,8 @@ impl<L: Ledger> EffectLookup<L::Store> for ChargeLookup<L> {
         };
         let Ok(order) = ChargeOrder::from_payload(&item.payload) else { return EffectDecision::Undecided };
         let Some(reference) = charge["id"].as_str().map(str::to_string) else { return EffectDecision::Undecided };
-        let (payment, result) = confirmed_payment(item, &order, &reference);
-        let state = ProviderState::Confirmed { reference, result };
+        let (payment, response) = confirmed_payment(item, &order, &reference);
+        let state = ProviderState::Confirmed { reference, result: response.encode() };
         match app
             .ledger
             .record_payment(tenant, &payment, item, Settlement::Resolved(state, ResolutionCause::ProviderConfirmed))

@@ -83,9 +83,7 @@ fn store_failed(error: &(impl Coded + std::fmt::Display)) -> Response {
         | ErrorCode::InvalidKey
         | ErrorCode::InvalidRequest
         | ErrorCode::TooLarge
-        | ErrorCode::KeyMismatch => {
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
+        | ErrorCode::KeyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
         _ => {
             return Problem::store_failed(code).into_response::<axum::body::Body>(&ProblemTypes::default());
         }
