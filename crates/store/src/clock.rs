@@ -245,6 +245,7 @@ impl ClockGuard {
     }
 
     /// The clock this guard reads (a backup's check reads the copy with it).
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
     pub(crate) fn source(&self) -> Arc<dyn Clock> {
         Arc::clone(&self.clock)
     }

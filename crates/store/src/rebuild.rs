@@ -249,13 +249,15 @@ pub(crate) fn store_tables() -> [String; 11] {
 
 /// A table a copy takes besides the store's own (an application's table in the same database).
 pub(crate) trait CopyTable {
-    /// Its name.
+    /// Its name (a backup names the tables it was asked to take).
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
     fn table_name(&self) -> &str;
     /// Copies it from `read` into `copy` (nothing when absent); returns the entries copied.
     fn copy(&self, read: &ReadTransaction, copy: &Database, progress: &mut dyn FnMut(u64)) -> Result<u64, Error>;
 }
 
 impl<K: Key + 'static, V: Value + 'static> CopyTable for TableDefinition<'static, K, V> {
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
     fn table_name(&self) -> &str {
         TableHandle::name(self)
     }
