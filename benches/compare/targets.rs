@@ -254,6 +254,18 @@ fn journal_targets(results: &Results, out: &mut Vec<Target>) {
             Some(1.0),
             skipped,
         ));
+        // A pair is one reserve then one complete: its rate is 1 / (1/reserve + 1/complete).
+        let pair = |reserve: &Summary, complete: &Summary| {
+            let per_pair = 1.0 / reserve.ops_per_sec() + 1.0 / complete.ops_per_sec();
+            (format!("{} pairs/s", crate::report::rate(1.0 / per_pair)), 1.0 / per_pair)
+        };
+        out.push(Target::ratio_at_least(
+            "journal on: durable reserve + complete, 1 caller vs SQLite FULL (the same two writes)",
+            pair(&durable.journal_reserve, &durable.journal_complete),
+            durable.sqlite_full_reserve.as_ref().zip(durable.sqlite_full_complete.as_ref()).map(|(r, c)| pair(r, c)),
+            Some(1.0),
+            skipped,
+        ));
         out.push(Target::ratio_at_least(
             "journal on: same-db execute vs reserve + write (2 commits)",
             rate_of(&durable.journal_execute),
@@ -273,6 +285,21 @@ fn journal_targets(results: &Results, out: &mut Vec<Target>) {
                 skipped,
             ));
         }
+    }
+    // The process's CPU (every thread) per reservation with 16 callers, against SQLite's.
+    let cpu = |summary: &Summary| summary.cpu_per_op.map(|secs| (format!("{} µs", micros(secs)), secs));
+    if let Some((_, summary, _)) = concurrent.journaled.iter().find(|(c, _, _)| *c == 16)
+        && let Some((measured, secs)) = cpu(summary)
+    {
+        let sqlite = concurrent.sqlite_full.iter().find(|(c, _)| *c == 16).and_then(|(_, s)| cpu(s));
+        out.push(Target {
+            name: "journal on: CPU per reservation, 16 callers (all threads)".into(),
+            measured,
+            baseline: sqlite.as_ref().map_or("-".into(), |(text, _)| format!("SQLite FULL@16 {text}")),
+            ratio: sqlite.map_or("-".into(), |(_, base)| format!("{:.2}×", secs / base)),
+            goal: "≤ 25 µs".into(),
+            verdict: Verdict::of(secs <= 25e-6),
+        });
     }
     // One journal flush per group-commit batch; checkpoints (durable redb commits) apart.
     let mut rows: Vec<(String, durable::JournalIo)> = Vec::new();

@@ -119,7 +119,11 @@ pub enum BackupOutcome {
 }
 
 /// The ledger on the embedded redb store: payment rows in table `app_payments` of the store's
-/// own database.
+/// own database. With the table registered when the store was opened
+/// ([`RedbLedger::store_builder`]) a payment row rides the store's journal with the report;
+/// otherwise (the binary's default) its commit is a checkpoint of the store file — slower,
+/// but a store whose journal holds writes of an application table opens only with that table
+/// registered, and the `idemdb` CLI does not know this one's types.
 #[derive(Debug, Clone)]
 pub struct RedbLedger {
     store: Store,
@@ -128,9 +132,18 @@ pub struct RedbLedger {
 }
 
 impl RedbLedger {
-    /// A ledger in `store`'s database.
+    /// A ledger in `store`'s database; payment rows are journaled when `store` was opened
+    /// from [`RedbLedger::store_builder`].
     pub fn new(store: Store) -> Self {
         RedbLedger { handle: store.asynchronous(), store }
+    }
+
+    /// The store's builder with the payments table registered for journaled writes: every
+    /// commit of a payment is then one journal append. Every later open of the store, the
+    /// `idemdb` CLI's included, must then register the table too while the journal holds its
+    /// writes.
+    pub fn store_builder() -> idemdb::StoreBuilder {
+        Store::builder().journaled_table(PAYMENTS)
     }
 }
 
@@ -158,15 +171,21 @@ impl Ledger for RedbLedger {
         let id = payment["id"].as_str().map(str::to_string);
         let row = serde_json::to_vec(payment);
         let store = self.store.clone();
+        let journaled = store.journals_table(PAYMENTS);
         async move {
             let (Some(id), Ok(row)) = (id, row) else {
                 return Err(LedgerError::of("a payment is a JSON object with a string `id`"));
             };
             store
                 .write_async(move |txn| {
-                    let mut payments = txn.tables_checkpointing().open_table(PAYMENTS).map_err(idemdb::Error::from)?;
-                    payments.insert((tenant.as_str(), id.as_str()), row.as_slice()).map_err(idemdb::Error::from)?;
-                    drop(payments);
+                    let payment = (tenant.as_str(), id.as_str());
+                    if journaled {
+                        txn.table(PAYMENTS)?.insert(payment, row.as_slice())?;
+                    } else {
+                        let mut payments =
+                            txn.tables_checkpointing().open_table(PAYMENTS).map_err(idemdb::Error::from)?;
+                        payments.insert(payment, row.as_slice()).map_err(idemdb::Error::from)?;
+                    }
                     match settlement {
                         Settlement::Reported(report) => txn.report_effect(&item, report).map(drop),
                         Settlement::Resolved(state, cause) => {

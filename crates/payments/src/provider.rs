@@ -93,6 +93,23 @@ impl Provider {
         })
     }
 
+    /// A provider that keeps its charges in memory (lost when it is dropped); each call takes
+    /// `latency`. For benchmarks: a remote provider whose disk is not the service's.
+    ///
+    /// # Errors
+    /// The in-memory database could not be made.
+    pub fn in_memory(latency: Duration) -> Result<Provider, ProviderError> {
+        let db = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(ProviderError::of)?;
+        Ok(Provider {
+            storage: Storage::Redb(Arc::new(db)),
+            latency,
+            lose_responses_to: None,
+            crash_after_reserve_to: None,
+        })
+    }
+
     /// The provider in table [`PG_PROVIDER_TABLE`] of `store`'s schema (created if missing),
     /// written in transactions of its own; each call takes `latency`.
     ///

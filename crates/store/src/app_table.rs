@@ -85,7 +85,7 @@ impl AppTables {
     }
 
     /// Whether `table` is registered with these key and value types.
-    fn knows<K: Key + 'static, V: Value + 'static>(&self, table: &TableDefinition<K, V>) -> bool {
+    pub(crate) fn knows<K: Key + 'static, V: Value + 'static>(&self, table: &TableDefinition<K, V>) -> bool {
         self.0.get(table.name()).is_some_and(|registered| registered.types == TypeId::of::<(K, V)>())
     }
 

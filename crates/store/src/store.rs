@@ -91,6 +91,26 @@ impl Store {
         self.engine.path.as_deref()
     }
 
+    /// Whether writes to `table` through [`Txn::table`](crate::Txn::table) are journaled: it
+    /// was registered, with these key and value types, by
+    /// [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table) when this store
+    /// was opened. A library handed an open store asks this to choose between
+    /// [`Txn::table`](crate::Txn::table) and the checkpointing escape hatch.
+    ///
+    /// ```
+    /// use idemdb::{Store, redb::TableDefinition};
+    /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("orders");
+    /// assert!(Store::builder().journaled_table(ORDERS).in_memory()?.journals_table(ORDERS));
+    /// assert!(!Store::in_memory()?.journals_table(ORDERS));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn journals_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        table: redb::TableDefinition<K, V>,
+    ) -> bool {
+        self.engine.config.apps.knows(&table)
+    }
+
     /// The policy that applies to `operation`.
     pub fn policy(&self, operation: &str) -> &Policy {
         self.engine.policy(operation)

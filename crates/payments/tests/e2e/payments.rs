@@ -465,3 +465,51 @@ async fn the_reconciler_releases_an_uncertain_payment_that_never_enqueued_its_ch
     // Nothing is left to decide.
     assert_eq!(dispatcher.reconciler().round().await, idemdb_http::reconcile::Round::default());
 }
+
+/// Pays `key` through `router` in this process; the status.
+async fn pay_in_process(router: &axum::Router, key: &str) -> u16 {
+    use tower::ServiceExt;
+    let request = axum::http::Request::post(payments_example::PAYMENTS_PATH)
+        .header("authorization", "Bearer acme")
+        .header("idempotency-key", format!("\"{key}\""))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(payment("10.00")))
+        .unwrap();
+    router.clone().oneshot(request).await.unwrap().status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_payment_row_rides_the_journal_on_a_store_from_store_builder_and_checkpoints_otherwise() {
+    use payments_example::{Ledger, Provider, RedbLedger, router};
+    for journaled in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.idemdb");
+        let builder = || if journaled { RedbLedger::store_builder() } else { Store::builder() };
+        let store = builder().open(&path).unwrap();
+        let (router, dispatcher) =
+            router(RedbLedger::new(store.clone()), Provider::in_memory(Duration::ZERO).unwrap()).unwrap();
+        let dispatching = tokio::spawn(dispatcher.run());
+        let before = store.journal_stats().expect("a file store journals");
+        let started = std::time::Instant::now();
+        for n in 0..3 {
+            assert_eq!(pay_in_process(&router, &format!("k-{n}")).await, 201, "journaled: {journaled}");
+        }
+        let after = store.journal_stats().unwrap();
+        let checkpoints = after.checkpoints - before.checkpoints;
+        if journaled {
+            // Only the periodic checkpoint (every CHECKPOINT_MS) could add one.
+            if started.elapsed() < Duration::from_millis(idemdb::CHECKPOINT_MS - 1_000) {
+                assert_eq!(checkpoints, 0, "a payment's commits are journal appends");
+            }
+        } else {
+            assert!(checkpoints >= 3, "each payment row's commit is a checkpoint: {checkpoints}");
+        }
+        assert!(after.appends > before.appends, "the reservations ride the journal either way");
+        dispatching.abort();
+        let _ = dispatching.await;
+        drop((router, store));
+        // Whatever the journal holds is replayed at the next open (with the same registration).
+        let reopened = RedbLedger::new(builder().open(&path).unwrap());
+        assert_eq!(reopened.payments("acme").await.unwrap().len(), 3, "journaled: {journaled}");
+    }
+}

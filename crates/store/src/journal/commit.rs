@@ -60,8 +60,9 @@ impl StorageBackend for JournalFile {
 pub struct JournalStats {
     /// Journal records appended: one write and one `fdatasync` each, one per group commit.
     pub appends: u64,
-    /// Checkpoints: durable redb commits (every transaction that wrote the application's
-    /// tables or the workflow tables is one, as are the periodic ones).
+    /// Checkpoints: durable redb commits (every transaction that used
+    /// [`Txn::tables_checkpointing`](crate::Txn::tables_checkpointing) is one, as are the
+    /// periodic ones).
     pub checkpoints: u64,
     /// Journal records the open replayed into the file (commits a crash had left only in the
     /// journal).
