@@ -375,7 +375,7 @@ impl Store {
     ///
     /// The operation gets the raw redb transaction
     /// ([`Txn::tables_checkpointing`]), so this commit is a durable checkpoint; to journal the
-    /// application's writes, reserve and complete inside [`Store::write`] with [`Txn::table`].
+    /// application's writes, use [`Store::execute_journaled`] and [`Txn::table`].
     ///
     /// ```
     /// use idemdb::{Executed, Fingerprint, IdempotencyKey, Scope, Store};
@@ -408,13 +408,57 @@ impl Store {
         fingerprint: &Fingerprint,
         operation: impl FnOnce(&WriteTransaction) -> Result<Vec<u8>, E>,
     ) -> Result<Executed, ExecuteError<E>> {
+        self.execute_journaled(scope, key, fingerprint, |txn| operation(txn.tables_checkpointing()))
+    }
+
+    /// [`Store::execute`] whose operation gets the store's own transaction: what it writes
+    /// through [`Txn::table`](crate::Txn::table) (tables registered with
+    /// [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table)) rides the
+    /// journal with the reservation and the completion, so the whole call commits as **one
+    /// journal append**, not a checkpoint. (An operation that still calls
+    /// [`Txn::tables_checkpointing`](crate::Txn::tables_checkpointing) makes it a checkpoint
+    /// again.)
+    ///
+    /// ```
+    /// use idemdb::{Executed, Fingerprint, IdempotencyKey, Scope, Store};
+    /// use idemdb::redb::TableDefinition;
+    /// const BALANCES: TableDefinition<&str, i64> = TableDefinition::new("app_balances");
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::builder().journaled_table(BALANCES).open(dir.path().join("s.idemdb"))?;
+    /// let (scope, key) = (Scope::new("acme", "credit")?, IdempotencyKey::new("credit-17")?);
+    /// let fp = Fingerprint::from_bytes([3; 32]);
+    /// let credit = |txn: &mut idemdb::Txn<'_>| -> Result<Vec<u8>, idemdb::Error> {
+    ///     let mut balances = txn.table(BALANCES)?;
+    ///     let old = balances.get("alice")?.map(|v| v.value()).unwrap_or(0);
+    ///     balances.insert("alice", old + 100)?;
+    ///     Ok((old + 100).to_string().into_bytes())
+    /// };
+    /// let before = store.journal_stats().expect("a file store journals");
+    /// assert_eq!(store.execute_journaled(&scope, &key, &fp, credit)?, Executed::Ran { result: b"100".to_vec() });
+    /// assert!(matches!(store.execute_journaled(&scope, &key, &fp, credit)?, Executed::Answered(_)));
+    /// let after = store.journal_stats().unwrap();
+    /// assert_eq!(after.checkpoints, before.checkpoints, "journal appends, no checkpoint");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::execute`]; [`Error::UnregisteredTable`] (through the operation) for a
+    /// table the store was not told about.
+    pub fn execute_journaled<E>(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        operation: impl FnOnce(&mut Txn<'_>) -> Result<Vec<u8>, E>,
+    ) -> Result<Executed, ExecuteError<E>> {
         let mut txn = Txn::begin(&self.engine)?;
         let reservation = txn.reserve(scope, key, fingerprint)?;
         let Reservation::Acquired(lease) = reservation else {
             txn.commit()?;
             return Ok(Executed::Answered(reservation));
         };
-        let result = operation(txn.tables_checkpointing()).map_err(ExecuteError::Operation)?;
+        let result = operation(&mut txn).map_err(ExecuteError::Operation)?;
         txn.complete(&lease, result.clone())?;
         txn.commit()?;
         Ok(Executed::Ran { result })
