@@ -2,8 +2,8 @@
 //! second with 32 clients, and the store's `fdatasync` calls per paid request (every commit of
 //! one payment: the reservation with its charge, the claim, the payment row with the report).
 //!
-//! Three stores: the journal on with the payments table registered (`RedbLedger::store_builder`:
-//! the payment row rides the journal), the journal on as the example's binary opens it (the
+//! Three stores: the journal on with the payments table registered (`RedbLedger::store_builder`,
+//! as the binary opens it: the payment row rides the journal), the journal on without it (the
 //! payment row's commit is a checkpoint of the store file), and the journal off.
 //!
 //! ```sh
@@ -102,10 +102,11 @@ fn main() -> Res<()> {
 /// How the store is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// The journal on, the payments table registered: every commit of a payment is journaled.
+    /// The journal on, the payments table registered (as the binary opens it): every commit of
+    /// a payment is journaled.
     Journaled,
-    /// The journal on, the payments table not registered (as the binary opens it): the
-    /// payment row's commit is a checkpoint.
+    /// The journal on, the payments table not registered: the payment row's commit is a
+    /// checkpoint.
     JournalCheckpointingLedger,
     /// The journal off: every commit is a durable redb commit.
     NoJournal,
@@ -116,8 +117,8 @@ const MODES: [Mode; 3] = [Mode::Journaled, Mode::JournalCheckpointingLedger, Mod
 impl Mode {
     fn name(self) -> &'static str {
         match self {
-            Mode::Journaled => "journal on, payments table journaled",
-            Mode::JournalCheckpointingLedger => "journal on, payment rows checkpointed (the binary)",
+            Mode::Journaled => "journal on, payments table journaled (the binary)",
+            Mode::JournalCheckpointingLedger => "journal on, payment rows checkpointed",
             Mode::NoJournal => "journal off",
         }
     }

@@ -120,10 +120,11 @@ pub enum BackupOutcome {
 
 /// The ledger on the embedded redb store: payment rows in table `app_payments` of the store's
 /// own database. With the table registered when the store was opened
-/// ([`RedbLedger::store_builder`]) a payment row rides the store's journal with the report;
-/// otherwise (the binary's default) its commit is a checkpoint of the store file — slower,
-/// but a store whose journal holds writes of an application table opens only with that table
-/// registered, and the `idemdb` CLI does not know this one's types.
+/// ([`RedbLedger::store_builder`], as the binary opens it) a payment row rides the store's
+/// journal with the report; otherwise its commit is a checkpoint of the store file. A store
+/// whose journal holds writes of the table (after a crash) opens only with the table
+/// registered: the service's next start replays them, and until then the `idemdb` CLI is
+/// refused with `OpenError::JournalNeedsTable`, which names the table.
 #[derive(Debug, Clone)]
 pub struct RedbLedger {
     store: Store,

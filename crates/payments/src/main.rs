@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{ArgGroup, CommandFactory, Parser};
-use idemdb::{ExpiredLease, Policy, Store};
+use idemdb::{ExpiredLease, Policy};
 use idemdb_postgres::PgStore;
 use payments_example::{
     Admin, Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router_with, timestamped_backup_name,
@@ -211,7 +211,8 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
         Backend::Redb { dir } => {
             std::fs::create_dir_all(&dir)?;
             let provider = faults(Provider::open(&dir.join("provider.redb"), latency)?);
-            let store = Store::builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
+            let store =
+                RedbLedger::store_builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
             let ledger = RedbLedger::new(store);
             if let Some(backup_dir) = &args.backup_dir {
                 backup_on_signal(ledger.clone(), backup_dir.clone());

@@ -212,8 +212,11 @@ impl StoreBuilder {
     /// Registers one of the application's tables, with its key and value types, for
     /// [`Txn::table`](crate::Txn::table): its writes are then journaled with the store's own,
     /// and the open replays them after a crash (which needs the types: register every
-    /// journaled table at every open). Names starting with `idemdb_` belong to the store and
-    /// are ignored.
+    /// journaled table at every open). An open that does not register a table whose writes the
+    /// journal still holds is refused with [`OpenError::JournalNeedsTable`] (naming it), and
+    /// nothing is lost; a clean close leaves nothing to replay, so other tools (the `idemdb`
+    /// CLI) then open the store without it. Names starting with `idemdb_` belong to the store
+    /// and are ignored.
     pub fn journaled_table<K: redb::Key + 'static, V: redb::Value + 'static>(
         mut self,
         table: redb::TableDefinition<K, V>,

@@ -268,6 +268,27 @@ pub enum OpenError {
         /// What is wrong.
         reason: String,
     },
+    /// The journal holds acknowledged commits that write an application table this open did
+    /// not register ([`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table)):
+    /// replaying them needs the table's key and value types, which only the application knows.
+    /// Nothing was applied or changed, and nothing is lost: open the store with the table
+    /// registered (start the application that owns it, which replays the journal; a clean close
+    /// then leaves nothing for other tools to replay). Never discard this journal: its commits
+    /// were acknowledged.
+    #[error(
+        "the journal {journal} of {store} holds acknowledged commits that write the application table {table:?}, \
+         which this open did not register (StoreBuilder::journaled_table); nothing was applied or changed. Open the \
+         store once with that table registered (start the application that owns it) to replay them; do not discard \
+         the journal"
+    )]
+    JournalNeedsTable {
+        /// The store file (empty for a store on a backend).
+        store: PathBuf,
+        /// The journal file (empty for a journal on a backend).
+        journal: PathBuf,
+        /// The application table's name.
+        table: String,
+    },
     /// The journal found for the store is not its journal: another store's (a copy of this
     /// file that was opened since, or a store sharing its secret), or a later state of this
     /// store than the file holds (the store file was replaced by an older copy of itself).
@@ -352,6 +373,7 @@ impl OpenError {
             | OpenError::JournalDamaged { .. }
             | OpenError::JournalForeign { .. } => ErrorCode::Corrupt,
             OpenError::Replaced { .. } => ErrorCode::StoreBusy,
+            OpenError::JournalNeedsTable { .. } => ErrorCode::InvalidArgument,
         }
     }
 

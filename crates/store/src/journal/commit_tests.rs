@@ -179,13 +179,24 @@ fn an_application_table_written_through_the_logged_api_is_journaled_and_survives
 }
 
 #[test]
-fn a_store_opened_without_the_table_its_journal_writes_refuses_to_open() {
+fn a_store_opened_without_the_table_its_journal_writes_refuses_to_open_and_loses_nothing() {
     let fixture = Fixture::new();
     fixture.journaled(|store| store.write(|txn| txn.table(APP)?.insert("order-1", 10)).unwrap());
-    let Fixture { file, journal, store, .. } = fixture;
+    let Fixture { file, journal, store, clock } = fixture;
     std::mem::forget(store);
-    let refused = Store::builder().journal(true).open_backend_with_journal(file.crashed(), journal.crashed());
-    assert!(matches!(refused, Err(OpenError::JournalDamaged { .. })), "{refused:?}");
+    let (file, journal) = (file.crashed(), journal.crashed());
+    // An opener that does not know the table (an operator's tool) is told which table it
+    // needs, not that the journal is damaged: discarding it would lose acknowledged commits.
+    let refused = Store::builder().journal(true).open_backend_with_journal(file.clone(), journal.clone());
+    let Err(OpenError::JournalNeedsTable { table, .. }) = &refused else { panic!("{refused:?}") };
+    assert_eq!(table, "app_orders");
+    assert_eq!(refused.as_ref().map(drop).unwrap_err().code(), idemdb_core::ErrorCode::InvalidArgument);
+    let message = refused.map(drop).unwrap_err().to_string();
+    assert!(message.contains("app_orders") && message.contains("do not discard"), "{message}");
+    // The application's open (the table registered) replays the commit.
+    let store = open(&file, &journal, &clock).unwrap();
+    let amount = store.write(|txn| Ok::<_, Error>(txn.table(APP)?.get("order-1")?.map(|v| v.value()))).unwrap();
+    assert_eq!(amount, Some(10));
 }
 
 #[test]

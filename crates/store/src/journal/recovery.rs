@@ -239,14 +239,11 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
             match result {
                 Ok(()) => {}
                 Err(Applied::Storage(error)) => return Err(storage(error)),
-                Err(Applied::Unregistered(name)) => {
-                    return Err(OpenError::JournalDamaged {
+                Err(Applied::Unregistered(table)) => {
+                    return Err(OpenError::JournalNeedsTable {
                         store: store_path,
                         journal: beside.unwrap_or_default(),
-                        reason: format!(
-                            "record {} writes the application table {name:?}, which is not registered (StoreBuilder::journaled_table)",
-                            checkpoint + at as u64 + 1
-                        ),
+                        table,
                     });
                 }
                 Err(Applied::Malformed) => {
