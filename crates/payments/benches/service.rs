@@ -51,6 +51,8 @@ struct Round {
     seconds: f64,
     /// `fdatasync` calls on the store's files (the journal's included) during the round.
     syncs: u64,
+    /// CPU time of every thread of the process during the round (`None` without `/proc`).
+    cpu: Option<Duration>,
 }
 
 impl Round {
@@ -61,6 +63,21 @@ impl Round {
     fn syncs_per_paid(&self) -> f64 {
         self.syncs as f64 / self.paid.max(1) as f64
     }
+
+    /// CPU µs per paid request (NaN without `/proc`).
+    fn cpu_per_paid(&self) -> f64 {
+        self.cpu.map_or(f64::NAN, |cpu| cpu.as_secs_f64() * 1e6 / self.paid.max(1) as f64)
+    }
+}
+
+/// User + system CPU time of this process so far (`/proc/self/stat`, 10 ms ticks), on Linux.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces); utime and stime are 14 and 15.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on every Linux build in use.
+    Some(Duration::from_millis(ticks * 10))
 }
 
 fn main() -> Res<()> {
@@ -145,6 +162,7 @@ async fn run(dir: &Path, mode: Mode, length: Duration) -> Res<Round> {
     pay(&router, "warm-up").await?;
     let (stop, paid) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let before = counters.snapshot();
+    let cpu_before = process_cpu();
     let started = Instant::now();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|client| {
@@ -166,9 +184,10 @@ async fn run(dir: &Path, mode: Mode, length: Duration) -> Res<Round> {
         client.await??;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu = process_cpu().zip(cpu_before).map(|(after, before)| after.saturating_sub(before));
     let syncs = counters.snapshot().since(before).syncs;
     dispatching.abort();
-    Ok(Round { paid: paid.load(Ordering::Relaxed), seconds, syncs })
+    Ok(Round { paid: paid.load(Ordering::Relaxed), seconds, syncs, cpu })
 }
 
 /// One `POST /v1/payments` that must be paid (201).
@@ -204,10 +223,20 @@ fn report(measured: &[Vec<Round>; 3], rounds: usize, seconds: f64) {
         "# Payments service, {CLIENTS} clients in process, {rounds} round(s) of {seconds:.0} s per store ({} cores)\n",
         std::thread::available_parallelism().map_or(0, usize::from)
     );
-    println!("| store | paid requests/s (median) | fdatasync per paid request | rounds (requests/s) |");
-    println!("|---|---:|---:|---|");
+    let cpu = |rounds: &[Round]| median(rounds.iter().map(Round::cpu_per_paid));
+    println!(
+        "| store | paid requests/s (median) | fdatasync per paid request | CPU µs per paid request | rounds (requests/s) |"
+    );
+    println!("|---|---:|---:|---:|---|");
     for (mode, rounds) in MODES.iter().zip(measured) {
-        println!("| {} | {:.0} | {:.2} | {} |", mode.name(), rate(rounds), syncs(rounds), rounds_of(rounds));
+        println!(
+            "| {} | {:.0} | {:.2} | {:.0} | {} |",
+            mode.name(),
+            rate(rounds),
+            syncs(rounds),
+            cpu(rounds),
+            rounds_of(rounds)
+        );
     }
     let [journaled, checkpointing, off] = measured;
     println!("\n| target | measured | goal | result |");
