@@ -51,6 +51,8 @@ where
 mod backup;
 #[path = "cli/http_reconcile.rs"]
 mod http_reconcile;
+#[path = "cli/journal.rs"]
+mod journal;
 
 fn arg(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
