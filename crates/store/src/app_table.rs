@@ -89,6 +89,16 @@ impl AppTables {
         self.0.get(table.name()).is_some_and(|registered| registered.types == TypeId::of::<(K, V)>())
     }
 
+    /// The name of the first application table the logged `key`s write that is not
+    /// registered, if any (checked before an open writes anything, so a refusal changes nothing).
+    pub(crate) fn first_unregistered<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Option<String> {
+        keys.into_iter().find_map(|key| {
+            let (name, _) = split_key(key)?;
+            let name = std::str::from_utf8(name).ok()?;
+            (!self.0.contains_key(name)).then(|| name.to_owned())
+        })
+    }
+
     /// Replays one application-table mutation (`key` as logged: name, then key bytes).
     pub(crate) fn apply(&self, tx: &WriteTransaction, key: &[u8], value: Option<&[u8]>) -> Result<(), ReplayError> {
         let (name, key) = split_key(key).ok_or(ReplayError::Malformed)?;

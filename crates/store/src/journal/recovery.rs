@@ -33,7 +33,7 @@ use super::files::{Access, ReadOnlyFile, journal_path, open_journal, resolve};
 use super::format::{BLOCK, Generation, Seal, Slot, fresh_salt};
 use super::meta::{History, JournalMeta, MetaFault};
 use super::{Header, Journal, JournalError, ScanEnd, scan};
-use crate::tables::{META, META_SECRET};
+use crate::tables::{META, META_SECRET, T_APPLICATION};
 use crate::{Error, OpenError};
 
 /// Where the journal of a store being opened is.
@@ -181,6 +181,18 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
     let applied = checkpoint
         .checked_add(read.batches.len() as u64)
         .ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
+
+    // Every application table the records write must be registered (replaying needs its
+    // types): refuse now, before anything is written, rather than half-way through the apply.
+    let app_keys = read.batches.iter().flatten().filter_map(|mutation| match mutation {
+        Mutation::Put { table: T_APPLICATION, key, .. } | Mutation::Remove { table: T_APPLICATION, key } => {
+            Some(key.as_slice())
+        }
+        _ => None,
+    });
+    if let Some(table) = apps.first_unregistered(app_keys) {
+        return Err(OpenError::JournalNeedsTable { store: store_path, journal: beside.unwrap_or_default(), table });
+    }
 
     // 3: the new journal id and generation, in the slot the current records do not depend on.
     let id = fresh_id();
