@@ -367,7 +367,7 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
 
     let sqlite_summary = |series: &Series, present: bool| present.then(|| series.summary());
     Ok(Durable {
-        floor: floor.summary().with_note("physical floor (the issue's definition)"),
+        floor: floor.summary().with_note("physical floor (one append and one flush)"),
         floor_in_place: floor_in_place.summary().with_note("no file-size change to journal"),
         raw_redb: raw_redb.summary(),
         reserve: reserve.summary(),

@@ -1,4 +1,4 @@
-//! One row per target of the issue, each against a baseline measured in the same run.
+//! One row per performance target, each against a baseline measured in the same run.
 
 use crate::measure::Summary;
 use crate::report::{Target, Verdict, micros, rate};
@@ -9,7 +9,7 @@ fn rate_of(summary: &Summary) -> (String, f64) {
     (format!("{} ops/s", rate(summary.ops_per_sec())), summary.ops_per_sec())
 }
 
-/// One row per target of the issue, against baselines from this run.
+/// One row per performance target, against baselines from this run.
 pub(crate) fn targets(results: &Results) -> Vec<Target> {
     let skipped = sqlite::SKIPPED;
     let mut out = Vec::new();
@@ -19,7 +19,7 @@ pub(crate) fn targets(results: &Results) -> Vec<Target> {
     if let Some(concurrent) = &results.concurrent {
         // Group commit: N callers against one, same harness.
         let one = concurrent.idemdb.iter().find(|(n, _)| *n == 1).map(|(_, s)| rate_of(s));
-        // 16 and 64 callers against one were retired with the journal (issue 17): they counted
+        // 16 and 64 callers against one were retired with the journal: they counted
         // redb page writes, which one B-tree leaf per key bounds. Still shown, as reports.
         for (n, goal) in [(2, Some(1.2)), (16, None), (64, None)] {
             if let Some((_, summary)) = concurrent.idemdb.iter().find(|(c, _)| *c == n) {
@@ -235,7 +235,7 @@ fn space_targets(space: &space::Space, out: &mut Vec<Target>) {
     }
 }
 
-/// The rows of the journal (issue 17), journal on unless named otherwise.
+/// The rows of the journal, journal on unless named otherwise.
 fn journal_targets(results: &Results, out: &mut Vec<Target>) {
     let skipped = sqlite::SKIPPED;
     if let Some(durable) = &results.durable {
