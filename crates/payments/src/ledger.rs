@@ -130,13 +130,16 @@ pub struct RedbLedger {
     store: Store,
     /// The same store through the async interface the service is generic over.
     handle: AsyncStore,
+    /// Whether [`PAYMENTS`] was registered when the store was opened (fixed from then on).
+    journaled: bool,
 }
 
 impl RedbLedger {
     /// A ledger in `store`'s database; payment rows are journaled when `store` was opened
     /// from [`RedbLedger::store_builder`].
     pub fn new(store: Store) -> Self {
-        RedbLedger { handle: store.asynchronous(), store }
+        let journaled = store.journals_table(PAYMENTS);
+        RedbLedger { handle: store.asynchronous(), store, journaled }
     }
 
     /// The store's builder with the payments table registered for journaled writes: every
@@ -171,8 +174,7 @@ impl Ledger for RedbLedger {
         let (tenant, item) = (tenant.to_string(), item.clone());
         let id = payment["id"].as_str().map(str::to_string);
         let row = serde_json::to_vec(payment);
-        let store = self.store.clone();
-        let journaled = store.journals_table(PAYMENTS);
+        let (store, journaled) = (self.store.clone(), self.journaled);
         async move {
             let (Some(id), Ok(row)) = (id, row) else {
                 return Err(LedgerError::of("a payment is a JSON object with a string `id`"));
