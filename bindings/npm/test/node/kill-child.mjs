@@ -11,6 +11,9 @@ process.stdout.write('open\n');
 await resumePending(store, { retry });
 for (let n = 0; n < Number(count); n++) {
   const key = `pay-${String(n).padStart(2, '0')}`;
+  // The parent may time its kill from the start of a call, so that kills land mid-flight
+  // however fast this machine is.
+  process.stdout.write(`call ${key}\n`);
   await idempotentFetch(store, `${base}/api/pay?drop=1`, {
     scope,
     key,

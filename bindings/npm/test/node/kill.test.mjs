@@ -1,5 +1,5 @@
-// idempotentFetch in a Node child process killed with SIGKILL at random points (0–200 ms after
-// it opened its store) and resumed,
+// idempotentFetch in a Node child process killed with SIGKILL at random points (0–40 ms after
+// the start of one of its calls, or 0–200 ms after it opened its store) and resumed,
 // twenty times, against a lossy server (the first response of every key is lost after its
 // effect): every intent ends completed or needs attention, none is sent after it was final,
 // and the server performs exactly one effect per key.
@@ -31,22 +31,33 @@ test('killed twenty times and resumed: one effect per key, nothing sent after it
     }
   };
   const finalKeys = async () => new Set([...(await states())].filter(([, s]) => s !== 'pending').map(([k]) => k));
-  const run = (killAfterMs) =>
+  // `kill`: undefined (run to the end), or `{ afterCalls, ms }`: SIGKILL `ms` after the start of
+  // the child's `afterCalls`-th call (0: after it opened its store), as it says on stdout.
+  const run = (kill) =>
     new Promise((resolve, reject) => {
       const proc = spawn(process.execPath, [child, file, server.url, String(PAYMENTS)], { stdio: ['ignore', 'pipe', 'pipe'], cwd: process.cwd() });
       let stderr = '';
       proc.stderr.on('data', (chunk) => (stderr += chunk));
-      // The kill is timed from the moment the child has its store open (it says so on stdout).
       let timer;
+      let calls = 0;
+      let opened = false;
+      let pending = '';
       proc.stdout.on('data', (chunk) => {
-        if (killAfterMs !== undefined && timer === undefined && String(chunk).includes('open')) {
-          timer = setTimeout(() => proc.kill('SIGKILL'), killAfterMs);
+        pending += String(chunk);
+        const lines = pending.split('\n');
+        pending = lines.pop();
+        for (const line of lines) {
+          if (line === 'open') opened = true;
+          if (line.startsWith('call ')) calls += 1;
+          if (kill !== undefined && timer === undefined && opened && calls >= kill.afterCalls) {
+            timer = setTimeout(() => proc.kill('SIGKILL'), kill.ms);
+          }
         }
       });
       proc.on('error', reject);
       proc.on('exit', (code, signal) => {
         clearTimeout(timer);
-        if (killAfterMs === undefined && code !== 0) reject(new Error(`child failed (${code}): ${stderr}`));
+        if (kill === undefined && code !== 0) reject(new Error(`child failed (${code}): ${stderr}`));
         else resolve(signal);
       });
     });
@@ -59,7 +70,14 @@ test('killed twenty times and resumed: one effect per key, nothing sent after it
     for (let round = 0; round < KILLS; round++) {
       const before = await finalKeys();
       const from = server.state.seen.length;
-      await run(Math.floor(random() * 200));
+      // Most kills land inside the call of a key not yet final (round r: the (r+1)-th call, whose
+      // key earlier rounds have not finished), whatever the machine's speed; some at a random
+      // time after the store opened.
+      const kill =
+        round % 4 === 3
+          ? { afterCalls: 0, ms: Math.floor(random() * 200) }
+          : { afterCalls: round + 1, ms: Math.floor(random() * 40) };
+      await run(kill);
       resentAfterFinal.push(...server.state.seen.slice(from).filter((key) => before.has(key)));
       if ([...(await states()).values()].includes('pending')) killedMidFlight += 1;
     }
