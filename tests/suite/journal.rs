@@ -447,3 +447,53 @@ fn a_failed_journal_write_stops_the_handle_and_a_reopen_agrees_with_what_was_ack
     assert!(matches!(answer, Reservation::Acquired(_)), "{answer:?}");
     assert_eq!(store.journal_stats().expect("journaled").appends, 1);
 }
+
+#[test]
+fn row_tables_ride_the_journal_and_survive_a_crash_a_backup_and_a_rebuild_unregistered() {
+    use idemdb::{BusinessWrite, RowTable};
+    const PAYMENTS: RowTable = RowTable::new("app_payments");
+
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::new(T0);
+    let path = dir.path().join("live.idemdb");
+    let scope = scope("acme", "pay");
+    let store = builder(&clock).open(&path).expect("open");
+    for i in 0..20 {
+        let Reservation::Acquired(lease) = store.reserve(&scope, &key(&format!("k-{i}")), &fp(1)).expect("reserve")
+        else {
+            panic!("k-{i} is new");
+        };
+        let write = BusinessWrite::new()
+            .put(PAYMENTS, "acme", format!("pay-{i:02}"), format!("payment {i}").into_bytes())
+            .complete(&lease, format!("result {i}").into_bytes());
+        store.commit_business(write).expect("commit");
+    }
+    assert_eq!(store.journal_stats().expect("journaled").checkpoints, 0, "every commit was one journal append");
+
+    // A crash: the file alone does not hold the rows, the journal does; an open that was not
+    // told of the table replays them (every row table has one type).
+    let crashed = dir.path().join("crashed.idemdb");
+    crash_copy(&path, &crashed, true);
+    let alone = dir.path().join("alone.idemdb");
+    crash_copy(&path, &alone, false);
+    let file_only = builder(&clock).discard_lost_journal(true).open(&alone).expect("open the file alone");
+    assert!(file_only.rows(PAYMENTS, "acme", None, 0).expect("rows").len() < 20, "the rows were only in the journal");
+    drop(file_only);
+    let recovered = builder(&clock).open(&crashed).expect("recovery needs no registration");
+    let rows = recovered.rows(PAYMENTS, "acme", None, 0).expect("rows");
+    assert_eq!(rows.len(), 20, "0 lost");
+    assert_eq!(rows[7].value, b"payment 7", "{:?}", rows[7]);
+    assert_eq!(completed(&recovered, &scope, 20), 20);
+
+    // A backup and a rebuild copy the row table without being told of it.
+    let backup = dir.path().join("backup.idemdb");
+    recovered.backup_to(&backup).expect("backup copies row tables unnamed");
+    drop(recovered);
+    let restored = builder(&clock).open(&backup).expect("open the backup");
+    assert_eq!(restored.rows(PAYMENTS, "acme", None, 0).expect("rows"), rows, "the backup holds every row");
+    drop(restored);
+    rebuild(&crashed).expect("a rebuild copies row tables unnamed");
+    let rebuilt = builder(&clock).open(&crashed).expect("open the rebuilt store");
+    assert_eq!(rebuilt.rows(PAYMENTS, "acme", None, 0).expect("rows"), rows, "the rebuild kept every row");
+    assert_eq!(completed(&rebuilt, &scope, 20), 20);
+}

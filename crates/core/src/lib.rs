@@ -62,6 +62,7 @@ pub mod prelude;
 mod purge;
 mod record;
 mod retry;
+mod rows;
 mod step;
 mod time;
 mod transition;
@@ -97,6 +98,10 @@ pub use retry::{
     AnswerClass, AttentionCause, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT,
     DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES,
     backoff_ceiling, backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
+};
+pub use rows::{
+    BusinessWrite, MAX_ROW_KEY_LEN, MAX_ROW_TABLE_NAME_LEN, MAX_ROW_VALUE_LEN, Row, RowError, RowTable, RowWrite,
+    Settle, check_row_key, check_table_name,
 };
 pub use step::LeaseStep;
 pub use time::{DecisionTime, Timestamp};

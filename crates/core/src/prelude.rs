@@ -36,6 +36,9 @@ pub use crate::{
     StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
 };
 
+/// The business write: application rows committed with the store's transitions.
+pub use crate::{BusinessWrite, MAX_ROW_KEY_LEN, MAX_ROW_VALUE_LEN, Row, RowError, RowTable, RowWrite, Settle};
+
 /// What a store is configured with: its policies and the defaults both adapters share.
 pub use crate::{DEFAULT_AUDIT_RETENTION, InvalidPolicy, Policies, delivery_policy_name};
 

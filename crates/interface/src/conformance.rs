@@ -454,3 +454,134 @@ where
     );
     5
 }
+
+/// The business-write stories every [`BusinessStore`](crate::BusinessStore) backend must tell
+/// alike: rows and a completion in one commit; a refused settlement that rolls its rows back;
+/// rows with an effect's report (and a second report of the same claim refused, with its row);
+/// rows with the resolution of an uncertain effect; a row the limits refuse, with nothing
+/// written; listing in byte order of ids, by partition, with a cursor and a limit; deletes.
+/// Returns the number of stories.
+///
+/// # Panics
+/// On the first answer that differs, naming `name`.
+pub async fn run_business_writes<B>(backend: &mut B, name: &str) -> usize
+where
+    B: Backend,
+    B::Store: crate::BusinessStore + crate::WorkflowStore,
+{
+    use idemdb_core::{
+        BusinessWrite, Coded, EffectName, EffectReport, ErrorCode, OutboxStateKind, ProviderState, ResolutionCause,
+        RowTable, StateKind,
+    };
+
+    use crate::{BusinessStore, WorkflowStore};
+
+    const ORDERS: RowTable = RowTable::new("app_orders");
+    let policy = Policy::default().with_lease_ttl(Duration::from_secs(60));
+    backend.set_time(T);
+    let store = backend.open(&[(OP_UNCERTAIN, policy)]).await;
+    let scope = Scope::new("shop", OP_UNCERTAIN).expect("scope");
+    let fp = fingerprint("same");
+    let acquire = |key: &'static str| {
+        let store = &store;
+        let scope = &scope;
+        async move {
+            match store.reserve(scope, &IdempotencyKey::new(key).expect("key"), &fp, None).await.expect("reserve") {
+                Reservation::Acquired(lease) => lease,
+                other => panic!("{name}: {key} is new, got {other:?}"),
+            }
+        }
+    };
+    let row = |partition: &'static str, id: &'static str| {
+        let store = &store;
+        async move { store.row(ORDERS, partition, id).await.expect("row") }
+    };
+    let state = |key: &'static str| {
+        let store = &store;
+        let scope = &scope;
+        async move {
+            let record = store.get(scope, &IdempotencyKey::new(key).expect("key")).await.expect("get");
+            record.map(|record| record.state.kind())
+        }
+    };
+
+    // 1. A row and the completion of its key, in one commit.
+    let lease = acquire("order-1").await;
+    let write = BusinessWrite::new().put(ORDERS, "acme", "order-1", b"1050".to_vec()).complete(&lease, RESULT.to_vec());
+    assert!(store.commit_business(write).await.expect("commit").is_empty(), "{name}: no effect settled");
+    assert_eq!(row("acme", "order-1").await.as_deref(), Some(&b"1050"[..]), "{name}");
+    let replay = store.reserve(&scope, lease.key(), &fp, None).await.expect("reserve");
+    assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == RESULT), "{name}: {replay:?}");
+
+    // 2. A settlement the store refuses (the lease already completed) rolls its rows back.
+    let write = BusinessWrite::new().put(ORDERS, "acme", "order-1b", b"x".to_vec()).complete(&lease, b"again".to_vec());
+    let refused = store.commit_business(write).await.expect_err("a completed lease completes once");
+    assert_eq!(refused.code(), ErrorCode::WrongState, "{name}: {refused}");
+    assert_eq!(row("acme", "order-1b").await, None, "{name}: the refused write's row was not written");
+
+    // 3. A row with the report of a claimed effect: the report completes the key.
+    let lease = acquire("order-2").await;
+    let charge = EffectName::new("charge").expect("effect");
+    store.enqueue_effect(&lease, &charge, 1, Vec::new()).await.expect("enqueue");
+    let claims = store.claim_effects(8).await.expect("claim");
+    assert_eq!(claims.len(), 1, "{name}");
+    let confirmed = || EffectReport::Confirmed { reference: "ch_2".into(), result: b"paid".to_vec() };
+    let write =
+        BusinessWrite::new().put(ORDERS, "acme", "order-2", b"2000".to_vec()).report_effect(&claims[0], confirmed());
+    let items = store.commit_business(write).await.expect("commit");
+    assert_eq!(items.iter().map(|item| item.state.kind()).collect::<Vec<_>>(), [OutboxStateKind::Confirmed], "{name}");
+    assert_eq!(state("order-2").await, Some(StateKind::Completed), "{name}");
+    let again =
+        BusinessWrite::new().put(ORDERS, "acme", "order-2-again", Vec::new()).report_effect(&claims[0], confirmed());
+    assert!(store.commit_business(again).await.is_err(), "{name}: a claim is reported once");
+    assert_eq!(row("acme", "order-2-again").await, None, "{name}: with its row");
+
+    // 4. A row with the resolution of an uncertain effect.
+    let lease = acquire("order-3").await;
+    store.enqueue_effect(&lease, &charge, 1, Vec::new()).await.expect("enqueue");
+    let claims = store.claim_effects(8).await.expect("claim");
+    let unknown = EffectReport::Unknown { reason: "timed out".into() };
+    let uncertain = store.report_effect(&claims[0], unknown).await.expect("report");
+    let found = ProviderState::Confirmed { reference: "ch_3".into(), result: b"paid".to_vec() };
+    let write = BusinessWrite::new().put(ORDERS, "acme", "order-3", b"3000".to_vec()).resolve_effect(
+        &uncertain,
+        found,
+        ResolutionCause::Application,
+    );
+    store.commit_business(write).await.expect("resolve with the row");
+    assert_eq!(state("order-3").await, Some(StateKind::Completed), "{name}");
+    assert_eq!(row("acme", "order-3").await.as_deref(), Some(&b"3000"[..]), "{name}");
+
+    // 5. A row the limits refuse: nothing written, the key still in progress.
+    let lease = acquire("order-4").await;
+    let write = BusinessWrite::new()
+        .put(ORDERS, "acme", "order-4", b"ok".to_vec())
+        .put(ORDERS, "acme", "order\0", Vec::new())
+        .complete(&lease, RESULT.to_vec());
+    let refused = store.commit_business(write).await.expect_err("a NUL byte is refused");
+    assert_eq!(refused.code(), ErrorCode::InvalidArgument, "{name}: {refused}");
+    assert_eq!(row("acme", "order-4").await, None, "{name}");
+    assert_eq!(state("order-4").await, Some(StateKind::InProgress), "{name}");
+
+    // 6. Listing: by partition, in byte order of ids, with a cursor and a limit; deletes.
+    let mut write = BusinessWrite::new();
+    for (partition, id) in [("list", "b"), ("list", "é"), ("list", "B"), ("list", "a"), ("other", "a")] {
+        write = write.put(ORDERS, partition, id, format!("{partition}/{id}").into_bytes());
+    }
+    store.commit_business(write).await.expect("rows alone");
+    let ids = |rows: Vec<idemdb_core::Row>| rows.into_iter().map(|row| row.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.rows(ORDERS, "list", None, 0).await.expect("rows")), ["B", "a", "b", "é"], "{name}");
+    assert_eq!(ids(store.rows(ORDERS, "list", Some("a"), 2).await.expect("rows")), ["b", "é"], "{name}");
+    assert_eq!(ids(store.rows(ORDERS, "list", Some("é"), 0).await.expect("rows")), Vec::<String>::new(), "{name}");
+    assert_eq!(ids(store.rows(ORDERS, "nobody", None, 0).await.expect("rows")), Vec::<String>::new(), "{name}");
+    let unknown_table = RowTable::new("app_never_written");
+    assert_eq!(store.rows(unknown_table, "list", None, 0).await.expect("rows"), Vec::new(), "{name}");
+    assert_eq!(store.row(unknown_table, "list", "a").await.expect("row"), None, "{name}");
+    store
+        .commit_business(BusinessWrite::new().delete(ORDERS, "list", "a").delete(ORDERS, "list", "zz"))
+        .await
+        .expect("delete");
+    assert_eq!(ids(store.rows(ORDERS, "list", None, 0).await.expect("rows")), ["B", "b", "é"], "{name}");
+    assert_eq!(row("other", "a").await.as_deref(), Some(&b"other/a"[..]), "{name}: other partitions untouched");
+    6
+}

@@ -54,9 +54,11 @@ mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod inspect;
+mod rows;
 mod workflow;
 
 pub use inspect::{InspectStore, ListedDelivery};
+pub use rows::BusinessStore;
 pub use workflow::WorkflowStore;
 
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

@@ -27,7 +27,7 @@ use redb::{Database, ReadTransaction, ReadableTableMetadata, TableDefinition, Ta
 
 use crate::engine::{Config, Engine};
 use crate::meta::Initialiser;
-use crate::rebuild::{CopyTable, RebuildError, store_tables};
+use crate::rebuild::{CopyTable, RebuildError, RowsCopy, store_tables};
 use crate::tables::{EXPIRY, RECORDS};
 use crate::{DEFAULT_AUDIT_RETENTION, Durability, Error, OpenError, Problem, Store, VerifyReport};
 
@@ -77,7 +77,8 @@ impl<'a> BackupOptions<'a> {
     }
 
     /// Copies an application table of the store's database too (a table the application writes
-    /// through [`Txn::tables`](crate::Txn::tables)): the store knows only its own tables' types,
+    /// through [`Txn::tables_checkpointing`](crate::Txn::tables_checkpointing) or
+    /// [`Txn::table`](crate::Txn::table); row tables are copied unnamed): the store knows only its own tables' types,
     /// and redb copies a table only by its type.
     pub fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
         mut self,
@@ -311,7 +312,7 @@ impl Store {
         let source_bytes = self.path().and_then(|p| fs::metadata(p).ok()).map(|m| m.len());
         let read = self.copy_snapshot()?;
         let snapshot_took = started.elapsed();
-        let (expected, total, left_out) = self.survey(&read, &options)?;
+        let (expected, total, left_out, rows) = self.survey(&read, &options)?;
         let temporary = temporary_path(&target);
         let mut progress = options.progress.take();
         let written = (|| {
@@ -322,7 +323,12 @@ impl Store {
                 .open(&temporary)
                 .map_err(io("create", &temporary))?;
             let copy = Database::builder().create_with_backend(backend(file)?).map_err(Error::from)?;
-            let extra: Vec<&dyn CopyTable> = options.tables.iter().map(|t| &**t as &dyn CopyTable).collect();
+            let extra: Vec<&dyn CopyTable> = options
+                .tables
+                .iter()
+                .map(|t| &**t as &dyn CopyTable)
+                .chain(rows.iter().map(|row| row as &dyn CopyTable))
+                .collect();
             let mut tick = |copied| {
                 if let Some(progress) = progress.as_mut() {
                     progress(BackupProgress { copied, total });
@@ -418,20 +424,24 @@ impl Store {
         Ok(())
     }
 
-    /// The snapshot's record and index counts, its entries over the copied tables, and the
-    /// tables left out.
+    /// The snapshot's record and index counts, its entries over the copied tables, the
+    /// tables left out, and the row tables to copy (those not named in `options`: every row
+    /// table is copied without being named).
     fn survey(
         &self,
         read: &ReadTransaction,
         options: &BackupOptions<'_>,
-    ) -> Result<(Expected, u64, Vec<String>), BackupError> {
+    ) -> Result<(Expected, u64, Vec<String>, Vec<RowsCopy>), BackupError> {
         let known = store_tables();
+        let declared = |name: &str| options.tables.iter().any(|t| t.table_name() == name);
+        let rows: Vec<RowsCopy> =
+            crate::rows::row_tables(read, &known)?.into_iter().filter(|name| !declared(name)).map(RowsCopy).collect();
         let mut unknown = Vec::new();
         let mut total = 0;
         for table in read.list_tables().map_err(Error::from)? {
             let name = table.name().to_string();
-            let declared = options.tables.iter().any(|t| t.table_name() == name);
-            if known.contains(&name) || declared {
+            let copied = declared(&name) || rows.iter().any(|row| row.0 == name);
+            if known.contains(&name) || copied {
                 total += read.open_untyped_table(table).map_err(Error::from)?.len().map_err(Error::from)?;
             } else {
                 unknown.push(name);
@@ -448,7 +458,7 @@ impl Store {
         }
         let records = read.open_table(RECORDS).map_err(Error::from)?.len().map_err(Error::from)?;
         let index_entries = read.open_table(EXPIRY).map_err(Error::from)?.len().map_err(Error::from)?;
-        Ok((Expected { records, index_entries }, total, unknown))
+        Ok((Expected { records, index_entries }, total, unknown, rows))
     }
 
     /// Opens the copy at `path` on its own handle, verifies it and checks its counts.

@@ -135,6 +135,10 @@ pub enum Error {
         /// The table's name.
         name: String,
     },
+    /// A row of a [`BusinessWrite`](idemdb_core::BusinessWrite) was refused by the row limits;
+    /// nothing was written.
+    #[error(transparent)]
+    Row(#[from] idemdb_core::RowError),
 }
 
 impl Error {
@@ -160,6 +164,7 @@ impl Error {
             Error::ReadOnly => ErrorCode::ReadOnly,
             Error::JournalFailed => ErrorCode::Storage,
             Error::UnregisteredTable { .. } => ErrorCode::InvalidArgument,
+            Error::Row(row) => row.code(),
         }
     }
 

@@ -43,11 +43,12 @@ use idemdb_core::{
     Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, InboxAnswer, JobAnswer, JobLease,
     JobRecord, ObjectRecord, OutboxItem, ProviderState,
 };
+use idemdb_core::{BusinessWrite, Row, RowTable};
 use idemdb_core::{
     Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
     Resolution, Scope, validate_correlation,
 };
-use idemdb_interface::IdempotencyStore;
+use idemdb_interface::{BusinessStore, IdempotencyStore};
 #[cfg(feature = "workflow")]
 use idemdb_interface::{InspectStore, ListedDelivery, WorkflowStore};
 
@@ -395,6 +396,37 @@ impl Store {
     {
         let store = self.clone();
         off_runtime(move || store.write(f)).await
+    }
+}
+
+/// The commit runs on the blocking pool (it waits for a flush); the reads answer inline from a
+/// snapshot.
+impl BusinessStore for AsyncStore {
+    fn commit_business(
+        &self,
+        write: BusinessWrite,
+    ) -> impl Future<Output = Result<Vec<idemdb_core::OutboxItem>, Error>> + Send {
+        let store = self.store.clone();
+        off_runtime(move || store.commit_business(write))
+    }
+
+    fn row(
+        &self,
+        table: RowTable,
+        partition: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send {
+        std::future::ready(self.store.row(table, partition, id))
+    }
+
+    fn rows(
+        &self,
+        table: RowTable,
+        partition: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send {
+        std::future::ready(self.store.rows(table, partition, after, limit))
     }
 }
 

@@ -80,6 +80,7 @@ mod journal;
 mod meta;
 mod purge;
 mod rebuild;
+mod rows;
 mod snapshot;
 mod store;
 mod tables;

@@ -59,7 +59,7 @@ pub enum RebuildError {
     #[error("{0} exists already; a rebuild writes a new file")]
     DestinationExists(PathBuf),
     /// The store holds tables that are not the store's own (an application's tables, written
-    /// through [`Txn::tables`](crate::Txn::tables)): a rebuild cannot copy tables whose types it
+    /// through [`Txn::tables_checkpointing`](crate::Txn::tables_checkpointing)): a rebuild cannot copy tables whose types it
     /// does not know, and never drops them. Nothing was changed. Back the store up with
     /// [`Store::backup_with`](crate::Store::backup_with), naming those tables.
     #[error("the store holds tables a rebuild cannot copy ({}); nothing was changed: use backup_with and name them", .0.join(", "))]
@@ -137,12 +137,14 @@ impl Store {
     pub(crate) fn write_copy(&self, dest: &Path) -> Result<(Database, RebuildReport), RebuildError> {
         let read = self.copy_snapshot()?;
         // Application tables cannot be copied without their types: refuse, never drop them.
+        // Row tables all have one type, so they are copied whatever their names.
         let known = store_tables();
+        let rows: Vec<RowsCopy> = crate::rows::row_tables(&read, &known)?.into_iter().map(RowsCopy).collect();
         let mut unknown: Vec<String> = read
             .list_tables()
             .map_err(Error::from)?
             .map(|table| redb::TableHandle::name(&table).to_string())
-            .filter(|name| !known.contains(name))
+            .filter(|name| !known.contains(name) && !rows.iter().any(|row| &row.0 == name))
             .collect();
         unknown.extend(
             read.list_multimap_tables()
@@ -154,7 +156,8 @@ impl Store {
             return Err(RebuildError::UnknownTables(unknown));
         }
         let copy = Database::builder().create(dest).map_err(Error::from)?;
-        self.copy_from(&read, copy, &[], &mut |_| {})
+        let extra: Vec<&dyn CopyTable> = rows.iter().map(|row| row as &dyn CopyTable).collect();
+        self.copy_from(&read, copy, &extra, &mut |_| {})
     }
 
     /// The read snapshot a copy is taken from: buffered audit events are flushed first (one
@@ -264,6 +267,21 @@ impl<K: Key + 'static, V: Value + 'static> CopyTable for TableDefinition<'static
 
     fn copy(&self, read: &ReadTransaction, copy: &Database, progress: &mut dyn FnMut(u64)) -> Result<u64, Error> {
         copy_table(read, copy, *self, progress)
+    }
+}
+
+/// A row table ([`idemdb_core::RowTable`]) found in the store, by name: every row table has
+/// the same types, so a copy needs no more.
+pub(crate) struct RowsCopy(pub(crate) String);
+
+impl CopyTable for RowsCopy {
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    fn table_name(&self) -> &str {
+        &self.0
+    }
+
+    fn copy(&self, read: &ReadTransaction, copy: &Database, progress: &mut dyn FnMut(u64)) -> Result<u64, Error> {
+        copy_table(read, copy, TableDefinition::<(&str, &str), &[u8]>::new(&self.0), progress)
     }
 }
 

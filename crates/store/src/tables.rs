@@ -74,6 +74,9 @@ pub(crate) const T_JOBS: u8 = 12;
 /// Every application table (`app_table.rs`): the logged key is `name length: u32 BE · name ·
 /// key`.
 pub(crate) const T_APPLICATION: u8 = 13;
+/// Every row table (`rows.rs`): the logged key is `name length: u32 BE · name · partition
+/// length: u32 BE · partition · id`; replayed without registration (all have one type).
+pub(crate) const T_ROWS: u8 = 14;
 
 /// Reconciliation queue entry kinds.
 pub(crate) const RECONCILE_RECORD: u8 = 1;

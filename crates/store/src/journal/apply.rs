@@ -5,7 +5,9 @@
 //! journal. The application's tables share one id, [`T_APPLICATION`]: their mutations carry
 //! the table's name in front of the key (see [`crate::app_table`]), and are replayed through
 //! the table types the application registered with
-//! [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table).
+//! [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table). Row tables
+//! ([`RowTable`](idemdb_core::RowTable)) share [`T_ROWS`]: they all have one type, so they
+//! replay without registration (see [`crate::rows`]).
 //!
 //! Adding an id changes no byte of the journal format (a mutation's table is one byte in
 //! every format), so journals written before an id existed read unchanged; a build that
@@ -24,7 +26,7 @@ use crate::tables::{DELIVERIES, JOBS, OBJECTS, OUTBOX, OUTBOX_DUE};
 #[cfg_attr(not(feature = "workflow"), allow(unused_imports))]
 pub(crate) use crate::tables::{
     T_APPLICATION, T_AUDIT, T_DELIVERIES, T_EXPIRY, T_INTENTS, T_JOBS, T_META, T_OBJECTS, T_OUTBOX, T_OUTBOX_DUE,
-    T_RECONCILE, T_RECORDS,
+    T_RECONCILE, T_RECORDS, T_ROWS,
 };
 
 /// Writes one mutation into its table of `tx`. Application tables are looked up in `apps`.
@@ -107,6 +109,7 @@ fn apply(
         #[cfg(feature = "workflow")]
         T_JOBS => bytes(JOBS),
         T_APPLICATION => Ok(apps.apply(tx, key, value)?),
+        T_ROWS => crate::rows::apply(tx, key, value),
         _ => Err(Applied::Malformed),
     }
 }
