@@ -134,9 +134,9 @@ pub const fn check_table_name(name: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// One change to an application row.
+/// One change to an application row. Exhaustive on purpose: a new kind of change must be
+/// handled by every backend before it compiles.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum RowWrite {
     /// Writes the row (replacing any row with the same partition and id).
     Put {
@@ -172,8 +172,8 @@ impl RowWrite {
 }
 
 /// A transition of the store's own records, made in the same transaction as the rows.
+/// Exhaustive on purpose, as [`RowWrite`].
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub enum Settle {
     /// Completes the lease's attempt with `result` (retries replay it).
     Complete {

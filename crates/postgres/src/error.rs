@@ -300,6 +300,10 @@ pub enum Error {
     /// changed.
     #[error(transparent)]
     Job(#[from] JobRefusal),
+    /// A row of a [`BusinessWrite`](idemdb_core::BusinessWrite) was refused by the row limits;
+    /// nothing was written.
+    #[error(transparent)]
+    Row(#[from] idemdb_core::RowError),
 }
 
 impl Error {
@@ -326,6 +330,7 @@ impl Error {
             Error::Outbox(refusal) => refusal.code(),
             Error::Inbox(refusal) => refusal.code(),
             Error::Job(refusal) => refusal.code(),
+            Error::Row(row) => row.code(),
         }
     }
 

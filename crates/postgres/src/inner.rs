@@ -67,6 +67,8 @@ pub(crate) struct Inner {
     /// What begins a transaction (with `SET LOCAL statement_timeout` under transaction
     /// pooling, where the connection's startup options cannot carry it).
     pub(crate) begin: String,
+    /// The row tables this store made or used (`rows.rs`): made once, then taken as there.
+    pub(crate) row_tables: std::sync::Mutex<std::collections::HashSet<idemdb_core::RowTable>>,
 }
 
 /// How far the database's clock may be from the predicted decision time of a new key's
@@ -96,6 +98,7 @@ impl Inner {
             started: std::time::Instant::now(),
             floor: AtomicU64::new(0),
             audit: Buffer::default(),
+            row_tables: std::sync::Mutex::default(),
         }
     }
 

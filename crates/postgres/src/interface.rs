@@ -8,7 +8,7 @@ use idemdb_core::{
     InboxAnswer, JobAnswer, JobLease, JobRecord, KeyHash, Lease, NewEffect, ObjectRecord, OutboxItem, Policy,
     ProviderState, PurgeReport, Record, Reservation, Resolution, Scope,
 };
-use idemdb_interface::{IdempotencyStore, WorkflowStore};
+use idemdb_interface::{BusinessStore, IdempotencyStore, WorkflowStore};
 
 use crate::{Error, PgStore};
 use idemdb_core::ResolutionCause;
@@ -234,5 +234,33 @@ impl WorkflowStore for PgStore {
         job: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<JobRecord>, Error>> + Send {
         PgStore::job(self, scope, job)
+    }
+}
+
+impl BusinessStore for PgStore {
+    fn commit_business(
+        &self,
+        write: idemdb_core::BusinessWrite,
+    ) -> impl Future<Output = Result<Vec<OutboxItem>, Error>> + Send {
+        PgStore::commit_business(self, write)
+    }
+
+    fn row(
+        &self,
+        table: idemdb_core::RowTable,
+        partition: &str,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send {
+        PgStore::row(self, table, partition, id)
+    }
+
+    fn rows(
+        &self,
+        table: idemdb_core::RowTable,
+        partition: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<idemdb_core::Row>, Error>> + Send {
+        PgStore::rows(self, table, partition, after, limit)
     }
 }

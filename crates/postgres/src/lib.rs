@@ -140,6 +140,7 @@ mod interface;
 mod migrate;
 mod outcome;
 mod purge;
+mod rows;
 mod schema;
 mod settings;
 mod stmt;

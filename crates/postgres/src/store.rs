@@ -38,7 +38,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(25);
 /// implements [`IdempotencyStore`](idemdb_interface::IdempotencyStore). It needs a Tokio runtime.
 #[derive(Clone)]
 pub struct PgStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -81,7 +81,7 @@ impl PgStore {
     /// Runs `attempt` until it succeeds, fails for good, has failed [`MAX_ATTEMPTS`] times in
     /// a way that left nothing committed, or the call's deadline (`operation_timeout`, for the
     /// whole call, retries included) would pass before the next attempt.
-    async fn retrying<T, F, Fut>(&self, attempt: F) -> Result<T, Error>
+    pub(crate) async fn retrying<T, F, Fut>(&self, attempt: F) -> Result<T, Error>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, Error>>,

@@ -77,6 +77,16 @@ impl PgTxn {
         }
     }
 
+    /// The adapter's engine.
+    pub(crate) fn inner_ref(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// The connection, while the transaction is open.
+    pub(crate) fn conn_ref(&self) -> Result<&Conn, Error> {
+        self.conn()
+    }
+
     fn conn(&self) -> Result<&Conn, Error> {
         self.connection.as_ref().ok_or(Error::Unavailable(DbError::unreachable("the transaction has ended")))
     }

@@ -171,8 +171,6 @@ impl Txn<'_> {
             match row {
                 RowWrite::Put { table, partition, id, value } => self.put_row(table, &partition, &id, &value)?,
                 RowWrite::Delete { table, partition, id } => drop(self.delete_row(table, &partition, &id)?),
-                // `RowWrite` is the core's and may grow; a kind this build does not know is refused.
-                _ => return Err(Error::Internal("a row change this build does not know")),
             }
         }
         let mut items = Vec::new();
@@ -186,7 +184,10 @@ impl Txn<'_> {
                 Settle::ResolveEffect { scope, key, effect, state, cause } => {
                     items.push(self.resolve_effect(&scope, &key, &effect, state, cause)?);
                 }
-                _ => return Err(Error::Internal("this build has no outbox (feature `workflow`)")),
+                #[cfg(not(feature = "workflow"))]
+                Settle::ReportEffect { .. } | Settle::ResolveEffect { .. } => {
+                    return Err(Error::Internal("this build has no outbox (feature `workflow`)"));
+                }
             }
         }
         Ok(items)
@@ -214,7 +215,7 @@ impl Store {
     /// )?;
     /// assert_eq!(store.rows(ORDERS, "acme", None, 0)?.len(), 1);
     /// let replay = store.reserve(&scope, &key, &Fingerprint::from_bytes([9; 32]))?;
-/// assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == b"placed"));
+    /// assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == b"placed"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///

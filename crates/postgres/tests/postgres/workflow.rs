@@ -25,6 +25,53 @@ pub fn stories(env: &Env) -> Result<(), Failed> {
     Ok(())
 }
 
+/// Rows and transitions in one transaction: the shared runner the embedded store passes, then
+/// what only PostgreSQL has (the row table is a table of the store's schema, keyed in byte order).
+pub fn business_writes(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        let mut schemas = Schemas::new(env, "idemdb_business", 1, ManualClock::new(conformance::T)).await;
+        assert_eq!(conformance::run_business_writes(&mut schemas, "postgres").await, 6);
+        schemas.drop_all().await;
+
+        // A row written in the application's own transaction: a missing table is made inside
+        // it, and rolled back with it.
+        const S: &str = "idemdb_rows_txn";
+        const NOTES: idemdb_postgres::RowTable = idemdb_postgres::RowTable::new("app_notes");
+        fresh_schema(&env.url, S).await;
+        let store = builder(env, S).connect().await.expect("connect");
+        let admin = admin(&env.url).await;
+        let exists = async |admin: &idemdb_postgres::tokio_postgres::Client| -> bool {
+            let row = admin.query_one("SELECT to_regclass('idemdb_rows_txn.app_notes') IS NOT NULL", &[]).await;
+            row.expect("to_regclass").get(0)
+        };
+        let mut txn = store.begin().await.expect("begin");
+        txn.put_row(NOTES, "acme", "n-1", b"first").await.expect("put");
+        txn.rollback().await.expect("rollback");
+        assert!(!exists(&admin).await, "the table made in a rolled-back transaction is gone with it");
+        assert_eq!(store.rows(NOTES, "acme", None, 0).await.expect("rows"), Vec::new());
+        let lease = acquire(&store, &key("note-1")).await;
+        let mut txn = store.begin().await.expect("begin");
+        txn.put_row(NOTES, "acme", "n-1", b"second").await.expect("put");
+        txn.complete(&lease, b"noted".to_vec()).await.expect("complete");
+        txn.commit().await.expect("commit");
+        assert!(exists(&admin).await);
+        assert_eq!(store.row(NOTES, "acme", "n-1").await.expect("row").as_deref(), Some(&b"second"[..]));
+        let columns: Vec<String> = admin
+            .query(
+                "SELECT column_name || ' ' || data_type FROM information_schema.columns \
+                 WHERE table_schema = $1 AND table_name = 'app_notes' ORDER BY ordinal_position",
+                &[&S],
+            )
+            .await
+            .expect("columns")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(columns, ["partition text", "id text", "value bytea"], "a plain table, readable by SQL");
+    });
+    Ok(())
+}
+
 const FP: Fingerprint = Fingerprint::from_bytes([1; 32]);
 
 fn scope() -> Scope {
