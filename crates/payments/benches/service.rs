@@ -2,9 +2,9 @@
 //! second with 32 clients, and the store's `fdatasync` calls per paid request (every commit of
 //! one payment: the reservation with its charge, the claim, the payment row with the report).
 //!
-//! Three stores: the journal on with the payments table registered (`RedbLedger::store_builder`,
-//! as the binary opens it: the payment row rides the journal), the journal on without it (the
-//! payment row's commit is a checkpoint of the store file), and the journal off.
+//! Two stores: the journal on (as the binary opens it, `RedbBackend::store_builder`: every
+//! commit of a payment, its row included, is one journal append) and the journal off (every
+//! commit is a durable redb commit).
 //!
 //! ```sh
 //! cargo bench -p payments-example --bench service             # 5 rounds of 3 s per mode
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use idemdb::Store;
-use payments_example::{PAYMENTS_PATH, Provider, RedbLedger};
+use payments_example::{PAYMENTS_PATH, Provider, RedbBackend};
 use tower::ServiceExt;
 
 #[path = "../../../benches/compare/backend.rs"]
@@ -96,7 +96,7 @@ fn main() -> Res<()> {
     }
     let scratch = scratch_dir()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let mut measured: [Vec<Round>; 3] = Default::default();
+    let mut measured: [Vec<Round>; 2] = Default::default();
     for round in 0..rounds {
         for (mode, rounds_of_mode) in MODES.iter().zip(measured.iter_mut()) {
             let dir = tempfile::tempdir_in(&scratch)?;
@@ -119,23 +119,18 @@ fn main() -> Res<()> {
 /// How the store is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// The journal on, the payments table registered (as the binary opens it): every commit of
-    /// a payment is journaled.
+    /// The journal on (as the binary opens it): every commit of a payment is journaled.
     Journaled,
-    /// The journal on, the payments table not registered: the payment row's commit is a
-    /// checkpoint.
-    JournalCheckpointingLedger,
     /// The journal off: every commit is a durable redb commit.
     NoJournal,
 }
 
-const MODES: [Mode; 3] = [Mode::Journaled, Mode::JournalCheckpointingLedger, Mode::NoJournal];
+const MODES: [Mode; 2] = [Mode::Journaled, Mode::NoJournal];
 
 impl Mode {
     fn name(self) -> &'static str {
         match self {
-            Mode::Journaled => "journal on, payments table journaled (the binary)",
-            Mode::JournalCheckpointingLedger => "journal on, payment rows checkpointed",
+            Mode::Journaled => "journal on (the binary)",
             Mode::NoJournal => "journal off",
         }
     }
@@ -152,11 +147,10 @@ async fn run(dir: &Path, mode: Mode, length: Duration) -> Res<Round> {
         journal_path.push("-journal");
         let journal_file =
             CountingBackend::open_shared(Path::new(&journal_path), Arc::clone(&counters), Arc::default())?;
-        let builder = if mode == Mode::Journaled { RedbLedger::store_builder() } else { Store::builder() };
-        builder.journal(true).open_backend_with_journal(backend, journal_file)?
+        RedbBackend::store_builder().journal(true).open_backend_with_journal(backend, journal_file)?
     };
     let provider = Provider::in_memory(Duration::ZERO)?;
-    let (router, dispatcher) = payments_example::router(RedbLedger::new(store), provider)?;
+    let (router, dispatcher) = payments_example::router(RedbBackend::new(store), provider)?;
     let dispatching = tokio::spawn(dispatcher.run());
     // A warm-up payment: the tables exist and the dispatcher runs before the clock starts.
     pay(&router, "warm-up").await?;
@@ -215,7 +209,7 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-fn report(measured: &[Vec<Round>; 3], rounds: usize, seconds: f64) {
+fn report(measured: &[Vec<Round>; 2], rounds: usize, seconds: f64) {
     let rate = |rounds: &[Round]| median(rounds.iter().map(Round::rate));
     let syncs = |rounds: &[Round]| median(rounds.iter().map(Round::syncs_per_paid));
     let rounds_of = |rounds: &[Round]| rounds.iter().map(|r| format!("{:.0}", r.rate())).collect::<Vec<_>>().join(" ");
@@ -238,17 +232,13 @@ fn report(measured: &[Vec<Round>; 3], rounds: usize, seconds: f64) {
             rounds_of(rounds)
         );
     }
-    let [journaled, checkpointing, off] = measured;
+    let [journaled, off] = measured;
     println!("\n| target | measured | goal | result |");
     println!("|---|---|---|---|");
-    for (what, rounds) in [("payments table journaled", journaled), ("payment rows checkpointed", checkpointing)] {
-        let ratio = rate(rounds) / rate(off);
-        println!("| 32 clients, journal on ({what}) vs journal off | {ratio:.2}× | ≥ 2× | {} |", verdict(ratio >= 2.0));
-    }
-    for (what, rounds) in [("payments table journaled", journaled), ("payment rows checkpointed", checkpointing)] {
-        let syncs = syncs(rounds);
-        println!("| fdatasync per paid request, journal on ({what}) | {syncs:.2} | ≤ 2 | {} |", verdict(syncs <= 2.0));
-    }
+    let ratio = rate(journaled) / rate(off);
+    println!("| 32 clients, journal on vs journal off | {ratio:.2}× | ≥ 2× | {} |", verdict(ratio >= 2.0));
+    let syncs = syncs(journaled);
+    println!("| fdatasync per paid request, journal on | {syncs:.2} | ≤ 2 | {} |", verdict(syncs <= 2.0));
 }
 
 fn verdict(pass: bool) -> &'static str {

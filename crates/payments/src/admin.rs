@@ -17,7 +17,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 use crate::app::{Admin, App};
-use crate::ledger::{BackupOutcome, Ledger};
+use crate::backend::{Backend, BackupOutcome};
 use crate::payment::problem;
 
 /// Where backups are asked for.
@@ -43,7 +43,7 @@ pub(crate) fn backup_path(dir: &Path, name: &str) -> PathBuf {
 }
 
 /// The handler.
-pub(crate) async fn backup<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn backup<B: Backend>(State(app): State<Arc<App<B>>>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(admin) = &app.admin else {
         return problem(StatusCode::NOT_FOUND, "not-enabled", "admin requests are not enabled (--admin-token)");
     };
@@ -69,7 +69,7 @@ pub(crate) async fn backup<L: Ledger>(State(app): State<Arc<App<L>>>, headers: H
     let Some(dir) = &admin.backup_dir else {
         return not_on_this_backend();
     };
-    match app.ledger.backup(backup_path(dir, &name)).await {
+    match app.backend.backup(backup_path(dir, &name)).await {
         Ok(BackupOutcome::Written(report)) => {
             let body = json!({
                 "name": name,
@@ -106,10 +106,10 @@ pub const ADMIN_API_PATH: &str = "/v1/admin";
 /// The admin routes: `POST /v1/admin/backup` and, with `admin`, the admin API behind the admin
 /// bearer token (the page itself, `GET /v1/admin`, holds no data and loads without it; every
 /// call it makes carries the token).
-pub(crate) fn routes<L: Ledger>(app: &Arc<App<L>>) -> axum::Router {
-    let backup = axum::Router::new().route("/backup", axum::routing::post(backup::<L>)).with_state(Arc::clone(app));
+pub(crate) fn routes<B: Backend>(app: &Arc<App<B>>) -> axum::Router {
+    let backup = axum::Router::new().route("/backup", axum::routing::post(backup::<B>)).with_state(Arc::clone(app));
     let Some(admin) = app.admin.clone() else { return backup };
-    let api = idemdb_http::admin::AdminApi::new(app.ledger.store().clone())
+    let api = idemdb_http::admin::AdminApi::new(app.backend.store().clone())
         .hook(PaymentRow { app: Arc::clone(app) })
         .router()
         .layer(axum::middleware::from_fn_with_state(admin, operators_only));
@@ -132,14 +132,14 @@ async fn operators_only(
 /// An operator's confirmed charge: the payment row and the resolution in one commit, as the
 /// reconciler writes them, so the retry replays the payment's `201` and the ledger has its
 /// row.
-struct PaymentRow<L> {
-    app: Arc<App<L>>,
+struct PaymentRow<B> {
+    app: Arc<App<B>>,
 }
 
-impl<L: Ledger> idemdb_http::admin::ConfirmHook<L::Store> for PaymentRow<L> {
+impl<B: Backend> idemdb_http::admin::ConfirmHook<B::Store> for PaymentRow<B> {
     async fn confirmed(
         &self,
-        _store: &L::Store,
+        _store: &B::Store,
         item: &idemdb_core::OutboxItem,
         reference: &str,
     ) -> Result<bool, idemdb_http::admin::HookError> {
@@ -150,16 +150,15 @@ impl<L: Ledger> idemdb_http::admin::ConfirmHook<L::Store> for PaymentRow<L> {
         let (payment, response) = crate::charge::confirmed_payment(item, &order, reference);
         let state =
             idemdb_core::ProviderState::Confirmed { reference: reference.to_string(), result: response.encode() };
-        self.app
-            .ledger
-            .record_payment(
-                item.scope.tenant(),
-                &payment,
-                item,
-                crate::ledger::Settlement::Resolved(state, idemdb_core::ResolutionCause::Operator),
-            )
-            .await
-            .map_err(|error| idemdb_http::admin::HookError(error.to_string()))?;
+        crate::ledger::record_payment(
+            self.app.backend.store(),
+            item.scope.tenant(),
+            &payment,
+            item,
+            crate::ledger::Settlement::Resolved(state, idemdb_core::ResolutionCause::Operator),
+        )
+        .await
+        .map_err(|error| idemdb_http::admin::HookError(error.to_string()))?;
         Ok(true)
     }
 }

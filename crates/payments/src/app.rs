@@ -12,15 +12,15 @@ use idemdb_http::{StoredResponse, WebhookVerifier};
 use idemdb_interface::WorkflowStore;
 use tokio::sync::{Notify, oneshot};
 
+use crate::backend::POLL;
 use crate::charge::CHARGE_EFFECT;
-use crate::ledger::POLL;
 use crate::provider::Provider;
 
 /// What the handlers share.
 #[derive(Debug)]
-pub struct App<L> {
+pub struct App<B> {
     /// Payments and the idempotency store.
-    pub ledger: L,
+    pub backend: B,
     /// The simulated provider.
     pub provider: Provider,
     /// What the payment handlers and the dispatcher share.

@@ -15,17 +15,17 @@ use idemdb_http::{LeaseHandle, StoredResponse};
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
 
 use crate::app::{App, Settled};
+use crate::backend::Backend;
 use crate::charge::{CHARGE_VERSION, ChargeOrder};
-use crate::ledger::Ledger;
 use crate::payment::{PaymentRequest, nothing_changed, problem};
 
 /// The handler. The layer has reserved the key before it runs, so it runs at most once per
 /// key. It finds the charge enqueued with the reservation and waits (at most the operation's
 /// lease TTL) for the dispatcher to hand over the response it finished the payment's record
 /// with (`Charges::settled`): the payment's `201`, answered as a retry would replay it.
-pub(crate) async fn create<L: Ledger>(
-    State(app): State<Arc<App<L>>>,
-    Extension(handle): Extension<LeaseHandle<L::Store>>,
+pub(crate) async fn create<B: Backend>(
+    State(app): State<Arc<App<B>>>,
+    Extension(handle): Extension<LeaseHandle<B::Store>>,
     body: Bytes,
 ) -> Response {
     let request = match PaymentRequest::parse(&body) {
@@ -37,7 +37,7 @@ pub(crate) async fn create<L: Ledger>(
         }
     };
     let (scope, key) = (handle.scope(), handle.key());
-    let store = app.ledger.store();
+    let store = app.backend.store();
     let order = ChargeOrder::for_request(request, handle.key_hash());
     if app.provider.crashes_after_reserve(&order.payment.destination) {
         eprintln!("payments-example: fault injection: aborting after the reservation, before the charge is sent");

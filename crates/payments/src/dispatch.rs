@@ -2,7 +2,7 @@
 //! item's provider key (`<key>:charge-v1`), and reports what the provider answered.
 //!
 //! A confirmed charge is reported in the same commit as its payment row
-//! ([`Ledger::record_payment`]); the report completes the idempotency record with the payment's
+//! ([`crate::ledger::record_payment`]); the report completes the idempotency record with the payment's
 //! `201`, so a retry replays it, and the waiting handler is handed the same response. A lost answer is reported unknown: the item and the record wait
 //! in the reconciliation queue (`GET /v1/reconciliation`) and are never charged again blindly.
 //! A dispatcher that dies mid-call leaves its claim to expire; the next claim (in this process
@@ -18,22 +18,23 @@ use idemdb_interface::{IdempotencyStore, WorkflowStore};
 use serde_json::json;
 
 use crate::app::App;
+use crate::backend::Backend;
 use crate::charge::{ChargeOrder, confirmed_payment, stored};
-use crate::ledger::{Ledger, Settlement};
+use crate::ledger::Settlement;
 use crate::provider::ChargeRequest;
 
 /// How many charges one claim takes.
 const BATCH: usize = 32;
 /// The dispatcher of one service: run it beside the router ([`crate::router`]).
 #[derive(Debug)]
-pub struct Dispatcher<L> {
-    pub(crate) app: Arc<App<L>>,
+pub struct Dispatcher<B> {
+    pub(crate) app: Arc<App<B>>,
 }
 
-impl<L: Ledger> Dispatcher<L> {
+impl<B: Backend> Dispatcher<B> {
     /// The reconciler of the same service, with the default interval and budget (see
     /// [`Reconciler`](crate::Reconciler)); run it beside the dispatcher.
-    pub fn reconciler(&self) -> crate::Reconciler<L> {
+    pub fn reconciler(&self) -> crate::Reconciler<B> {
         crate::reconcile::reconciler(Arc::clone(&self.app))
     }
 
@@ -42,7 +43,7 @@ impl<L: Ledger> Dispatcher<L> {
     pub async fn run(self) {
         let app = self.app;
         loop {
-            let claims = match app.ledger.store().claim_effects(BATCH).await {
+            let claims = match app.backend.store().claim_effects(BATCH).await {
                 Ok(claims) => claims,
                 Err(error) => {
                     eprintln!("payments-example: claiming charges failed: {error}");
@@ -52,7 +53,7 @@ impl<L: Ledger> Dispatcher<L> {
             if claims.is_empty() {
                 tokio::select! {
                     () = app.charges.wake.notified() => {}
-                    () = app.ledger.wait_for_charges() => {}
+                    () = app.backend.wait_for_charges() => {}
                 }
                 continue;
             }
@@ -70,8 +71,8 @@ impl<L: Ledger> Dispatcher<L> {
 /// One dispatch of one claimed charge. The response the payment's idempotency record was
 /// finished with, when this dispatch's report committed (the waiting handler answers with it);
 /// `None` when the charge is uncertain, due again, or its report's outcome is unknown.
-async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) -> Option<StoredResponse> {
-    let store = app.ledger.store();
+async fn dispatch<B: Backend>(app: &App<B>, claim: &OutboxItem) -> Option<StoredResponse> {
+    let store = app.backend.store();
     let tenant = claim.scope.tenant();
     let order = match ChargeOrder::from_payload(&claim.payload) {
         Ok(order) => order,
@@ -112,7 +113,9 @@ async fn dispatch<L: Ledger>(app: &App<L>, claim: &OutboxItem) -> Option<StoredR
     let reference = charge["id"].as_str().unwrap_or_default().to_string();
     let (payment, response) = confirmed_payment(claim, &order, &reference);
     let report = EffectReport::Confirmed { reference, result: response.encode() };
-    let Err(error) = app.ledger.record_payment(tenant, &payment, claim, Settlement::Reported(report)).await else {
+    let Err(error) =
+        crate::ledger::record_payment(app.backend.store(), tenant, &payment, claim, Settlement::Reported(report)).await
+    else {
         return Some(response);
     };
     eprintln!("payments-example: recording a confirmed charge failed: {error}");

@@ -1,5 +1,5 @@
 //! A payments service on the idemdb HTTP layer: the seed's `POST /payments` story, to run on
-//! the embedded redb store ([`RedbLedger`]) or on PostgreSQL ([`PgLedger`], many instances on
+//! the embedded redb store ([`RedbBackend`]) or on PostgreSQL ([`PgBackend`], many instances on
 //! one database).
 //!
 //! * `POST /v1/payments` with `Idempotency-Key` and a JSON body
@@ -25,13 +25,14 @@
 
 mod admin;
 mod app;
+mod backend;
 mod charge;
 mod create;
 mod dispatch;
 mod ledger;
 pub mod metrics;
 mod payment;
-mod pg_ledger;
+mod pg_backend;
 mod policy;
 mod provider;
 mod purge;
@@ -58,10 +59,11 @@ pub use app::{Admin, App, bearer};
 pub use charge::{CHARGE_EFFECT, CHARGE_VERSION};
 pub use dispatch::Dispatcher;
 
-pub use ledger::{BackupOutcome, Ledger, LedgerError, PAYMENTS, RedbLedger};
+pub use backend::{Backend, BackupOutcome, RedbBackend};
+pub use ledger::{LedgerError, PAYMENTS, Settlement, payments, record_payment};
 pub use metrics::METRICS_PATH;
 pub use payment::{PAYMENTS_PATH, PaymentRequest, payment_operation_name};
-pub use pg_ledger::{PG_PAYMENTS_TABLE, PgLedger};
+pub use pg_backend::{PgBackend, SAFETY_POLL};
 pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
 pub use purge::{DEFAULT_PURGE_BATCH, DEFAULT_PURGE_INTERVAL, Purging, purge_postgres, purge_rounds};
@@ -97,26 +99,26 @@ pub fn payment_operation() -> Operation {
     }
 }
 
-/// The service's router over `ledger` and `provider`, and the dispatcher of its charges (run
+/// The service's router over `backend` and `provider`, and the dispatcher of its charges (run
 /// it beside the router, for example with `tokio::spawn(dispatcher.run())`; without it,
 /// payments wait in the outbox).
 ///
 /// # Errors
 /// Never in practice: the charge's effect name is a valid constant ([`CHARGE_EFFECT`]).
-pub fn router<L: Ledger>(ledger: L, provider: Provider) -> Result<(Router, Dispatcher<L>), KeyError> {
-    router_with_admin(ledger, provider, None)
+pub fn router<B: Backend>(backend: B, provider: Provider) -> Result<(Router, Dispatcher<B>), KeyError> {
+    router_with_admin(backend, provider, None)
 }
 
 /// [`router`] with admin requests ([`BACKUP_PATH`]) enabled by `admin`.
 ///
 /// # Errors
 /// As [`router`].
-pub fn router_with_admin<L: Ledger>(
-    ledger: L,
+pub fn router_with_admin<B: Backend>(
+    backend: B,
     provider: Provider,
     admin: Option<Admin>,
-) -> Result<(Router, Dispatcher<L>), KeyError> {
-    router_with(ledger, provider, admin, None)
+) -> Result<(Router, Dispatcher<B>), KeyError> {
+    router_with(backend, provider, admin, None)
 }
 
 /// [`router_with_admin`] whose webhooks must be signed: with `webhooks`, every delivery to
@@ -125,25 +127,25 @@ pub fn router_with_admin<L: Ledger>(
 ///
 /// # Errors
 /// As [`router`].
-pub fn router_with<L: Ledger>(
-    ledger: L,
+pub fn router_with<B: Backend>(
+    backend: B,
     provider: Provider,
     admin: Option<Admin>,
     webhooks: Option<WebhookVerifier>,
-) -> Result<(Router, Dispatcher<L>), KeyError> {
+) -> Result<(Router, Dispatcher<B>), KeyError> {
     let tenant = |parts: &Parts| bearer(&parts.headers);
-    let idempotency = IdempotencyLayer::new(ledger.store().clone(), tenant)
+    let idempotency = IdempotencyLayer::new(backend.store().clone(), tenant)
         .route(Method::POST, PAYMENTS_PATH, payment_operation())
         .only_listed_routes();
-    let idempotency = if ledger.shared() { idempotency.shared_store() } else { idempotency };
-    let charges = Charges::new(ledger.shared())?;
-    let app = Arc::new(App { ledger, provider, charges, admin, webhooks });
+    let idempotency = if backend.shared() { idempotency.shared_store() } else { idempotency };
+    let charges = Charges::new(backend.shared())?;
+    let app = Arc::new(App { backend, provider, charges, admin, webhooks });
     let router = Router::new()
-        .route(PAYMENTS_PATH, post(create::create::<L>))
-        .route(WEBHOOK_PATH, post(webhook::receive::<L>).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)))
-        .route(RECONCILIATION_PATH, get(reconcile::list::<L>))
-        .route("/v1/ledger", get(ledger_of::<L>))
-        .route(POLICY_PATH, get(policy_of::<L>))
+        .route(PAYMENTS_PATH, post(create::create::<B>))
+        .route(WEBHOOK_PATH, post(webhook::receive::<B>).layer(DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)))
+        .route(RECONCILIATION_PATH, get(reconcile::list::<B>))
+        .route("/v1/ledger", get(ledger_of::<B>))
+        .route(POLICY_PATH, get(policy_of::<B>))
         .route(METRICS_PATH, get(metrics::render))
         .nest(ADMIN_API_PATH, admin::routes(&app).with_state(()))
         .fallback(refusals::not_found)
@@ -153,7 +155,7 @@ pub fn router_with<L: Ledger>(
     Ok((router, Dispatcher { app }))
 }
 
-async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap) -> Response {
+async fn ledger_of<B: Backend>(State(app): State<Arc<App<B>>>, headers: HeaderMap) -> Response {
     let Some(tenant) = bearer(&headers) else {
         return payment::problem(
             StatusCode::UNAUTHORIZED,
@@ -161,7 +163,7 @@ async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap
             "Authorization: Bearer <tenant> required",
         );
     };
-    let payments = match app.ledger.payments(&tenant).await {
+    let payments = match crate::ledger::payments(app.backend.store(), &tenant).await {
         Ok(payments) => payments,
         Err(_) => {
             return payment::problem(
@@ -185,8 +187,8 @@ async fn ledger_of<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-async fn policy_of<L: Ledger>(State(app): State<Arc<App<L>>>) -> Response {
-    let policy = idemdb_interface::IdempotencyStore::policy(app.ledger.store(), payment_operation_name());
+async fn policy_of<B: Backend>(State(app): State<Arc<App<B>>>) -> Response {
+    let policy = idemdb_interface::IdempotencyStore::policy(app.backend.store(), payment_operation_name());
     ([(header::CONTENT_TYPE, "application/json")], published_policy(policy, &payment_operation()).to_string())
         .into_response()
 }

@@ -24,7 +24,7 @@ use clap::{ArgGroup, CommandFactory, Parser};
 use idemdb::{ExpiredLease, Policy};
 use idemdb_postgres::PgStore;
 use payments_example::{
-    Admin, Ledger, PgLedger, Provider, RedbLedger, payment_operation_name, router_with, timestamped_backup_name,
+    Admin, Backend, PgBackend, Provider, RedbBackend, payment_operation_name, router_with, timestamped_backup_name,
 };
 
 /// A payments service with Idempotency-Key semantics (POST /v1/payments, POST
@@ -116,9 +116,9 @@ struct Args {
     body_read_timeout_secs: u64,
 }
 
-/// Which store backs the service, each with its own [`Ledger`]; the router and handlers are
-/// the same.
-enum Backend {
+/// Which store backs the service, each with its own [`Backend`]; the router, the handlers and
+/// the ledger are the same.
+enum Chosen {
     /// The embedded redb store in a directory.
     Redb { dir: PathBuf },
     /// A PostgreSQL database (and the schema of the service's tables).
@@ -128,7 +128,7 @@ enum Backend {
 impl Args {
     /// The backend the arguments name. Clap's `backend` group already refuses none or both;
     /// this says so again rather than assume it, and refuses `--schema` without `--postgres`.
-    fn backend(&self) -> Result<Backend, clap::Error> {
+    fn backend(&self) -> Result<Chosen, clap::Error> {
         match (&self.data, &self.postgres) {
             (None, Some(_)) if self.backup_dir.is_some() => Err(Args::command().error(
                 ErrorKind::ArgumentConflict,
@@ -137,8 +137,8 @@ impl Args {
             (Some(_), None) if self.schema.is_some() => {
                 Err(Args::command().error(ErrorKind::ArgumentConflict, "--schema is for --postgres, not --data"))
             }
-            (Some(dir), None) => Ok(Backend::Redb { dir: dir.clone() }),
-            (None, Some(url)) => Ok(Backend::Postgres { url: url.clone(), schema: self.schema.clone() }),
+            (Some(dir), None) => Ok(Chosen::Redb { dir: dir.clone() }),
+            (None, Some(url)) => Ok(Chosen::Postgres { url: url.clone(), schema: self.schema.clone() }),
             _ => {
                 Err(Args::command()
                     .error(ErrorKind::ArgumentConflict, "give exactly one of --data DIR and --postgres URL"))
@@ -169,7 +169,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Error>> {
     let latency = Duration::from_millis(args.provider_latency_ms);
     // The charge is the payment's only external effect, and it goes through the outbox: an
     // attempt whose lease ran out before it enqueued the charge (the process died in between)
@@ -208,22 +208,22 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
         None => None,
     };
     match backend {
-        Backend::Redb { dir } => {
+        Chosen::Redb { dir } => {
             std::fs::create_dir_all(&dir)?;
             let provider = faults(Provider::open(&dir.join("provider.redb"), latency)?);
             let store =
-                RedbLedger::store_builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
-            let ledger = RedbLedger::new(store);
+                RedbBackend::store_builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
+            let backend = RedbBackend::new(store);
             if let Some(backup_dir) = &args.backup_dir {
-                backup_on_signal(ledger.clone(), backup_dir.clone());
+                backup_on_signal(backend.clone(), backup_dir.clone());
             }
             let purging =
-                payments_example::purge_rounds(ledger.store().clone(), purge_interval(&args), args.purge_batch);
-            let served = serve(ledger, provider, &args, admin, webhooks, timeouts).await;
+                payments_example::purge_rounds(backend.store().clone(), purge_interval(&args), args.purge_batch);
+            let served = serve(backend, provider, &args, admin, webhooks, timeouts).await;
             purging.stop().await;
             served
         }
-        Backend::Postgres { url, schema } => {
+        Chosen::Postgres { url, schema } => {
             let url = Some(url.as_str()).filter(|url| !url.is_empty());
             let config = idemdb_postgres::connection_config(url, args.password_file.as_deref())
                 .map_err(|error| format!("PostgreSQL settings: {error}"))?;
@@ -240,7 +240,7 @@ async fn run(args: Args, backend: Backend) -> Result<(), Box<dyn std::error::Err
                 .map_err(|error| format!("cannot connect to PostgreSQL at {target}: {error}"))?;
             let provider = faults(Provider::postgres(store.clone(), latency).await?);
             let purging = payments_example::purge_postgres(store.clone(), purge_interval(&args), args.purge_batch);
-            let served = serve(PgLedger::new(store).await?, provider, &args, admin, webhooks, timeouts).await;
+            let served = serve(PgBackend::new(store).await?, provider, &args, admin, webhooks, timeouts).await;
             purging.stop().await;
             served
         }
@@ -251,15 +251,15 @@ fn purge_interval(args: &Args) -> Duration {
     Duration::from_secs(args.purge_interval_secs.max(1))
 }
 
-async fn serve<L: Ledger>(
-    ledger: L,
+async fn serve<B: Backend>(
+    backend: B,
     provider: Provider,
     args: &Args,
     admin: Option<Admin>,
     webhooks: Option<idemdb_http::WebhookVerifier>,
     timeouts: payments_example::ReadTimeouts,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (router, dispatcher) = router_with(ledger, provider, admin, webhooks)?;
+    let (router, dispatcher) = router_with(backend, provider, admin, webhooks)?;
     let listener = tokio::net::TcpListener::bind(&args.addr).await?;
     let reconciler = dispatcher.reconciler().interval(Duration::from_secs(args.reconcile_interval_secs.max(1)));
     let reconciler = tokio::spawn(reconciler.run());
@@ -275,7 +275,7 @@ async fn serve<L: Ledger>(
 
 /// SIGUSR1 writes a timestamped backup into `dir` (one at a time; the outcome on stderr).
 #[cfg(unix)]
-fn backup_on_signal(ledger: RedbLedger, dir: PathBuf) {
+fn backup_on_signal(backend: RedbBackend, dir: PathBuf) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut signals) = signal(SignalKind::user_defined1()) else {
         eprintln!("payments-example: SIGUSR1 cannot be handled here: no backups on signal");
@@ -283,8 +283,8 @@ fn backup_on_signal(ledger: RedbLedger, dir: PathBuf) {
     };
     tokio::spawn(async move {
         while signals.recv().await.is_some() {
-            let (ledger, path) = (ledger.clone(), dir.join(timestamped_backup_name()));
-            let written = tokio::task::spawn_blocking(move || ledger.backup_blocking(&path)).await;
+            let (backend, path) = (backend.clone(), dir.join(timestamped_backup_name()));
+            let written = tokio::task::spawn_blocking(move || backend.backup_blocking(&path)).await;
             match written {
                 Ok(Ok(report)) => eprintln!(
                     "payments-example: backup {} written and verified: {} records, {} bytes, {} ms",
@@ -301,7 +301,7 @@ fn backup_on_signal(ledger: RedbLedger, dir: PathBuf) {
 }
 
 #[cfg(not(unix))]
-fn backup_on_signal(_ledger: RedbLedger, _dir: PathBuf) {}
+fn backup_on_signal(_backend: RedbBackend, _dir: PathBuf) {}
 
 async fn shutdown() {
     let interrupt = async {

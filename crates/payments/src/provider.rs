@@ -126,7 +126,7 @@ impl Provider {
                 PRIMARY KEY (tenant, provider_key)
             )"
         );
-        crate::pg_ledger::create_table(&store, &table, &create).await.map_err(ProviderError::of)?;
+        crate::pg_backend::create_table(&store, &table, &create).await.map_err(ProviderError::of)?;
         // A repeated key counts the call and returns the first charge.
         let charge = format!(
             "INSERT INTO {table} AS c (tenant, provider_key, charge, calls) VALUES ($1, $2, $3::text::jsonb, 1)

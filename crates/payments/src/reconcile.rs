@@ -15,8 +15,9 @@ use idemdb_interface::{IdempotencyStore, WorkflowStore};
 use serde_json::{Value, json};
 
 use crate::app::{App, bearer};
+use crate::backend::Backend;
 use crate::charge::{ChargeOrder, confirmed_payment};
-use crate::ledger::{Ledger, Settlement};
+use crate::ledger::Settlement;
 use crate::payment::{payment_operation_name, problem};
 
 /// Where the queue is listed.
@@ -29,11 +30,11 @@ fn entry<S: IdempotencyStore>(store: &S, tenant: &str, attention: &Attention) ->
 }
 
 /// The handler.
-pub(crate) async fn list<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap) -> Response {
+pub(crate) async fn list<B: Backend>(State(app): State<Arc<App<B>>>, headers: HeaderMap) -> Response {
     let Some(tenant) = bearer(&headers) else {
         return problem(StatusCode::UNAUTHORIZED, "unauthorized", "Authorization: Bearer <tenant> required");
     };
-    let queue = match app.ledger.store().reconciliation_queue(0).await {
+    let queue = match app.backend.store().reconciliation_queue(0).await {
         Ok(queue) => queue,
         Err(_) => {
             let detail = "the reconciliation queue could not be read";
@@ -41,7 +42,7 @@ pub(crate) async fn list<L: Ledger>(State(app): State<Arc<App<L>>>, headers: Hea
         }
     };
     let entries: Vec<Value> =
-        queue.iter().filter_map(|attention| entry(app.ledger.store(), &tenant, attention)).collect();
+        queue.iter().filter_map(|attention| entry(app.backend.store(), &tenant, attention)).collect();
     let body = json!({ "entries": entries });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
@@ -53,8 +54,8 @@ pub(crate) async fn list<L: Ledger>(State(app): State<Arc<App<L>>>, headers: Hea
 /// replay); not found: resolved `not_found`, and the dispatcher woken to send it again under
 /// the same provider key.
 #[derive(Debug)]
-pub struct ChargeLookup<L> {
-    pub(crate) app: Arc<App<L>>,
+pub struct ChargeLookup<B> {
+    pub(crate) app: Arc<App<B>>,
 }
 
 /// The reconciler of the payments service: the library's task with [`ChargeLookup`], the
@@ -62,17 +63,17 @@ pub struct ChargeLookup<L> {
 /// charge enqueued is released, so its retry runs). Every resolution is in the store's audit
 /// trail (`effect_resolved`, `reconciled`), the log and the metrics; what no fact decides stays
 /// listed at [`RECONCILIATION_PATH`].
-pub type Reconciler<L> = idemdb_http::reconcile::Reconciler<<L as Ledger>::Store, ChargeLookup<L>>;
+pub type Reconciler<B> = idemdb_http::reconcile::Reconciler<<B as Backend>::Store, ChargeLookup<B>>;
 
 /// The service's reconciler over `app`, every `DEFAULT_RECONCILE_INTERVAL`.
-pub(crate) fn reconciler<L: Ledger>(app: Arc<App<L>>) -> Reconciler<L> {
-    let store = app.ledger.store().clone();
+pub(crate) fn reconciler<B: Backend>(app: Arc<App<B>>) -> Reconciler<B> {
+    let store = app.backend.store().clone();
     let charge = app.charges.effect.clone();
     idemdb_http::reconcile::Reconciler::new(store, ChargeLookup { app }).declare(payment_operation_name(), [charge])
 }
 
-impl<L: Ledger> EffectLookup<L::Store> for ChargeLookup<L> {
-    async fn decide(&self, store: &L::Store, item: &OutboxItem) -> EffectDecision {
+impl<B: Backend> EffectLookup<B::Store> for ChargeLookup<B> {
+    async fn decide(&self, store: &B::Store, item: &OutboxItem) -> EffectDecision {
         let app = &self.app;
         if item.effect != app.charges.effect {
             return EffectDecision::Undecided;
@@ -102,10 +103,14 @@ impl<L: Ledger> EffectLookup<L::Store> for ChargeLookup<L> {
         let Some(reference) = charge["id"].as_str().map(str::to_string) else { return EffectDecision::Undecided };
         let (payment, response) = confirmed_payment(item, &order, &reference);
         let state = ProviderState::Confirmed { reference, result: response.encode() };
-        match app
-            .ledger
-            .record_payment(tenant, &payment, item, Settlement::Resolved(state, ResolutionCause::ProviderConfirmed))
-            .await
+        match crate::ledger::record_payment(
+            app.backend.store(),
+            tenant,
+            &payment,
+            item,
+            Settlement::Resolved(state, ResolutionCause::ProviderConfirmed),
+        )
+        .await
         {
             Ok(_) => EffectDecision::Confirmed,
             Err(_) => EffectDecision::Undecided,

@@ -23,7 +23,7 @@ use idemdb_interface::WorkflowStore;
 use serde_json::{Map, Value, json};
 
 use crate::app::App;
-use crate::ledger::Ledger;
+use crate::backend::Backend;
 use crate::payment::problem;
 
 /// Where the provider delivers its webhooks.
@@ -64,7 +64,7 @@ pub fn parse_delivery(body: &[u8]) -> Result<Delivery, String> {
 }
 
 /// The handler.
-pub(crate) async fn receive<L: Ledger>(State(app): State<Arc<App<L>>>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn receive<B: Backend>(State(app): State<Arc<App<B>>>, headers: HeaderMap, body: Bytes) -> Response {
     let verified = match &app.webhooks {
         Some(verifier) => match verifier.verify(&headers, &body, SystemTime::now()) {
             Ok(verified) => Some(verified),
@@ -79,7 +79,7 @@ pub(crate) async fn receive<L: Ledger>(State(app): State<Arc<App<L>>>, headers: 
     if verified.is_some_and(|verified| verified.id() != delivery.delivery_id) {
         return problem(StatusCode::BAD_REQUEST, "invalid-webhook", "`delivery_id` must be the delivery's webhook-id");
     }
-    let store = app.ledger.store();
+    let store = app.backend.store();
     let guard = NewerVersionWithin { max_step: MAX_VERSION_STEP };
     let answer = match store.accept_delivery(&delivery, guard).await {
         Ok(answer) => answer,

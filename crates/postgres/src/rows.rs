@@ -219,6 +219,16 @@ impl PgStore {
         .await
     }
 
+    /// Makes the row table `table` in the store's schema now, if it is missing (it is made on
+    /// first use anyway): for an application that adds its own triggers, grants or indexes at
+    /// start-up.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] and database errors (the role may not create tables).
+    pub async fn create_row_table(&self, table: RowTable) -> Result<(), Error> {
+        self.retrying(|| self.inner.ensure_row_table(table)).await
+    }
+
     /// Runs one row read on a pooled connection; a table never made reads as empty.
     async fn read_rows(&self, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<Vec<PgRow>, Error> {
         let inner = &self.inner;

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use idemdb::{ExpiredLease, Policy, Store};
-use payments_example::{Provider, RedbLedger, payment_operation_name};
+use payments_example::{Provider, RedbBackend, payment_operation_name};
 use serde_json::Value;
 
 use super::{arg, idemdb};
@@ -24,7 +24,7 @@ fn with_service<T>(dir: &Path, client: impl AsyncFnOnce(String) -> T) -> T {
         let provider = Provider::open(&dir.join("provider.redb"), Duration::ZERO)
             .expect("provider")
             .lose_responses_to("acct_lost");
-        let (router, dispatcher) = payments_example::router(RedbLedger::new(store), provider).expect("router");
+        let (router, dispatcher) = payments_example::router(RedbBackend::new(store), provider).expect("router");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         tokio::spawn(dispatcher.run());
@@ -144,7 +144,7 @@ fn reconcile_url_lists_and_resolves_on_a_running_service() {
             .lose_responses_to("acct_lost");
         let admin = payments_example::Admin::new(TOKEN, None).expect("admin");
         let (router, dispatcher) =
-            payments_example::router_with_admin(RedbLedger::new(store), provider, Some(admin)).expect("router");
+            payments_example::router_with_admin(RedbBackend::new(store), provider, Some(admin)).expect("router");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         tokio::spawn(dispatcher.run());

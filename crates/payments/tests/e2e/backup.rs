@@ -7,10 +7,13 @@ use std::sync::{Arc, Mutex};
 
 use idemdb::redb::ReadableTable;
 use idemdb::{StateKind, Store};
-use payments_example::PAYMENTS;
 use serde_json::Value;
 
 use crate::support::*;
+
+/// The payments row table as redb sees it, to read every tenant's rows at once.
+const PAYMENTS: idemdb::redb::TableDefinition<(&str, &str), &[u8]> =
+    idemdb::redb::TableDefinition::new(payments_example::PAYMENTS.name());
 
 const TOKEN: &str = "admin-token-for-the-e2e-tests";
 

@@ -312,3 +312,44 @@ async fn postgres_the_purge_task_removes_expired_records() {
         .get(0);
     assert!(removals >= 5, "each record's removal is in the audit trail ({removals})");
 }
+
+/// A payments table written by an earlier version (`tenant`, `id`, `payment jsonb`) is turned
+/// into the row table's columns at start-up, its payments kept: the ledger lists the old
+/// payment beside a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_older_payments_table_is_upgraded_in_place_at_start() {
+    let Some(db) = Db::postgres("legacy_table").await else { return };
+    let Db::Postgres { url, schema } = &db else { unreachable!() };
+    let admin = sql(url).await;
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA \"{schema}\";
+             CREATE TABLE \"{schema}\".app_payments (
+                 tenant text COLLATE \"C\" NOT NULL, id text COLLATE \"C\" NOT NULL, payment jsonb NOT NULL,
+                 PRIMARY KEY (tenant, id));
+             INSERT INTO \"{schema}\".app_payments VALUES ('acme', 'pay_old',
+                 '{{\"id\": \"pay_old\", \"idempotency_key\": \"old-key\", \"provider_charge\": \"ch_old\"}}');"
+        ))
+        .await
+        .unwrap();
+    let server = db.start(&[]);
+    let http = http();
+    let reply = pay(&http, &server.url, "acme", "new-key", &payment("10.50")).await.unwrap();
+    assert_eq!(reply.status, 201, "{reply:?}");
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!(effects.payments_of("old-key"), 1, "the older payment is kept");
+    assert_eq!(effects.payment_charges_of("old-key"), ["ch_old"]);
+    assert_eq!(effects.payments_of("new-key"), 1);
+    let columns: Vec<String> = admin
+        .query(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = $1 \
+             AND table_name = 'app_payments' ORDER BY ordinal_position",
+            &[schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(columns, ["partition", "id", "value"]);
+}
