@@ -101,7 +101,7 @@ pub use retry::{
 };
 pub use rows::{
     BusinessWrite, MAX_ROW_KEY_LEN, MAX_ROW_TABLE_NAME_LEN, MAX_ROW_VALUE_LEN, Row, RowError, RowTable, RowWrite,
-    Settle, check_row_key, check_table_name,
+    Settle, check_row, check_row_key, check_table_name,
 };
 pub use step::LeaseStep;
 pub use time::{DecisionTime, Timestamp};

@@ -296,15 +296,29 @@ impl BusinessWrite {
     pub fn check(&self) -> Result<(), RowError> {
         for row in &self.rows {
             let (_, partition, id) = row.target();
-            check_row_key("partition", partition)?;
-            check_row_key("id", id)?;
-            if let RowWrite::Put { value, .. } = row
-                && value.len() > MAX_ROW_VALUE_LEN
-            {
-                return Err(RowError::ValueTooLarge { len: value.len(), max: MAX_ROW_VALUE_LEN });
-            }
+            let value = match row {
+                RowWrite::Put { value, .. } => Some(value.as_slice()),
+                RowWrite::Delete { .. } => None,
+            };
+            check_row(partition, id, value)?;
         }
         Ok(())
+    }
+}
+
+/// Checks one row change: its partition and id, and its value when it is a put (`None`: a
+/// delete). Backends call it for every row they write.
+///
+/// # Errors
+/// [`RowError::KeyTooLong`], [`RowError::NulByte`] or [`RowError::ValueTooLarge`].
+pub fn check_row(partition: &str, id: &str, value: Option<&[u8]>) -> Result<(), RowError> {
+    check_row_key("partition", partition)?;
+    check_row_key("id", id)?;
+    match value {
+        Some(value) if value.len() > MAX_ROW_VALUE_LEN => {
+            Err(RowError::ValueTooLarge { len: value.len(), max: MAX_ROW_VALUE_LEN })
+        }
+        _ => Ok(()),
     }
 }
 

@@ -7,6 +7,11 @@
 //! storage, so every backend answers alike — the shared decision table
 //! ([`conformance`], behind the `conformance` feature) checks that on each of them.
 //!
+//! Beside it: [`WorkflowStore`] (the outbox, reconciliation queue, inbox and jobs),
+//! [`BusinessStore`] (the application's rows committed with the store's transitions, one
+//! [`BusinessWrite`](idemdb_core::BusinessWrite) per transaction) and [`InspectStore`]
+//! (listings for operators).
+//!
 //! # Why the methods return futures
 //!
 //! A SQL backend answers over the network, while redb answers a replay in microseconds and a

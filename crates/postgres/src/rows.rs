@@ -16,7 +16,7 @@ use std::sync::PoisonError;
 use deadpool_postgres::tokio_postgres::Row as PgRow;
 use deadpool_postgres::tokio_postgres::types::{ToSql, Type};
 
-use idemdb_core::{BusinessWrite, OutboxItem, Row, RowTable, RowWrite, Settle, check_row_key};
+use idemdb_core::{BusinessWrite, OutboxItem, Row, RowTable, RowWrite, Settle, check_row};
 
 use crate::PgStore;
 use crate::error::Error;
@@ -117,13 +117,7 @@ impl PgTxn {
     /// [`Error::Row`] for a partition or id the limits refuse, or a value too large; database
     /// errors.
     pub async fn put_row(&mut self, table: RowTable, partition: &str, id: &str, value: &[u8]) -> Result<(), Error> {
-        check_row_key("partition", partition)?;
-        check_row_key("id", id)?;
-        if value.len() > idemdb_core::MAX_ROW_VALUE_LEN {
-            return Err(
-                idemdb_core::RowError::ValueTooLarge { len: value.len(), max: idemdb_core::MAX_ROW_VALUE_LEN }.into()
-            );
-        }
+        check_row(partition, id, Some(value))?;
         // A transaction of the store's own begins lazily: rows must not run before `BEGIN`.
         self.begin_now().await?;
         self.ensure_row_table_here(table).await?;
@@ -142,8 +136,7 @@ impl PgTxn {
     /// # Errors
     /// As [`PgTxn::put_row`].
     pub async fn delete_row(&mut self, table: RowTable, partition: &str, id: &str) -> Result<bool, Error> {
-        check_row_key("partition", partition)?;
-        check_row_key("id", id)?;
+        check_row(partition, id, None)?;
         // A transaction of the store's own begins lazily: rows must not run before `BEGIN`.
         self.begin_now().await?;
         self.ensure_row_table_here(table).await?;

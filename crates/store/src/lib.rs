@@ -65,6 +65,7 @@ mod backup;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod backup_tests;
 mod builder;
+mod business;
 mod clock;
 mod db;
 mod durability;

@@ -109,7 +109,7 @@ fn apply(
         #[cfg(feature = "workflow")]
         T_JOBS => bytes(JOBS),
         T_APPLICATION => Ok(apps.apply(tx, key, value)?),
-        T_ROWS => crate::rows::apply(tx, key, value),
+        T_ROWS => crate::rows::apply(tx, key, value).map_err(Applied::Storage)?.ok_or(Applied::Malformed),
         _ => Err(Applied::Malformed),
     }
 }
