@@ -43,12 +43,15 @@ use idemdb_core::{
     Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, InboxAnswer, JobAnswer, JobLease,
     JobRecord, ObjectRecord, OutboxItem, ProviderState,
 };
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use idemdb_core::{BusinessWrite, Row, RowTable};
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+use idemdb_interface::BusinessStore;
 use idemdb_core::{
     Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
     Resolution, Scope, validate_correlation,
 };
-use idemdb_interface::{BusinessStore, IdempotencyStore};
+use idemdb_interface::IdempotencyStore;
 #[cfg(feature = "workflow")]
 use idemdb_interface::{InspectStore, ListedDelivery, WorkflowStore};
 
@@ -401,6 +404,7 @@ impl Store {
 
 /// The commit runs on the blocking pool (it waits for a flush); the reads answer inline from a
 /// snapshot.
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 impl BusinessStore for AsyncStore {
     fn commit_business(
         &self,

@@ -65,6 +65,7 @@ mod backup;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod backup_tests;
 mod builder;
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 mod business;
 mod clock;
 mod db;
@@ -81,6 +82,9 @@ mod journal;
 mod meta;
 mod purge;
 mod rebuild;
+// Row tables and the business write are left out of the WebAssembly build (its bindings do
+// not expose them, and their redb table type would add to the `.wasm`).
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 mod rows;
 mod snapshot;
 mod store;

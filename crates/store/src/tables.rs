@@ -76,6 +76,7 @@ pub(crate) const T_JOBS: u8 = 12;
 pub(crate) const T_APPLICATION: u8 = 13;
 /// Every row table (`rows.rs`): the logged key is `name length: u32 BE · name · partition
 /// length: u32 BE · partition · id`; replayed without registration (all have one type).
+#[cfg_attr(all(target_arch = "wasm32", target_os = "unknown"), allow(dead_code))]
 pub(crate) const T_ROWS: u8 = 14;
 
 /// Reconciliation queue entry kinds.

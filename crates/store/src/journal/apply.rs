@@ -109,6 +109,7 @@ fn apply(
         #[cfg(feature = "workflow")]
         T_JOBS => bytes(JOBS),
         T_APPLICATION => Ok(apps.apply(tx, key, value)?),
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
         T_ROWS => crate::rows::apply(tx, key, value).map_err(Applied::Storage)?.ok_or(Applied::Malformed),
         _ => Err(Applied::Malformed),
     }
