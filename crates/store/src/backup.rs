@@ -434,8 +434,11 @@ impl Store {
     ) -> Result<(Expected, u64, Vec<String>, Vec<RowsCopy>), BackupError> {
         let known = store_tables();
         let declared = |name: &str| options.tables.iter().any(|t| t.table_name() == name);
-        let rows: Vec<RowsCopy> =
-            crate::rebuild::row_tables(read, &known)?.into_iter().filter(|name| !declared(name)).map(RowsCopy).collect();
+        let rows: Vec<RowsCopy> = crate::rebuild::row_tables(read, &known)?
+            .into_iter()
+            .filter(|name| !declared(name))
+            .map(RowsCopy)
+            .collect();
         let mut unknown = Vec::new();
         let mut total = 0;
         for table in read.list_tables().map_err(Error::from)? {

@@ -45,12 +45,12 @@ use idemdb_core::{
 };
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use idemdb_core::{BusinessWrite, Row, RowTable};
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-use idemdb_interface::BusinessStore;
 use idemdb_core::{
     Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
     Resolution, Scope, validate_correlation,
 };
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+use idemdb_interface::BusinessStore;
 use idemdb_interface::IdempotencyStore;
 #[cfg(feature = "workflow")]
 use idemdb_interface::{InspectStore, ListedDelivery, WorkflowStore};
