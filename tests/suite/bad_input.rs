@@ -8,8 +8,8 @@ use std::time::Duration;
 use idemdb::redb::{self, ReadableDatabase, TableDefinition};
 use idemdb::{
     CanonicalError, Canonicalizer, Error, Failure, IdempotencyKey, KeyError, ManualClock, Normaliser, OpenError,
-    OutcomeClass, Policy, PolicyError, Reservation, Resolution, STORE_FORMAT, Scope, ScopedKey, StateKind, Store,
-    StoreBuilder, TransitionError,
+    OutcomeClass, Policy, PolicyError, Refusal, Reservation, Resolution, STORE_FORMAT, Scope, ScopedKey, StateKind,
+    Store, StoreBuilder, TransitionError,
 };
 use idemdb_core::{DecodeError, IdentityPart, MAX_KEY_LEN, MAX_SCOPE_PART_LEN};
 use idemdb_tests::{T0, fp, key, scope, snapshot};
@@ -61,7 +61,7 @@ fn key_error<T: std::fmt::Debug>(result: Result<T, KeyError>) -> KeyError {
 
 fn refused<T: std::fmt::Debug>(result: Result<T, Error>) -> TransitionError {
     match result {
-        Err(Error::Transition(error)) => error,
+        Err(Error::Refused(Refusal::Transition(error))) => error,
         other => panic!("expected a refused transition, got {other:?}"),
     }
 }
@@ -153,11 +153,14 @@ fn an_invalid_correlation_id_is_refused_and_nothing_is_reserved() {
         ("req\u{1b}[31m", KeyError::InvalidByte { part, byte: 0x1b, offset: 3 }),
     ] {
         match store.reserve_traced(&scope, &fresh, &fp(1), correlation) {
-            Err(Error::Key(error)) => assert_eq!(error, expected, "{correlation:?}"),
+            Err(Error::Refused(Refusal::Key(error))) => assert_eq!(error, expected, "{correlation:?}"),
             other => panic!("{correlation:?}: expected a key error, got {other:?}"),
         }
         // Neither a new key nor an existing one is touched.
-        assert!(matches!(store.reserve_traced(&scope, &key("done"), &fp(2), correlation), Err(Error::Key(_))));
+        assert!(matches!(
+            store.reserve_traced(&scope, &key("done"), &fp(2), correlation),
+            Err(Error::Refused(Refusal::Key(_)))
+        ));
     }
     assert_eq!(snapshot(&store), before, "nothing reserved, nothing changed");
     assert!(matches!(store.reserve_traced(&scope, &fresh, &fp(1), "req-1"), Ok(Reservation::Acquired(_))));
@@ -693,7 +696,10 @@ fn fences_never_saturate_so_a_stale_lease_cannot_complete_a_newer_attempt() {
         updated_at: idemdb::Timestamp::from_millis(T0),
     };
     let imported = store.write(|txn| txn.import(&scoped, &released(u64::MAX - 1), false));
-    assert!(matches!(imported, Err(Error::InvalidRecord(_))), "a fence near u64::MAX is refused: {imported:?}");
+    assert!(
+        matches!(imported, Err(Error::Refused(Refusal::InvalidRecord(_)))),
+        "a fence near u64::MAX is refused: {imported:?}"
+    );
     assert_eq!(store.get(&scope, &key).expect("get"), None, "and nothing was written");
 
     // At the largest fence a record may hold, the next lease has no fence left.
@@ -705,7 +711,7 @@ fn fences_never_saturate_so_a_stale_lease_cannot_complete_a_newer_attempt() {
     store.fail(&first, Failure::Retryable).expect("release");
     let second = store.reserve(&scope, &key, &fp(1));
     assert!(
-        matches!(second, Err(Error::Transition(TransitionError::FenceExhausted { .. }))),
+        matches!(second, Err(Error::Refused(Refusal::Transition(TransitionError::FenceExhausted { .. })))),
         "no fence is handed out twice: {second:?}"
     );
     assert!(store.complete(&first, b"late".to_vec()).is_err(), "the stale lease completes nothing");

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use idemdb::{
     Durability, Error, ExpiredLease, Failure, IdempotencyKey, Lease, ManualClock, OutcomeClass, Policy, Record,
-    Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder, Timestamp, TransitionError,
-    UncertainCause,
+    Refusal, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder, Timestamp,
+    TransitionError, UncertainCause,
 };
 use idemdb_tests::{T0, fp, snapshot};
 use proptest::prelude::*;
@@ -255,13 +255,19 @@ impl Answer {
 
     fn of_error(error: Error) -> Answer {
         match error {
-            Error::NotFound => Answer::NotFound,
-            Error::Transition(TransitionError::StaleFence { presented, current }) => {
+            Error::Refused(Refusal::NotFound) => Answer::NotFound,
+            Error::Refused(Refusal::Transition(TransitionError::StaleFence { presented, current })) => {
                 Answer::StaleFence { presented, current }
             }
-            Error::Transition(TransitionError::WrongState { state, action }) => Answer::WrongState { state, action },
-            Error::Transition(TransitionError::LeaseLive { until }) => Answer::LeaseLive { until: until.as_millis() },
-            Error::Transition(TransitionError::ResultTooLarge { len, max }) => Answer::ResultTooLarge { len, max },
+            Error::Refused(Refusal::Transition(TransitionError::WrongState { state, action })) => {
+                Answer::WrongState { state, action }
+            }
+            Error::Refused(Refusal::Transition(TransitionError::LeaseLive { until })) => {
+                Answer::LeaseLive { until: until.as_millis() }
+            }
+            Error::Refused(Refusal::Transition(TransitionError::ResultTooLarge { len, max })) => {
+                Answer::ResultTooLarge { len, max }
+            }
             other => panic!("the store failed instead of answering: {other}"),
         }
     }

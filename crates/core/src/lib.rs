@@ -61,6 +61,7 @@ mod policy;
 pub mod prelude;
 mod purge;
 mod record;
+mod refusal;
 mod retry;
 mod rows;
 mod step;
@@ -94,6 +95,7 @@ pub use policy::{
 };
 pub use purge::PurgeReport;
 pub use record::{MAX_FENCE, OutcomeClass, Record, RecordError, Retention, State, StateKind, UncertainCause};
+pub use refusal::Refusal;
 pub use retry::{
     AnswerClass, AttentionCause, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT,
     DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES,

@@ -31,9 +31,9 @@ pub use crate::{
     InboxRefusal, Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord,
     JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
     NewEffect, NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind,
-    OutcomeClass, Policy, PolicyError, ProviderState, ProviderStateKind, PurgeReport, Record, RecordError, Reservation,
-    ReservationKind, Resolution, ResolutionCause, ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind,
-    StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
+    OutcomeClass, Policy, PolicyError, ProviderState, ProviderStateKind, PurgeReport, Record, RecordError, Refusal,
+    Reservation, ReservationKind, Resolution, ResolutionCause, ResolutionKind, RetentionBudget, Scope, ScopedKey,
+    State, StateKind, StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
 };
 
 /// The business write: application rows committed with the store's transitions.

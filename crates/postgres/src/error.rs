@@ -9,9 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use idemdb_core::{
-    Coded, DecodeError, ErrorCode, InboxRefusal, JobRefusal, KeyError, OutboxRefusal, PolicyError, TransitionError,
-};
+use idemdb_core::{Coded, DecodeError, ErrorCode, PolicyError, Refusal};
 
 use crate::schema::SCHEMA_VERSION;
 
@@ -275,36 +273,18 @@ pub enum Error {
         #[source]
         source: DecodeError,
     },
-    /// No record exists for the key.
-    #[error("no record for this key")]
-    NotFound,
-    /// The transition was refused (stale fence, wrong state, live lease, result too large).
+    /// The rules refused the operation (no record, a stale fence, a wrong state, an invalid
+    /// key, an outbox, inbox or job rule, a row over the limits): the same [`Refusal`], with the
+    /// same code, as on every backend. Nothing was changed (the transaction was rolled back).
     #[error(transparent)]
-    Transition(#[from] TransitionError),
-    /// A key, scope or correlation id was invalid.
-    #[error(transparent)]
-    Key(#[from] KeyError),
+    Refused(Refusal),
     /// The record of the key changed under every attempt to decide on it (it was inserted and
     /// removed again between statements, repeatedly). Nothing was changed; repeat the call.
     #[error("the record kept changing under the decision; nothing was changed")]
     Contention,
-    /// The outbox rules refused the change (a stale claim, a provider key past its window,
-    /// another payload for the same effect); nothing was changed.
-    #[error(transparent)]
-    Outbox(#[from] OutboxRefusal),
-    /// The inbox refused the delivery (its id was seen with another payload); nothing was
-    /// changed.
-    #[error(transparent)]
-    Inbox(#[from] InboxRefusal),
-    /// The job rules refused the change (a stale lease, a step already done); nothing was
-    /// changed.
-    #[error(transparent)]
-    Job(#[from] JobRefusal),
-    /// A row of a [`BusinessWrite`](idemdb_core::BusinessWrite) was refused by the row limits;
-    /// nothing was written.
-    #[error(transparent)]
-    Row(#[from] idemdb_core::RowError),
 }
+
+idemdb_core::refused_from!(Error, Error::Refused);
 
 impl Error {
     /// Classifies a driver error seen before any commit was attempted.
@@ -323,14 +303,16 @@ impl Error {
             Error::CommitUnknown(_) => ErrorCode::CommitUnknown,
             Error::Database(db) => db.code(),
             Error::Corrupt { source, .. } => source.code(),
-            Error::NotFound => ErrorCode::NotFound,
-            Error::Transition(transition) => transition.code(),
-            Error::Key(key) => key.code(),
+            Error::Refused(refusal) => refusal.code(),
             Error::Contention => ErrorCode::Storage,
-            Error::Outbox(refusal) => refusal.code(),
-            Error::Inbox(refusal) => refusal.code(),
-            Error::Job(refusal) => refusal.code(),
-            Error::Row(row) => row.code(),
+        }
+    }
+
+    /// The rules' refusal, when the error is one ([`Error::Refused`]).
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            Error::Refused(refusal) => Some(refusal),
+            _ => None,
         }
     }
 

@@ -118,7 +118,9 @@
 //!
 //! * The adapter's own names: [`PgStore`], [`PgStoreBuilder`], [`PgTxn`], its errors
 //!   ([`Error`], [`ConnectError`], [`DbError`], [`SchemaMismatch`]), the purge task, the
-//!   outbox listener and the connection settings.
+//!   outbox listener and the connection settings. What the rules refuse is not the adapter's
+//!   own: it is [`Refusal`], the core's, carried by [`Error::Refused`] exactly as the embedded
+//!   store's error carries it.
 //! * The core's curated list, [`idemdb_core::prelude`], re-exported whole: the same names, the
 //!   same items, as the embedded store's `idemdb` crate offers (`idemdb_postgres::Scope` is
 //!   `idemdb::Scope`), so code moves between the two by changing the crate name.

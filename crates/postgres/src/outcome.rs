@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use deadpool_postgres::tokio_postgres::Row;
 
-use idemdb_core::{IdempotencyKey, Scope};
+use idemdb_core::{IdempotencyKey, Refusal, Scope};
 
 use crate::error::Error;
 use crate::inner::Inner;
@@ -123,7 +123,7 @@ async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<
     let row = inner
         .io(&connection, async {
             let rows = inner.statements.query(&connection, TXID_STATUS, &[&xid]).await.map_err(Error::from_driver)?;
-            rows.into_iter().next().ok_or(Error::NotFound)
+            rows.into_iter().next().ok_or(Error::Refused(Refusal::NotFound))
         })
         .await
         .map_err(|_| Retry)?;

@@ -114,7 +114,7 @@ impl PgTxn {
     /// there). The table is made first if this store has not seen it.
     ///
     /// # Errors
-    /// [`Error::Row`] for a partition or id the limits refuse, or a value too large; database
+    /// [`Refusal::Row`](idemdb_core::Refusal::Row) for a partition or id the limits refuse, or a value too large; database
     /// errors.
     pub async fn put_row(&mut self, table: RowTable, partition: &str, id: &str, value: &[u8]) -> Result<(), Error> {
         check_row(partition, id, Some(value))?;
@@ -149,7 +149,7 @@ impl PgTxn {
     /// (see [`PgStore::commit_business`]). Returns the outbox items the effect settlements left.
     ///
     /// # Errors
-    /// [`Error::Row`] before anything is written; the first refused settlement (roll the
+    /// [`Refusal::Row`](idemdb_core::Refusal::Row) before anything is written; the first refused settlement (roll the
     /// transaction back).
     pub async fn apply_business(&mut self, write: &BusinessWrite) -> Result<Vec<OutboxItem>, Error> {
         write.check()?;
@@ -192,8 +192,8 @@ impl PgStore {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Row`] for a row the limits refuse; the first settlement the store refuses
-    /// ([`Error::Transition`], [`Error::Outbox`]); [`Error::Unavailable`] and database errors.
+    /// [`Refusal::Row`](idemdb_core::Refusal::Row) for a row the limits refuse; the first settlement the store refuses
+    /// ([`Refusal::Transition`](idemdb_core::Refusal::Transition), [`Refusal::Outbox`](idemdb_core::Refusal::Outbox)); [`Error::Unavailable`] and database errors.
     /// On any error nothing of the write was committed, except [`Error::CommitUnknown`] (repeat
     /// to learn what was stored).
     pub async fn commit_business(&self, write: BusinessWrite) -> Result<Vec<OutboxItem>, Error> {

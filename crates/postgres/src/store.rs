@@ -173,7 +173,7 @@ impl PgStore {
     /// holding the row.
     ///
     /// # Errors
-    /// [`Error::Key`] for an invalid correlation id; [`Error::Unavailable`],
+    /// [`Refusal::Key`](idemdb_core::Refusal::Key) for an invalid correlation id; [`Error::Unavailable`],
     /// [`Error::CommitUnknown`] and database errors; [`Error::Corrupt`].
     pub async fn reserve(
         &self,
@@ -341,8 +341,8 @@ impl PgStore {
     /// Stores the result of the lease's attempt; retries replay it byte for byte.
     ///
     /// # Errors
-    /// [`Error::Transition`] for a stale fence, a finished record or a result over the limit;
-    /// [`Error::NotFound`]; [`Error::Unavailable`], [`Error::CommitUnknown`], database errors.
+    /// [`Refusal::Transition`](idemdb_core::Refusal::Transition) for a stale fence, a finished record or a result over the limit;
+    /// [`Refusal::NotFound`](idemdb_core::Refusal::NotFound); [`Error::Unavailable`], [`Error::CommitUnknown`], database errors.
     pub async fn complete(&self, lease: &Lease, result: Vec<u8>) -> Result<(), Error> {
         let result = &result;
         self.in_txn(|mut txn| async move {
@@ -368,7 +368,7 @@ impl PgStore {
     /// Extends the lease; returns the renewed lease.
     ///
     /// # Errors
-    /// [`Error::Transition`] when the lease is stale or the record is no longer in progress;
+    /// [`Refusal::Transition`](idemdb_core::Refusal::Transition) when the lease is stale or the record is no longer in progress;
     /// as [`PgStore::complete`].
     pub async fn renew(&self, lease: &Lease) -> Result<Lease, Error> {
         self.in_txn(|mut txn| async move {
@@ -381,8 +381,8 @@ impl PgStore {
     /// Resolves an uncertain record.
     ///
     /// # Errors
-    /// [`Error::Transition`] when the record is not uncertain or its lease is still live;
-    /// [`Error::NotFound`]; as [`PgStore::complete`].
+    /// [`Refusal::Transition`](idemdb_core::Refusal::Transition) when the record is not uncertain or its lease is still live;
+    /// [`Refusal::NotFound`](idemdb_core::Refusal::NotFound); as [`PgStore::complete`].
     pub async fn reconcile(
         &self,
         scope: &Scope,

@@ -8,7 +8,7 @@ use deadpool_postgres::tokio_postgres::{Client, Row};
 use futures_util::future::{join, try_join3};
 
 use idemdb_core::{
-    AuditEvent, AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep, Record,
+    AuditEvent, AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep, Record, Refusal,
     Reservation, Resolution, ResolutionCause, Scope, Timestamp, decide, decode_record, encode_record,
     needs_effect_census, validate_correlation,
 };
@@ -364,7 +364,7 @@ impl PgTxn {
     async fn transition(&mut self, lease: &Lease, step: LeaseStep) -> Result<Record, Error> {
         let (scope, key) = (lease.scope(), lease.key());
         let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
-        let record = record.ok_or(Error::NotFound)?;
+        let record = record.ok_or(Refusal::NotFound)?;
         let inner = Arc::clone(&self.inner);
         let kind = step.audit_kind();
         let next = step.apply(&record, lease, context.now, inner.policy(scope.operation()))?;
@@ -410,7 +410,7 @@ impl PgTxn {
         cause: ResolutionCause,
     ) -> Result<(), Error> {
         let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
-        let record = record.ok_or(Error::NotFound)?;
+        let record = record.ok_or(Refusal::NotFound)?;
         let inner = Arc::clone(&self.inner);
         let next = idemdb_core::reconcile(&record, resolution, context.now, inner.policy(scope.operation()))?;
         self.write(&inner.sql.update, scope, key, &next, bytes.as_deref()).await?;

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use idemdb::{
     DecisionTime, Durability, Error, ExpiredLease, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, Lease,
-    ListFilter, ManualClock, Policy, Record, Reservation, Resolution, Scope, ScopedKey, State, Store, Timestamp,
-    TransitionError,
+    ListFilter, ManualClock, Policy, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Store,
+    Timestamp, TransitionError,
 };
 use idemdb_core::{
     Canonicalizer, DecisionContext, Normaliser, RECORD_FORMAT, Retention, decide, decode_record, encode_record,
@@ -267,9 +267,9 @@ fn reservation_text(reservation: &Reservation) -> String {
 }
 
 fn error_text(error: &Error) -> Option<String> {
-    match error {
-        Error::Transition(transition) => Some(format!("transition {transition:?}")),
-        Error::NotFound => Some("not found".into()),
+    match error.refusal()? {
+        Refusal::Transition(transition) => Some(format!("transition {transition:?}")),
+        Refusal::NotFound => Some("not found".into()),
         _ => None,
     }
 }

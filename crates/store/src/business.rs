@@ -24,7 +24,7 @@ impl Txn<'_> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Row`] for a partition or id the limits refuse, or a value too large; storage
+    /// [`Refusal::Row`](idemdb_core::Refusal::Row) for a partition or id the limits refuse, or a value too large; storage
     /// errors (a table of that name with other types).
     pub fn put_row(&mut self, table: RowTable, partition: &str, id: &str, value: &[u8]) -> Result<(), Error> {
         check_row(partition, id, Some(value))?;
@@ -57,7 +57,7 @@ impl Txn<'_> {
     /// (see [`Store::commit_business`]). Returns the outbox items the effect settlements left.
     ///
     /// # Errors
-    /// [`Error::Row`] before anything is written; the first refused settlement (the
+    /// [`Refusal::Row`](idemdb_core::Refusal::Row) before anything is written; the first refused settlement (the
     /// transaction must then be rolled back, as [`Store::write`] does with an `Err`).
     pub fn apply_business(&mut self, write: BusinessWrite) -> Result<Vec<OutboxItem>, Error> {
         write.check()?;
@@ -116,8 +116,8 @@ impl Store {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Row`] for a row the limits refuse; the first settlement the store refuses
-    /// ([`Error::Transition`], [`Error::Outbox`]); storage errors. On any error nothing of the
+    /// [`Refusal::Row`](idemdb_core::Refusal::Row) for a row the limits refuse; the first settlement the store refuses
+    /// ([`Refusal::Transition`](idemdb_core::Refusal::Transition), [`Refusal::Outbox`](idemdb_core::Refusal::Outbox)); storage errors. On any error nothing of the
     /// write was committed, except [`Error::CommitUnknown`] (repeat to learn what was stored).
     pub fn commit_business(&self, write: BusinessWrite) -> Result<Vec<OutboxItem>, Error> {
         self.write(|txn| txn.apply_business(write))

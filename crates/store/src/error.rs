@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use idemdb_core::{DecodeError, ErrorCode, KeyError, PolicyError, RecordError, TransitionError};
+use idemdb_core::{DecodeError, ErrorCode, PolicyError, Refusal};
 
 /// The storage engine (redb) or its backend failed.
 ///
@@ -80,15 +80,11 @@ pub enum Error {
         #[source]
         source: DecodeError,
     },
-    /// No record exists for the key.
-    #[error("no record for this key")]
-    NotFound,
-    /// The transition was refused (stale fence, wrong state, live lease, result too large).
+    /// The rules refused the operation (no record, a stale fence, a wrong state, an invalid
+    /// key, an outbox, inbox or job rule, a row over the limits): the same [`Refusal`], with the
+    /// same code, as on every backend. Nothing was changed.
     #[error(transparent)]
-    Transition(#[from] TransitionError),
-    /// A key or scope was invalid.
-    #[error(transparent)]
-    Key(#[from] KeyError),
+    Refused(Refusal),
     /// A new key could not be generated: the platform has no randomness the store can read.
     #[error("no random source available on this platform")]
     NoRandomness,
@@ -99,26 +95,10 @@ pub enum Error {
         /// What was attempted.
         action: &'static str,
     },
-    /// The outbox rules refused the change.
-    #[cfg(feature = "workflow")]
-    #[error(transparent)]
-    Outbox(#[from] idemdb_core::OutboxRefusal),
-    /// The inbox refused the delivery.
-    #[cfg(feature = "workflow")]
-    #[error(transparent)]
-    Inbox(#[from] idemdb_core::InboxRefusal),
-    /// The job rules refused the change.
-    #[cfg(feature = "workflow")]
-    #[error(transparent)]
-    Job(#[from] idemdb_core::JobRefusal),
     /// An invariant of the engine did not hold (a bug, or a panic in another caller's
     /// operation that shared this call's group commit). Nothing of this call was committed.
     #[error("internal error: {0}")]
     Internal(&'static str),
-    /// A record to write breaks a rule every record keeps (an import of a record the engine
-    /// would never write); nothing was written.
-    #[error("invalid record: {0}")]
-    InvalidRecord(#[from] RecordError),
     /// The store was opened read-only ([`StoreBuilder::open_read_only`](crate::StoreBuilder::open_read_only)).
     #[error("the store was opened read-only")]
     ReadOnly,
@@ -135,11 +115,9 @@ pub enum Error {
         /// The table's name.
         name: String,
     },
-    /// A row of a [`BusinessWrite`](idemdb_core::BusinessWrite) was refused by the row limits;
-    /// nothing was written.
-    #[error(transparent)]
-    Row(#[from] idemdb_core::RowError),
 }
+
+idemdb_core::refused_from!(Error, Error::Refused);
 
 impl Error {
     /// The stable code of this error (see [`ErrorCode`]).
@@ -148,23 +126,21 @@ impl Error {
             Error::Storage(storage) => storage.code(),
             Error::CommitUnknown(_) => ErrorCode::CommitUnknown,
             Error::Corrupt { source, .. } => source.code(),
-            Error::NotFound => ErrorCode::NotFound,
-            Error::Transition(transition) => transition.code(),
-            Error::Key(key) => key.code(),
+            Error::Refused(refusal) => refusal.code(),
             Error::NoRandomness => ErrorCode::NoRandomness,
             Error::OtherHandles { .. } => ErrorCode::StoreBusy,
-            #[cfg(feature = "workflow")]
-            Error::Outbox(refusal) => refusal.code(),
-            #[cfg(feature = "workflow")]
-            Error::Inbox(refusal) => refusal.code(),
-            #[cfg(feature = "workflow")]
-            Error::Job(refusal) => refusal.code(),
             Error::Internal(_) => ErrorCode::Internal,
-            Error::InvalidRecord(_) => ErrorCode::InvalidArgument,
             Error::ReadOnly => ErrorCode::ReadOnly,
             Error::JournalFailed => ErrorCode::Storage,
             Error::UnregisteredTable { .. } => ErrorCode::InvalidArgument,
-            Error::Row(row) => row.code(),
+        }
+    }
+
+    /// The rules' refusal, when the error is one ([`Error::Refused`]).
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            Error::Refused(refusal) => Some(refusal),
+            _ => None,
         }
     }
 

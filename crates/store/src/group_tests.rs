@@ -7,7 +7,7 @@ use std::thread;
 use redb::StorageBackend;
 use redb::backends::InMemoryBackend;
 
-use crate::{Error, Fingerprint, IdempotencyKey, ManualClock, Reservation, Scope, Store, TransitionError};
+use crate::{Error, Fingerprint, IdempotencyKey, ManualClock, Refusal, Reservation, Scope, Store, TransitionError};
 
 /// An in-memory backend whose flushes can be held at a gate, to line callers up behind a
 /// commit in progress.
@@ -126,7 +126,7 @@ fn callers_queued_behind_a_commit_share_one_flush_and_keep_their_own_answers() {
     for caller in callers {
         match caller.join().unwrap() {
             Ok(Some(Reservation::Acquired(_))) => acquired += 1,
-            Err(Error::Transition(TransitionError::WrongState { .. })) => refused += 1,
+            Err(Error::Refused(Refusal::Transition(TransitionError::WrongState { .. }))) => refused += 1,
             other => panic!("unexpected answer {other:?}"),
         }
     }

@@ -88,7 +88,7 @@ idemdb_core::coded!(IntentError);
 
 impl From<KeyError> for IntentError {
     fn from(error: KeyError) -> Self {
-        IntentError::Store(Error::Key(error))
+        IntentError::Store(error.into())
     }
 }
 

@@ -47,7 +47,9 @@
 //! # What this crate exports
 //!
 //! * The store's own names: [`Store`], [`StoreBuilder`], [`Txn`], its errors ([`Error`],
-//!   [`OpenError`], [`StorageError`]), backup, rebuild, inspection and journal settings.
+//!   [`OpenError`], [`StorageError`]), backup, rebuild, inspection and journal settings. What
+//!   the rules refuse is not the store's own: it is [`Refusal`], the core's, carried by
+//!   [`Error::Refused`] exactly as the PostgreSQL adapter's error carries it.
 //! * The core's curated list, [`idemdb_core::prelude`], re-exported whole: the same names, the
 //!   same items, as the PostgreSQL adapter (`idemdb-postgres`) offers, so code moves between
 //!   the two by changing the crate name.

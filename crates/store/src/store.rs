@@ -263,7 +263,7 @@ impl Store {
     /// [`Store::reserve`] with a correlation id recorded in the audit trail and log events.
     ///
     /// # Errors
-    /// As [`Store::reserve`], and [`Error::Key`] for an invalid correlation id.
+    /// As [`Store::reserve`], and [`Refusal::Key`](idemdb_core::Refusal::Key) for an invalid correlation id.
     pub fn reserve_traced(
         &self,
         scope: &Scope,
@@ -328,8 +328,8 @@ impl Store {
     /// Stores the result of the lease's attempt; retries replay it byte for byte.
     ///
     /// # Errors
-    /// [`Error::Transition`] for a stale fence, a finished record or a result over the limit;
-    /// [`Error::NotFound`]; storage errors.
+    /// [`Refusal::Transition`](idemdb_core::Refusal::Transition) for a stale fence, a finished record or a result over the limit;
+    /// [`Refusal::NotFound`](idemdb_core::Refusal::NotFound); storage errors.
     pub fn complete(&self, lease: &Lease, result: impl Into<Vec<u8>>) -> Result<(), Error> {
         let result = result.into();
         let lease = lease.clone();
@@ -348,7 +348,7 @@ impl Store {
     /// Extends the lease; returns the renewed lease.
     ///
     /// # Errors
-    /// [`Error::Transition`] when the lease is stale or the record is no longer in progress.
+    /// [`Refusal::Transition`](idemdb_core::Refusal::Transition) when the lease is stale or the record is no longer in progress.
     pub fn renew(&self, lease: &Lease) -> Result<Lease, Error> {
         let lease = lease.clone();
         self.group.run(&self.engine, move |txn| txn.renew(&lease))
@@ -357,8 +357,8 @@ impl Store {
     /// Resolves an uncertain record.
     ///
     /// # Errors
-    /// [`Error::Transition`] when the record is not uncertain or its lease is still live;
-    /// [`Error::NotFound`].
+    /// [`Refusal::Transition`](idemdb_core::Refusal::Transition) when the record is not uncertain or its lease is still live;
+    /// [`Refusal::NotFound`](idemdb_core::Refusal::NotFound).
     pub fn reconcile(
         &self,
         scope: &Scope,

@@ -4,8 +4,8 @@ use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
     AuditKind, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep,
-    MAX_RESULT_BYTES_LIMIT, Record, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, decide, decode_record,
-    encode_record, needs_effect_census, validate_correlation,
+    MAX_RESULT_BYTES_LIMIT, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, decide,
+    decode_record, encode_record, needs_effect_census, validate_correlation,
 };
 
 use crate::Error;
@@ -259,7 +259,7 @@ impl<'s> Txn<'s> {
         cause: ResolutionCause,
     ) -> Result<(), Error> {
         let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
-        let record = self.load(&encoded)?.ok_or(Error::NotFound)?;
+        let record = self.load(&encoded)?.ok_or(Refusal::NotFound)?;
         let policy = self.store.policy(scope.operation());
         let next = idemdb_core::reconcile(&record, resolution, self.now, policy)?;
         self.put(&encoded, Some(&record), &next)?;
@@ -282,7 +282,7 @@ impl<'s> Txn<'s> {
     /// operation's result limit. Returns whether the record was written.
     ///
     /// # Errors
-    /// [`Error::InvalidRecord`] for a record the engine would never write; storage errors;
+    /// [`Refusal::InvalidRecord`](idemdb_core::Refusal::InvalidRecord) for a record the engine would never write; storage errors;
     /// [`Error::Corrupt`] when the existing record does not decode.
     pub fn import(&mut self, scoped: &ScopedKey, record: &Record, overwrite: bool) -> Result<bool, Error> {
         record.validate(self.store.policy(scoped.scope.operation()).max_result_bytes())?;
@@ -298,7 +298,7 @@ impl<'s> Txn<'s> {
     /// Applies a lease holder's step to its record.
     fn transition(&mut self, lease: &Lease, step: LeaseStep) -> Result<Record, Error> {
         let encoded = lease.scoped_key().encode();
-        let record = self.load(&encoded)?.ok_or(Error::NotFound)?;
+        let record = self.load(&encoded)?.ok_or(Refusal::NotFound)?;
         let kind = step.audit_kind();
         let next = step.apply(&record, lease, self.now, self.store.policy(lease.scope().operation()))?;
         self.put(&encoded, Some(&record), &next)?;

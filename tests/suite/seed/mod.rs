@@ -22,8 +22,8 @@ use std::time::Duration;
 use idemdb::redb::{ReadableTable, TableDefinition};
 use idemdb::{
     Durability, Error, ExecuteError, Executed, ExpiredLease, Failure, Fingerprint, IdempotencyKey, Lease, ManualClock,
-    OutcomeClass, Policy, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder, Timestamp,
-    TransitionError, UncertainCause,
+    OutcomeClass, Policy, Refusal, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder,
+    Timestamp, TransitionError, UncertainCause,
 };
 use idemdb_tests::{EffectLedger, T0, fp, key, scope, snapshot};
 use proptest::prelude::*;
@@ -114,7 +114,7 @@ pub(super) fn acquired(reservation: Reservation) -> Lease {
 
 pub(super) fn refused<T: std::fmt::Debug>(result: Result<T, Error>) -> TransitionError {
     match result {
-        Err(Error::Transition(error)) => error,
+        Err(Error::Refused(Refusal::Transition(error))) => error,
         other => panic!("expected a refused transition, got {other:?}"),
     }
 }

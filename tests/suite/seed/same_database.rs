@@ -73,7 +73,7 @@ fn an_app_write_and_the_completion_commit_together_in_one_write() {
         txn.complete(&lease, oversized)
     });
     assert!(
-        matches!(refused_write, Err(Error::Transition(TransitionError::ResultTooLarge { .. }))),
+        matches!(refused_write, Err(Error::Refused(Refusal::Transition(TransitionError::ResultTooLarge { .. })))),
         "{refused_write:?}"
     );
     assert_eq!(read_order(fixture.store(), "order-842"), None);

@@ -6,7 +6,8 @@ use std::thread;
 
 use idemdb::redb::{ReadableTable, TableDefinition};
 use idemdb::{
-    Delivery, DeliveryOutcome, Fingerprint, FingerprintBuilder, InboxAnswer, ManualClock, NewerVersion, ValidTransition,
+    Delivery, DeliveryOutcome, Fingerprint, FingerprintBuilder, InboxAnswer, ManualClock, NewerVersion, Refusal,
+    ValidTransition,
 };
 use idemdb_effects::EffectLedger;
 
@@ -45,7 +46,10 @@ fn the_same_delivery_twice_is_applied_once() {
     let mut changed = d.clone();
     changed.fingerprint = Fingerprint::from_bytes([7; 32]);
     let refused = store.accept_delivery(&changed, &NewerVersion);
-    assert!(matches!(refused, Err(idemdb::Error::Inbox(idemdb::InboxRefusal::DeliveryMismatch))), "{refused:?}");
+    assert!(
+        matches!(refused, Err(idemdb::Error::Refused(Refusal::Inbox(idemdb::InboxRefusal::DeliveryMismatch)))),
+        "{refused:?}"
+    );
 }
 
 #[test]

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use idemdb::{EffectName, Fingerprint, IdempotencyKey, JobAnswer, JobLease, JobStateKind, ManualClock, Scope, Store};
+use idemdb::{
+    EffectName, Fingerprint, IdempotencyKey, JobAnswer, JobLease, JobStateKind, ManualClock, Refusal, Scope, Store,
+};
 use idemdb_effects::EffectLedger;
 
 use super::{LEASE_MS, T0, store};
@@ -54,7 +56,10 @@ fn a_worker_killed_after_each_step_is_resumed_and_every_step_runs_once() {
                 assert_eq!(lease.attempt, 2);
                 // The dead worker's lease can no longer record anything.
                 let stale = store.finish_job(&first, b"late".to_vec());
-                assert!(matches!(stale, Err(idemdb::Error::Job(idemdb::JobRefusal::StaleLease { .. }))), "{stale:?}");
+                assert!(
+                    matches!(stale, Err(idemdb::Error::Refused(Refusal::Job(idemdb::JobRefusal::StaleLease { .. })))),
+                    "{stale:?}"
+                );
                 assert!(work(&store, &lease, &ledger, usize::MAX));
             }
             JobAnswer::Completed { result } => {
@@ -137,7 +142,12 @@ fn a_stale_workers_step_never_starts() {
         Ok::<_, idemdb::Error>((effect.body, None))
     });
     assert!(
-        matches!(refused, Err(idemdb::ExecuteError::Store(idemdb::Error::Job(idemdb::JobRefusal::StaleLease { .. })))),
+        matches!(
+            refused,
+            Err(idemdb::ExecuteError::Store(idemdb::Error::Refused(Refusal::Job(
+                idemdb::JobRefusal::StaleLease { .. }
+            ))))
+        ),
         "{refused:?}"
     );
     assert_eq!(ledger.count("charge"), 0, "the stale worker's step never ran");

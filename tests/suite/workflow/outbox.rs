@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use idemdb::{
     Attention, EffectName, EffectReport, Fingerprint, IdempotencyKey, ManualClock, OutboxStateKind, ProviderState,
-    Reservation, Scope, Store,
+    Refusal, Reservation, Scope, Store,
 };
 use idemdb_effects::Provider;
 
@@ -123,7 +123,10 @@ fn a_dead_dispatcher_is_replaced_inside_the_window_and_the_provider_replays() {
     }
     // The stale reports of the dead dispatcher are refused.
     let stale = store.report_effect(&claims[0], EffectReport::Failed { body: vec![] });
-    assert!(matches!(stale, Err(idemdb::Error::Outbox(idemdb::OutboxRefusal::StaleClaim { .. }))), "{stale:?}");
+    assert!(
+        matches!(stale, Err(idemdb::Error::Refused(Refusal::Outbox(idemdb::OutboxRefusal::StaleClaim { .. })))),
+        "{stale:?}"
+    );
 }
 
 #[test]
@@ -147,7 +150,10 @@ fn past_the_provider_window_an_uncertain_effect_is_never_sent_again_without_a_qu
     for key in [&sent, &unsent] {
         let retry = store.retry_effect(&scope, key, &authorize(), idemdb::ResolutionCause::Operator);
         assert!(
-            matches!(retry, Err(idemdb::Error::Outbox(idemdb::OutboxRefusal::ProviderKeyExpired { .. }))),
+            matches!(
+                retry,
+                Err(idemdb::Error::Refused(Refusal::Outbox(idemdb::OutboxRefusal::ProviderKeyExpired { .. })))
+            ),
             "{retry:?}"
         );
     }
@@ -208,7 +214,7 @@ fn a_new_attempt_after_a_refusal_is_a_new_key_linked_in_the_audit_trail() {
     let store = store(&clock);
     let scope = Scope::new("shop", "pay").unwrap();
     let (old, new) = (IdempotencyKey::new("order-9").unwrap(), IdempotencyKey::new("order-9-retry-1").unwrap());
-    assert!(matches!(store.supersede(&scope, &old, &new), Err(idemdb::Error::NotFound)));
+    assert!(matches!(store.supersede(&scope, &old, &new), Err(idemdb::Error::Refused(Refusal::NotFound))));
     place(&store, &scope, &old);
     store.supersede(&scope, &old, &new).unwrap();
     let events = store.audit_events(1000).unwrap();

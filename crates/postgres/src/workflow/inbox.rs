@@ -49,7 +49,7 @@ impl PgTxn {
     ///
     /// # Errors
     /// [`InboxRefusal::DeliveryMismatch`](idemdb_core::InboxRefusal::DeliveryMismatch) (as
-    /// [`Error::Inbox`]) when the delivery id was seen with another payload; database errors;
+    /// [`Refusal::Inbox`](idemdb_core::Refusal::Inbox)) when the delivery id was seen with another payload; database errors;
     /// [`Error::Corrupt`].
     pub async fn accept_delivery(
         &mut self,

@@ -103,7 +103,7 @@ impl PgTxn {
     ///
     /// # Errors
     /// [`JobRefusal::StepDone`], [`JobRefusal::StaleLease`], [`JobRefusal::WrongState`] (as
-    /// [`Error::Job`]); database errors.
+    /// [`Refusal::Job`](idemdb_core::Refusal::Job)); database errors.
     pub async fn record_step(
         &mut self,
         lease: &JobLease,

@@ -8,7 +8,7 @@ use futures_util::future::try_join;
 
 use idemdb_core::{
     AuditKind, Claim, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
-    OutboxRefusal, Policy, ProviderState, Reservation, Scope, StateKind, Timestamp,
+    OutboxRefusal, Policy, ProviderState, Refusal, Reservation, Scope, StateKind, Timestamp,
 };
 
 use crate::audit::to_sql_ms;
@@ -83,7 +83,7 @@ impl PgTxn {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Key`] when the provider key would be over 255 bytes;
+    /// [`Refusal::Key`](idemdb_core::Refusal::Key) when the provider key would be over 255 bytes;
     /// [`OutboxRefusal::PayloadMismatch`] when the effect was enqueued with another payload;
     /// database errors.
     pub async fn enqueue_effect(
@@ -97,7 +97,7 @@ impl PgTxn {
         // Only the current holder adds effects (the record's row stays locked until the
         // transaction ends): once a record is taken over, the old holder's effects are refused.
         let (record, _, _) = self.lock_record(scope, key).await?;
-        let record = record.ok_or(Error::NotFound)?;
+        let record = record.ok_or(Refusal::NotFound)?;
         idemdb_core::check_holder(&record, lease.fence(), "enqueue an effect").map_err(OutboxRefusal::from)?;
         for _ in 0..2 {
             let existing = self.load_effect(scope, key, effect, true).await?;
@@ -404,7 +404,7 @@ impl PgStore {
     /// after a backoff.
     ///
     /// # Errors
-    /// [`OutboxRefusal::StaleClaim`] (as [`Error::Outbox`]) when another dispatcher claimed the
+    /// [`OutboxRefusal::StaleClaim`] (as [`Refusal::Outbox`](idemdb_core::Refusal::Outbox)) when another dispatcher claimed the
     /// item since; [`OutboxRefusal::WrongState`]; database errors.
     pub async fn report_effect(&self, claim: &OutboxItem, report: EffectReport) -> Result<OutboxItem, Error> {
         let report = &report;

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use idemdb_core::{Attention, AuditKind, IdempotencyKey, Scope, ScopedKey, Timestamp, decode_record};
+use idemdb_core::{Attention, AuditKind, IdempotencyKey, Refusal, Scope, ScopedKey, Timestamp, decode_record};
 
 use super::outbox::{decode_item, item_identity};
 use crate::error::Error;
@@ -92,7 +92,7 @@ impl PgStore {
     /// `superseded` on the new key whose correlation names the old key's hash.
     ///
     /// # Errors
-    /// [`Error::NotFound`] when no record exists for the old key; database errors.
+    /// [`Refusal::NotFound`](idemdb_core::Refusal::NotFound) when no record exists for the old key; database errors.
     pub async fn supersede(
         &self,
         scope: &Scope,
@@ -104,7 +104,7 @@ impl PgStore {
         self.in_txn(|mut txn| async move {
             let outcome = async {
                 let (record, _, now) = txn.lock_record(scope, old_key).await?;
-                let record = record.ok_or(Error::NotFound)?;
+                let record = record.ok_or(Refusal::NotFound)?;
                 let row =
                     txn.inner_arc().event(now, AuditKind::Superseded, scope, new_key, record.fence, None, Some(link));
                 txn.push_event(row);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use idemdb_postgres::{
     AuditKind, ConnectError, Error, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, KeyHash,
-    ManualClock, PgStore, Policy, Record, Reservation, SCHEMA_VERSION, Scope, ScopedKey, State, TimeSource,
+    ManualClock, PgStore, Policy, Record, Refusal, Reservation, SCHEMA_VERSION, Scope, ScopedKey, State, TimeSource,
     TransitionError,
 };
 use libtest_mimic::Failed;
@@ -160,7 +160,10 @@ pub fn transaction_api(env: &Env) -> Result<(), Failed> {
         let mut txn = store.begin().await.expect("begin");
         txn.client().execute(&insert, &[&2]).await.expect("order");
         let refused = txn.complete(&lease, b"stale".to_vec()).await;
-        assert!(matches!(refused, Err(Error::Transition(TransitionError::StaleFence { .. }))), "{refused:?}");
+        assert!(
+            matches!(refused, Err(Error::Refused(Refusal::Transition(TransitionError::StaleFence { .. })))),
+            "{refused:?}"
+        );
         drop(txn);
         assert_eq!(count(&admin, &orders).await, 1, "the stale holder's order rolled back");
 

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idemdb_postgres::{
-    Error, ErrorCode, ExpiredLease, Fingerprint, IdempotencyKey, Lease, PgStore, Policy, Reservation, Scope, State,
+    Error, ErrorCode, ExpiredLease, Fingerprint, IdempotencyKey, Lease, PgStore, Policy, Refusal, Reservation, Scope,
+    State,
 };
 use libtest_mimic::Failed;
 
@@ -113,7 +114,7 @@ async fn drive(store: PgStore, task: usize, tally: Arc<Tally>, stop: Arc<AtomicB
                                 // one committed, `complete` refuses (wrong state) and this one
                                 // rolls back, effect included.
                             }
-                            Err(Error::Transition(refused)) => {
+                            Err(Error::Refused(Refusal::Transition(refused))) => {
                                 // Another task took the lease over (stale fence), or an earlier
                                 // attempt of ours did commit (already completed): ask again.
                                 let _ = refused;

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use idemdb_postgres::{
-    Error, ErrorCode, Fingerprint, IdempotencyKey, PgStore, Reservation, Scope, State, TransitionError,
+    Error, ErrorCode, Fingerprint, IdempotencyKey, PgStore, Refusal, Reservation, Scope, State, TransitionError,
 };
 use libtest_mimic::Failed;
 
@@ -288,7 +288,7 @@ pub fn run(env: &Env) -> Result<(), Failed> {
         proxy.up();
         let repeated = pg.complete(&lease, b"done".to_vec()).await;
         assert!(
-            matches!(repeated, Err(Error::Transition(TransitionError::WrongState { .. }))),
+            matches!(repeated, Err(Error::Refused(Refusal::Transition(TransitionError::WrongState { .. })))),
             "the repeat says the record is already completed: {repeated:?}"
         );
         match pg.reserve(&scope, &key("k-after"), &fp, None).await.expect("reserve") {

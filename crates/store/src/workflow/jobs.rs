@@ -222,14 +222,14 @@ impl Store {
     ) -> Result<(), ExecuteError<E>> {
         let mut txn = Txn::begin(&self.engine)?;
         let encoded = ScopedKey::encode_parts(&lease.scope, &lease.job);
-        let job = txn.load_job(&encoded)?.ok_or(Error::Job(JobRefusal::NotFound))?;
+        let job = txn.load_job(&encoded)?.ok_or(Error::from(JobRefusal::NotFound))?;
         let policy = self.policy(lease.scope.operation()).clone();
         let next = job.record_compensated(lease.fence, step, txn.now(), &policy).map_err(Error::from)?;
         let compensation = job
             .pending_compensations()
             .into_iter()
             .find(|pending| pending.step == *step)
-            .ok_or(Error::Job(JobRefusal::NoCompensation(step.clone())))?;
+            .ok_or(Error::from(JobRefusal::NoCompensation(step.clone())))?;
         run(&mut txn, &compensation).map_err(ExecuteError::Operation)?;
         txn.put_job(&encoded, Some(&job), &next)?;
         txn.event(AuditKind::JobChanged, &lease.scope, &encoded, next.fence, None, Some(step.as_str()));

@@ -6,7 +6,7 @@ use redb::ReadableTable;
 
 use idemdb_core::{
     AuditKind, Claim, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
-    OutboxRefusal, OutboxStateKind, ProviderState, Reservation, Scope, ScopedKey, Timestamp,
+    OutboxRefusal, OutboxStateKind, ProviderState, Refusal, Reservation, Scope, ScopedKey, Timestamp,
 };
 
 use crate::journal::apply::{T_EXPIRY, T_OUTBOX, T_OUTBOX_DUE, T_RECONCILE};
@@ -37,7 +37,7 @@ impl Txn<'_> {
     /// effect again with the same payload returns the stored item.
     ///
     /// # Errors
-    /// [`Error::Key`] when the provider key would be over 255 bytes;
+    /// [`Refusal::Key`](idemdb_core::Refusal::Key) when the provider key would be over 255 bytes;
     /// [`OutboxRefusal::PayloadMismatch`] when the effect was enqueued with another payload;
     /// storage errors.
     pub fn enqueue_effect(
@@ -49,7 +49,7 @@ impl Txn<'_> {
     ) -> Result<OutboxItem, Error> {
         // Only the current holder adds effects: once a record is taken over (its attempt found
         // effect-free), the old holder's effects are refused.
-        let record = self.load(&ScopedKey::encode_parts(lease.scope(), lease.key()))?.ok_or(Error::NotFound)?;
+        let record = self.load(&ScopedKey::encode_parts(lease.scope(), lease.key()))?.ok_or(Refusal::NotFound)?;
         idemdb_core::check_holder(&record, lease.fence(), "enqueue an effect").map_err(OutboxRefusal::from)?;
         let new = OutboxItem::new(lease, effect.clone(), version, payload, self.now())?;
         let existing = self.load_effect(&new.storage_key())?;

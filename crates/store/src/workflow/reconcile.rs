@@ -4,7 +4,7 @@
 
 use redb::ReadableTable;
 
-use idemdb_core::{Attention, AuditKind, IdempotencyKey, OutboxItem, Scope, ScopedKey, Timestamp};
+use idemdb_core::{Attention, AuditKind, IdempotencyKey, OutboxItem, Refusal, Scope, ScopedKey, Timestamp};
 
 use crate::tables::{OUTBOX, RECONCILE, RECONCILE_EFFECT, RECONCILE_RECORD, open_optional};
 use crate::{Error, Store};
@@ -80,13 +80,13 @@ impl Store {
     /// `superseded` on the new key whose correlation names the old key's hash.
     ///
     /// # Errors
-    /// [`Error::NotFound`] when no record exists for the old key; storage errors.
+    /// [`Refusal::NotFound`](idemdb_core::Refusal::NotFound) when no record exists for the old key; storage errors.
     pub fn supersede(&self, scope: &Scope, old_key: &IdempotencyKey, new_key: &IdempotencyKey) -> Result<(), Error> {
         let old = ScopedKey::encode_parts(scope, old_key);
         let new = ScopedKey::encode_parts(scope, new_key);
         let link = format!("supersedes:{}", self.engine.key_hash_of(&old));
         self.write(|txn| {
-            let record = txn.load(&old)?.ok_or(Error::NotFound)?;
+            let record = txn.load(&old)?.ok_or(Refusal::NotFound)?;
             txn.event(AuditKind::Superseded, scope, &new, record.fence, None, Some(&link));
             Ok::<(), Error>(())
         })
