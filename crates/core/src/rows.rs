@@ -213,7 +213,7 @@ pub enum Settle {
 }
 
 /// One commit of the application's rows and the store's transitions: all of it or none
-/// (see the [module](self) documentation). Rows are written first, then the settlements in
+/// (see the module documentation). Rows are written first, then the settlements in
 /// the order given; a settlement the store refuses (a stale lease, an effect already reported)
 /// rolls the rows back too.
 #[derive(Debug, Clone, Default)]

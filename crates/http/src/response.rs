@@ -167,7 +167,7 @@ impl StoredResponse {
         &self.body
     }
 
-    /// The bytes to complete a record with (see the [module docs](self) for the layout).
+    /// The bytes to complete a record with (see the module docs for the layout).
     pub fn encode(&self) -> Vec<u8> {
         let headers_len: usize = self.headers.iter().map(|(n, v)| 5 + n.as_str().len() + v.len()).sum();
         let mut out = Vec::with_capacity(8 + headers_len + self.body.len());

@@ -264,7 +264,7 @@ impl WebhookVerifier {
         self
     }
 
-    /// Verifies a delivery at time `now` (see the [module docs](self)).
+    /// Verifies a delivery at time `now` (see the module docs).
     ///
     /// # Errors
     /// [`WebhookSignatureError`]: a missing or malformed header, a timestamp outside the

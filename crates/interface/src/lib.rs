@@ -5,7 +5,7 @@
 //! PostgreSQL adapter implements it the same way. Every implementation decides with the core's
 //! pure [`decide`](idemdb_core::decide) and transitions inside one transaction of its own
 //! storage, so every backend answers alike — the shared decision table
-//! ([`conformance`], behind the `conformance` feature) checks that on each of them.
+//! (`conformance`, behind the `conformance` feature) checks that on each of them.
 //!
 //! Beside it: [`WorkflowStore`] (the outbox, reconciliation queue, inbox and jobs),
 //! [`BusinessStore`] (the application's rows committed with the store's transitions, one

@@ -478,7 +478,7 @@ impl Store {
         self.engine.wal().map(crate::journal::commit::Wal::stats)
     }
 
-    /// Makes every earlier commit durable (needed only with [`Durability::Eventual`]).
+    /// Makes every earlier commit durable (needed only with [`Durability::Eventual`](crate::Durability::Eventual)).
     ///
     /// # Errors
     /// Storage errors.

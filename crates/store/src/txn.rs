@@ -80,13 +80,13 @@ impl<'s> Txn<'s> {
         Ok(())
     }
 
-    /// The store time every decision in this transaction uses (see [`Store::now`]).
+    /// The store time every decision in this transaction uses (see [`Store::now`](crate::Store::now)).
     pub fn now(&self) -> Timestamp {
         self.now
     }
 
     /// The retention time every decision in this transaction uses to judge expiry and
-    /// forgetting (see [`Store::decision_time`]).
+    /// forgetting (see [`Store::decision_time`](crate::Store::decision_time)).
     pub fn retention_time(&self) -> Timestamp {
         self.retention
     }

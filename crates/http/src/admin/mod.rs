@@ -1,4 +1,4 @@
-//! The operator's side of a service on idemdb: an axum [`Router`] that lists what waits for a
+//! The operator's side of a service on idemdb: an axum [`Router`](axum::Router) that lists what waits for a
 //! decision, shows one record, and resolves it — over any store of the interface traits, so it
 //! serves the embedded redb store and PostgreSQL alike.
 //!

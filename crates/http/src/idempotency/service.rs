@@ -41,7 +41,7 @@ pub trait LayerBody: Body<Data: Send, Error: Into<BoxError>> + From<Bytes> + Sen
 
 impl<B> LayerBody for B where B: Body<Data: Send, Error: Into<BoxError>> + From<Bytes> + Send + 'static {}
 
-/// The service [`IdempotencyLayer`] wraps around a handler (see the [module docs](super)).
+/// The service [`IdempotencyLayer`](super::IdempotencyLayer) wraps around a handler (see the `idempotency` module docs).
 pub struct IdempotencyService<Svc, S, T> {
     inner: Svc,
     store: S,
