@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use idemdb::redb::{self, ReadableDatabase, TableDefinition};
 use idemdb::{
-    CanonicalError, Canonicalizer, Error, Failure, IdempotencyKey, KeyError, ManualClock, Normaliser, OpenError,
-    OutcomeClass, Policy, PolicyError, Refusal, Reservation, Resolution, STORE_FORMAT, Scope, ScopedKey, StateKind,
-    Store, StoreBuilder, TransitionError,
+    CanonicalError, Canonicalizer, Corrupt, Error, Failure, IdempotencyKey, KeyError, ManualClock, Normaliser,
+    OpenError, OutcomeClass, Policy, PolicyError, Refusal, Reservation, Resolution, STORE_FORMAT, Scope, ScopedKey,
+    StateKind, Store, StoreBuilder, TransitionError,
 };
 use idemdb_core::{DecodeError, IdentityPart, MAX_KEY_LEN, MAX_SCOPE_PART_LEN};
 use idemdb_tests::{T0, fp, key, scope, snapshot};
@@ -520,23 +520,25 @@ fn a_corrupt_record_is_a_typed_error_and_the_other_records_stay_readable() {
 
     for (what, key, _) in &damaged {
         for result in [store.reserve(&charge, key, &fp(1)), store.reserve(&charge, key, &fp(2))] {
-            assert!(matches!(result, Err(Error::Corrupt { what: "record", .. })), "{what}: {result:?}");
+            assert!(matches!(result, Err(Error::Corrupt(Corrupt { what: "record", .. }))), "{what}: {result:?}");
         }
-        assert!(matches!(store.get(&charge, key), Err(Error::Corrupt { .. })), "{what}");
+        assert!(matches!(store.get(&charge, key), Err(Error::Corrupt(_))), "{what}");
         assert!(
             matches!(
                 store.reconcile(&charge, key, Resolution::Released, idemdb::ResolutionCause::Operator),
-                Err(Error::Corrupt { .. })
+                Err(Error::Corrupt(_))
             ),
             "{what}"
         );
     }
     match store.get(&charge, &key("declined")) {
-        Err(Error::Corrupt { source, .. }) => assert_eq!(source, DecodeError::Empty),
+        Err(Error::Corrupt(Corrupt { source, .. })) => assert_eq!(source, DecodeError::Empty),
         other => panic!("{other:?}"),
     }
     match store.get(&charge, &key("unsure")) {
-        Err(Error::Corrupt { source, .. }) => assert_eq!(source, DecodeError::NewerFormat { found: 2, supported: 1 }),
+        Err(Error::Corrupt(Corrupt { source, .. })) => {
+            assert_eq!(source, DecodeError::NewerFormat { found: 2, supported: 1 })
+        }
         other => panic!("{other:?}"),
     }
 
@@ -551,7 +553,7 @@ fn a_corrupt_record_is_a_typed_error_and_the_other_records_stay_readable() {
 
     // A listing stops at the damage with the same typed error (documented). A purge steps over
     // damaged records, counts them, and still applies retention to the others.
-    assert!(matches!(store.list(&idemdb::ListFilter::default()), Err(Error::Corrupt { .. })));
+    assert!(matches!(store.list(&idemdb::ListFilter::default()), Err(Error::Corrupt(_))));
     clock.advance(idemdb::Policy::default().response_ttl() + Duration::from_secs(1));
     let before_purge = store.get(&charge, &key("running")).expect("get");
     let purged = store.purge_expired(100).expect("purge steps over damaged records");

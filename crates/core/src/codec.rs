@@ -64,6 +64,42 @@ impl DecodeError {
 
 crate::coded!(DecodeError);
 
+/// A stored value of one kind (`what`: "record", "outbox item", ...) did not decode: the
+/// same failure, with the same code, on every backend. Each adapter's error carries it as
+/// `Error::Corrupt`.
+///
+/// ```
+/// use idemdb_core::{Corrupt, DecodeError, ErrorCode};
+///
+/// let corrupt = Corrupt::of("record")(DecodeError::Empty);
+/// assert_eq!((corrupt.what, corrupt.code()), ("record", ErrorCode::Corrupt));
+/// assert_eq!(corrupt.to_string(), "stored record is corrupt: stored value is empty");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stored {what} is corrupt: {source}")]
+pub struct Corrupt {
+    /// What was being read.
+    pub what: &'static str,
+    /// The decode failure.
+    #[source]
+    pub source: DecodeError,
+}
+
+impl Corrupt {
+    /// The decode failure of a stored `what`, for `map_err`:
+    /// `decode_record(bytes).map_err(Corrupt::of("record"))?`.
+    pub fn of(what: &'static str) -> impl Fn(DecodeError) -> Corrupt {
+        move |source| Corrupt { what, source }
+    }
+
+    /// The stable code: the decode failure's (see [`DecodeError::code`]).
+    pub fn code(&self) -> crate::ErrorCode {
+        self.source.code()
+    }
+}
+
+crate::coded!(Corrupt);
+
 fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
 }

@@ -73,8 +73,8 @@ pub use answer::{Lease, Reservation, ReservationKind};
 pub use audit::{AuditBatch, AuditEvent, AuditKind, DEFAULT_AUDIT_RETENTION, KeyHash};
 pub use canonical::{CanonicalError, Canonicalizer, Normaliser};
 pub use codec::{
-    DecodeError, RECORD_FORMAT, decode_record, decode_versioned, encode_append, encode_record, encode_versioned,
-    split_version,
+    Corrupt, DecodeError, RECORD_FORMAT, decode_record, decode_versioned, encode_append, encode_record,
+    encode_versioned, split_version,
 };
 pub use codes::{Coded, ErrorCode};
 pub use decide::{Decision, DecisionContext, decide, needs_effect_census};

@@ -25,15 +25,16 @@
 /// Identities, fingerprints, answers, records, codes, intents and the workflow's values.
 pub use crate::{
     Admission, Attempt, AttemptOutcome, AttemptOutcomeKind, Attention, AttentionCause, AttentionKind, AuditEvent,
-    AuditKind, CanonicalError, Canonicalizer, Claim, Coded, Compensation, DecisionTime, Delivery, DeliveryOutcome,
-    DeliveryOutcomeKind, DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName, EffectReport, ErrorCode,
-    ExpiredLease, Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT, IdempotencyKey, InboxAnswer,
-    InboxRefusal, Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind, JobAnswer, JobLease, JobRecord,
-    JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease, MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named,
-    NewEffect, NewerVersion, Normaliser, ObjectRecord, OutboxItem, OutboxRefusal, OutboxState, OutboxStateKind,
-    OutcomeClass, Policy, PolicyError, ProviderState, ProviderStateKind, PurgeReport, Record, RecordError, Refusal,
-    Reservation, ReservationKind, Resolution, ResolutionCause, ResolutionKind, RetentionBudget, Scope, ScopedKey,
-    State, StateKind, StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition,
+    AuditKind, CanonicalError, Canonicalizer, Claim, Coded, Compensation, Corrupt, DecisionTime, Delivery,
+    DeliveryOutcome, DeliveryOutcomeKind, DeliveryRecord, DomainGuard, DuplicateCost, EffectDoubt, EffectName,
+    EffectReport, ErrorCode, ExpiredLease, Failure, FailureKind, Fingerprint, FingerprintBuilder, INTENT_FORMAT,
+    IdempotencyKey, InboxAnswer, InboxRefusal, Intent, IntentRefusal, IntentResponse, IntentState, IntentStateKind,
+    JobAnswer, JobLease, JobRecord, JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease,
+    MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, NewEffect, NewerVersion, Normaliser, ObjectRecord, OutboxItem,
+    OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass, Policy, PolicyError, ProviderState, ProviderStateKind,
+    PurgeReport, Record, RecordError, Refusal, Reservation, ReservationKind, Resolution, ResolutionCause,
+    ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError,
+    UncertainCause, UnknownName, ValidTransition,
 };
 
 /// The business write: application rows committed with the store's transitions.

@@ -12,7 +12,8 @@ use deadpool_postgres::tokio_postgres::Row;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
-    AuditBatch, AuditEvent, AuditKind, Fingerprint, IdempotencyKey, KeyHash, Named, Scope, ScopedKey, Timestamp,
+    AuditBatch, AuditEvent, AuditKind, Corrupt, Fingerprint, IdempotencyKey, KeyHash, Named, Scope, ScopedKey,
+    Timestamp,
 };
 
 use crate::error::{DbError, Error};
@@ -84,8 +85,9 @@ pub(crate) async fn insert(
 
 /// Decodes a row of `Sql::audit_read`.
 pub(crate) fn decode(row: &Row) -> Result<AuditEvent, Error> {
-    let corrupt =
-        |reason: String| Error::Corrupt { what: "audit event", source: idemdb_core::DecodeError::Malformed { reason } };
+    let corrupt = |reason: String| {
+        Error::Corrupt(Corrupt { what: "audit event", source: idemdb_core::DecodeError::Malformed { reason } })
+    };
     let get_err = |e: deadpool_postgres::tokio_postgres::Error| Error::Database(DbError::from(e));
     let at: i64 = row.try_get(0).map_err(get_err)?;
     let kind: String = row.try_get(1).map_err(get_err)?;

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use idemdb_core::{Coded, DecodeError, ErrorCode, PolicyError, Refusal};
+use idemdb_core::{Coded, Corrupt, ErrorCode, PolicyError, Refusal};
 
 use crate::schema::SCHEMA_VERSION;
 
@@ -264,15 +264,9 @@ pub enum Error {
     /// The database reported an error (the transaction was rolled back).
     #[error("database error: {0}")]
     Database(#[source] DbError),
-    /// A stored value did not decode.
-    #[error("stored {what} is corrupt: {source}")]
-    Corrupt {
-        /// What was being read.
-        what: &'static str,
-        /// The decode failure.
-        #[source]
-        source: DecodeError,
-    },
+    /// A stored value did not decode (the core's [`Corrupt`], as on every backend).
+    #[error(transparent)]
+    Corrupt(#[from] Corrupt),
     /// The rules refused the operation (no record, a stale fence, a wrong state, an invalid
     /// key, an outbox, inbox or job rule, a row over the limits): the same [`Refusal`], with the
     /// same code, as on every backend. Nothing was changed (the transaction was rolled back).
@@ -302,7 +296,7 @@ impl Error {
             Error::Unavailable(_) => ErrorCode::Unavailable,
             Error::CommitUnknown(_) => ErrorCode::CommitUnknown,
             Error::Database(db) => db.code(),
-            Error::Corrupt { source, .. } => source.code(),
+            Error::Corrupt(corrupt) => corrupt.code(),
             Error::Refused(refusal) => refusal.code(),
             Error::Contention => ErrorCode::Storage,
         }

@@ -11,8 +11,8 @@ use deadpool_postgres::tokio_postgres::Row;
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
-    AuditEvent, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record,
-    Reservation, Resolution, Scope, Timestamp, decide, decode_record, validate_correlation,
+    AuditEvent, Corrupt, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport,
+    Record, Reservation, Resolution, Scope, Timestamp, decide, decode_record, validate_correlation,
 };
 
 use crate::audit;
@@ -286,7 +286,7 @@ impl PgStore {
         // Not inserted and no row seen: the prediction was off, or another transaction's
         // insert of this key committed during the statement. The locked path decides.
         let Some(stored) = existing else { return Ok(None) };
-        let record = decode_record(&stored).map_err(|source| Error::Corrupt { what: "record", source })?;
+        let record = decode_record(&stored).map_err(Corrupt::of("record"))?;
         let now = inner.now(database_ms);
         let context = DecisionContext::new(now, policy).with_fence_floor(u64::try_from(floor).unwrap_or(0));
         let decision = decide(Some(record), scope, key, fingerprint, context)?;
@@ -408,7 +408,7 @@ impl PgStore {
             let connection = inner.connection().await?;
             let Some(row) = inner.query_keyed(&connection, &inner.sql.get, scope, key).await? else { return Ok(None) };
             let bytes: Vec<u8> = row.try_get(0).map_err(Error::from_driver)?;
-            decode_record(&bytes).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
+            decode_record(&bytes).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "record", source }))
         })
         .await
     }

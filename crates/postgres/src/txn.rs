@@ -8,8 +8,8 @@ use deadpool_postgres::tokio_postgres::{Client, Row};
 use futures_util::future::{join, try_join3};
 
 use idemdb_core::{
-    AuditEvent, AuditKind, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep, Record, Refusal,
-    Reservation, Resolution, ResolutionCause, Scope, Timestamp, decide, decode_record, encode_record,
+    AuditEvent, AuditKind, Corrupt, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep, Record,
+    Refusal, Reservation, Resolution, ResolutionCause, Scope, Timestamp, decide, decode_record, encode_record,
     needs_effect_census, validate_correlation,
 };
 
@@ -170,11 +170,7 @@ impl PgTxn {
         let now = inner.now(database_ms).max(self.now.unwrap_or(Timestamp::ZERO));
         self.now = Some(now);
         let bytes: Option<Vec<u8>> = row.as_ref().map(|row| row.try_get(0)).transpose().map_err(Error::from_driver)?;
-        let record = bytes
-            .as_deref()
-            .map(decode_record)
-            .transpose()
-            .map_err(|source| Error::Corrupt { what: "record", source })?;
+        let record = bytes.as_deref().map(decode_record).transpose().map_err(Corrupt::of("record"))?;
         Ok(Locked { record, bytes, context: Context { now, fence_floor: u64::try_from(floor).unwrap_or(0) } })
     }
 

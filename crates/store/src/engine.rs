@@ -11,8 +11,8 @@ use std::time::Duration;
 use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    AuditBatch, AuditEvent, AuditKind, DecisionTime, Fingerprint, Policies, Policy, Record, Scope, State, Timestamp,
-    decode_record,
+    AuditBatch, AuditEvent, AuditKind, Corrupt, DecisionTime, Fingerprint, Policies, Policy, Record, Scope, State,
+    Timestamp, decode_record,
 };
 
 use crate::audit::EncodedEvent;
@@ -227,7 +227,7 @@ impl Engine {
     pub(crate) fn get_encoded(&self, scoped: &[u8]) -> Result<Option<Record>, Error> {
         let snapshot = self.snapshots.records(&self.db)?;
         let Some(value) = snapshot.records.get(scoped)? else { return Ok(None) };
-        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
+        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "record", source }))
     }
 
     /// Builds an audit event (when the audit table is on) and emits its `tracing` event.
@@ -309,7 +309,9 @@ impl Engine {
     pub(crate) fn buffered_audit_events(&self) -> Result<Vec<AuditEvent>, Error> {
         self.audit_buffer()
             .iter()
-            .map(|event| event.decode().map_err(|source| Error::Corrupt { what: "buffered audit event", source }))
+            .map(|event| {
+                event.decode().map_err(|source| Error::Corrupt(Corrupt { what: "buffered audit event", source }))
+            })
             .collect()
     }
 

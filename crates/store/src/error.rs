@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use idemdb_core::{DecodeError, ErrorCode, PolicyError, Refusal};
+use idemdb_core::{Corrupt, ErrorCode, PolicyError, Refusal};
 
 /// The storage engine (redb) or its backend failed.
 ///
@@ -71,15 +71,9 @@ pub enum Error {
     /// what was stored.
     #[error("commit outcome unknown, reopen the store and retry: {0}")]
     CommitUnknown(#[source] StorageError),
-    /// A stored value did not decode.
-    #[error("stored {what} is corrupt: {source}")]
-    Corrupt {
-        /// What was being read.
-        what: &'static str,
-        /// The decode failure.
-        #[source]
-        source: DecodeError,
-    },
+    /// A stored value did not decode (the core's [`Corrupt`], as on every backend).
+    #[error(transparent)]
+    Corrupt(#[from] Corrupt),
     /// The rules refused the operation (no record, a stale fence, a wrong state, an invalid
     /// key, an outbox, inbox or job rule, a row over the limits): the same [`Refusal`], with the
     /// same code, as on every backend. Nothing was changed.
@@ -125,7 +119,7 @@ impl Error {
         match self {
             Error::Storage(storage) => storage.code(),
             Error::CommitUnknown(_) => ErrorCode::CommitUnknown,
-            Error::Corrupt { source, .. } => source.code(),
+            Error::Corrupt(corrupt) => corrupt.code(),
             Error::Refused(refusal) => refusal.code(),
             Error::NoRandomness => ErrorCode::NoRandomness,
             Error::OtherHandles { .. } => ErrorCode::StoreBusy,

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use idemdb_core::{Record, ScopedKey, State, StateKind, Timestamp, decode_record};
+use idemdb_core::{Corrupt, Record, ScopedKey, State, StateKind, Timestamp, decode_record};
 
 use crate::audit::decode_entry;
 use crate::tables::{AUDIT, EXPIRY, RECORDS, split_expiry_key};
@@ -129,8 +129,7 @@ impl Store {
             let records = read.open_table(RECORDS)?;
             for entry in records.iter()? {
                 let (key, value) = entry?;
-                let record =
-                    decode_record(value.value()).map_err(|source| Error::Corrupt { what: "record", source })?;
+                let record = decode_record(value.value()).map_err(Corrupt::of("record"))?;
                 let operation =
                     ScopedKey::decode(key.value()).map(|s| s.scope.operation().to_string()).unwrap_or_default();
                 *stats.by_operation.entry(operation).or_default().entry(record.state.kind()).or_default() += 1;
@@ -222,7 +221,7 @@ impl Store {
             if filter.operation.as_deref().is_some_and(|op| scoped.scope.operation() != op) {
                 continue;
             }
-            let record = decode_record(value.value()).map_err(|source| Error::Corrupt { what: "record", source })?;
+            let record = decode_record(value.value()).map_err(Corrupt::of("record"))?;
             if filter.state.is_some_and(|state| record.state.kind() != state) {
                 continue;
             }
@@ -253,7 +252,7 @@ impl Store {
                 break;
             }
             let (_, value) = entry?;
-            let entry = decode_entry(value.value()).map_err(|source| Error::Corrupt { what: "audit event", source })?;
+            let entry = decode_entry(value.value()).map_err(Corrupt::of("audit event"))?;
             stored += entry.len();
             newest_first.push(entry);
         }

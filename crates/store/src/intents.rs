@@ -28,8 +28,8 @@ use std::time::Duration;
 use redb::ReadableTable;
 
 use idemdb_core::{
-    AttemptOutcome, AttentionCause, CanonicalError, Canonicalizer, DecodeError, ErrorCode, Fingerprint, IdempotencyKey,
-    Intent, IntentRefusal, IntentResponse, IntentStateKind, KeyError, Scope, ScopedKey, Timestamp,
+    AttemptOutcome, AttentionCause, CanonicalError, Canonicalizer, Corrupt, DecodeError, ErrorCode, Fingerprint,
+    IdempotencyKey, Intent, IntentRefusal, IntentResponse, IntentStateKind, KeyError, Scope, ScopedKey, Timestamp,
 };
 
 use crate::journal::apply::T_INTENTS;
@@ -105,7 +105,7 @@ intent_from_storage!(redb::StorageError, redb::TableError, redb::TransactionErro
 
 fn decode(key: &[u8], value: &[u8]) -> Result<Intent, IntentError> {
     Intent::decode(key, value)
-        .map_err(|source: DecodeError| IntentError::Store(Error::Corrupt { what: "intent", source }))
+        .map_err(|source: DecodeError| IntentError::Store(Error::Corrupt(Corrupt { what: "intent", source })))
 }
 
 impl Store {
@@ -721,8 +721,8 @@ mod tests {
             tx.open_table(INTENTS).unwrap().insert(encoded.as_slice(), value.as_slice()).unwrap();
             tx.commit().unwrap();
             let err = store.intent(&scope, &key).unwrap_err();
-            assert!(matches!(err, IntentError::Store(Error::Corrupt { what: "intent", .. })), "{err:?}");
-            assert!(matches!(store.pending_intents(), Err(IntentError::Store(Error::Corrupt { .. }))));
+            assert!(matches!(err, IntentError::Store(Error::Corrupt(Corrupt { what: "intent", .. }))), "{err:?}");
+            assert!(matches!(store.pending_intents(), Err(IntentError::Store(Error::Corrupt(_)))));
         }
     }
 }

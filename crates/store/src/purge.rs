@@ -48,7 +48,7 @@ impl Store {
             }
             let record = match self.engine.get_encoded(scoped) {
                 Ok(record) => record,
-                Err(Error::Corrupt { .. }) => {
+                Err(Error::Corrupt(_)) => {
                     report.corrupt += 1;
                     continue;
                 }
@@ -121,7 +121,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
             continue;
         }
         let record = match txn.load(scoped) {
-            Err(Error::Corrupt { .. }) => {
+            Err(Error::Corrupt(_)) => {
                 report.corrupt += 1;
                 done -= 1;
                 continue;

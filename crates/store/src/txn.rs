@@ -3,7 +3,7 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    AuditKind, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep,
+    AuditKind, Corrupt, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep,
     MAX_RESULT_BYTES_LIMIT, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, decide,
     decode_record, encode_record, needs_effect_census, validate_correlation,
 };
@@ -309,7 +309,7 @@ impl<'s> Txn<'s> {
     pub(crate) fn load(&self, encoded: &[u8]) -> Result<Option<Record>, Error> {
         let records = self.tx.open_table(RECORDS)?;
         let Some(value) = records.get(encoded)? else { return Ok(None) };
-        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "record", source })
+        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "record", source }))
     }
 
     /// Writes `record` over `previous`, moving its expiry index entry if its due time changed.

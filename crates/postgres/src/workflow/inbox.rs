@@ -5,8 +5,8 @@
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
-    AuditKind, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope, accept,
-    delivery_policy_name,
+    AuditKind, Corrupt, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope,
+    accept, delivery_policy_name,
 };
 
 use super::{LOCK_DELIVERY, LOCK_OBJECT};
@@ -29,8 +29,7 @@ impl PgStore {
             let source: String = row.try_get(0).map_err(Error::from_driver)?;
             let delivery_id: String = row.try_get(1).map_err(Error::from_driver)?;
             let bytes: Vec<u8> = row.try_get(2).map_err(Error::from_driver)?;
-            let record =
-                DeliveryRecord::decode(&bytes).map_err(|source| Error::Corrupt { what: "delivery", source })?;
+            let record = DeliveryRecord::decode(&bytes).map_err(Corrupt::of("delivery"))?;
             listed.push(idemdb_interface::ListedDelivery { source, delivery_id, record });
         }
         Ok(listed)
@@ -68,7 +67,7 @@ impl PgTxn {
             match self.query(&wf.delivery_get, &params).await?.first() {
                 Some(row) => Some(
                     DeliveryRecord::decode(&row.try_get::<_, Vec<u8>>(0).map_err(Error::from_driver)?)
-                        .map_err(|source| Error::Corrupt { what: "delivery", source })?,
+                        .map_err(Corrupt::of("delivery"))?,
                 ),
                 None => None,
             }
@@ -78,7 +77,7 @@ impl PgTxn {
             match self.query(&wf.object_get, &params).await?.first() {
                 Some(row) => Some(
                     ObjectRecord::decode(&row.try_get::<_, Vec<u8>>(0).map_err(Error::from_driver)?)
-                        .map_err(|source| Error::Corrupt { what: "object", source })?,
+                        .map_err(Corrupt::of("object"))?,
                 ),
                 None => None,
             }
@@ -141,7 +140,7 @@ impl PgStore {
         let params: [&(dyn ToSql + Sync); 2] = [&source, &object_id];
         let Some(row) = self.read_one(|sql| &sql.wf.object_get, &params).await? else { return Ok(None) };
         let value: Vec<u8> = row.try_get(0).map_err(Error::from_driver)?;
-        ObjectRecord::decode(&value).map(Some).map_err(|source| Error::Corrupt { what: "object", source })
+        ObjectRecord::decode(&value).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "object", source }))
     }
 
     /// The record of delivery `delivery_id` of `source`.
@@ -152,6 +151,6 @@ impl PgStore {
         let params: [&(dyn ToSql + Sync); 2] = [&source, &delivery_id];
         let Some(row) = self.read_one(|sql| &sql.wf.delivery_get, &params).await? else { return Ok(None) };
         let value: Vec<u8> = row.try_get(0).map_err(Error::from_driver)?;
-        DeliveryRecord::decode(&value).map(Some).map_err(|source| Error::Corrupt { what: "delivery", source })
+        DeliveryRecord::decode(&value).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "delivery", source }))
     }
 }

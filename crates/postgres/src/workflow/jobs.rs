@@ -5,8 +5,8 @@
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
-    AuditKind, Compensation, DecisionContext, EffectName, Fingerprint, IdempotencyKey, JobAnswer, JobLease, JobRecord,
-    JobRefusal, Scope, Timestamp, claim_job,
+    AuditKind, Compensation, Corrupt, DecisionContext, EffectName, Fingerprint, IdempotencyKey, JobAnswer, JobLease,
+    JobRecord, JobRefusal, Scope, Timestamp, claim_job,
 };
 
 use super::LOCK_JOB;
@@ -29,7 +29,7 @@ impl PgTxn {
         let record = match self.query(&inner.sql.wf.job_get, &params).await?.first() {
             Some(row) => Some(
                 JobRecord::decode(&row.try_get::<_, Vec<u8>>(0).map_err(Error::from_driver)?)
-                    .map_err(|source| Error::Corrupt { what: "job", source })?,
+                    .map_err(Corrupt::of("job"))?,
             ),
             None => None,
         };
@@ -233,6 +233,6 @@ impl PgStore {
         let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &job.as_str()];
         let Some(row) = self.read_one(|sql| &sql.wf.job_get, &params).await? else { return Ok(None) };
         let value: Vec<u8> = row.try_get(0).map_err(Error::from_driver)?;
-        JobRecord::decode(&value).map(Some).map_err(|source| Error::Corrupt { what: "job", source })
+        JobRecord::decode(&value).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "job", source }))
     }
 }

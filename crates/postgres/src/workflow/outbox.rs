@@ -7,7 +7,7 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 use futures_util::future::try_join;
 
 use idemdb_core::{
-    AuditKind, Claim, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
+    AuditKind, Claim, Corrupt, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
     OutboxRefusal, Policy, ProviderState, Refusal, Reservation, Scope, StateKind, Timestamp,
 };
 
@@ -46,15 +46,16 @@ pub(crate) fn decode_item(
     value: &[u8],
 ) -> Result<OutboxItem, Error> {
     OutboxItem::decode(&OutboxItem::key_of(scope, key, effect), value)
-        .map_err(|source| Error::Corrupt { what: "outbox item", source })
+        .map_err(|source| Error::Corrupt(Corrupt { what: "outbox item", source }))
 }
 
 /// The identity columns of a row (`tenant, operation, key, effect` first).
 pub(crate) fn item_identity(
     row: &deadpool_postgres::tokio_postgres::Row,
 ) -> Result<(Scope, IdempotencyKey, EffectName), Error> {
-    let malformed =
-        |reason: String| Error::Corrupt { what: "outbox item", source: idemdb_core::DecodeError::Malformed { reason } };
+    let malformed = |reason: String| {
+        Error::Corrupt(Corrupt { what: "outbox item", source: idemdb_core::DecodeError::Malformed { reason } })
+    };
     let tenant: String = row.try_get(0).map_err(Error::from_driver)?;
     let operation: String = row.try_get(1).map_err(Error::from_driver)?;
     let key: String = row.try_get(2).map_err(Error::from_driver)?;

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use idemdb_core::{Attention, AuditKind, IdempotencyKey, Refusal, Scope, ScopedKey, Timestamp, decode_record};
+use idemdb_core::{Attention, AuditKind, Corrupt, IdempotencyKey, Refusal, Scope, ScopedKey, Timestamp, decode_record};
 
 use super::outbox::{decode_item, item_identity};
 use crate::error::Error;
@@ -32,9 +32,8 @@ impl PgStore {
             entries.push((since, item.storage_key(), Attention::Effect { item, since }));
         }
         for row in &records {
-            let corrupt = |reason: String| Error::Corrupt {
-                what: "record",
-                source: idemdb_core::DecodeError::Malformed { reason },
+            let corrupt = |reason: String| {
+                Error::Corrupt(Corrupt { what: "record", source: idemdb_core::DecodeError::Malformed { reason } })
             };
             let tenant: String = row.try_get(0).map_err(Error::from_driver)?;
             let operation: String = row.try_get(1).map_err(Error::from_driver)?;
@@ -46,7 +45,7 @@ impl PgStore {
                 continue;
             }
             let bytes: Vec<u8> = row.try_get(3).map_err(Error::from_driver)?;
-            let record = decode_record(&bytes).map_err(|source| Error::Corrupt { what: "record", source })?;
+            let record = decode_record(&bytes).map_err(Corrupt::of("record"))?;
             let since = record.updated_at;
             entries.push((since, encoded, Attention::Record { scoped: ScopedKey::new(scope, key), record, since }));
         }

@@ -5,8 +5,8 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    AuditKind, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope, ScopedKey,
-    accept, delivery_policy_name,
+    AuditKind, Corrupt, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope,
+    ScopedKey, accept, delivery_policy_name,
 };
 
 use crate::journal::apply::{T_DELIVERIES, T_EXPIRY, T_OBJECTS};
@@ -28,15 +28,11 @@ impl Txn<'_> {
     ) -> Result<(InboxAnswer, Option<ObjectRecord>), Error> {
         let (delivery_key, object_key) = (delivery.delivery_key(), delivery.object_key());
         let existing = match self.tx().open_table(DELIVERIES)?.get(delivery_key.as_slice())? {
-            Some(value) => Some(
-                DeliveryRecord::decode(value.value()).map_err(|source| Error::Corrupt { what: "delivery", source })?,
-            ),
+            Some(value) => Some(DeliveryRecord::decode(value.value()).map_err(Corrupt::of("delivery"))?),
             None => None,
         };
         let object = match self.tx().open_table(OBJECTS)?.get(object_key.as_slice())? {
-            Some(value) => {
-                Some(ObjectRecord::decode(value.value()).map_err(|source| Error::Corrupt { what: "object", source })?)
-            }
+            Some(value) => Some(ObjectRecord::decode(value.value()).map_err(Corrupt::of("object"))?),
             None => None,
         };
         let decision = accept(existing, object.as_ref(), delivery, guard, self.now())?;
@@ -141,13 +137,14 @@ impl Store {
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (key, value) = entry?;
-            let corrupt = |reason: &str| Error::Corrupt {
-                what: "delivery",
-                source: idemdb_core::DecodeError::Malformed { reason: reason.to_string() },
+            let corrupt = |reason: &str| {
+                Error::Corrupt(Corrupt {
+                    what: "delivery",
+                    source: idemdb_core::DecodeError::Malformed { reason: reason.to_string() },
+                })
             };
             let (source, id) = DeliveryRecord::split_key(key.value()).ok_or_else(|| corrupt("key"))?;
-            let record =
-                DeliveryRecord::decode(value.value()).map_err(|source| Error::Corrupt { what: "delivery", source })?;
+            let record = DeliveryRecord::decode(value.value()).map_err(Corrupt::of("delivery"))?;
             out.push((source.to_string(), id.to_string(), record));
             if limit != 0 && out.len() >= limit {
                 break;
@@ -167,6 +164,6 @@ impl Store {
         let read = self.engine.db.begin_read()?;
         let Some(table) = open_optional(&read, table)? else { return Ok(None) };
         let Some(value) = table.get(key)? else { return Ok(None) };
-        decode(value.value()).map(Some).map_err(|source| Error::Corrupt { what, source })
+        decode(value.value()).map(Some).map_err(|source| Error::Corrupt(Corrupt { what, source }))
     }
 }

@@ -5,8 +5,8 @@
 use redb::ReadableTable;
 
 use idemdb_core::{
-    AuditKind, Compensation, DecisionContext, EffectName, Fingerprint, IdempotencyKey, JobAnswer, JobLease, JobRecord,
-    JobRefusal, Scope, ScopedKey, claim_job,
+    AuditKind, Compensation, Corrupt, DecisionContext, EffectName, Fingerprint, IdempotencyKey, JobAnswer, JobLease,
+    JobRecord, JobRefusal, Scope, ScopedKey, claim_job,
 };
 
 use crate::journal::apply::{T_EXPIRY, T_JOBS};
@@ -18,7 +18,7 @@ impl Txn<'_> {
     fn load_job(&self, encoded: &[u8]) -> Result<Option<JobRecord>, Error> {
         let table = self.tx().open_table(JOBS)?;
         let Some(value) = table.get(encoded)? else { return Ok(None) };
-        JobRecord::decode(value.value()).map(Some).map_err(|source| Error::Corrupt { what: "job", source })
+        JobRecord::decode(value.value()).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "job", source }))
     }
 
     fn put_job(&mut self, encoded: &[u8], previous: Option<&JobRecord>, job: &JobRecord) -> Result<(), Error> {

@@ -5,7 +5,7 @@
 use redb::ReadableTable;
 
 use idemdb_core::{
-    AuditKind, Claim, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
+    AuditKind, Claim, Corrupt, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
     OutboxRefusal, OutboxStateKind, ProviderState, Refusal, Reservation, Scope, ScopedKey, Timestamp,
 };
 
@@ -79,7 +79,7 @@ impl Txn<'_> {
         let Some(value) = table.get(storage_key)? else { return Ok(None) };
         OutboxItem::decode(storage_key, value.value())
             .map(Some)
-            .map_err(|source| Error::Corrupt { what: "outbox item", source })
+            .map_err(|source| Error::Corrupt(Corrupt { what: "outbox item", source }))
     }
 
     /// Writes `item` over `previous`, moving its due-index, reconciliation-queue and
@@ -390,7 +390,7 @@ impl Store {
         let Some(value) = table.get(storage_key.as_slice())? else { return Ok(None) };
         OutboxItem::decode(&storage_key, value.value())
             .map(Some)
-            .map_err(|source| Error::Corrupt { what: "outbox item", source })
+            .map_err(|source| Error::Corrupt(Corrupt { what: "outbox item", source }))
     }
 
     /// Outbox items in key order, filtered.
@@ -403,8 +403,7 @@ impl Store {
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (key, value) = entry?;
-            let item = OutboxItem::decode(key.value(), value.value())
-                .map_err(|source| Error::Corrupt { what: "outbox item", source })?;
+            let item = OutboxItem::decode(key.value(), value.value()).map_err(Corrupt::of("outbox item"))?;
             let state_ok = filter.state.is_none_or(|state| item.state.kind() == state);
             let tenant_ok = filter.tenant.as_deref().is_none_or(|tenant| item.scope.tenant() == tenant);
             if state_ok && tenant_ok {

@@ -4,7 +4,7 @@
 
 use redb::ReadableTable;
 
-use idemdb_core::{Attention, AuditKind, IdempotencyKey, OutboxItem, Refusal, Scope, ScopedKey, Timestamp};
+use idemdb_core::{Attention, AuditKind, Corrupt, IdempotencyKey, OutboxItem, Refusal, Scope, ScopedKey, Timestamp};
 
 use crate::tables::{OUTBOX, RECONCILE, RECONCILE_EFFECT, RECONCILE_RECORD, open_optional};
 use crate::{Error, Store};
@@ -64,8 +64,7 @@ impl Store {
                 RECONCILE_EFFECT => {
                     let table = read.open_table(OUTBOX)?;
                     if let Some(value) = table.get(stored_key)? {
-                        let item = OutboxItem::decode(stored_key, value.value())
-                            .map_err(|source| Error::Corrupt { what: "outbox item", source })?;
+                        let item = OutboxItem::decode(stored_key, value.value()).map_err(Corrupt::of("outbox item"))?;
                         out.push(Attention::Effect { item, since });
                     }
                 }

@@ -4,7 +4,7 @@
 
 use redb::ReadableTable;
 
-use idemdb_core::{DeliveryRecord, JobRecord, ObjectRecord, OutboxItem, Timestamp};
+use idemdb_core::{Corrupt, DeliveryRecord, JobRecord, ObjectRecord, OutboxItem, Timestamp};
 
 use crate::Error;
 use crate::journal::apply::{T_DELIVERIES, T_JOBS, T_OUTBOX};
@@ -34,9 +34,7 @@ pub(crate) fn forget_entry(txn: &mut Txn<'_>, rest: &[u8], due: Timestamp) -> Re
         }
         EXPIRY_JOB => {
             let due_now = match txn.tx().open_table(JOBS)?.get(key)? {
-                Some(value) => {
-                    JobRecord::decode(value.value()).map_err(|source| Error::Corrupt { what: "job", source })?.due_at()
-                }
+                Some(value) => JobRecord::decode(value.value()).map_err(Corrupt::of("job"))?.due_at(),
                 None => return Ok(false),
             };
             if due_now != Some(due) {
