@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::engine::Engine;
-use crate::txn::Txn;
+use crate::txn::{Begun, Txn};
 
 /// Most operations one commit carries.
 pub(crate) const MAX_BATCH: usize = 256;
@@ -223,17 +223,18 @@ impl GroupCommit {
             queue.operations.drain(..take).collect()
         };
         let started = Started::now();
-        let mut txn = match Txn::begin(engine) {
-            Ok(txn) => txn,
+        let begun = match Begun::new(engine) {
+            Ok(begun) => begun,
             Err(error) => {
                 drop(handover);
                 batch.into_iter().for_each(|operation| operation.abort(&error));
                 return;
             }
         };
+        let mut txn = begun.txn();
         let ran: Vec<Box<dyn AwaitingCommit>> =
             batch.into_iter().map(|operation| operation.execute(&mut txn)).collect();
-        let commit = txn.commit();
+        let commit = txn.finish().and_then(|finished| begun.commit(finished));
         if let Some(took) = started.and_then(|started| started.elapsed()) {
             lock(&self.queue).last_commit = took;
         }

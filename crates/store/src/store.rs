@@ -16,7 +16,7 @@ use idemdb_core::{
 use crate::Error;
 use crate::engine::Engine;
 use crate::group::GroupCommit;
-use crate::txn::Txn;
+use crate::txn::{Begun, Txn};
 use idemdb_core::ResolutionCause;
 
 /// What [`Store::execute`] did.
@@ -195,9 +195,11 @@ impl Store {
     /// The closure's error, or [`Error`] converted into it when the transaction could not
     /// begin or commit.
     pub fn write<T, E: From<Error>>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<T, E>) -> Result<T, E> {
-        let mut txn = Txn::begin(&self.engine)?;
+        let begun = Begun::new(&self.engine)?;
+        let mut txn = begun.txn();
         let value = f(&mut txn)?;
-        txn.commit()?;
+        let finished = txn.finish()?;
+        begun.commit(finished)?;
         Ok(value)
     }
 
@@ -452,15 +454,18 @@ impl Store {
         fingerprint: &Fingerprint,
         operation: impl FnOnce(&mut Txn<'_>) -> Result<Vec<u8>, E>,
     ) -> Result<Executed, ExecuteError<E>> {
-        let mut txn = Txn::begin(&self.engine)?;
+        let begun = Begun::new(&self.engine)?;
+        let mut txn = begun.txn();
         let reservation = txn.reserve(scope, key, fingerprint)?;
         let Reservation::Acquired(lease) = reservation else {
-            txn.commit()?;
+            let finished = txn.finish()?;
+            begun.commit(finished)?;
             return Ok(Executed::Answered(reservation));
         };
         let result = operation(&mut txn).map_err(ExecuteError::Operation)?;
         txn.complete(&lease, result.clone())?;
-        txn.commit()?;
+        let finished = txn.finish()?;
+        begun.commit(finished)?;
         Ok(Executed::Ran { result })
     }
 

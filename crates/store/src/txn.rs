@@ -1,5 +1,7 @@
 //! One write transaction over the store: read, decide, write — then commit once.
 
+use std::cell::RefCell;
+
 use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
@@ -15,7 +17,8 @@ use crate::journal::Mutation;
 use crate::journal::apply::{self, T_AUDIT, T_EXPIRY, T_META, T_RECONCILE, T_RECORDS};
 use crate::journal::commit::CommitFailure;
 use crate::tables::{
-    META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, RECONCILE_RECORD, RECORDS, audit_key, expiry_key, reconcile_key,
+    EXPIRY, META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, RECONCILE_RECORD, RECORDS, audit_key, expiry_key,
+    reconcile_key,
 };
 use idemdb_core::{AuditEvent, ResolutionCause};
 
@@ -23,7 +26,13 @@ use idemdb_core::{AuditEvent, ResolutionCause};
 /// committed when the closure returns `Ok`, rolled back otherwise.
 pub struct Txn<'s> {
     store: &'s Engine,
-    tx: WriteTransaction,
+    tx: &'s WriteTransaction,
+    /// The record table and the expiry index, each opened on first use and kept open until
+    /// the transaction finishes: opening a redb table looks its root up in the table tree,
+    /// which cost a reservation about a twentieth of its instructions when every read and
+    /// write opened the table anew.
+    records: RefCell<Option<redb::Table<'s, &'static [u8], &'static [u8]>>>,
+    expiry: RefCell<Option<redb::Table<'s, &'static [u8], ()>>>,
     now: Timestamp,
     retention: Timestamp,
     audit: Vec<EncodedEvent>,
@@ -48,36 +57,58 @@ impl std::fmt::Debug for Txn<'_> {
     }
 }
 
-impl<'s> Txn<'s> {
-    pub(crate) fn begin(store: &'s Engine) -> Result<Self, Error> {
-        let tx = store.begin_write()?;
-        // Read the clock after the write lock is held, so decisions are made in time order.
-        let at = store.clock.read();
-        Ok(Txn {
-            store,
-            tx,
-            now: at.now,
-            retention: at.retention,
+/// A begun write transaction: it owns the redb transaction that its [`Txn`] borrows, and
+/// commits it with what the `Txn` finished with.
+///
+/// ```text
+/// let begun = Begun::new(engine)?;
+/// let mut txn = begun.txn();
+/// ... read, decide, write through `txn` ...
+/// begun.commit(txn.finish()?)
+/// ```
+pub(crate) struct Begun<'e> {
+    engine: &'e Engine,
+    tx: WriteTransaction,
+    at: DecisionTime,
+}
+
+impl<'e> Begun<'e> {
+    /// Takes the write lock, then reads the clock (so decisions are made in time order).
+    pub(crate) fn new(engine: &'e Engine) -> Result<Self, Error> {
+        let tx = engine.begin_write()?;
+        let at = engine.clock.read();
+        Ok(Begun { engine, tx, at })
+    }
+
+    /// The transaction to read, decide and write in.
+    pub(crate) fn txn(&self) -> Txn<'_> {
+        Txn {
+            store: self.engine,
+            tx: &self.tx,
+            records: RefCell::new(None),
+            expiry: RefCell::new(None),
+            now: self.at.now,
+            retention: self.at.retention,
             audit: Vec::new(),
             written: Vec::new(),
             written_at: std::collections::HashMap::new(),
             flush_audit: false,
-            log: store.wal().map(|_| Vec::new()),
+            log: self.engine.wal().map(|_| Vec::new()),
             raw: std::sync::atomic::AtomicBool::new(false),
             durable: false,
-        })
+        }
     }
+}
 
+impl<'s> Txn<'s> {
     pub(crate) fn engine(&self) -> &'s Engine {
         self.store
     }
 
     /// Makes this transaction's commit durable whatever the store's durability setting.
-    pub(crate) fn make_durable(&mut self) -> Result<(), Error> {
-        self.tx.set_durability(redb::Durability::Immediate)?;
+    pub(crate) fn make_durable(&mut self) {
         self.flush_audit = true;
         self.durable = true;
-        Ok(())
     }
 
     /// The store time every decision in this transaction uses (see [`Store::now`](crate::Store::now)).
@@ -117,7 +148,7 @@ impl<'s> Txn<'s> {
         &mut self,
         table: redb::TableDefinition<K, V>,
     ) -> Result<crate::app_table::AppTable<'_, K, V>, Error> {
-        crate::app_table::AppTable::open(&self.tx, &self.store.config.apps, self.log.as_mut(), table)
+        crate::app_table::AppTable::open(self.tx, &self.store.config.apps, self.log.as_mut(), table)
     }
 
     /// The underlying redb transaction: the escape hatch for what [`Txn::table`] does not
@@ -128,18 +159,41 @@ impl<'s> Txn<'s> {
     /// Do not open tables whose names start with `idemdb_`: those belong to the store.
     pub fn tables_checkpointing(&self) -> &WriteTransaction {
         self.raw.store(true, std::sync::atomic::Ordering::Relaxed);
-        &self.tx
+        self.tx()
     }
 
     /// The redb transaction for **reading** the store's tables (writes go through
-    /// [`Txn::put_logged`] and [`Txn::remove_logged`], so they are journaled).
+    /// [`Txn::put_logged`] and [`Txn::remove_logged`], so they are journaled). The tables this
+    /// `Txn` keeps open are closed first, so the caller may open any table.
     pub(crate) fn tx(&self) -> &WriteTransaction {
-        &self.tx
+        self.records.borrow_mut().take();
+        self.expiry.borrow_mut().take();
+        self.tx
+    }
+
+    /// Runs `f` on the record table, opening it on the first use in this transaction.
+    fn with_records<T>(
+        &self,
+        f: impl FnOnce(&mut redb::Table<'s, &'static [u8], &'static [u8]>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        with_open(self.tx, &self.records, RECORDS, f)
+    }
+
+    /// Runs `f` on the expiry index, opening it on the first use in this transaction.
+    fn with_expiry<T>(
+        &self,
+        f: impl FnOnce(&mut redb::Table<'s, &'static [u8], ()>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        with_open(self.tx, &self.expiry, EXPIRY, f)
     }
 
     /// Writes `key` → `value` into one of the store's tables and logs it for the journal.
     pub(crate) fn put_logged(&mut self, table: u8, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        apply::apply_put(&self.tx, &self.store.config.apps, table, key, value)?;
+        match table {
+            T_RECORDS => self.with_records(|records| Ok(records.insert(key, value).map(drop)?))?,
+            T_EXPIRY if value.is_empty() => self.with_expiry(|index| Ok(index.insert(key, ()).map(drop)?))?,
+            _ => apply::apply_put(self.tx, &self.store.config.apps, table, key, value)?,
+        }
         if let Some(log) = &mut self.log {
             log.push(Mutation::Put { table, key: key.to_vec(), value: value.to_vec() });
         }
@@ -148,7 +202,11 @@ impl<'s> Txn<'s> {
 
     /// Removes `key` from one of the store's tables and logs it for the journal.
     pub(crate) fn remove_logged(&mut self, table: u8, key: &[u8]) -> Result<(), Error> {
-        apply::apply_remove(&self.tx, &self.store.config.apps, table, key)?;
+        match table {
+            T_RECORDS => self.with_records(|records| Ok(records.remove(key).map(drop)?))?,
+            T_EXPIRY => self.with_expiry(|index| Ok(index.remove(key).map(drop)?))?,
+            _ => apply::apply_remove(self.tx, &self.store.config.apps, table, key)?,
+        }
         if let Some(log) = &mut self.log {
             log.push(Mutation::Remove { table, key: key.to_vec() });
         }
@@ -215,7 +273,7 @@ impl<'s> Txn<'s> {
     /// census behind [`idemdb_core::ExpiredLease::TakeoverIfNoEffect`]. Items are keyed by the
     /// scoped key followed by the effect's name, so one range read answers it.
     pub(crate) fn any_effect(&self, scoped_key: &[u8]) -> Result<bool, Error> {
-        let table = self.tx.open_table(crate::tables::OUTBOX)?;
+        let table = self.tx().open_table(crate::tables::OUTBOX)?;
         let mut after = table.range(scoped_key..)?;
         Ok(match after.next() {
             Some(entry) => entry?.0.value().starts_with(scoped_key),
@@ -307,9 +365,10 @@ impl<'s> Txn<'s> {
     }
 
     pub(crate) fn load(&self, encoded: &[u8]) -> Result<Option<Record>, Error> {
-        let records = self.tx.open_table(RECORDS)?;
-        let Some(value) = records.get(encoded)? else { return Ok(None) };
-        decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "record", source }))
+        self.with_records(|records| {
+            let Some(value) = records.get(encoded)? else { return Ok(None) };
+            decode_record(value.value()).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "record", source }))
+        })
     }
 
     /// Writes `record` over `previous`, moving its expiry index entry if its due time changed.
@@ -400,7 +459,9 @@ impl<'s> Txn<'s> {
     /// Commits. If the commit reports an error, reads back what was written: when every
     /// record reads as written the commit took effect and this returns `Ok`; when the store
     /// cannot be read, [`Error::CommitUnknown`].
-    pub(crate) fn commit(mut self) -> Result<(), Error> {
+    /// Writes what the commit carries (the audit batch when one is due, the clock) and closes
+    /// the tables this `Txn` kept open: what [`Begun::commit`] commits.
+    pub(crate) fn finish(mut self) -> Result<Finished, Error> {
         // Audit events go out in batches (see `Store::audit_batch_due`): this commit carries
         // the buffered ones and its own when a batch is due, and otherwise hands its own to
         // the buffer once it has committed.
@@ -420,11 +481,58 @@ impl<'s> Txn<'s> {
                 }
             }
         }
-        if !self.written.is_empty() || self.store.clock.cancelled() {
-            self.persist_clock_logged(false)?;
+        if (!self.written.is_empty() || self.store.clock.cancelled())
+            && let Err(error) = self.persist_clock_logged(false)
+        {
+            self.store.buffer_audit_events(carried);
+            return Err(error);
         }
         let raw = self.raw.load(std::sync::atomic::Ordering::Relaxed);
-        let Txn { store, tx, written, audit: own, log, durable, now, .. } = self;
+        let Txn { written, audit: own, log, durable, now, .. } = self;
+        Ok(Finished { carried, own, written, log, raw, durable, now })
+    }
+}
+
+/// Runs `f` on the table `definition` of `tx`, kept open in `open` (opened on first use).
+fn with_open<'s, K: redb::Key + 'static, V: redb::Value + 'static, T>(
+    tx: &'s WriteTransaction,
+    open: &RefCell<Option<redb::Table<'s, K, V>>>,
+    definition: redb::TableDefinition<'static, K, V>,
+    f: impl FnOnce(&mut redb::Table<'s, K, V>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut open = open.borrow_mut();
+    if open.is_none() {
+        *open = Some(tx.open_table(definition)?);
+    }
+    match open.as_mut() {
+        Some(table) => f(table),
+        None => Err(Error::Internal("a table of the transaction did not stay open")),
+    }
+}
+
+/// What a finished [`Txn`] hands to [`Begun::commit`].
+pub(crate) struct Finished {
+    /// The audit events this commit writes (buffered again if it fails).
+    carried: Vec<EncodedEvent>,
+    /// This transaction's own events, buffered once it committed.
+    own: Vec<EncodedEvent>,
+    written: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    log: Option<Vec<Mutation>>,
+    raw: bool,
+    durable: bool,
+    now: Timestamp,
+}
+
+impl Begun<'_> {
+    /// Commits: one journal append (or, for a transaction that wrote through
+    /// [`Txn::tables_checkpointing`] or must be durable in the file, a redb checkpoint).
+    pub(crate) fn commit(self, finished: Finished) -> Result<(), Error> {
+        let Begun { engine: store, mut tx, .. } = self;
+        let Finished { carried, own, written, log, raw, durable, now } = finished;
+        if durable && let Err(error) = tx.set_durability(redb::Durability::Immediate) {
+            store.buffer_audit_events(carried);
+            return Err(error.into());
+        }
         let committed = match store.wal() {
             None => tx.commit().map_err(crate::error::StorageError::from),
             Some(wal) => {
@@ -497,10 +605,12 @@ fn read_back(store: &Engine, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<b
 /// [`Durability::Eventual`](crate::Durability::Eventual)), writing buffered audit events and
 /// the clock high-water mark.
 pub(crate) fn flush(engine: &Engine) -> Result<(), Error> {
-    let mut txn = Txn::begin(engine)?;
-    txn.make_durable()?;
+    let begun = Begun::new(engine)?;
+    let mut txn = begun.txn();
+    txn.make_durable();
     txn.persist_clock_logged(true)?;
-    txn.commit()
+    let finished = txn.finish()?;
+    begun.commit(finished)
 }
 
 impl Drop for Engine {

@@ -11,7 +11,7 @@ use idemdb_core::{
 
 use crate::journal::apply::{T_DELIVERIES, T_EXPIRY, T_OBJECTS};
 use crate::tables::{DELIVERIES, EXPIRY_DELIVERY, OBJECTS, marked_expiry_key, open_optional};
-use crate::txn::Txn;
+use crate::txn::{Begun, Txn};
 use crate::{Error, ExecuteError, Store};
 
 impl Txn<'_> {
@@ -100,12 +100,14 @@ impl Store {
         guard: &impl DomainGuard,
         apply: impl FnOnce(&WriteTransaction, &ObjectRecord) -> Result<(), E>,
     ) -> Result<InboxAnswer, ExecuteError<E>> {
-        let mut txn = Txn::begin(&self.engine)?;
+        let begun = Begun::new(&self.engine)?;
+        let mut txn = begun.txn();
         let (answer, object) = txn.accept_delivery(delivery, guard)?;
         if let Some(object) = &object {
             apply(txn.tables_checkpointing(), object).map_err(ExecuteError::Operation)?;
         }
-        txn.commit()?;
+        let finished = txn.finish()?;
+        begun.commit(finished)?;
         Ok(answer)
     }
 

@@ -11,7 +11,7 @@ use idemdb_core::{
 
 use crate::journal::apply::{T_EXPIRY, T_JOBS};
 use crate::tables::{EXPIRY_JOB, JOBS, marked_expiry_key};
-use crate::txn::Txn;
+use crate::txn::{Begun, Txn};
 use crate::{Error, ExecuteError, Store};
 
 impl Txn<'_> {
@@ -169,7 +169,8 @@ impl Store {
         step: &EffectName,
         run: impl FnOnce(&mut Txn<'_>) -> Result<(Vec<u8>, Option<Vec<u8>>), E>,
     ) -> Result<Vec<u8>, ExecuteError<E>> {
-        let mut txn = Txn::begin(&self.engine)?;
+        let begun = Begun::new(&self.engine)?;
+        let mut txn = begun.txn();
         if let Some(done) = txn.step_result(lease, step)? {
             return Ok(done);
         }
@@ -178,7 +179,8 @@ impl Store {
         txn.check_can_run(lease)?;
         let (result, compensation) = run(&mut txn).map_err(ExecuteError::Operation)?;
         txn.record_step(lease, step, result.clone(), compensation)?;
-        txn.commit()?;
+        let finished = txn.finish()?;
+        begun.commit(finished)?;
         Ok(result)
     }
 
@@ -220,7 +222,8 @@ impl Store {
         step: &EffectName,
         run: impl FnOnce(&mut Txn<'_>, &Compensation) -> Result<(), E>,
     ) -> Result<(), ExecuteError<E>> {
-        let mut txn = Txn::begin(&self.engine)?;
+        let begun = Begun::new(&self.engine)?;
+        let mut txn = begun.txn();
         let encoded = ScopedKey::encode_parts(&lease.scope, &lease.job);
         let job = txn.load_job(&encoded)?.ok_or(Error::from(JobRefusal::NotFound))?;
         let policy = self.policy(lease.scope.operation()).clone();
@@ -233,7 +236,8 @@ impl Store {
         run(&mut txn, &compensation).map_err(ExecuteError::Operation)?;
         txn.put_job(&encoded, Some(&job), &next)?;
         txn.event(AuditKind::JobChanged, &lease.scope, &encoded, next.fence, None, Some(step.as_str()));
-        txn.commit()?;
+        let finished = txn.finish()?;
+        begun.commit(finished)?;
         Ok(())
     }
 
