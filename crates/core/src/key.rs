@@ -116,6 +116,21 @@ pub fn validate_correlation(correlation: &str) -> Result<(), KeyError> {
     validate(IdentityPart::Correlation, correlation, MAX_CORRELATION_LEN, false)
 }
 
+/// Checks the optional correlation id of a call, as every adapter does before anything else:
+/// none is valid, a given one must pass [`validate_correlation`].
+///
+/// ```
+/// use idemdb_core::check_correlation;
+/// assert!(check_correlation(None).is_ok() && check_correlation(Some("req-7f3a")).is_ok());
+/// assert!(check_correlation(Some("")).is_err());
+/// ```
+///
+/// # Errors
+/// As [`validate_correlation`].
+pub fn check_correlation(correlation: Option<&str>) -> Result<(), KeyError> {
+    correlation.map_or(Ok(()), validate_correlation)
+}
+
 /// An idempotency key: 1..=255 bytes of visible ASCII (`0x21..=0x7E`).
 ///
 /// That is the alphabet a structured-field string in the IETF `Idempotency-Key` header can

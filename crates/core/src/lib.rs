@@ -85,7 +85,7 @@ pub use intent::{
 };
 pub use key::{
     IdempotencyKey, IdentityPart, KeyError, MAX_CORRELATION_LEN, MAX_KEY_LEN, MAX_SCOPE_PART_LEN, Scope, ScopedKey,
-    validate_correlation,
+    check_correlation, validate_correlation,
 };
 pub use names::{Named, UnknownName, as_name};
 pub use policy::{

@@ -12,7 +12,7 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
     AuditEvent, Corrupt, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport,
-    Record, Reservation, Resolution, Scope, Timestamp, decide, decode_record, validate_correlation,
+    Record, Reservation, Resolution, Scope, Timestamp, check_correlation, decide, decode_record,
 };
 
 use crate::audit;
@@ -182,9 +182,7 @@ impl PgStore {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
-        if let Some(correlation) = correlation {
-            validate_correlation(correlation)?;
-        }
+        check_correlation(correlation)?;
         self.inner
             .within_call(async {
                 if let Some(answer) =

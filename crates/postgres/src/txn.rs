@@ -9,8 +9,8 @@ use futures_util::future::{join, try_join3};
 
 use idemdb_core::{
     AuditEvent, AuditKind, Corrupt, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep, Record,
-    Refusal, Reservation, Resolution, ResolutionCause, Scope, Timestamp, decide, decode_record, encode_record,
-    needs_effect_census, validate_correlation,
+    Refusal, Reservation, Resolution, ResolutionCause, Scope, Timestamp, check_correlation, decide, decode_record,
+    encode_record, needs_effect_census,
 };
 
 use crate::audit::{self, to_sql_ms};
@@ -321,9 +321,7 @@ impl PgTxn {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
-        if let Some(correlation) = correlation {
-            validate_correlation(correlation)?;
-        }
+        check_correlation(correlation)?;
         for _ in 0..MAX_DECISION_ROUNDS {
             let Locked { record: existing, bytes, context } = self.lock(Some((scope, key))).await?;
             let inner = Arc::clone(&self.inner);

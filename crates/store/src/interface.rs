@@ -47,7 +47,7 @@ use idemdb_core::{
 use idemdb_core::{BusinessWrite, Row, RowTable};
 use idemdb_core::{
     Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
-    Resolution, Scope, validate_correlation,
+    Resolution, Scope, check_correlation,
 };
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use idemdb_interface::BusinessStore;
@@ -154,9 +154,7 @@ impl IdempotencyStore for AsyncStore {
         let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
         let correlation = correlation.map(str::to_string);
         async move {
-            if let Some(correlation) = &correlation {
-                validate_correlation(correlation)?;
-            }
+            check_correlation(correlation.as_deref())?;
             // A replay, a conflict or a key in progress needs no commit (and no effect is
             // enqueued for an answer other than an acquisition).
             if let Some(answer) = store.answer_from_snapshot(&scope, &key, &fingerprint, correlation.as_deref())? {

@@ -6,8 +6,8 @@ use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
     AuditKind, Corrupt, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep,
-    MAX_RESULT_BYTES_LIMIT, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, decide,
-    decode_record, encode_record, needs_effect_census, validate_correlation,
+    MAX_RESULT_BYTES_LIMIT, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Timestamp,
+    check_correlation, decide, decode_record, encode_record, needs_effect_census,
 };
 
 use crate::Error;
@@ -246,9 +246,7 @@ impl<'s> Txn<'s> {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
-        if let Some(correlation) = correlation {
-            validate_correlation(correlation)?;
-        }
+        check_correlation(correlation)?;
         let encoded = ScopedKey::encode_parts(scope, key);
         let existing = self.load(&encoded)?;
         // The index entries to move are those of the record as it was.

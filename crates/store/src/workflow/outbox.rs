@@ -213,9 +213,7 @@ impl Store {
         correlation: Option<&str>,
         effects: Vec<NewEffect>,
     ) -> Result<Reservation, Error> {
-        if let Some(correlation) = correlation {
-            idemdb_core::validate_correlation(correlation)?;
-        }
+        idemdb_core::check_correlation(correlation)?;
         if effects.is_empty() {
             return self.reserve_inner(scope, key, fingerprint, correlation);
         }
