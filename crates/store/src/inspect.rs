@@ -365,7 +365,7 @@ impl Store {
         let engine = self.exclusive("compact")?;
         if engine.wal().is_some() {
             // Checkpoint first: compaction works on the durable file.
-            crate::txn::flush(engine)?;
+            crate::flush::flush(engine)?;
         }
         engine.snapshots.invalidate();
         Ok(engine.db.writable_mut()?.compact()?)

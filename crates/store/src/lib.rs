@@ -74,6 +74,7 @@ mod db;
 mod durability;
 mod engine;
 mod error;
+mod flush;
 mod group;
 #[cfg(test)]
 mod group_tests;

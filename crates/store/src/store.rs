@@ -488,6 +488,6 @@ impl Store {
     /// # Errors
     /// Storage errors.
     pub fn flush(&self) -> Result<(), Error> {
-        crate::txn::flush(&self.engine)
+        crate::flush::flush(&self.engine)
     }
 }
