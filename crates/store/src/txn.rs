@@ -598,3 +598,35 @@ fn read_back(store: &Engine, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<b
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use redb::ReadableTableMetadata;
+
+    use crate::journal::apply::{T_EXPIRY, T_RECORDS};
+    use crate::tables::{EXPIRY, RECORDS};
+    use crate::{Error, Store};
+
+    #[test]
+    fn handing_out_the_redb_transaction_closes_the_tables_kept_open() {
+        let store = Store::builder().in_memory().expect("store");
+        store
+            .write(|txn| -> Result<(), Error> {
+                // Both kept-open tables opened by the transaction's own writes and reads ...
+                txn.put_logged(T_EXPIRY, b"due", &[])?;
+                txn.put_logged(T_RECORDS, b"record", b"bytes")?;
+                assert_eq!(txn.load(b"missing")?, None);
+                // ... and then opened by store code through the redb transaction (purge scans
+                // the expiry index this way): redb refuses a table opened twice, so this works
+                // only because `tx()` closed them.
+                assert_eq!(txn.tx().open_table(EXPIRY)?.len()?, 1);
+                assert_eq!(txn.tx().open_table(RECORDS)?.len()?, 1);
+                // The transaction's next write opens them again.
+                txn.remove_logged(T_EXPIRY, b"due")?;
+                txn.remove_logged(T_RECORDS, b"record")?;
+                assert_eq!(txn.tx().open_table(EXPIRY)?.len()?, 0);
+                Ok(())
+            })
+            .expect("one write");
+    }
+}

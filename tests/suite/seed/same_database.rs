@@ -93,3 +93,38 @@ fn an_app_write_and_the_completion_commit_together_in_one_write() {
         Reservation::Replay { outcome: OutcomeClass::Completed, body: b"order placed".to_vec() }
     );
 }
+
+#[test]
+fn one_write_interleaving_record_writes_and_raw_table_access_keeps_every_write() {
+    // A transaction keeps the record table open between its own reads and writes, and closes
+    // it whenever it hands out the raw redb transaction: reserve, raw write, reserve again,
+    // raw read of what it wrote, complete both — all in one commit.
+    let mut fixture = Fixture::new();
+    let scope = scope("acme", "place_order");
+    let (first, second) = (key("order-1"), key("order-2"));
+    let answers = fixture
+        .store()
+        .write(|txn| -> Result<_, Error> {
+            let one = acquired(txn.reserve(&scope, &first, &fp(1))?);
+            txn.tables_checkpointing().open_table(ORDERS)?.insert("order-1", 10)?;
+            let two = acquired(txn.reserve(&scope, &second, &fp(2))?);
+            let seen = txn.tables_checkpointing().open_table(ORDERS)?.get("order-1")?.map(|guard| guard.value());
+            txn.tables_checkpointing().open_table(ORDERS)?.insert("order-2", 20)?;
+            let again = txn.reserve(&scope, &first, &fp(1))?;
+            txn.complete(&one, b"one".to_vec())?;
+            txn.complete(&two, b"two".to_vec())?;
+            Ok((seen, again))
+        })
+        .expect("one commit");
+    assert_eq!(answers.0, Some(10), "the raw read sees the raw write of the same transaction");
+    assert!(matches!(answers.1, Reservation::InProgress { .. }), "the second reserve sees the first: {:?}", answers.1);
+
+    fixture.restart();
+    assert_eq!((read_order(fixture.store(), "order-1"), read_order(fixture.store(), "order-2")), (Some(10), Some(20)));
+    for (key, fingerprint, body) in [(&first, fp(1), b"one".to_vec()), (&second, fp(2), b"two".to_vec())] {
+        assert_eq!(
+            fixture.store().reserve(&scope, key, &fingerprint).expect("reserve"),
+            Reservation::Replay { outcome: OutcomeClass::Completed, body }
+        );
+    }
+}
