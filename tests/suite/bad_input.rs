@@ -161,9 +161,14 @@ fn an_invalid_correlation_id_is_refused_and_nothing_is_reserved() {
             store.reserve_traced(&scope, &key("done"), &fp(2), correlation),
             Err(Error::Refused(Refusal::Key(_)))
         ));
+        // Inside a transaction, the same refusal.
+        let inside = store.write(|txn| txn.reserve_traced(&scope, &fresh, &fp(1), correlation));
+        assert!(matches!(inside, Err(Error::Refused(Refusal::Key(_)))), "{correlation:?}: {inside:?}");
     }
     assert_eq!(snapshot(&store), before, "nothing reserved, nothing changed");
     assert!(matches!(store.reserve_traced(&scope, &fresh, &fp(1), "req-1"), Ok(Reservation::Acquired(_))));
+    let inside = store.write(|txn| txn.reserve_traced(&scope, &key("fresh-2"), &fp(1), "req-2"));
+    assert!(matches!(inside, Ok(Reservation::Acquired(_))), "{inside:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -155,7 +155,7 @@ async fn purge_figures(url: &str, records: u64, callers: usize, window: Duration
         move |_: usize, _: u64| {
             let store = store.clone();
             async move {
-                let answer = store.reserve(&scope(), &new_key(), &fingerprint(), None).await.expect("reserve");
+                let answer = store.reserve(&scope(), &new_key(), &fingerprint()).await.expect("reserve");
                 assert!(matches!(answer, Reservation::Acquired(_)));
             }
         }
@@ -330,9 +330,7 @@ fn comparison(runtime: &tokio::runtime::Runtime, url: &str, dir: &std::path::Pat
         if replay {
             runtime.block_on(async {
                 for key in keys.iter() {
-                    if let Reservation::Acquired(lease) =
-                        pg.reserve(&scope(), key, &fingerprint(), None).await.expect("r")
-                    {
+                    if let Reservation::Acquired(lease) = pg.reserve(&scope(), key, &fingerprint()).await.expect("r") {
                         pg.complete(&lease, RESULT.to_vec()).await.expect("complete");
                     }
                     assert!(hw[0].reserve("acme", key.as_str(), &hash).await);
@@ -364,12 +362,12 @@ fn comparison(runtime: &tokio::runtime::Runtime, url: &str, dir: &std::path::Pat
                 let (p, k) = (p.clone(), Arc::clone(&k));
                 async move {
                     if k.is_empty() {
-                        let answer = p.reserve(&scope(), &new_key(), &fingerprint(), None).await.expect("reserve");
+                        let answer = p.reserve(&scope(), &new_key(), &fingerprint()).await.expect("reserve");
                         let Reservation::Acquired(lease) = answer else { panic!("a new key is acquired") };
                         p.complete(&lease, RESULT.to_vec()).await.expect("complete");
                     } else {
                         let key = &k[(caller * 997 + n as usize) % k.len()];
-                        let answer = p.reserve(&scope(), key, &fingerprint(), None).await.expect("reserve");
+                        let answer = p.reserve(&scope(), key, &fingerprint()).await.expect("reserve");
                         assert!(matches!(answer, Reservation::Replay { .. }));
                     }
                 }

@@ -91,7 +91,7 @@ async fn populate(redb: &Store, pg: &PgStore, keys: &[IdempotencyKey]) {
         if let Reservation::Acquired(lease) = redb.reserve(&scope(), key, &fingerprint()).expect("reserve") {
             redb.complete(&lease, vec![b'r'; 200]).expect("complete");
         }
-        if let Reservation::Acquired(lease) = pg.reserve(&scope(), key, &fingerprint(), None).await.expect("reserve") {
+        if let Reservation::Acquired(lease) = pg.reserve(&scope(), key, &fingerprint()).await.expect("reserve") {
             pg.complete(&lease, vec![b'r'; 200]).await.expect("complete");
         }
     }
@@ -146,7 +146,7 @@ fn main() {
             pg_rates.push(runtime.block_on(tasks(callers, settings.duration, move |_, _| {
                 let pg = pg.clone();
                 async move {
-                    let answer = pg.reserve(&scope(), &new_key(), &fingerprint(), None).await.expect("reserve");
+                    let answer = pg.reserve(&scope(), &new_key(), &fingerprint()).await.expect("reserve");
                     assert!(matches!(answer, Reservation::Acquired(_)));
                 }
             })));
@@ -171,7 +171,7 @@ fn main() {
                 let (pg, keys) = (pg.clone(), Arc::clone(&keys_p));
                 async move {
                     let key = &keys[(caller * 997 + n as usize) % keys.len()];
-                    let answer = pg.reserve(&scope(), key, &fingerprint(), None).await.expect("reserve");
+                    let answer = pg.reserve(&scope(), key, &fingerprint()).await.expect("reserve");
                     assert!(matches!(answer, Reservation::Replay { .. }));
                 }
             })));

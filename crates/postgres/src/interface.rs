@@ -35,7 +35,7 @@ impl IdempotencyStore for PgStore {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> impl Future<Output = Result<Reservation, Error>> + Send {
-        PgStore::reserve(self, scope, key, fingerprint, correlation)
+        PgStore::reserve_with(self, scope, key, fingerprint, correlation)
     }
 
     fn reserve_enqueuing(

@@ -14,7 +14,7 @@
 //!
 //! let mut charges = 0;
 //! for _delivery in 0..3 {
-//!     match store.reserve(&scope, &key, &fingerprint, None).await? {
+//!     match store.reserve(&scope, &key, &fingerprint).await? {
 //!         Reservation::Acquired(lease) => {
 //!             charges += 1; // the effect
 //!             store.complete(&lease, br#"{"charge":"ch_1"}"#.to_vec()).await?;

@@ -162,7 +162,6 @@ impl PgStore {
     }
 
     /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
-    /// `correlation` is recorded in the audit trail and log events when given.
     ///
     /// One statement, one round trip, for a new key and for every answer that changes nothing
     /// (replay, in progress, mismatch, expired, already uncertain): an autocommit
@@ -173,9 +172,35 @@ impl PgStore {
     /// holding the row.
     ///
     /// # Errors
-    /// [`Refusal::Key`](idemdb_core::Refusal::Key) for an invalid correlation id; [`Error::Unavailable`],
-    /// [`Error::CommitUnknown`] and database errors; [`Error::Corrupt`].
+    /// [`Error::Unavailable`], [`Error::CommitUnknown`] and database errors; [`Error::Corrupt`].
     pub async fn reserve(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Reservation, Error> {
+        self.reserve_with(scope, key, fingerprint, None).await
+    }
+
+    /// [`PgStore::reserve`] with a correlation id recorded in the audit trail and log events.
+    ///
+    /// # Errors
+    /// As [`PgStore::reserve`], and [`Refusal::Key`](idemdb_core::Refusal::Key) for an invalid
+    /// correlation id.
+    pub async fn reserve_traced(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: &str,
+    ) -> Result<Reservation, Error> {
+        self.reserve_with(scope, key, fingerprint, Some(correlation)).await
+    }
+
+    /// The reservation both [`PgStore::reserve`] and [`PgStore::reserve_traced`] make (and the
+    /// store interface's `reserve`, whose correlation id is optional): the correlation id, when
+    /// given, is checked and recorded.
+    pub(crate) async fn reserve_with(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -191,7 +216,7 @@ impl PgStore {
                     return Ok(answer);
                 }
                 self.in_txn(|mut txn| async move {
-                    let result = txn.reserve_traced(scope, key, fingerprint, correlation).await;
+                    let result = txn.reserve_with(scope, key, fingerprint, correlation).await;
                     (txn, result)
                 })
                 .await

@@ -296,8 +296,7 @@ impl PgTxn {
         Arc::clone(&self.inner)
     }
 
-    /// [`PgStore::reserve`](crate::PgStore::reserve) inside this transaction, without a
-    /// correlation id.
+    /// [`PgStore::reserve`](crate::PgStore::reserve) inside this transaction.
     ///
     /// # Errors
     /// As [`PgStore::reserve`](crate::PgStore::reserve).
@@ -307,14 +306,26 @@ impl PgTxn {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
     ) -> Result<Reservation, Error> {
-        self.reserve_traced(scope, key, fingerprint, None).await
+        self.reserve_with(scope, key, fingerprint, None).await
     }
 
-    /// [`PgStore::reserve`](crate::PgStore::reserve) inside this transaction.
+    /// [`PgStore::reserve_traced`](crate::PgStore::reserve_traced) inside this transaction.
     ///
     /// # Errors
-    /// As [`PgStore::reserve`](crate::PgStore::reserve).
+    /// As [`PgStore::reserve_traced`](crate::PgStore::reserve_traced).
     pub async fn reserve_traced(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: &str,
+    ) -> Result<Reservation, Error> {
+        self.reserve_with(scope, key, fingerprint, Some(correlation)).await
+    }
+
+    /// The reservation both [`PgTxn::reserve`] and [`PgTxn::reserve_traced`] make: the
+    /// correlation id, when given, is checked and recorded.
+    pub(crate) async fn reserve_with(
         &mut self,
         scope: &Scope,
         key: &IdempotencyKey,

@@ -259,7 +259,7 @@ impl Store {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
     ) -> Result<Reservation, Error> {
-        self.reserve_inner(scope, key, fingerprint, None)
+        self.reserve_with(scope, key, fingerprint, None)
     }
 
     /// [`Store::reserve`] with a correlation id recorded in the audit trail and log events.
@@ -273,17 +273,19 @@ impl Store {
         fingerprint: &Fingerprint,
         correlation: &str,
     ) -> Result<Reservation, Error> {
-        idemdb_core::validate_correlation(correlation)?;
-        self.reserve_inner(scope, key, fingerprint, Some(correlation))
+        self.reserve_with(scope, key, fingerprint, Some(correlation))
     }
 
-    pub(crate) fn reserve_inner(
+    /// The reservation both [`Store::reserve`] and [`Store::reserve_traced`] make: the
+    /// correlation id, when given, is checked and recorded.
+    pub(crate) fn reserve_with(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
+        idemdb_core::check_correlation(correlation)?;
         // Answers that change nothing (replay, in progress, mismatch, expired, uncertain) are
         // decided from a read snapshot: no write lock, no flush, no clone of the scope or key.
         if let Some(answer) = self.answer_from_snapshot(scope, key, fingerprint, correlation)? {
@@ -300,7 +302,7 @@ impl Store {
         fingerprint: Fingerprint,
         correlation: Option<String>,
     ) -> Result<Reservation, Error> {
-        self.group.run(&self.engine, move |txn| txn.reserve_traced(&scope, &key, &fingerprint, correlation.as_deref()))
+        self.group.run(&self.engine, move |txn| txn.reserve_with(&scope, &key, &fingerprint, correlation.as_deref()))
     }
 
     pub(crate) fn answer_from_snapshot(

@@ -232,7 +232,7 @@ impl<'s> Txn<'s> {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
     ) -> Result<Reservation, Error> {
-        self.reserve_traced(scope, key, fingerprint, None)
+        self.reserve_with(scope, key, fingerprint, None)
     }
 
     /// [`Store::reserve_traced`](crate::Store::reserve_traced) inside this transaction.
@@ -240,6 +240,18 @@ impl<'s> Txn<'s> {
     /// # Errors
     /// As [`Store::reserve_traced`](crate::Store::reserve_traced).
     pub fn reserve_traced(
+        &mut self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        correlation: &str,
+    ) -> Result<Reservation, Error> {
+        self.reserve_with(scope, key, fingerprint, Some(correlation))
+    }
+
+    /// The reservation both [`Txn::reserve`] and [`Txn::reserve_traced`] make: the correlation
+    /// id, when given, is checked and recorded.
+    pub(crate) fn reserve_with(
         &mut self,
         scope: &Scope,
         key: &IdempotencyKey,

@@ -324,7 +324,7 @@ impl PgTxn {
 }
 
 impl PgStore {
-    /// [`PgStore::reserve`] that, when it acquires the key, enqueues `effects` in the outbox
+    /// [`PgStore::reserve`] (with an optional correlation id) that, when it acquires the key, enqueues `effects` in the outbox
     /// in the same transaction: an acquired reservation has its effects in the outbox, any
     /// other answer enqueued nothing. With no effects it is `reserve` (one round trip for a
     /// new key); with effects it takes the locked path, in one transaction.
@@ -341,11 +341,11 @@ impl PgStore {
         effects: Vec<NewEffect>,
     ) -> Result<Reservation, Error> {
         if effects.is_empty() {
-            return self.reserve(scope, key, fingerprint, correlation).await;
+            return self.reserve_with(scope, key, fingerprint, correlation).await;
         }
         let effects = &effects;
         self.in_txn(|mut txn| async move {
-            let lease = match txn.reserve_traced(scope, key, fingerprint, correlation).await {
+            let lease = match txn.reserve_with(scope, key, fingerprint, correlation).await {
                 Ok(Reservation::Acquired(lease)) => lease,
                 other => return (txn, other),
             };

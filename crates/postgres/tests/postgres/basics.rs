@@ -23,7 +23,7 @@ fn key(name: &str) -> IdempotencyKey {
 const FP: Fingerprint = Fingerprint::from_bytes([1; 32]);
 
 async fn acquire(store: &PgStore, key: &IdempotencyKey) -> idemdb_postgres::Lease {
-    match store.reserve(&scope(), key, &FP, None).await.expect("reserve") {
+    match store.reserve(&scope(), key, &FP).await.expect("reserve") {
         Reservation::Acquired(lease) => lease,
         other => panic!("expected a lease, got {other:?}"),
     }
@@ -134,7 +134,7 @@ pub fn transaction_api(env: &Env) -> Result<(), Failed> {
         txn.complete(&lease, b"order 1".to_vec()).await.expect("complete");
         txn.commit().await.expect("commit");
         assert_eq!(count(&admin, &orders).await, 1);
-        let replay = store.reserve(&scope(), &key("k1"), &FP, None).await.expect("reserve");
+        let replay = store.reserve(&scope(), &key("k1"), &FP).await.expect("reserve");
         assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == b"order 1"), "{replay:?}");
 
         // Dropped, or rolled back: neither the order nor the completion.
@@ -202,17 +202,16 @@ pub fn audit_trail(env: &Env) -> Result<(), Failed> {
         fresh_schema(&env.url, S).await;
         let store = builder(env, S).connect().await.expect("connect");
         let raw = "secret-key-7f3a9c";
-        let lease = match store.reserve(&scope(), &key(raw), &FP, Some("req-42")).await.expect("reserve") {
+        let lease = match store.reserve_traced(&scope(), &key(raw), &FP, "req-42").await.expect("reserve") {
             Reservation::Acquired(lease) => lease,
             other => panic!("{other:?}"),
         };
         store.complete(&lease, b"ch_1".to_vec()).await.expect("complete");
-        let replay = store.reserve(&scope(), &key(raw), &FP, None).await.expect("replay");
+        let replay = store.reserve(&scope(), &key(raw), &FP).await.expect("replay");
         assert!(matches!(replay, Reservation::Replay { .. }));
-        let mismatch =
-            store.reserve(&scope(), &key(raw), &Fingerprint::from_bytes([2; 32]), None).await.expect("mismatch");
+        let mismatch = store.reserve(&scope(), &key(raw), &Fingerprint::from_bytes([2; 32])).await.expect("mismatch");
         assert!(matches!(mismatch, Reservation::Mismatch { .. }));
-        let bad = store.reserve(&scope(), &key(raw), &FP, Some("has space")).await.expect_err("bad correlation");
+        let bad = store.reserve_traced(&scope(), &key(raw), &FP, "has space").await.expect_err("bad correlation");
         assert_eq!(bad.code(), ErrorCode::InvalidKey);
 
         // Buffered answers show before they are written, and are written by flush.
@@ -246,7 +245,7 @@ pub fn audit_trail(env: &Env) -> Result<(), Failed> {
 
         // With the audit trail off, nothing is written.
         let quiet = builder(env, S).audit(false).connect().await.expect("connect");
-        let _ = quiet.reserve(&scope(), &key("quiet-key"), &FP, None).await.expect("reserve");
+        let _ = quiet.reserve(&scope(), &key("quiet-key"), &FP).await.expect("reserve");
         quiet.flush().await.expect("flush");
         assert_eq!(count(&admin, &format!("SELECT count(*) FROM {S}.idemdb_audit")).await, 4);
     });
@@ -291,7 +290,7 @@ pub fn retention(env: &Env) -> Result<(), Failed> {
         clock.set(T0 + 10_000);
         let report = store.purge_expired(100).await.expect("purge");
         assert_eq!(report.tombstoned, 1);
-        let answer = store.reserve(&scope(), &key("k"), &FP, None).await.expect("reserve");
+        let answer = store.reserve(&scope(), &key("k"), &FP).await.expect("reserve");
         assert!(matches!(answer, Reservation::Expired { .. }), "{answer:?}");
 
         // At the tombstone TTL: forgotten, a budget of 1 at a time, with `more` set.
@@ -394,7 +393,7 @@ pub fn import(env: &Env) -> Result<(), Failed> {
             for (scoped, _) in &records {
                 for fingerprint in [FP, Fingerprint::from_bytes([2; 32])] {
                     let embedded_answer = embedded.reserve(&scoped.scope, &scoped.key, &fingerprint).expect("reserve");
-                    let pg_answer = pg.reserve(&scoped.scope, &scoped.key, &fingerprint, None).await.expect("reserve");
+                    let pg_answer = pg.reserve(&scoped.scope, &scoped.key, &fingerprint).await.expect("reserve");
                     assert_eq!(pg_answer, embedded_answer, "{} at {at}", scoped.key.as_str());
                 }
             }
@@ -414,7 +413,7 @@ pub fn crate_docs_example(env: &Env) -> Result<(), Failed> {
         let fingerprint = Fingerprint::from_bytes([1; 32]);
         let mut charges = 0;
         for _delivery in 0..3 {
-            match store.reserve(&scope, &key, &fingerprint, None).await.expect("reserve") {
+            match store.reserve(&scope, &key, &fingerprint).await.expect("reserve") {
                 Reservation::Acquired(lease) => {
                     charges += 1;
                     store.complete(&lease, br#"{"charge":"ch_1"}"#.to_vec()).await.expect("complete");

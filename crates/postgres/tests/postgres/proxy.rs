@@ -235,11 +235,11 @@ pub fn run(env: &Env) -> Result<(), Failed> {
         let pg = store(&proxy).await.expect("connect through the proxy");
 
         // Unreachable while connected: typed errors, never an answer or "not found".
-        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-down"), &fp, None).await.expect("reserve") else {
+        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-down"), &fp).await.expect("reserve") else {
             panic!("a new key is acquired")
         };
         proxy.down();
-        let error = pg.reserve(&scope, &key("k-down"), &fp, None).await.expect_err("database down");
+        let error = pg.reserve(&scope, &key("k-down"), &fp).await.expect_err("database down");
         // A reservation is one autocommit insert: when a pooled connection dies under it, the
         // adapter cannot tell whether it reached the server, nor read the row back while the
         // database is down, so the outcome is unknown (never an answer); when the connection
@@ -254,12 +254,10 @@ pub fn run(env: &Env) -> Result<(), Failed> {
 
         // A new key's reservation is one autocommit statement (no COMMIT): the commits cut
         // below are renewals, transactions of their own.
-        let Reservation::Acquired(before) = pg.reserve(&scope, &key("k-before"), &fp, None).await.expect("reserve")
-        else {
+        let Reservation::Acquired(before) = pg.reserve(&scope, &key("k-before"), &fp).await.expect("reserve") else {
             panic!("a new key is acquired")
         };
-        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-after"), &fp, None).await.expect("reserve")
-        else {
+        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-after"), &fp).await.expect("reserve") else {
             panic!("a new key is acquired")
         };
 
@@ -291,14 +289,13 @@ pub fn run(env: &Env) -> Result<(), Failed> {
             matches!(repeated, Err(Error::Refused(Refusal::Transition(TransitionError::WrongState { .. })))),
             "the repeat says the record is already completed: {repeated:?}"
         );
-        match pg.reserve(&scope, &key("k-after"), &fp, None).await.expect("reserve") {
+        match pg.reserve(&scope, &key("k-after"), &fp).await.expect("reserve") {
             Reservation::Replay { body, .. } => assert_eq!(body, b"done"),
             other => panic!("expected the stored completion, got {other:?}"),
         }
 
         // A statement waiting on a lock longer than statement_timeout: unavailable, in time.
-        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-locked"), &fp, None).await.expect("reserve")
-        else {
+        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-locked"), &fp).await.expect("reserve") else {
             panic!("a new key is acquired")
         };
         let mut holder = admin(&env.url).await;

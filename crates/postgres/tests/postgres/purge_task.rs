@@ -74,8 +74,7 @@ pub fn batches_keep_the_rules(env: &Env) -> Result<(), Failed> {
         let store = open(env, S, &clock).connect().await.expect("connect");
         let admin = admin(&env.url).await;
         // Written by a reserve at T0 (with its audit events at T0) beside 250 imported ones.
-        let Reservation::Acquired(lease) =
-            store.reserve(&scope(), &key("old-early"), &FP, None).await.expect("reserve")
+        let Reservation::Acquired(lease) = store.reserve(&scope(), &key("old-early"), &FP).await.expect("reserve")
         else {
             panic!("a new key is acquired")
         };
@@ -96,17 +95,16 @@ pub fn batches_keep_the_rules(env: &Env) -> Result<(), Failed> {
         assert!(events.iter().all(|e| e.at.as_millis() >= T0 + 5_000), "no event older than the retention is left");
         assert_eq!(tombstones(&admin, S).await, 251);
         assert_eq!(records(&admin, S).await, 251);
-        let answer = store.reserve(&scope(), &key("old-00007"), &FP, None).await.expect("reserve");
+        let answer = store.reserve(&scope(), &key("old-00007"), &FP).await.expect("reserve");
         assert!(matches!(answer, Reservation::Expired { .. }), "a tombstone still answers: {answer:?}");
 
         // Written at T0 + 25 s: a result due at T0 + 35 s, a released record forgotten later.
         clock.set(T0 + 25_000);
-        let Reservation::Acquired(lease) = store.reserve(&scope(), &key("young"), &FP, None).await.expect("reserve")
-        else {
+        let Reservation::Acquired(lease) = store.reserve(&scope(), &key("young"), &FP).await.expect("reserve") else {
             panic!("a new key is acquired")
         };
         store.complete(&lease, b"young".to_vec()).await.expect("complete");
-        let Reservation::Acquired(lease) = store.reserve(&scope(), &key("released"), &FP, None).await.expect("reserve")
+        let Reservation::Acquired(lease) = store.reserve(&scope(), &key("released"), &FP).await.expect("reserve")
         else {
             panic!("a new key is acquired")
         };
@@ -272,12 +270,12 @@ pub fn an_older_instance_beside_a_newer_schema(env: &Env) -> Result<(), Failed> 
             .await
             .expect("a newer migration's table");
 
-        let Reservation::Acquired(lease) = running.reserve(&scope(), &key("during"), &FP, None).await.expect("reserve")
+        let Reservation::Acquired(lease) = running.reserve(&scope(), &key("during"), &FP).await.expect("reserve")
         else {
             panic!("a new key is acquired")
         };
         running.complete(&lease, b"ok".to_vec()).await.expect("complete");
-        let replay = running.reserve(&scope(), &key("during"), &FP, None).await.expect("reserve");
+        let replay = running.reserve(&scope(), &key("during"), &FP).await.expect("reserve");
         assert!(matches!(replay, Reservation::Replay { .. }), "{replay:?}");
 
         match open(env, S, &clock).connect().await {

@@ -170,7 +170,7 @@ async fn one_key(store: &PgStore, index: usize, writer: &str) -> Result<bool, St
     let (scope, key) = (scope(), key(index));
     let effects = format!("INSERT INTO {SCHEMA}.effects (key, writer) VALUES ($1, $2)");
     for _ in 0..10_000 {
-        match store.reserve(&scope, &key, &fingerprint, None).await.map_err(|e| e.to_string())? {
+        match store.reserve(&scope, &key, &fingerprint).await.map_err(|e| e.to_string())? {
             Reservation::Acquired(lease) => {
                 if index.is_multiple_of(2) {
                     // The effect and the completion in one transaction.

@@ -151,25 +151,23 @@ pub fn statements_per_call(env: &Env) -> Result<(), Failed> {
         // Warm up: the statements are prepared once per connection.
         for name in ["warm-1", "warm-2"] {
             let key = IdempotencyKey::new(name).expect("key");
-            let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint, None).await.expect("reserve")
-            else {
+            let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint).await.expect("reserve") else {
                 panic!("a new key is acquired")
             };
             store.complete(&lease, b"ok".to_vec()).await.expect("complete");
-            store.reserve(&scope, &key, &fingerprint, None).await.expect("replay");
+            store.reserve(&scope, &key, &fingerprint).await.expect("replay");
         }
         store.flush().await.expect("flush");
         counter.take();
 
         let key = IdempotencyKey::new("order-842").expect("key");
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint, None).await.expect("reserve")
-        else {
+        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint).await.expect("reserve") else {
             panic!("a new key is acquired")
         };
         let reserve = counter.take();
         store.complete(&lease, br#"{"charge":"ch_1"}"#.to_vec()).await.expect("complete");
         let complete = counter.take();
-        let replay = store.reserve(&scope, &key, &fingerprint, None).await.expect("replay");
+        let replay = store.reserve(&scope, &key, &fingerprint).await.expect("replay");
         let replayed = counter.take();
         assert!(matches!(replay, Reservation::Replay { .. }), "{replay:?}");
         println!(
@@ -226,8 +224,7 @@ pub fn read_only_work_takes_no_transaction_id(env: &Env) -> Result<(), Failed> {
         let scope = Scope::new("acme", "create_payment").expect("scope");
         let fingerprint = Fingerprint::from_bytes([2; 32]);
         let key = IdempotencyKey::new("paid").expect("key");
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint, None).await.expect("reserve")
-        else {
+        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint).await.expect("reserve") else {
             panic!("a new key is acquired")
         };
         store.complete(&lease, b"ok".to_vec()).await.expect("complete");
@@ -235,7 +232,7 @@ pub fn read_only_work_takes_no_transaction_id(env: &Env) -> Result<(), Failed> {
         let wal = || async { crate::support::count(&admin, "SELECT (pg_current_wal_lsn() - '0/0')::bigint").await };
         let (before, wal_before) = (xid().await, wal().await);
         for _ in 0..20 {
-            let replay = store.reserve(&scope, &key, &fingerprint, None).await.expect("replay");
+            let replay = store.reserve(&scope, &key, &fingerprint).await.expect("replay");
             assert!(matches!(replay, Reservation::Replay { .. }), "{replay:?}");
             assert!(store.get(&scope, &key).await.expect("get").is_some());
             assert!(store.claim_effects(8).await.expect("claim").is_empty());

@@ -83,7 +83,7 @@ fn key(name: &str) -> IdempotencyKey {
 }
 
 async fn acquire(store: &PgStore, key: &IdempotencyKey) -> idemdb_postgres::Lease {
-    match store.reserve(&scope(), key, &FP, None).await.expect("reserve") {
+    match store.reserve(&scope(), key, &FP).await.expect("reserve") {
         Reservation::Acquired(lease) => lease,
         other => panic!("expected a lease, got {other:?}"),
     }
@@ -155,13 +155,13 @@ pub fn effect_in_application_transaction(env: &Env) -> Result<(), Failed> {
         // Dispatch and confirm: the record completes with the result, in the same transaction.
         let claims = store.claim_effects(8).await.expect("claim");
         assert_eq!(claims.len(), 1);
-        let retry = store.reserve(&scope(), &key("order-1"), &FP, None).await.expect("reserve");
+        let retry = store.reserve(&scope(), &key("order-1"), &FP).await.expect("reserve");
         assert!(matches!(retry, Reservation::InProgress { .. }), "a retry waits for the effect: {retry:?}");
         let report = EffectReport::Confirmed { reference: "auth_1".into(), result: b"authorized".to_vec() };
         store.report_effect(&claims[0], report.clone()).await.expect("report");
         let stale = store.report_effect(&claims[0], report).await.expect_err("reported twice");
         assert_eq!(stale.code(), ErrorCode::WrongState, "{stale}");
-        let replay = store.reserve(&scope(), &key("order-1"), &FP, None).await.expect("reserve");
+        let replay = store.reserve(&scope(), &key("order-1"), &FP).await.expect("reserve");
         assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == b"authorized"), "{replay:?}");
 
         // The audit trail names the effect's steps.

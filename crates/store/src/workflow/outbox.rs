@@ -215,12 +215,12 @@ impl Store {
     ) -> Result<Reservation, Error> {
         idemdb_core::check_correlation(correlation)?;
         if effects.is_empty() {
-            return self.reserve_inner(scope, key, fingerprint, correlation);
+            return self.reserve_with(scope, key, fingerprint, correlation);
         }
         let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
         let correlation = correlation.map(str::to_string);
         self.group.run(&self.engine, move |txn| {
-            let answer = txn.reserve_traced(&scope, &key, &fingerprint, correlation.as_deref())?;
+            let answer = txn.reserve_with(&scope, &key, &fingerprint, correlation.as_deref())?;
             if let Reservation::Acquired(lease) = &answer {
                 for effect in &effects {
                     txn.enqueue_effect(lease, &effect.effect, effect.version, effect.payload.clone())?;
