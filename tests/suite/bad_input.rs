@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use idemdb::redb::{self, ReadableDatabase, TableDefinition};
 use idemdb::{
-    CanonicalError, Canonicalizer, Corrupt, Error, Failure, IdempotencyKey, KeyError, ManualClock, Normaliser,
-    OpenError, OutcomeClass, Policy, PolicyError, Refusal, Reservation, Resolution, STORE_FORMAT, Scope, ScopedKey,
-    StateKind, Store, StoreBuilder, TransitionError,
+    CanonicalError, Canonicalizer, Corrupt, EffectName, Error, Failure, IdempotencyKey, KeyError, ManualClock,
+    NewEffect, Normaliser, OpenError, OutcomeClass, Policy, PolicyError, Refusal, Reservation, Resolution,
+    STORE_FORMAT, Scope, ScopedKey, StateKind, Store, StoreBuilder, TransitionError,
 };
 use idemdb_core::{DecodeError, IdentityPart, MAX_KEY_LEN, MAX_SCOPE_PART_LEN};
 use idemdb_tests::{T0, fp, key, scope, snapshot};
@@ -161,9 +161,13 @@ fn an_invalid_correlation_id_is_refused_and_nothing_is_reserved() {
             store.reserve_traced(&scope, &key("done"), &fp(2), correlation),
             Err(Error::Refused(Refusal::Key(_)))
         ));
-        // Inside a transaction, the same refusal.
+        // Inside a transaction, and with an effect to enqueue: the same refusal.
         let inside = store.write(|txn| txn.reserve_traced(&scope, &fresh, &fp(1), correlation));
         assert!(matches!(inside, Err(Error::Refused(Refusal::Key(_)))), "{correlation:?}: {inside:?}");
+        let charge =
+            NewEffect { effect: EffectName::new("charge").expect("effect"), version: 1, payload: b"1".to_vec() };
+        let enqueuing = store.reserve_enqueuing(&scope, &fresh, &fp(1), Some(correlation), vec![charge]);
+        assert!(matches!(enqueuing, Err(Error::Refused(Refusal::Key(_)))), "{correlation:?}: {enqueuing:?}");
     }
     assert_eq!(snapshot(&store), before, "nothing reserved, nothing changed");
     assert!(matches!(store.reserve_traced(&scope, &fresh, &fp(1), "req-1"), Ok(Reservation::Acquired(_))));

@@ -9,8 +9,8 @@ use futures_util::future::{join, try_join3};
 
 use idemdb_core::{
     AuditEvent, AuditKind, Corrupt, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep, Record,
-    Refusal, Reservation, Resolution, ResolutionCause, Scope, Timestamp, check_correlation, decide, decode_record,
-    encode_record, needs_effect_census,
+    Refusal, Reservation, Resolution, ResolutionCause, Scope, Timestamp, decide, decode_record, encode_record,
+    needs_effect_census,
 };
 
 use crate::audit::{self, to_sql_ms};
@@ -320,11 +320,12 @@ impl PgTxn {
         fingerprint: &Fingerprint,
         correlation: &str,
     ) -> Result<Reservation, Error> {
+        idemdb_core::validate_correlation(correlation)?;
         self.reserve_with(scope, key, fingerprint, Some(correlation)).await
     }
 
-    /// The reservation both [`PgTxn::reserve`] and [`PgTxn::reserve_traced`] make: the
-    /// correlation id, when given, is checked and recorded.
+    /// The reservation both [`PgTxn::reserve`] and [`PgTxn::reserve_traced`] make. The
+    /// correlation id, when given, is recorded; its caller has checked it.
     pub(crate) async fn reserve_with(
         &mut self,
         scope: &Scope,
@@ -332,7 +333,6 @@ impl PgTxn {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
-        check_correlation(correlation)?;
         for _ in 0..MAX_DECISION_ROUNDS {
             let Locked { record: existing, bytes, context } = self.lock(Some((scope, key))).await?;
             let inner = Arc::clone(&self.inner);

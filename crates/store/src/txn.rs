@@ -6,8 +6,8 @@ use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
     AuditKind, Corrupt, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep,
-    MAX_RESULT_BYTES_LIMIT, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Timestamp,
-    check_correlation, decide, decode_record, encode_record, needs_effect_census,
+    MAX_RESULT_BYTES_LIMIT, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, decide,
+    decode_record, encode_record, needs_effect_census,
 };
 
 use crate::Error;
@@ -246,11 +246,12 @@ impl<'s> Txn<'s> {
         fingerprint: &Fingerprint,
         correlation: &str,
     ) -> Result<Reservation, Error> {
+        idemdb_core::validate_correlation(correlation)?;
         self.reserve_with(scope, key, fingerprint, Some(correlation))
     }
 
-    /// The reservation both [`Txn::reserve`] and [`Txn::reserve_traced`] make: the correlation
-    /// id, when given, is checked and recorded.
+    /// The reservation both [`Txn::reserve`] and [`Txn::reserve_traced`] make. The correlation
+    /// id, when given, is recorded; its caller has checked it.
     pub(crate) fn reserve_with(
         &mut self,
         scope: &Scope,
@@ -258,7 +259,6 @@ impl<'s> Txn<'s> {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
-        check_correlation(correlation)?;
         let encoded = ScopedKey::encode_parts(scope, key);
         let existing = self.load(&encoded)?;
         // The index entries to move are those of the record as it was.

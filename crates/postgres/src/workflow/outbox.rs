@@ -324,8 +324,8 @@ impl PgTxn {
 }
 
 impl PgStore {
-    /// [`PgStore::reserve`] (with an optional correlation id) that, when it acquires the key, enqueues `effects` in the outbox
-    /// in the same transaction: an acquired reservation has its effects in the outbox, any
+    /// [`PgStore::reserve`] (with an optional correlation id) that, when it acquires the key,
+    /// enqueues `effects` in the outbox in the same transaction: an acquired reservation has its effects in the outbox, any
     /// other answer enqueued nothing. With no effects it is `reserve` (one round trip for a
     /// new key); with effects it takes the locked path, in one transaction.
     ///
@@ -343,6 +343,7 @@ impl PgStore {
         if effects.is_empty() {
             return self.reserve_with(scope, key, fingerprint, correlation).await;
         }
+        idemdb_core::check_correlation(correlation)?;
         let effects = &effects;
         self.in_txn(|mut txn| async move {
             let lease = match txn.reserve_with(scope, key, fingerprint, correlation).await {

@@ -213,6 +213,11 @@ pub fn audit_trail(env: &Env) -> Result<(), Failed> {
         assert!(matches!(mismatch, Reservation::Mismatch { .. }));
         let bad = store.reserve_traced(&scope(), &key(raw), &FP, "has space").await.expect_err("bad correlation");
         assert_eq!(bad.code(), ErrorCode::InvalidKey);
+        // Inside a transaction, the same refusal (and no event: the kinds below are all there are).
+        let mut txn = store.begin().await.expect("begin");
+        let bad = txn.reserve_traced(&scope(), &key("other"), &FP, "has space").await.expect_err("bad correlation");
+        assert_eq!(bad.code(), ErrorCode::InvalidKey);
+        txn.rollback().await.expect("rollback");
 
         // Buffered answers show before they are written, and are written by flush.
         let events = store.audit_events(100).await.expect("events");

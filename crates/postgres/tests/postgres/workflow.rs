@@ -98,6 +98,10 @@ pub fn reserve_enqueuing(env: &Env) -> Result<(), Failed> {
         let store = builder(env, S).connect().await.expect("connect");
         let charge = EffectName::new("charge").expect("effect");
         let effect = || vec![NewEffect { effect: charge.clone(), version: 1, payload: b"10.50".to_vec() }];
+        // An invalid correlation id is refused before anything is reserved or enqueued.
+        let bad = store.reserve_enqueuing(&scope(), &key("pay-1"), &FP, Some("has space"), effect()).await;
+        assert_eq!(bad.expect_err("bad correlation").code(), ErrorCode::InvalidKey);
+        assert!(store.effect(&scope(), &key("pay-1"), &charge).await.expect("effect").is_none(), "nothing enqueued");
         let answer = store.reserve_enqueuing(&scope(), &key("pay-1"), &FP, None, effect()).await.expect("reserve");
         assert!(matches!(answer, Reservation::Acquired(_)), "a new key: {answer:?}");
         let item = store.effect(&scope(), &key("pay-1"), &charge).await.expect("effect").expect("enqueued with it");

@@ -198,8 +198,8 @@ impl Txn<'_> {
 }
 
 impl Store {
-    /// [`Store::reserve`] (with an optional correlation id) that, when it acquires the key, enqueues `effects` in the
-    /// outbox in the same commit: an acquired reservation has its effects in the outbox, any
+    /// [`Store::reserve`] (with an optional correlation id) that, when it acquires the key,
+    /// enqueues `effects` in the outbox in the same commit: an acquired reservation has its effects in the outbox, any
     /// other answer enqueued nothing. With no effects it is `reserve_traced`.
     ///
     /// # Errors
@@ -213,10 +213,10 @@ impl Store {
         correlation: Option<&str>,
         effects: Vec<NewEffect>,
     ) -> Result<Reservation, Error> {
-        idemdb_core::check_correlation(correlation)?;
         if effects.is_empty() {
             return self.reserve_with(scope, key, fingerprint, correlation);
         }
+        idemdb_core::check_correlation(correlation)?;
         let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
         let correlation = correlation.map(str::to_string);
         self.group.run(&self.engine, move |txn| {
