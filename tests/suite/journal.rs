@@ -386,7 +386,17 @@ fn a_record_with_a_bad_checksum_stops_replay_even_with_good_records_after_it() {
     let mut bytes = fs::read(&journal).expect("journal");
     bytes[3 * 4096 + 40] ^= 0x01;
     fs::write(&journal, &bytes).expect("damage");
-    let recovered = builder(&clock).open(&crashed).expect("recovery stops at the bad record");
+    // Intact records follow the bad one: an open refuses (they cannot be applied in order) and
+    // says so; only a discard applies the records before it, keeping the file aside.
+    let refused = builder(&clock).open(&crashed);
+    assert!(
+        matches!(&refused, Err(OpenError::JournalDamaged { reason, .. }) if reason.contains("5 intact record(s) follow it")),
+        "{refused:?}"
+    );
+    let recovered =
+        builder(&clock).discard_lost_journal(true).open(&crashed).expect("recovery stops at the bad record");
+    let report = recovered.journal_recovery().expect("report");
+    assert_eq!((report.applied, report.given_up, report.set_aside.len()), (2, 5, 1), "{report:?}");
     assert_eq!(completed(&recovered, &scope, 1), 1, "records 1 and 2 applied");
     for i in 1..4 {
         assert!(

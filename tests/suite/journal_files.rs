@@ -72,7 +72,11 @@ fn records_left_behind_a_damaged_one_are_never_applied_after_a_later_run() {
 
     let second = dir.path().join("second.idemdb");
     {
-        let store = builder(&clock).open(&first).expect("recovers a prefix");
+        // Intact records follow the damage: refused, then given up by the operator's discard.
+        let refused = builder(&clock).open(&first);
+        assert!(matches!(refused, Err(OpenError::JournalDamaged { .. })), "{refused:?}");
+        let store = builder(&clock).discard_lost_journal(true).open(&first).expect("recovers a prefix");
+        assert_eq!(store.journal_recovery().expect("report").given_up, 7);
         assert_eq!(body(&store, &scope, "k-0"), Some(vec![b'a'; 100]));
         for lost in ["k-1", "k-2", "k-3", "k-4"] {
             assert!(store.get(&scope, &key(lost)).expect("get").is_none(), "{lost} is behind the damage");

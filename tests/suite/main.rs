@@ -7,6 +7,7 @@ mod decision_table;
 mod golden;
 mod journal;
 mod journal_files;
+mod journal_owners;
 mod model;
 mod rebuild;
 mod seed;

@@ -43,6 +43,25 @@ pub(crate) fn identity(path: &Path) -> Option<[u8; 16]> {
     }
 }
 
+/// Which file an open `file` is: device and inode, big-endian (`None` where the platform has no
+/// such thing).
+pub(crate) fn identity_of(file: &fs::File) -> Option<[u8; 16]> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata().ok()?;
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&meta.dev().to_be_bytes());
+        out[8..].copy_from_slice(&meta.ino().to_be_bytes());
+        Some(out)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        None
+    }
+}
+
 /// Refuses a journal path that exists and is not a regular file (a directory, a FIFO, a
 /// device), before anything opens the store for writing, so a refused open changes nothing.
 pub(crate) fn refuse_odd_journal(journal: &Path) -> Result<(), OpenError> {

@@ -6,7 +6,7 @@
 //! | `journal_id`         | 16 random bytes                         | the journal this file belongs with        |
 //! | `journal_generation` | epoch `u64` BE · salt `u64` BE          | the generation whose records are current  |
 //! | `journal_state`      | `u8`: 0 closed cleanly, 1 records may be pending | the clean-close marker           |
-//! | `journal_path`       | the journal's resolved path (UTF-8, or lossy) | where the journal was when last opened |
+//! | `journal_path`       | the journal's resolved path (its bytes on Unix; UTF-8 elsewhere) | where the journal was when last opened |
 //! | `journal_store_file` | device `u64` BE · inode `u64` BE        | which file the store was when last opened |
 //!
 //! The metadata is the authority: a journal's header and records are taken only when they
@@ -81,7 +81,7 @@ impl JournalMeta {
             Some([STATE_OPEN]) => true,
             Some(_) => return Err(MetaFault::Malformed("journal state")),
         };
-        let path = get(META_JOURNAL_PATH)?.map(|bytes| PathBuf::from(String::from_utf8_lossy(&bytes).into_owned()));
+        let path = get(META_JOURNAL_PATH)?.map(|bytes| path_from_bytes(&bytes));
         let file = get(META_JOURNAL_STORE_FILE)?.map(|bytes| fixed::<16>(&bytes, "journal store file")).transpose()?;
         Ok(JournalMeta { checkpoint, id, generation, open, path, file })
     }
@@ -105,7 +105,7 @@ impl JournalMeta {
         meta.insert(META_JOURNAL_GENERATION, self.generation.to_bytes().as_slice())?;
         meta.insert(META_JOURNAL_STATE, [if self.open { STATE_OPEN } else { STATE_CLOSED }].as_slice())?;
         match &self.path {
-            Some(path) => meta.insert(META_JOURNAL_PATH, path.to_string_lossy().as_bytes())?,
+            Some(path) => meta.insert(META_JOURNAL_PATH, path_bytes(path).as_ref())?,
             None => meta.remove(META_JOURNAL_PATH)?,
         };
         match &self.file {
@@ -147,6 +147,36 @@ pub(crate) fn forget(meta: &mut Table<&'static str, &'static [u8]>) -> Result<()
         meta.remove(name)?;
     }
     Ok(())
+}
+
+/// A path as stored: its exact bytes on Unix (a directory whose name is not UTF-8 is found
+/// again), UTF-8 elsewhere.
+fn path_bytes(path: &std::path::Path) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        std::borrow::Cow::Borrowed(path.as_os_str().as_bytes())
+    }
+    #[cfg(not(unix))]
+    {
+        match path.to_string_lossy() {
+            std::borrow::Cow::Borrowed(text) => std::borrow::Cow::Borrowed(text.as_bytes()),
+            std::borrow::Cow::Owned(text) => std::borrow::Cow::Owned(text.into_bytes()),
+        }
+    }
+}
+
+/// The inverse of [`path_bytes`].
+fn path_from_bytes(bytes: &[u8]) -> PathBuf {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+    }
+    #[cfg(not(unix))]
+    {
+        PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
+    }
 }
 
 /// A journal entry could not be read.

@@ -15,6 +15,7 @@
 #![cfg_attr(target_arch = "wasm32", allow(dead_code))]
 
 pub(crate) mod apply;
+pub(crate) mod aside;
 pub(crate) mod checkpoint;
 pub(crate) mod commit;
 pub(crate) mod file;
@@ -22,6 +23,7 @@ pub(crate) mod files;
 pub(crate) mod format;
 pub(crate) mod meta;
 pub(crate) mod recovery;
+pub(crate) mod report;
 
 #[cfg(all(test, feature = "workflow"))]
 mod commit_tests;

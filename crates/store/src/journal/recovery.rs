@@ -28,10 +28,12 @@ use std::path::{Path, PathBuf};
 use redb::{Database, ReadableDatabase, StorageBackend};
 
 use super::apply::{Applied, apply_put, apply_remove};
+use super::aside::{self, SetAside, SetAsideReason};
 use super::commit::{JournalFile, Wal};
-use super::files::{Access, ReadOnlyFile, journal_path, open_journal, resolve};
+use super::files::{Access, ReadOnlyFile, identity_of, journal_path, open_journal, resolve};
 use super::format::{BLOCK, Generation, Seal, Slot, fresh_salt};
 use super::meta::{History, JournalMeta, MetaFault};
+use super::report::JournalRecovery;
 use super::{Header, Journal, JournalError, ScanEnd, scan};
 use crate::tables::{META, META_SECRET, T_APPLICATION};
 use crate::{Error, OpenError};
@@ -65,18 +67,39 @@ pub(crate) struct JournalSetup {
     pub(crate) apps: crate::app_table::AppTables,
 }
 
-/// A journal file found for reading, with where it is (`None`: a backend the caller gave).
+/// A journal file found for reading, with where it is (`None`: a backend the caller gave) and
+/// which file it is (device and inode, when known), so that it is removed later only if the
+/// name still leads to it.
 struct Located<F = JournalFile> {
     file: F,
     path: Option<PathBuf>,
+    identity: Option<[u8; 16]>,
 }
 
 /// What the journal held for the store.
+#[derive(Default)]
 struct Read {
     batches: Vec<Vec<Mutation>>,
     /// The newest header slot of the store's journal, when one was found (the new generation
     /// is written into the other slot).
     slot_epoch: Option<u64>,
+    /// Intact records after a damaged one, given up (only with `discard_lost`).
+    given_up: u64,
+    /// Whether the open gives up what the journal may hold past where it could be read (a
+    /// damaged record with intact ones after it, or a file cut short).
+    gave_up: bool,
+    /// Why the records stopped before the end of the journal's records, when they did.
+    stopped_by: Option<String>,
+}
+
+/// The store whose journal is looked for.
+struct Wanted<'a> {
+    /// The store file (resolved).
+    store: &'a Path,
+    /// Which file it is.
+    identity: Option<[u8; 16]>,
+    meta: &'a JournalMeta,
+    discard_lost: bool,
 }
 
 use super::Mutation;
@@ -125,14 +148,19 @@ fn legacy_id(secret: &[u8]) -> [u8; 16] {
 }
 
 /// Recovery at open (see the module docs). Returns the journal commits use from now on
-/// (`None` when the journal is off).
-pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Option<Wal>, OpenError> {
+/// (`None` when the journal is off) and what the open did with the journal files.
+pub(crate) fn recover(
+    db: &Database,
+    setup: JournalSetup,
+    now: u64,
+) -> Result<(Option<Wal>, JournalRecovery), OpenError> {
     let JournalSetup { source, capacity, active, discard_lost, apps } = setup;
     let (meta, secret) = read_meta(&db.begin_read()?)?;
+    let mut report = JournalRecovery::default();
     let mut history = meta.history();
     if !active && history == History::None {
         // Nothing to read, nothing to journal: the file alone is the store.
-        return Ok(None);
+        return Ok((None, report));
     }
     let checkpoint = meta.checkpoint.unwrap_or(0);
     let (store_path, beside, identity) = match &source {
@@ -141,28 +169,25 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
     };
 
     // 1–2: the journal that belongs to the store, and its records.
-    let mut given = match source {
+    let given = match source {
         JournalSource::Backend(file) => Some(file),
         JournalSource::File { .. } => None,
     };
-    let mut read = Read { batches: Vec::new(), slot_epoch: None };
-    let mut stale = None;
-    let mut from_beside = false;
+    let mut read = Read::default();
+    let mut found_at: Option<Located> = None;
     let found = match history {
         History::None => Ok(None),
         History::Legacy => read_legacy(given.clone(), beside.as_deref(), &legacy_id(&secret), checkpoint),
-        History::Pending => read_pending(given.clone(), beside.as_deref(), &store_path, identity, &meta, checkpoint),
+        History::Pending => {
+            let wanted = Wanted { store: &store_path, identity, meta: &meta, discard_lost };
+            read_pending(given.clone(), beside.as_deref(), &wanted, checkpoint)
+        }
     };
     match found {
         Ok(None) => {}
         Ok(Some((located, records))) => {
-            from_beside = located.path.is_none() || located.path == beside;
-            if from_beside {
-                given = Some(located.file);
-            } else {
-                stale = located.path;
-            }
             read = records;
+            found_at = Some(located);
         }
         Err(refused) if discard_lost && is_lost_journal(&refused) => {
             tracing::error!(
@@ -171,6 +196,8 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
                 error = %refused,
                 "opening without the journal: the commits it held are given up (discard_lost_journal)"
             );
+            report.discarded = true;
+            report.stopped_by = Some(refused.to_string());
             history = History::None;
         }
         Err(refused) => {
@@ -178,6 +205,13 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
             return Err(refused);
         }
     }
+    if read.gave_up {
+        report.discarded = true;
+    }
+    report.applied = read.batches.len() as u64;
+    report.given_up = read.given_up;
+    report.stopped_by = report.stopped_by.take().or_else(|| read.stopped_by.clone());
+    report.read_from = found_at.as_ref().and_then(|located| located.path.clone());
     let applied = checkpoint
         .checked_add(read.batches.len() as u64)
         .ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
@@ -191,7 +225,8 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
         _ => None,
     });
     if let Some(table) = apps.first_unregistered(app_keys) {
-        return Err(OpenError::JournalNeedsTable { store: store_path, journal: beside.unwrap_or_default(), table });
+        let journal = report.read_from.clone().or(beside).unwrap_or_default();
+        return Err(OpenError::JournalNeedsTable { store: store_path, journal, table });
     }
 
     // 3: the new journal id and generation, in the slot the current records do not depend on.
@@ -208,17 +243,27 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
     }
     let epoch = epoch.ok_or_else(|| OpenError::CorruptMeta("journal generation out of range".into()))?;
     let generation = Generation { epoch, salt: fresh_salt(meta.generation, applied) };
+    // The journal file read from elsewhere (the recorded path, a set-aside file) stays open,
+    // and so locked, until it is removed below.
+    let (from_beside, elsewhere) = match found_at {
+        Some(located) if located.path.is_none() || located.path == beside => (Some(located), None),
+        other => (None, other),
+    };
     let journal = if active {
-        let file = match (given, &beside) {
-            (Some(file), _) => file,
-            (None, Some(beside)) => open_beside(beside)?,
+        let keep = !report.discarded && (from_beside.is_some() || history == History::None);
+        let (file, reused) = match (given, &beside) {
+            (Some(file), _) => (file, true),
+            (None, Some(path)) => {
+                let held = from_beside.map(|located| located.file);
+                beside_journal(path, held, meta.id, keep, &store_path, now, &mut report)?
+            }
             (None, None) => {
                 return Err(OpenError::Journal { path: PathBuf::new(), reason: "no journal backend".into() });
             }
         };
         let len = file.len().map_err(|error| io_error(beside.as_deref())(error.into()))?;
         // A file is preallocated afresh only when it holds nothing the store still needs.
-        let fresh = !from_beside || history == History::None || len < 2 * BLOCK as u64;
+        let fresh = !reused || len < 2 * BLOCK as u64;
         let fresh = fresh && (len != capacity.max(2 * BLOCK as u64) / BLOCK as u64 * BLOCK as u64);
         let journal =
             Journal::start(file, id, generation, applied, capacity, fresh).map_err(io_error(beside.as_deref()))?;
@@ -254,14 +299,14 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
                 Err(Applied::Unregistered(table)) => {
                     return Err(OpenError::JournalNeedsTable {
                         store: store_path,
-                        journal: beside.unwrap_or_default(),
+                        journal: report.read_from.clone().or(beside).unwrap_or_default(),
                         table,
                     });
                 }
                 Err(Applied::Malformed) => {
                     return Err(OpenError::JournalDamaged {
                         store: store_path,
-                        journal: beside.unwrap_or_default(),
+                        journal: report.read_from.clone().or(beside).unwrap_or_default(),
                         reason: format!("record {} names no table of the store", checkpoint + at as u64 + 1),
                     });
                 }
@@ -281,14 +326,91 @@ pub(crate) fn recover(db: &Database, setup: JournalSetup, now: u64) -> Result<Op
         entries.write(&mut table)?;
     }
     tx.commit()?;
-    if let Some(stale) = stale {
-        // The store's records are applied and its journal is the one beside it now: the old
-        // file (found through the recorded path) is of no further use.
-        tracing::info!(target: "idemdb::journal", journal = %stale.display(), "removed the store's earlier journal");
-        let _ = fs::remove_file(&stale);
+    if let Some(located) = elsewhere {
+        // The store's records are applied and its journal is the one beside it now: the
+        // earlier file (at the recorded path, or set aside) is of no further use — unless the
+        // open gave up records it holds, which it keeps. Removed while it is still open and
+        // locked, and only if the name still leads to the file that was read.
+        retire(located, &mut report, now);
     }
     let recovered = read.batches.len() as u64;
-    Ok(journal.map(|journal| Wal::new(journal, now, recovered)))
+    Ok((journal.map(|journal| Wal::new(journal, now, recovered)), report))
+}
+
+/// The journal file beside the store, ready to be started: the one already held (read from),
+/// or the file there now. It is reused when it is the store's own journal (`own`, and `reuse`:
+/// the open gave nothing up) or holds nothing at all; anything else there is set aside, never
+/// written over, and a new file is made. Returns the file and whether it was reused.
+fn beside_journal(
+    path: &Path,
+    held: Option<JournalFile>,
+    own: Option<[u8; 16]>,
+    reuse: bool,
+    store: &Path,
+    now: u64,
+    report: &mut JournalRecovery,
+) -> Result<(JournalFile, bool), OpenError> {
+    let was_read = held.is_some();
+    let file = match held {
+        Some(file) => Some(file),
+        None => match open_journal(path, Access::Write { create: false })? {
+            Some(file) => Some(backend(file, path)?),
+            None => None,
+        },
+    };
+    let Some(file) = file else { return Ok((open_beside(path, store)?, false)) };
+    let header = Header::read(&file).map_err(io_error(Some(path)))?;
+    let owner = aside::owner(&header);
+    if reuse && (was_read || own.is_some_and(|id| header.newest_of(&id).is_some())) {
+        return Ok((file, true));
+    }
+    if aside::holds_nothing(&file).map_err(io_error(Some(path)))? {
+        return Ok((file, false));
+    }
+    let reason = if owner.is_some() && owner == own { SetAsideReason::GivenUp } else { SetAsideReason::NotThisStores };
+    let to = aside::set_aside(path, owner.as_ref(), now).map_err(|source| OpenError::Io {
+        action: "set aside the journal",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    tracing::warn!(
+        target: "idemdb::journal",
+        journal = %path.display(),
+        set_aside = %to.display(),
+        %reason,
+        "journal set aside, not written over; a new journal is started beside the store"
+    );
+    report.set_aside.push(SetAside { from: path.to_path_buf(), to, reason });
+    // The old file stays open (and locked) until the new one is made.
+    let fresh = open_beside(path, store)?;
+    drop(file);
+    Ok((fresh, false))
+}
+
+/// Removes (or, when it holds records the open gave up, sets aside) the store's earlier
+/// journal file once its records are applied. Best effort: the store is consistent either way.
+fn retire(located: Located, report: &mut JournalRecovery, now: u64) {
+    let Some(path) = located.path.clone() else { return };
+    let still_there = located.identity.is_some() && super::files::identity(&path) == located.identity;
+    if !still_there {
+        tracing::warn!(
+            target: "idemdb::journal",
+            journal = %path.display(),
+            "the store's earlier journal was replaced by another file meanwhile: left as it is"
+        );
+        return;
+    }
+    let is_aside = path.file_name().is_some_and(|name| name.to_string_lossy().contains(".set-aside-"));
+    if report.discarded {
+        if !is_aside && let Ok(to) = aside::set_aside(&path, None, now) {
+            report.set_aside.push(SetAside { from: path, to, reason: SetAsideReason::GivenUp });
+        }
+    } else if fs::remove_file(&path).is_ok() {
+        aside::sync_dir(&path);
+        tracing::info!(target: "idemdb::journal", journal = %path.display(), "removed the store's earlier journal");
+        report.removed = Some(path);
+    }
+    drop(located);
 }
 
 /// Whether an open refusal says the journal's commits are out of reach (what
@@ -301,9 +423,9 @@ fn is_lost_journal(error: &OpenError) -> bool {
 }
 
 /// Opens (creating it) the journal beside the store, for a journal that holds nothing needed.
-fn open_beside(path: &Path) -> Result<JournalFile, OpenError> {
+fn open_beside(path: &Path, store: &Path) -> Result<JournalFile, OpenError> {
     let file = open_journal(path, Access::Write { create: true })?.ok_or_else(|| OpenError::JournalMissing {
-        store: PathBuf::new(),
+        store: store.to_path_buf(),
         journal: path.to_path_buf(),
         recorded: None,
         reason: "is a dangling symlink".into(),
@@ -328,9 +450,12 @@ fn read_legacy(
     checkpoint: u64,
 ) -> Result<Option<(Located, Read)>, OpenError> {
     let located = match (given, beside) {
-        (Some(file), _) => Located { file, path: None },
+        (Some(file), _) => Located { file, path: None, identity: None },
         (None, Some(path)) => match open_journal(path, Access::Write { create: false })? {
-            Some(file) => Located { file: backend(file, path)?, path: Some(path.to_path_buf()) },
+            Some(file) => {
+                let identity = identity_of(&file);
+                Located { file: backend(file, path)?, path: Some(path.to_path_buf()), identity }
+            }
             None => return Ok(None),
         },
         (None, None) => return Ok(None),
@@ -340,7 +465,7 @@ fn read_legacy(
     match header.slots[0] {
         Slot::Legacy(found) if found == *id => {}
         // A format-1 journal never initialised (its creation did not finish): nothing in it.
-        Slot::Blank => return Ok(Some((located, Read { batches: Vec::new(), slot_epoch: None }))),
+        Slot::Blank => return Ok(Some((located, Read::default()))),
         Slot::Legacy(_) => {
             return Err(OpenError::JournalForeign {
                 store: PathBuf::new(),
@@ -361,44 +486,104 @@ fn read_legacy(
         checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
     let found = scan(&located.file, Seal::Legacy, from, header.len, false).map_err(io_error(path.as_deref()))?;
     log_recovery(path.as_deref(), 1, from, &found.batches, found.stopped_at, found.end);
-    Ok(Some((located, Read { batches: found.batches, slot_epoch: Some(0) })))
+    Ok(Some((located, Read { batches: found.batches, slot_epoch: Some(0), ..Read::default() })))
 }
 
 /// Finds the journal of a store whose records may be pending and reads its records.
 fn read_pending(
     given: Option<JournalFile>,
     beside: Option<&Path>,
-    store: &Path,
-    identity: Option<[u8; 16]>,
-    meta: &JournalMeta,
+    wanted: &Wanted<'_>,
     checkpoint: u64,
 ) -> Result<Option<(Located, Read)>, OpenError> {
-    let Some(id) = meta.id else { return Ok(None) };
-    let located = locate(given, beside, store, identity, meta, &id, Access::Write { create: false }, backend)?;
-    let path = located.path.clone();
-    let header = Header::read(&located.file).map_err(io_error(path.as_deref()))?;
-    let slot = check_header(&header, &id, meta, store, path.as_deref())?;
+    let Some(id) = wanted.meta.id else { return Ok(None) };
+    let located = locate(given, beside, wanted, &id, Access::Write { create: false }, backend)?;
+    let read = examine(&located.file, located.path.as_deref(), wanted, &id, checkpoint, false)?;
+    Ok(Some((located, read)))
+}
+
+/// Reads the records of the store's journal `file` after `checkpoint` (only the first with
+/// `first_only`). A record that is damaged with intact records after it, or a file cut short
+/// after records, is a refusal that says what is intact — or, with `discard_lost`, what the
+/// open gives up.
+fn examine<F: StorageBackend>(
+    file: &F,
+    path: Option<&Path>,
+    wanted: &Wanted<'_>,
+    id: &[u8; 16],
+    checkpoint: u64,
+    first_only: bool,
+) -> Result<Read, OpenError> {
+    let (meta, store) = (wanted.meta, wanted.store);
+    let header = Header::read(file).map_err(io_error(path))?;
+    let slot = check_header(&header, id, meta, store, path)?;
     let from =
         checkpoint.checked_add(1).ok_or_else(|| OpenError::CorruptMeta("journal checkpoint out of range".into()))?;
     let limit = header.len.min(slot.capacity);
-    let seal = Seal::Current { id, generation: meta.generation };
-    let found = scan(&located.file, seal, from, limit, false)
-        .map_err(|error| with_store(io_error(path.as_deref())(error), store))?;
-    log_recovery(path.as_deref(), 2, from, &found.batches, found.stopped_at, found.end);
-    Ok(Some((located, Read { batches: found.batches, slot_epoch: Some(slot.generation.epoch) })))
+    let seal = Seal::Current { id: *id, generation: meta.generation };
+    let found = scan(file, seal, from, limit, first_only).map_err(|error| with_store(io_error(path)(error), store))?;
+    if !first_only {
+        log_recovery(path, 2, from, &found.batches, found.stopped_at, found.end);
+    }
+    let intact = found.batches.len() as u64;
+    let next = from + intact;
+    let mut read = Read { slot_epoch: Some(slot.generation.epoch), ..Read::default() };
+    let damaged = |reason: String| OpenError::JournalDamaged {
+        store: store.to_path_buf(),
+        journal: path.map(Path::to_path_buf).unwrap_or_default(),
+        reason,
+    };
+    let beyond = match found.end {
+        ScanEnd::NotARecord | ScanEnd::OutOfSequence(_) => {
+            aside::intact_beyond(file, seal, found.stopped_at, limit, next - 1).map_err(io_error(path))?
+        }
+        ScanEnd::Blank | ScanEnd::End => aside::Beyond::default(),
+    };
+    let cut = header.len < slot.capacity && found.end != ScanEnd::Blank;
+    if beyond.count > 0 {
+        let reason = format!(
+            "record {next} (at byte {}) is damaged, and {} intact record(s) follow it ({}..={}), which cannot be \
+             applied without it; the {intact} record(s) before it are intact",
+            found.stopped_at, beyond.count, beyond.first, beyond.last
+        );
+        if !wanted.discard_lost {
+            return Err(damaged(reason));
+        }
+        read.given_up = beyond.count;
+        read.gave_up = true;
+        read.stopped_by = Some(reason);
+    } else if cut {
+        let reason = format!(
+            "it is {} bytes long, but was made {} bytes long: it was cut after record {} ({intact} intact record(s) \
+             after the checkpoint); any record after the cut is gone",
+            header.len,
+            slot.capacity,
+            next - 1
+        );
+        if !wanted.discard_lost {
+            return Err(damaged(reason));
+        }
+        read.gave_up = true;
+        read.stopped_by = Some(reason);
+    } else if matches!(found.end, ScanEnd::NotARecord | ScanEnd::OutOfSequence(_)) {
+        // The usual end after a crash: a last write that did not finish.
+        read.stopped_by = Some(format!("after record {}: {}", next - 1, found.end.describe()));
+    }
+    read.batches = found.batches;
+    Ok(read)
 }
 
-/// The journal of the store `id`: the given backend, the file beside the store, or — when the
-/// store is the very file (device and inode) that last opened it, renamed or reached through
-/// another hard link — the file at the path the metadata recorded, if it carries the id. A copy
-/// of the store file never looks there: the journal at the recorded path is the original's.
-#[allow(clippy::too_many_arguments)]
+/// The journal of the store `id`: the given backend; the file beside the store if it carries
+/// the id; else — only when the store is the very file (device and inode) that last opened it,
+/// renamed or reached through another hard link — the file at the path the metadata recorded,
+/// or a set-aside file of this journal id beside either ([`aside::candidates`]), if it carries
+/// the id. A copy of the store file never looks past its own name: the journal at the recorded
+/// path is the original's. When nothing carries the id, the refusal names what is beside the
+/// store and where the store last opened its journal.
 fn locate<F>(
     given: Option<F>,
     beside: Option<&Path>,
-    store: &Path,
-    identity: Option<[u8; 16]>,
-    meta: &JournalMeta,
+    wanted: &Wanted<'_>,
     id: &[u8; 16],
     access: Access,
     wrap: impl Fn(fs::File, &Path) -> Result<F, OpenError>,
@@ -406,40 +591,88 @@ fn locate<F>(
 where
     F: StorageBackend,
 {
+    let (store, meta) = (wanted.store, wanted.meta);
     if let Some(file) = given {
-        return Ok(Located { file, path: None });
+        return Ok(Located { file, path: None, identity: None });
     }
     let Some(beside) = beside else {
         return Err(OpenError::Journal { path: PathBuf::new(), reason: "no journal backend".into() });
     };
     let recorded = meta.path.as_deref().filter(|recorded| *recorded != beside);
+    let mut at_beside = None;
     if let Some(file) = open_journal(beside, access)? {
-        return Ok(Located { file: wrap(file, beside)?, path: Some(beside.to_path_buf()) });
-    }
-    let same_file = identity.is_some() && identity == meta.file;
-    if let Some(recorded) = recorded
-        && same_file
-        && let Some(file) = open_journal(recorded, access)?
-    {
-        let file = wrap(file, recorded)?;
-        let header = Header::read(&file).map_err(io_error(Some(recorded)))?;
+        let identity = identity_of(&file);
+        let file = wrap(file, beside)?;
+        let header = Header::read(&file).map_err(io_error(Some(beside)))?;
         if header.newest_of(id).is_some() {
-            tracing::info!(
-                target: "idemdb::journal",
-                store = %store.display(),
-                journal = %recorded.display(),
-                "the store's journal is where it was last opened, not beside the store (renamed, or another hard link)"
-            );
-            return Ok(Located { file, path: Some(recorded.to_path_buf()) });
+            return Ok(Located { file, path: Some(beside.to_path_buf()), identity });
+        }
+        at_beside = Some((Located { file, path: Some(beside.to_path_buf()), identity }, header));
+    }
+    let same_file = wanted.identity.is_some() && wanted.identity == meta.file;
+    if same_file {
+        let mut places: Vec<PathBuf> = recorded.map(Path::to_path_buf).into_iter().collect();
+        places.extend(aside::candidates(beside, id));
+        if let Some(recorded) = recorded {
+            places.extend(aside::candidates(recorded, id));
+        }
+        for place in places {
+            let file = match open_journal(&place, access) {
+                Ok(Some(file)) => file,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::debug!(target: "idemdb::journal", journal = %place.display(), %error, "not usable");
+                    continue;
+                }
+            };
+            let identity = identity_of(&file);
+            let file = wrap(file, &place)?;
+            let header = Header::read(&file).map_err(io_error(Some(&place)))?;
+            if header.newest_of(id).is_some() {
+                tracing::info!(
+                    target: "idemdb::journal",
+                    store = %store.display(),
+                    journal = %place.display(),
+                    "the store's journal is not beside the store (renamed, another hard link, or set aside)"
+                );
+                return Ok(Located { file, path: Some(place), identity });
+            }
         }
     }
-    let reason = if fs::symlink_metadata(beside).is_ok() { "is a dangling symlink" } else { "does not exist" };
-    Err(OpenError::JournalMissing {
-        store: store.to_path_buf(),
-        journal: beside.to_path_buf(),
-        recorded: recorded.map(Path::to_path_buf),
-        reason: reason.into(),
-    })
+    let last_opened = match recorded {
+        Some(recorded) if same_file => {
+            format!("; the store last opened its journal at {}, which does not hold it either", recorded.display())
+        }
+        Some(recorded) => format!(
+            "; the store file is not the one that last opened it (a copy), so its journal at {} was not looked at",
+            recorded.display()
+        ),
+        None => String::new(),
+    };
+    match at_beside {
+        Some((located, header)) if aside::owner(&header).is_some() => Err(OpenError::JournalForeign {
+            store: store.to_path_buf(),
+            journal: located.path.unwrap_or_default(),
+            reason: format!(
+                "its header names journal {} (another store's journal, or a copy of this store that was opened since), \
+                 not this store's {}{last_opened}",
+                aside::owner(&header).map_or_else(String::new, |owner| aside::id_hex(&owner)),
+                aside::id_hex(id)
+            ),
+        }),
+        // Beside the store, with no journal id at all: this store's journal, damaged (the
+        // header check says how).
+        Some((located, _)) => Ok(located),
+        None => {
+            let reason = if fs::symlink_metadata(beside).is_ok() { "is a dangling symlink" } else { "does not exist" };
+            Err(OpenError::JournalMissing {
+                store: store.to_path_buf(),
+                journal: beside.to_path_buf(),
+                recorded: recorded.map(Path::to_path_buf),
+                reason: format!("{reason}{last_opened}"),
+            })
+        }
+    }
 }
 
 /// Checks that a journal's header names the store's journal id, at a generation no later
@@ -461,17 +694,6 @@ fn check_header(
                     "the journal is at generation {}, later than the store file's {}: the store file was replaced by an \
                      older copy of itself",
                     slot.generation.epoch, meta.generation.epoch
-                ),
-            });
-        }
-        if header.len < slot.capacity {
-            // A journal never shrinks once preallocated: records past the cut are gone.
-            return Err(OpenError::JournalDamaged {
-                store: store.to_path_buf(),
-                journal,
-                reason: format!(
-                    "it is {} bytes long, but was made {} bytes long: it was truncated",
-                    header.len, slot.capacity
                 ),
             });
         }
@@ -574,11 +796,11 @@ pub(crate) fn check_read_only(db: &redb::ReadOnlyDatabase, path: &Path) -> Resul
         History::Pending => {
             let Some(id) = meta.id else { return Ok(()) };
             let identity = super::files::identity(&store);
-            let located = locate(None, Some(&beside), &store, identity, &meta, &id, Access::Read, wrap)?;
+            let wanted = Wanted { store: &store, identity, meta: &meta, discard_lost: false };
+            let located = locate(None, Some(&beside), &wanted, &id, Access::Read, wrap)?;
             let journal = located.path.unwrap_or_default();
-            let header = Header::read(&located.file).map_err(io_error(Some(&journal)))?;
-            let slot = check_header(&header, &id, &meta, &store, Some(&journal))?;
-            (located.file, journal, Seal::Current { id, generation: meta.generation }, header.len.min(slot.capacity))
+            let read = examine(&located.file, Some(&journal), &wanted, &id, checkpoint, true)?;
+            return if read.batches.is_empty() { Ok(()) } else { Err(OpenError::JournalPending { path: journal }) };
         }
     };
     let found =

@@ -1,0 +1,306 @@
+//! A journal is never destroyed by an open that does not own it: regression tests for the
+//! operator routes that once lost acknowledged commits — a new store at a crashed store's old
+//! name, a stale journal beside a renamed or hard-linked store, `--discard-journal` rewriting
+//! whatever sat beside the store, damage in the middle of a journal or a journal cut short
+//! reported as a clean recovery, a directory whose name is not UTF-8. Each crash here is a real
+//! one: a child process acknowledges completions and aborts.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use idemdb::{ManualClock, OpenError, Reservation, Scope, SetAsideReason, StateKind, Store, StoreBuilder};
+use idemdb_tests::{T0, fp, key, scope};
+
+fn builder() -> StoreBuilder {
+    Store::builder().clock(ManualClock::new(T0)).journal(true).journal_bytes(1 << 20)
+}
+
+fn journal_of(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push("-journal");
+    PathBuf::from(name)
+}
+
+fn pay() -> Scope {
+    scope("acme", "pay")
+}
+
+/// The stored body of `name`, if it is completed.
+fn body(store: &Store, name: &str) -> Option<Vec<u8>> {
+    let record = store.get(&pay(), &key(name)).expect("get")?;
+    if record.state.kind() != StateKind::Completed {
+        return None;
+    }
+    match store.reserve(&pay(), &key(name), &fp(1)).expect("replay") {
+        Reservation::Replay { body, .. } => Some(body),
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+fn complete(store: &Store, name: &str) {
+    let Reservation::Acquired(lease) = store.reserve(&pay(), &key(name), &fp(1)).expect("reserve") else {
+        panic!("{name} is new");
+    };
+    store.complete(&lease, b"ok".to_vec()).expect("complete");
+}
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Runs [`owner_child_writer`] in a child process: it opens the store at `path`, completes
+/// `names`, prints one line per acknowledgement and aborts (a crash: no destructor runs).
+/// Returns the names acknowledged.
+fn crash_writer(path: &Path, names: &[String]) -> Vec<String> {
+    let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "journal_owners::owner_child_writer", "--ignored", "--nocapture", "--test-threads", "1"])
+        .env("IDEMDB_OWNER_CHILD_STORE", path)
+        .env("IDEMDB_OWNER_CHILD_KEYS", names.join(","))
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "the child crashes: {stdout} {}", String::from_utf8_lossy(&output.stderr));
+    let acked: Vec<String> =
+        stdout.lines().filter_map(|line| line.split("acked ").nth(1)).map(str::to_string).collect();
+    assert_eq!(acked.len(), names.len(), "every completion acknowledged before the crash");
+    acked
+}
+
+/// The child half of [`crash_writer`]; does nothing when run on its own.
+#[test]
+#[ignore = "run by crash_writer in a child process"]
+fn owner_child_writer() {
+    let (Some(path), Ok(keys)) =
+        (std::env::var_os("IDEMDB_OWNER_CHILD_STORE"), std::env::var("IDEMDB_OWNER_CHILD_KEYS"))
+    else {
+        return;
+    };
+    let store = builder().open(&path).expect("child open");
+    for name in keys.split(',') {
+        complete(&store, name);
+        println!("acked {name}");
+    }
+    std::process::abort();
+}
+
+fn assert_all(store: &Store, acked: &[String], what: &str) {
+    let lost: Vec<&String> = acked.iter().filter(|name| body(store, name).is_none()).collect();
+    assert!(lost.is_empty(), "{what}: {} of {} acknowledged completions lost: {lost:?}", lost.len(), acked.len());
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("dir")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A writer acknowledges completions and is killed; the operator moves the crashed store
+/// aside and a new store is created at its old name (an import, a service restarted). The new
+/// store once re-created the journal it found there — the crashed store's — and every
+/// acknowledged completion was gone. Now it sets that journal aside, says so, and the crashed
+/// store finds it again.
+#[test]
+fn a_new_store_at_a_crashed_stores_old_name_sets_its_journal_aside() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("s.idemdb");
+    drop(builder().open(&path).expect("create"));
+    let acked = crash_writer(&path, &names("paid", 40));
+    let moved = dir.path().join("s.idemdb.crashed");
+    fs::rename(&path, &moved).expect("mv s.idemdb s.idemdb.crashed");
+
+    let fresh = builder().open(&path).expect("a new store at the old name");
+    let report = fresh.journal_recovery().expect("report").clone();
+    assert_eq!(report.set_aside.len(), 1, "{report:?}");
+    let aside = &report.set_aside[0];
+    assert_eq!(aside.reason, SetAsideReason::NotThisStores);
+    assert_eq!(aside.from, fs::canonicalize(dir.path()).expect("dir").join("s.idemdb-journal"));
+    assert!(aside.to.exists(), "the crashed store's journal is kept");
+    assert!(aside.to.to_string_lossy().contains(".set-aside-"), "{}", aside.to.display());
+    complete(&fresh, "new-store-key");
+    drop(fresh);
+
+    let crashed = builder().open(&moved).expect("the crashed store, under its new name");
+    assert_all(&crashed, &acked, "after a new store took the old name");
+    assert!(crashed.get(&pay(), &key("new-store-key")).expect("get").is_none(), "no foreign record applied");
+    let report = crashed.journal_recovery().expect("report");
+    assert_eq!(report.applied as usize, acked.len() * 2, "a reserve and a complete each");
+    assert_eq!(report.read_from.as_deref(), Some(aside.to.as_path()));
+    assert_eq!(report.removed.as_deref(), Some(aside.to.as_path()), "applied, then removed");
+    drop(crashed);
+    // The new store at the old name still has its own key.
+    let fresh = builder().open(&path).expect("reopen the new store");
+    assert!(body(&fresh, "new-store-key").is_some());
+}
+
+/// After a rename (or a hard link) onto a name that an earlier store used, the stale journal
+/// beside the new name hid the store's own journal (at the path it recorded): the refusal did
+/// not name it, and `--discard-journal` then gave every commit up. Now the store's own journal
+/// is found wherever the metadata says, and the stale one is set aside, not written over.
+#[cfg(unix)]
+#[test]
+fn a_stale_journal_beside_a_renamed_or_linked_store_does_not_hide_its_own() {
+    for link in [false, true] {
+        let dir = tempfile::tempdir().expect("dir");
+        // An earlier store at "y", closed cleanly: its journal stays beside the name.
+        let y = dir.path().join("y.idemdb");
+        {
+            let earlier = builder().open(&y).expect("earlier y");
+            complete(&earlier, "earlier");
+        }
+        fs::rename(&y, dir.path().join("y-moved-away.idemdb")).expect("move the earlier y away");
+        let stale = fs::read(journal_of(&y)).expect("the stale journal");
+
+        let x = dir.path().join("x.idemdb");
+        drop(builder().open(&x).expect("create x"));
+        let acked = crash_writer(&x, &names("x", 25));
+        if link {
+            fs::hard_link(&x, &y).expect("ln x y");
+        } else {
+            fs::rename(&x, &y).expect("mv x y");
+        }
+        let store = builder().open(&y).expect("x under the name y");
+        assert_all(&store, &acked, if link { "through a hard link" } else { "after a rename" });
+        assert!(store.get(&pay(), &key("earlier")).expect("get").is_none(), "no foreign record applied");
+        let report = store.journal_recovery().expect("report").clone();
+        assert_eq!(report.set_aside.len(), 1, "{report:?}");
+        assert_eq!(report.set_aside[0].reason, SetAsideReason::NotThisStores);
+        assert_eq!(fs::read(&report.set_aside[0].to).expect("set aside"), stale, "the stale journal, byte for byte");
+        assert!(report.removed.is_some(), "x's own journal, applied, is removed: {report:?}");
+    }
+}
+
+/// `--discard-journal` once rewrote whatever journal sat beside the store: another store's,
+/// or the store's own with intact records in it. Now a discard sets the file aside, byte for
+/// byte, and the records before the damage are applied.
+#[test]
+fn a_discard_sets_the_journal_aside_and_applies_what_is_intact() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("d.idemdb");
+    drop(builder().open(&path).expect("create"));
+    let acked = crash_writer(&path, &names("d", 20));
+    // One flipped byte in record 11 (of 40): 30 intact records follow it.
+    let journal = journal_of(&path);
+    let mut bytes = fs::read(&journal).expect("journal");
+    bytes[11 * 4096 + 40] ^= 0x55;
+    fs::write(&journal, &bytes).expect("damage");
+
+    let refused = builder().open(&path);
+    let Err(OpenError::JournalDamaged { reason, .. }) = &refused else { panic!("refused as damaged: {refused:?}") };
+    assert!(reason.contains("record 11") && reason.contains("29 intact record(s) follow it"), "{reason}");
+    assert!(reason.contains("10 record(s) before it are intact"), "{reason}");
+    assert_eq!(fs::read(&journal).expect("journal"), bytes, "a refusal changes nothing");
+
+    let store = builder().discard_lost_journal(true).open(&path).expect("discard");
+    let report = store.journal_recovery().expect("report").clone();
+    assert!(report.discarded);
+    assert_eq!(report.applied, 10);
+    assert_eq!(report.given_up, 29);
+    assert_eq!(report.set_aside.len(), 1, "{report:?}");
+    assert_eq!(report.set_aside[0].reason, SetAsideReason::GivenUp);
+    assert_eq!(fs::read(&report.set_aside[0].to).expect("set aside"), bytes, "the journal kept byte for byte");
+    // Records 1..10: the first five keys reserved and completed.
+    assert_all(&store, &acked[..5], "before the damage");
+}
+
+/// A discard with another store's journal beside it sets that journal aside untouched.
+#[test]
+fn a_discard_never_touches_another_stores_journal() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = (dir.path().join("a.idemdb"), dir.path().join("b.idemdb"));
+    drop(builder().open(&a).expect("create a"));
+    drop(builder().open(&b).expect("create b"));
+    crash_writer(&a, &names("a", 3));
+    let acked_b = crash_writer(&b, &names("b", 15));
+    // a's journal is lost; b's sits beside a.
+    fs::remove_file(journal_of(&a)).expect("a's journal lost");
+    fs::rename(journal_of(&b), journal_of(&a)).expect("b's journal beside a");
+    let theirs = fs::read(journal_of(&a)).expect("b's journal");
+    let refused = builder().open(&a);
+    assert!(matches!(refused, Err(OpenError::JournalForeign { .. })), "{refused:?}");
+    let store = builder().discard_lost_journal(true).open(&a).expect("a, giving its own journal up");
+    let report = store.journal_recovery().expect("report").clone();
+    assert!(report.discarded);
+    assert_eq!(report.set_aside.len(), 1);
+    assert_eq!(report.set_aside[0].reason, SetAsideReason::NotThisStores);
+    assert_eq!(fs::read(&report.set_aside[0].to).expect("kept"), theirs, "b's journal, untouched");
+    assert!(store.get(&pay(), &key("b-0")).expect("get").is_none(), "none of b's records applied");
+    drop(store);
+    // Put b's journal back where it belongs: b recovers everything.
+    fs::rename(&report.set_aside[0].to, journal_of(&b)).expect("back beside b");
+    let store_b = builder().open(&b).expect("b");
+    assert_all(&store_b, &acked_b, "b after a's discard");
+}
+
+/// A journal cut right after its last record was refused with only "restore or discard", and
+/// the discard gave every record up. Now the refusal says what is intact and a discard applies
+/// it; a cut that took only zeros loses nothing and is recovered without asking.
+#[test]
+fn a_journal_cut_short_keeps_what_is_intact() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("t.idemdb");
+    drop(builder().open(&path).expect("create"));
+    let acked = crash_writer(&path, &names("t", 10));
+    let journal = journal_of(&path);
+    let whole = fs::read(&journal).expect("journal");
+    // 20 one-block records after the header block: the file cut right after the last.
+    fs::write(&journal, &whole[..21 * 4096]).expect("cut after the last record");
+    let refused = builder().open(&path);
+    let Err(OpenError::JournalDamaged { reason, .. }) = &refused else { panic!("{refused:?}") };
+    assert!(reason.contains("cut after record 20") && reason.contains("20 intact record(s)"), "{reason}");
+    let store = builder().discard_lost_journal(true).open(&path).expect("discard");
+    assert_all(&store, &acked, "the intact records of a cut journal");
+    let report = store.journal_recovery().expect("report").clone();
+    assert_eq!((report.applied, report.discarded), (20, true));
+    drop(store);
+
+    // Cut where only zeros were: nothing can be missing.
+    let path = dir.path().join("z.idemdb");
+    drop(builder().open(&path).expect("create"));
+    let acked = crash_writer(&path, &names("z", 10));
+    let journal = journal_of(&path);
+    let whole = fs::read(&journal).expect("journal");
+    fs::write(&journal, &whole[..40 * 4096]).expect("cut in the zeros");
+    let store = builder().open(&path).expect("recovered without a discard");
+    assert_all(&store, &acked, "a journal cut in its zeros");
+    assert!(!store.journal_recovery().expect("report").discarded);
+}
+
+/// A store in a directory whose name is not UTF-8, renamed after a crash, was refused though
+/// its journal was there: the recorded path was stored lossily.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_renamed_store_in_a_non_utf8_directory_finds_its_journal() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    fs::create_dir(&odd).expect("a directory named in Latin-1");
+    let path = odd.join("s.idemdb");
+    drop(builder().open(&path).expect("create"));
+    let acked = crash_writer(&path, &names("n", 8));
+    let renamed = odd.join("renamed.idemdb");
+    fs::rename(&path, &renamed).expect("rename");
+    let store = builder().open(&renamed).expect("found its journal");
+    assert_all(&store, &acked, "in a non-UTF-8 directory");
+}
+
+/// A dangling symlink at the journal's path is reported with both paths, never an empty one.
+#[cfg(unix)]
+#[test]
+fn a_dangling_symlink_journal_is_named() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("l.idemdb");
+    drop(builder().open(&path).expect("create"));
+    crash_writer(&path, &names("l", 2));
+    let journal = journal_of(&path);
+    fs::remove_file(&journal).expect("remove");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &journal).expect("dangling symlink");
+    let before = files_in(dir.path());
+    let refused = builder().open(&path).expect_err("refused");
+    let shown = refused.to_string();
+    assert!(shown.contains("l.idemdb-journal") && shown.contains("dangling symlink"), "{shown}");
+    assert!(!shown.contains("of  "), "no empty path: {shown}");
+    assert_eq!(files_in(dir.path()), before, "a refusal changes nothing");
+}
