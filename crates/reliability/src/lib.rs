@@ -22,6 +22,10 @@
 //! * [`races`]: threads racing on shared keys over file and memory stores;
 //! * [`operators`]: the `idemdb` binary compacting, rebuilding, importing and purging a store
 //!   while a writer process opens, writes and closes it in a loop, with `kill -9` on both sides;
+//! * [`operator_sequences`]: seeded sequences of operator steps (`kill -9`, `mv`, `ln`, `cp` of
+//!   a store and its journal, a new store at an old name, `recover [--discard-journal]`,
+//!   `backup [--overwrite]`, `compact --rebuild`) beside a journaling writer, checked for lost
+//!   acknowledged writes, foreign records, and refusals that are untyped or change data;
 //! * [`fuzzing`]: the bodies of the cargo-fuzz targets (in `fuzz/`), callable from tests so
 //!   every crash found becomes a regression test.
 //!
@@ -53,6 +57,7 @@ pub mod journal_damage;
 pub mod journal_replace;
 pub mod kill;
 pub mod live_backup;
+pub mod operator_sequences;
 pub mod operators;
 pub mod outbox;
 pub mod races;

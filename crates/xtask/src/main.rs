@@ -11,7 +11,7 @@
 //! failure, protocol error, fuzz crash, or missed target. `--quick` (the default) is the
 //! CI-sized run; `--full` the documented one. `--only clock,operators` runs only the sections
 //! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `backup`, `outbox`, `journal-damage`,
-//! `journal-aliases`, `journal-replace`, `bad-inputs`,
+//! `journal-aliases`, `journal-replace`, `operator-sequences`, `bad-inputs`,
 //! `self-check`, `fuzz`) at the chosen size, and the table has only their rows.
 #![forbid(unsafe_code)]
 
@@ -20,6 +20,7 @@ mod binaries;
 mod fuzz;
 mod reliability;
 mod self_check;
+mod sequences;
 mod size;
 mod table;
 

@@ -386,6 +386,14 @@ pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
         print_notes("journal replace", &replace.checks.notes);
     }
 
+    // 3f. Operator sequences beside a journaling writer.
+    let mut sequences = idemdb_reliability::operator_sequences::SequenceReport::default();
+    if runs("operator-sequences") {
+        let t = Instant::now();
+        sequences = crate::sequences::operator_sequences(size, seed, args)?;
+        timings.push(("operator sequences", t.elapsed()));
+    }
+
     // The table: each row of a section that ran.
     let lost = crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost;
     let lost = lost + outbox.unresolved + backups.lost;
@@ -531,6 +539,9 @@ pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
     );
     let replace_bad = replace.checks.lost + replace.checks.failures;
     push(runs("journal-replace"), row("lost beside a replace", replace_bad, zero(replace_bad)));
+    for sequence_row in crate::sequences::rows(&sequences, size, &at_least) {
+        push(runs("operator-sequences"), sequence_row);
+    }
     push(
         runs("operators"),
         row(

@@ -16,6 +16,7 @@ pub(crate) struct Size {
     pub(crate) journal_damage: u64,
     pub(crate) journal_aliases: u64,
     pub(crate) journal_replace: u64,
+    pub(crate) operator_sequences: u64,
     /// Rounds of the HTTP flow (40 keys each: a run per key).
     pub(crate) http_rounds: u64,
 }
@@ -36,6 +37,7 @@ pub(crate) const QUICK: Size = Size {
     journal_damage: 5_000,
     journal_aliases: 500,
     journal_replace: 500,
+    operator_sequences: 500,
     http_rounds: 25,
 };
 pub(crate) const FULL: Size = Size {
@@ -54,11 +56,12 @@ pub(crate) const FULL: Size = Size {
     journal_damage: 100_000,
     journal_aliases: 10_000,
     journal_replace: 10_000,
+    operator_sequences: 10_000,
     http_rounds: 500,
 };
 
 /// The sections of a run, in the order they run.
-pub(crate) const SECTIONS: [&str; 15] = [
+pub(crate) const SECTIONS: [&str; 16] = [
     "sweep",
     "concurrent",
     "kill",
@@ -71,6 +74,7 @@ pub(crate) const SECTIONS: [&str; 15] = [
     "journal-damage",
     "journal-aliases",
     "journal-replace",
+    "operator-sequences",
     "bad-inputs",
     "self-check",
     "fuzz",

@@ -9,6 +9,7 @@ fn main() {
     let outcome = match args.split_first() {
         Some((mode, rest)) if mode == "writer" => idemdb_reliability::operators::writer_main(rest),
         Some((mode, rest)) if mode == "journal-writer" => idemdb_reliability::journal_aliases::child_main(rest),
+        Some((mode, rest)) if mode == "seq-writer" => idemdb_reliability::operator_sequences::child_main(rest),
         Some((mode, rest)) if mode == "backup-writer" => idemdb_reliability::live_backup::backup_writer_main(rest),
         _ => idemdb_reliability::kill::child_main(&args),
     };
