@@ -93,6 +93,15 @@ pub(crate) fn open_read_only_with(file: &Path, builder: impl Fn() -> StoreBuilde
 fn opened(file: &Path, result: Result<Result<Store, OpenError>, String>) -> Result<Store, CliError> {
     match result {
         Ok(Ok(store)) => Ok(store),
+        // The path that is not a regular file may be the store's journal: name that path.
+        Ok(Err(OpenError::NotAFile { path, kind }))
+            if path != file && std::fs::canonicalize(file).ok().as_ref() != Some(&path) =>
+        {
+            Err(CliError::open_msg(
+                file,
+                format!("its journal {} is {kind}, not a regular file; nothing was changed", path.display()),
+            ))
+        }
         Ok(Err(OpenError::NotAFile { kind, .. })) => {
             Err(CliError::open_msg(file, format!("is {kind}, not a regular file")))
         }

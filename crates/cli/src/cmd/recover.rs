@@ -17,46 +17,95 @@ use crate::output;
 #[command(
     after_help = "Nothing else may have the store open. Every open for writing recovers a store; this command does \
 only that, reports it, and closes the store cleanly (afterwards the file alone is the whole store).\n\n\
-An open refuses a store whose journal should hold acknowledged commits but is missing, damaged or another \
-store's: the error names the journal it looked for (and where the store last opened it). Put that file back \
-first. Only if it is truly lost, --discard-journal opens the store at its last checkpoint, giving up the commits \
-that journal held, and starts a new journal."
+What it may do to files: apply the journal's records to the store file; move a journal that is not this store's \
+(another store's, left at this name) aside as <journal>.set-aside-<journal id>-<seconds>, never writing over it; \
+remove the store's own earlier journal (found where the store was last opened) once its records are applied. It \
+never deletes or rewrites a journal that holds anything not applied.\n\n\
+An open refuses a store whose journal should hold acknowledged commits but is missing, damaged, cut short or \
+another store's, and changes nothing then: the error names the journal it looked for, where the store last \
+opened it, and what is intact. Put that file back first. Only if it is truly lost, --discard-journal opens the \
+store anyway: it applies the intact records before the damage, gives up the rest, sets the journal file aside \
+(the given-up commits stay in it) and starts a new journal; the report says how many were given up and where \
+the file is."
 )]
 pub(crate) struct RecoverArgs {
     #[command(flatten)]
     file: FileArg,
-    /// Open even though the store's journal is missing, damaged or not its own, giving up the
-    /// acknowledged commits it held (an operator's decision; logged).
+    /// Open even though the store's journal is missing, damaged, cut short or not its own:
+    /// apply what is intact, give up the acknowledged commits past it (an operator's decision;
+    /// reported), and keep the journal file aside.
     #[arg(long)]
     discard_journal: bool,
 }
 
 pub(crate) fn run(args: &RecoverArgs, json: bool) -> Result<Exit, CliError> {
     let file = &args.file.file;
-    if args.discard_journal {
-        eprintln!(
-            "idemdb: {}: opening without its journal if it cannot be read: the commits only that journal held are given up",
-            file.display()
-        );
-    }
     let store = open_existing_with(file, Store::builder().discard_lost_journal(args.discard_journal))?;
-    let recovered = store.journal_stats().map(|stats| stats.recovered);
+    let report = store.journal_recovery().cloned().unwrap_or_default();
     let records = store.stats().map_err(|error| CliError::runtime_ctx(file, "cannot read the store", &error))?.records;
     drop(store);
+    let set_aside: Vec<serde_json::Value> = report
+        .set_aside
+        .iter()
+        .map(|aside| {
+            json!({
+                "from": aside.from.display().to_string(),
+                "to": aside.to.display().to_string(),
+                "reason": aside.reason.to_string(),
+            })
+        })
+        .collect();
+    if report.discarded {
+        // Said after the fact, and only when something was given up.
+        eprintln!(
+            "idemdb: {}: the journal could not be read to its end; {} intact record(s) applied, {} given up{}",
+            file.display(),
+            report.applied,
+            if report.given_up > 0 { report.given_up.to_string() } else { "any after that point".to_string() },
+            report
+                .set_aside
+                .iter()
+                .map(|aside| format!("; the journal is kept at {}", aside.to.display()))
+                .collect::<String>()
+        );
+    }
     if json {
         output::print_json(&json!({
             "file": file.display().to_string(),
-            "journal_records_applied": recovered,
+            "journal_records_applied": report.applied,
+            "journal_read_from": report.read_from.as_ref().map(|path| path.display().to_string()),
+            "journal_discarded": report.discarded,
+            "journal_records_given_up": report.given_up,
+            "journal_stopped_by": report.stopped_by,
+            "journal_set_aside": set_aside,
+            "journal_removed": report.removed.as_ref().map(|path| path.display().to_string()),
             "records": records,
             "closed_cleanly": true,
         }));
     } else {
-        output::print(&output::fields(&[
-            ("store", file.display().to_string()),
-            ("journal records applied", recovered.map_or_else(|| "none (no journal)".into(), output::count)),
-            ("records", output::count(records)),
-            ("closed", "cleanly: the file alone is the whole store".into()),
-        ]));
+        let mut fields =
+            vec![("store", file.display().to_string()), ("journal records applied", output::count(report.applied))];
+        if let Some(from) = &report.read_from {
+            fields.push(("read from", from.display().to_string()));
+        }
+        if let Some(stopped) = &report.stopped_by {
+            fields.push(("records stopped", stopped.clone()));
+        }
+        if report.discarded {
+            fields.push(("records given up", output::count(report.given_up)));
+        }
+        for aside in &report.set_aside {
+            fields.push((
+                "journal set aside",
+                format!("{} -> {} ({})", aside.from.display(), aside.to.display(), aside.reason),
+            ));
+        }
+        if let Some(removed) = &report.removed {
+            fields.push(("earlier journal removed", removed.display().to_string()));
+        }
+        fields.push(("records", output::count(records)));
+        fields.push(("closed", "cleanly: the file alone is the whole store".into()));
+        output::print(&output::fields(&fields));
     }
     Ok(Exit::Ok)
 }
