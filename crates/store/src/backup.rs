@@ -7,13 +7,19 @@
 //! durable (journaled or not), so a snapshot taken after the call starts holds every commit
 //! acknowledged before it.
 //!
-//! The copy goes to a temporary file beside the destination (`.<name>.backup-<nonce>.partial`),
-//! is synced, opened alone and verified ([`Store::verify`] plus the record and index counts of
-//! the snapshot), then moved into place and the directory synced. A crash leaves at most that
-//! temporary file: before the copy's last commit it holds no store at all (the metadata table,
-//! which makes a file an idemdb store, is written only by that commit, so a copy cut short opens
-//! as "not an idemdb store" whatever redb recovered of its earlier, unflushed commits); after
-//! it, a complete but unchecked copy. Either way the destination is untouched.
+//! The copy goes to a temporary file beside the destination
+//! (`.<name>.backup-<pid>-<nonce>.partial`), is synced, opened alone and verified
+//! ([`Store::verify`] plus the record and index counts of the snapshot), then moved into place
+//! and the directory synced. A crash leaves at most that temporary file: before the copy's last
+//! commit it holds no store at all (the metadata table, which makes a file an idemdb store, is
+//! written only by that commit, so a copy cut short opens as "not an idemdb store" whatever
+//! redb recovered of its earlier, unflushed commits); after it, a complete but unchecked copy.
+//! Either way the destination is untouched, and the next backup to the same destination
+//! removes the temporary file once its process is gone (`backup/destination.rs`).
+//!
+//! What a backup may do at its destination, and what it refuses, is in `backup/destination.rs`:
+//! a replaced file is never a store in use nor one whose journal may hold records the file
+//! lacks, and the destination's file system must have room for the copy and a margin.
 //!
 //! The name says what the call writes to: a new file at a path (`rebuild_into` also copies,
 //! for compaction, and "snapshot" already names the store's cached read snapshot and the
@@ -30,6 +36,8 @@ use crate::meta::Initialiser;
 use crate::rebuild::{CopyTable, RebuildError, RowsCopy, store_tables};
 use crate::tables::{EXPIRY, RECORDS};
 use crate::{DEFAULT_AUDIT_RETENTION, Durability, Error, OpenError, Problem, Store, VerifyReport};
+
+mod destination;
 
 /// How far a backup is: entries copied out of the snapshot's total.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +79,13 @@ impl<'a> BackupOptions<'a> {
     /// Replaces an existing destination file (atomically: the old file stays whole until the
     /// verified copy takes its place). A destination that is a symbolic link is followed: the
     /// file it names is replaced and the link kept.
+    ///
+    /// A store that is open anywhere is never replaced: the backup takes the locks an open
+    /// store holds on the file it replaces (the holder lock `<file>.lock`, the store file's
+    /// lock and its journal's) before it starts and keeps them until the copy has taken the
+    /// file's place, and refuses the backup when any is held
+    /// ([`BackupError::DestinationOpen`]). A store whose journal may hold commits its file does
+    /// not (it was not closed cleanly) is refused too ([`BackupError::DestinationPending`]).
     pub fn overwrite(mut self, overwrite: bool) -> Self {
         self.overwrite = overwrite;
         self
@@ -129,6 +144,9 @@ pub struct BackupReport {
     pub replaced: bool,
     /// Tables left out ([`BackupOptions::leave_out_unknown_tables`]).
     pub left_out: Vec<String>,
+    /// Temporary copies that earlier backups to the same destination left behind (their
+    /// process was killed), removed by this one.
+    pub removed_stale: Vec<PathBuf>,
 }
 
 /// A backup failed. The store is unchanged, nothing is left at the destination (an existing
@@ -139,6 +157,54 @@ pub enum BackupError {
     /// The destination exists; [`BackupOptions::overwrite`] replaces it.
     #[error("{0} exists already; a backup writes a new file unless asked to overwrite")]
     DestinationExists(PathBuf),
+    /// The destination is a store that is open (in this process or another, in any runtime):
+    /// the lock of `locked` is held. Nothing was written; the store is untouched.
+    #[error(
+        "{path} is a store that is open ({} is locked): a backup never replaces a store in use; close it first, or \
+         back up to another file",
+        .locked.display()
+    )]
+    DestinationOpen {
+        /// The destination as given.
+        path: PathBuf,
+        /// The file whose lock is held: the holder lock, the store file or its journal.
+        locked: PathBuf,
+        /// What the holder lock says of its holder, when another runtime holds it.
+        #[source]
+        source: Option<Box<OpenError>>,
+    },
+    /// The destination is a store whose journal may hold commits its file does not (it was not
+    /// closed cleanly): replacing the file would lose them. Nothing was written. Open the
+    /// store for writing once (`Store::open`, `idemdb recover`), which applies them, then
+    /// back up onto it.
+    #[error(
+        "{path} is a store whose journal {} may hold commits its file does not ({reason}): replacing it would lose \
+         them; open it for writing once (Store::open, idemdb recover) to apply them, then back up onto it",
+        .journal.display()
+    )]
+    DestinationPending {
+        /// The destination as given.
+        path: PathBuf,
+        /// Its journal (where its metadata says it was last opened, else beside it).
+        journal: PathBuf,
+        /// Why its records may be pending.
+        reason: &'static str,
+    },
+    /// The destination's file system has less free space than the backup needs: the store
+    /// file's size and a margin (16 MiB, or a tenth of the store file when that is more). A
+    /// backup that fills the disk the store is on would make the store's writers fail.
+    #[error(
+        "{path}: {available} bytes free on its file system, and a backup of this store needs {needed} (the store \
+         file's size and a margin); free space there, or back up to another file system"
+    )]
+    InsufficientSpace {
+        /// The directory the backup would be written in.
+        path: PathBuf,
+        /// Bytes free there (for an unprivileged process).
+        available: u64,
+        /// Bytes the backup needs.
+        needed: u64,
+    },
     /// The destination is the store itself, or its journal.
     #[error("{dest} is the store's own {what}: a backup goes to another file")]
     SameFile {
@@ -211,6 +277,9 @@ impl BackupError {
     pub fn code(&self) -> idemdb_core::ErrorCode {
         use idemdb_core::ErrorCode;
         match self {
+            BackupError::DestinationOpen { .. } => ErrorCode::StoreBusy,
+            BackupError::DestinationPending { .. } => ErrorCode::NotAStore,
+            BackupError::InsufficientSpace { .. } => ErrorCode::Storage,
             BackupError::DestinationExists(_)
             | BackupError::SameFile { .. }
             | BackupError::NoDirectory(_)
@@ -297,23 +366,44 @@ impl Store {
     /// [`BackupError::Unverified`] and [`BackupError::Mismatch`] when the copy does not check
     /// out; I/O and storage errors. On every error the temporary copy is removed.
     pub fn backup_with(&self, dest: impl AsRef<Path>, options: BackupOptions<'_>) -> Result<BackupReport, BackupError> {
-        self.backup_on(dest.as_ref(), options, |file| Ok(redb::backends::FileBackend::new(file).map_err(Error::from)?))
+        self.backup_on(
+            dest.as_ref(),
+            options,
+            Hooks {
+                backend: |file| Ok(redb::backends::FileBackend::new(file).map_err(Error::from)?),
+                available: destination::available_space,
+            },
+        )
     }
 
-    /// [`Store::backup_with`] writing the copy through `backend` (tests put a full disk there).
+    /// [`Store::backup_with`] writing the copy through `hooks.backend` and reading the free
+    /// space through `hooks.available` (tests put a full disk there).
     pub(crate) fn backup_on<B: redb::StorageBackend>(
         &self,
         dest: &Path,
         mut options: BackupOptions<'_>,
-        backend: impl FnOnce(fs::File) -> Result<B, BackupError>,
+        hooks: Hooks<impl FnOnce(fs::File) -> Result<B, BackupError>, impl Fn(&Path) -> std::io::Result<Option<u64>>>,
     ) -> Result<BackupReport, BackupError> {
         let started = Instant::now();
         let target = self.destination(dest, options.overwrite)?;
+        // A file to replace: its locks are taken now and held until the copy is in its place.
+        let mut held = match fs::symlink_metadata(&target) {
+            Ok(_) if options.overwrite => Some(destination::hold(&target).map_err(|e| named(e, dest))?),
+            _ => None,
+        };
         let source_bytes = self.path().and_then(|p| fs::metadata(p).ok()).map(|m| m.len());
+        let directory = parent_of(&target);
+        if let Some(store_bytes) = source_bytes {
+            let available = (hooks.available)(directory).map_err(io("read the free space of", directory))?;
+            if let Some(available) = available {
+                destination::check_space(directory, store_bytes, available)?;
+            }
+        }
+        let removed_stale = destination::remove_stale(&target);
         let read = self.copy_snapshot()?;
         let snapshot_took = started.elapsed();
         let (expected, total, left_out, rows) = self.survey(&read, &options)?;
-        let temporary = temporary_path(&target);
+        let temporary = destination::temporary_path(&target);
         let mut progress = options.progress.take();
         let written = (|| {
             let file = fs::OpenOptions::new()
@@ -322,7 +412,7 @@ impl Store {
                 .create_new(true)
                 .open(&temporary)
                 .map_err(io("create", &temporary))?;
-            let copy = Database::builder().create_with_backend(backend(file)?).map_err(Error::from)?;
+            let copy = Database::builder().create_with_backend((hooks.backend)(file)?).map_err(Error::from)?;
             let extra: Vec<&dyn CopyTable> = options
                 .tables
                 .iter()
@@ -348,14 +438,17 @@ impl Store {
                 return Err(no_space(error, &temporary));
             }
         };
-        let replaced = match place(&temporary, &target, options.overwrite) {
+        let replaced = match place(&temporary, &target, options.overwrite, &mut held) {
             Ok(replaced) => replaced,
             Err(error) => {
                 let _ = fs::remove_file(&temporary);
-                return Err(no_space(error, &temporary));
+                return Err(named(no_space(error, &temporary), dest));
             }
         };
-        crate::builder::sync_parent(&target).map_err(io("sync the directory of", &target))?;
+        let synced = crate::builder::sync_parent(&target).map_err(io("sync the directory of", &target));
+        // The replaced file's locks go once its name is the copy's.
+        drop(held);
+        synced?;
         let bytes = fs::metadata(&target).map_err(io("read the size of", &target))?.len();
         Ok(BackupReport {
             path: target,
@@ -369,6 +462,7 @@ impl Store {
             took: started.elapsed(),
             replaced,
             left_out,
+            removed_stale,
         })
     }
 
@@ -377,27 +471,27 @@ impl Store {
         let Some(name) = dest.file_name() else {
             return Err(BackupError::NotAFile { path: dest.to_path_buf(), kind: "a path without a file name" });
         };
-        self.refuse_own(dest, dest)?;
+        let own = self.own_files();
+        refuse_own(&own, dest, dest)?;
         let target = match fs::symlink_metadata(dest) {
-            Ok(_) if !overwrite => return Err(BackupError::DestinationExists(dest.to_path_buf())),
             Ok(meta) => {
                 let target = if meta.file_type().is_symlink() {
                     fs::canonicalize(dest).map_err(io("follow", dest))?
                 } else {
                     dest.to_path_buf()
                 };
+                // What it is first: a directory is no file that "exists already".
                 let meta = fs::metadata(&target).map_err(io("inspect", &target))?;
-                if !meta.is_file() {
-                    let kind = if meta.is_dir() { "a directory" } else { "not a regular file" };
+                if let Some(OpenError::NotAFile { kind, .. }) = OpenError::not_a_regular_file(&target, &meta) {
                     return Err(BackupError::NotAFile { path: dest.to_path_buf(), kind });
+                }
+                if !overwrite {
+                    return Err(BackupError::DestinationExists(dest.to_path_buf()));
                 }
                 target
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                let parent = match dest.parent() {
-                    Some(parent) if !parent.as_os_str().is_empty() => parent,
-                    _ => Path::new("."),
-                };
+                let parent = parent_of(dest);
                 match fs::metadata(parent) {
                     Ok(meta) if meta.is_dir() => {}
                     _ => return Err(BackupError::NoDirectory(parent.to_path_buf())),
@@ -407,21 +501,29 @@ impl Store {
             Err(source) => return Err(BackupError::Io { action: "inspect", path: dest.to_path_buf(), source }),
         };
         // Once more on the resolved path: a link in the directory's path may lead to the store.
-        self.refuse_own(dest, &target)?;
+        refuse_own(&own, dest, &target)?;
         Ok(target)
     }
 
-    /// Refuses `path` when it is this store's file or journal.
-    fn refuse_own(&self, dest: &Path, path: &Path) -> Result<(), BackupError> {
-        if let Some(source) = self.path() {
-            let journal = crate::journal::files::journal_path(source);
-            for (own, what) in [(source, "file"), (journal.as_path(), "journal")] {
-                if same_file(own, path) {
-                    return Err(BackupError::SameFile { dest: dest.to_path_buf(), what });
-                }
-            }
+    /// This store's own files, which a backup never writes: the store file (its resolved path,
+    /// and the path it was opened by), the journal beside the resolved path, and the journal
+    /// where the store's metadata says it was last opened (a renamed store's).
+    fn own_files(&self) -> Vec<(PathBuf, &'static str)> {
+        let Some(path) = self.path() else { return Vec::new() };
+        let mut own = vec![(path.to_path_buf(), "file")];
+        let resolved = fs::canonicalize(path).ok();
+        if let Some(resolved) = &resolved {
+            own.push((resolved.clone(), "file"));
         }
-        Ok(())
+        own.push((crate::journal::files::journal_path(resolved.as_deref().unwrap_or(path)), "journal"));
+        let recorded = self.engine.db.begin_read().ok().and_then(|read| {
+            let table = read.open_table(crate::tables::META).ok()?;
+            crate::journal::meta::JournalMeta::read(&table).ok()?.path
+        });
+        if let Some(recorded) = recorded {
+            own.push((recorded, "journal"));
+        }
+        own
     }
 
     /// The snapshot's record and index counts, its entries over the copied tables, the
@@ -503,18 +605,48 @@ impl Store {
     }
 }
 
+/// What [`Store::backup_on`] writes and reads through: the copy's storage backend and the
+/// destination file system's free space.
+pub(crate) struct Hooks<F, A> {
+    pub(crate) backend: F,
+    pub(crate) available: A,
+}
+
+/// Refuses `path` when it is one of the store's own files (`own`, from [`Store::own_files`]),
+/// compared by file identity where both exist and by resolved path otherwise.
+fn refuse_own(own: &[(PathBuf, &'static str)], dest: &Path, path: &Path) -> Result<(), BackupError> {
+    match own.iter().find(|(file, _)| same_file(file, path)) {
+        Some((_, what)) => Err(BackupError::SameFile { dest: dest.to_path_buf(), what }),
+        None => Ok(()),
+    }
+}
+
+/// The directory `path` is in (`.` for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+/// A refusal of the file to replace named by the destination as the caller gave it.
+fn named(error: BackupError, dest: &Path) -> BackupError {
+    match error {
+        BackupError::DestinationOpen { locked, source, .. } => {
+            BackupError::DestinationOpen { path: dest.to_path_buf(), locked, source }
+        }
+        BackupError::DestinationPending { journal, reason, .. } => {
+            BackupError::DestinationPending { path: dest.to_path_buf(), journal, reason }
+        }
+        other => other,
+    }
+}
+
 /// What the copy must hold: the snapshot's counts.
 #[derive(Debug, Clone, Copy)]
 struct Expected {
     records: u64,
     index_entries: u64,
-}
-
-/// `.<name>.backup-<nonce>.partial` beside `target`: hidden, and named for what it is.
-fn temporary_path(target: &Path) -> PathBuf {
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let nonce = blake3::hash(format!("{}:{:?}", std::process::id(), Instant::now()).as_bytes()).to_hex();
-    target.with_file_name(format!(".{name}.backup-{}.partial", &nonce[..12]))
 }
 
 /// Whether `a` and `b` (which may not exist) name the same file.
@@ -540,13 +672,18 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// Moves the verified copy to `target`: without `overwrite` through a hard link, which never
-/// replaces a file that appeared meanwhile; with it, by a rename over the old file. Returns
+/// replaces a file that appeared meanwhile; with it, by a rename over the old file, whose locks
+/// (`held`) are taken first when a file appeared at `target` after the backup started. Returns
 /// whether a file was replaced.
-fn place(temporary: &Path, target: &Path, overwrite: bool) -> Result<bool, BackupError> {
-    if overwrite {
-        let replaced = target.exists();
+fn place(
+    temporary: &Path,
+    target: &Path,
+    overwrite: bool,
+    held: &mut Option<destination::Held>,
+) -> Result<bool, BackupError> {
+    if overwrite && held.is_some() {
         fs::rename(temporary, target).map_err(io("move the backup to", target))?;
-        return Ok(replaced);
+        return Ok(true);
     }
     match fs::hard_link(temporary, target) {
         Ok(()) => {
@@ -554,10 +691,24 @@ fn place(temporary: &Path, target: &Path, overwrite: bool) -> Result<bool, Backu
             Ok(false)
         }
         Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-            Err(BackupError::DestinationExists(target.to_path_buf()))
+            if !overwrite {
+                return Err(BackupError::DestinationExists(target.to_path_buf()));
+            }
+            // A file appeared at the destination while the copy was written: replaced only
+            // under its locks, like one that was there from the start.
+            *held = Some(destination::hold(target)?);
+            fs::rename(temporary, target).map_err(io("move the backup to", target))?;
+            Ok(true)
         }
         // No hard links on this file system: look, then rename.
-        Err(_) if fs::symlink_metadata(target).is_ok() => Err(BackupError::DestinationExists(target.to_path_buf())),
+        Err(_) if fs::symlink_metadata(target).is_ok() => {
+            if !overwrite {
+                return Err(BackupError::DestinationExists(target.to_path_buf()));
+            }
+            *held = Some(destination::hold(target)?);
+            fs::rename(temporary, target).map_err(io("move the backup to", target))?;
+            Ok(true)
+        }
         Err(_) => {
             fs::rename(temporary, target).map_err(io("move the backup to", target))?;
             Ok(false)

@@ -11,6 +11,7 @@ use idemdb_core::{Fingerprint, IdempotencyKey, Scope};
 use redb::backends::FileBackend;
 use redb::{ReadableTableMetadata, StorageBackend, TableDefinition};
 
+use crate::backup::Hooks;
 use crate::{BackupError, BackupOptions, Reservation, Store};
 
 fn complete(store: &Store, key: &str) {
@@ -207,9 +208,19 @@ fn a_full_disk_is_a_typed_error_and_leaves_nothing_behind() {
     }
     let dest = dir.path().join("b.idemdb");
     for budget in [0u64, 64 * 1024, 512 * 1024] {
-        let failed = store.backup_on(&dest, BackupOptions::new(), |file| {
-            Ok(FullDisk { inner: FileBackend::new(file).map_err(crate::Error::from)?, budget: AtomicU64::new(budget) })
-        });
+        let failed = store.backup_on(
+            &dest,
+            BackupOptions::new(),
+            Hooks {
+                backend: |file| {
+                    Ok(FullDisk {
+                        inner: FileBackend::new(file).map_err(crate::Error::from)?,
+                        budget: AtomicU64::new(budget),
+                    })
+                },
+                available: |_: &Path| Ok(None),
+            },
+        );
         let error = failed.expect_err("the disk is full");
         assert!(matches!(error, BackupError::NoSpace { .. }), "budget {budget}: {error:?}");
         assert_eq!(error.code(), idemdb_core::ErrorCode::Storage);
@@ -282,4 +293,197 @@ fn a_read_only_or_in_memory_store_backs_up_too() {
     assert_eq!(report.records, 2);
     assert_eq!(report.source_bytes, None);
     assert_eq!(keys_in(&dir.path().join("m.idemdb")).len(), 2);
+}
+
+#[test]
+fn overwrite_refuses_a_store_another_handle_holds_and_its_later_writes_survive() {
+    let dir = tempfile::tempdir().expect("dir");
+    let held = dir.path().join("held.idemdb");
+    let holder = Store::open(&held).expect("the holder opens its store");
+    complete(&holder, "held-0");
+    let source = Store::open(dir.path().join("source.idemdb")).expect("open");
+    complete(&source, "source-1");
+
+    let refused = source.backup_with(&held, BackupOptions::new().overwrite(true));
+    let error = refused.expect_err("a store another handle holds is never replaced");
+    let text = error.to_string();
+    assert!(text.contains(&*held.to_string_lossy()) && text.contains("open"), "{text}");
+    assert!(matches!(error, BackupError::DestinationOpen { .. }), "{error:?}");
+    assert!(leftovers(dir.path()).is_empty(), "{:?}", leftovers(dir.path()));
+
+    // The holder writes on, and every write is in its file once it closes.
+    for i in 1..=50 {
+        complete(&holder, &format!("held-{i}"));
+    }
+    drop(holder);
+    let keys = keys_in(&held);
+    assert_eq!(keys.len(), 51, "every acknowledged write of the holder: {keys:?}");
+    assert!(!keys.contains("source-1"), "nothing of the backup's source");
+
+    // Closed, the store may be replaced.
+    let report = source.backup_with(&held, BackupOptions::new().overwrite(true)).expect("closed: replaced");
+    assert!(report.replaced);
+    assert_eq!(keys_in(&held), ["source-1".to_string()].into());
+}
+
+#[test]
+fn overwrite_refuses_a_store_whose_journal_may_hold_pending_records() {
+    let dir = tempfile::tempdir().expect("dir");
+    let live = dir.path().join("live.idemdb");
+    let crashed = dir.path().join("crashed.idemdb");
+    {
+        // A copy of a running store's file and journal: what a crash leaves (records after
+        // the file's last checkpoint, the "records may be pending" marker set).
+        let running = Store::open(&live).expect("open");
+        for i in 0..20 {
+            complete(&running, &format!("k-{i}"));
+        }
+        fs::copy(&live, &crashed).expect("copy the file");
+        fs::copy(dir.path().join("live.idemdb-journal"), dir.path().join("crashed.idemdb-journal"))
+            .expect("copy the journal");
+    }
+    let file_before = fs::read(&crashed).expect("bytes");
+    let journal_before = fs::read(dir.path().join("crashed.idemdb-journal")).expect("bytes");
+    let source = Store::open(dir.path().join("source.idemdb")).expect("open");
+    complete(&source, "source-1");
+    let refused = source.backup_with(&crashed, BackupOptions::new().overwrite(true));
+    let error = refused.expect_err("pending journal records are never given up by a backup");
+    let text = error.to_string();
+    assert!(text.contains(&*crashed.to_string_lossy()) && text.contains("journal"), "{text}");
+    assert!(matches!(error, BackupError::DestinationPending { .. }), "{error:?}");
+    assert!(fs::read(&crashed).expect("bytes") == file_before, "the store file is untouched");
+    assert!(
+        fs::read(dir.path().join("crashed.idemdb-journal")).expect("bytes") == journal_before,
+        "its journal is untouched"
+    );
+    // Its records are all there for the next open.
+    assert_eq!(keys_in(&crashed).len(), 20);
+}
+
+#[cfg(unix)]
+#[test]
+fn the_live_journal_of_a_store_opened_through_a_symlink_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let real = dir.path().join("real.idemdb");
+    let link = dir.path().join("link.idemdb");
+    drop(Store::open(&real).expect("create"));
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let store = Store::open(&link).expect("open through the link");
+    for i in 0..10 {
+        complete(&store, &format!("k-{i}"));
+    }
+    let journal = dir.path().join("real.idemdb-journal");
+    assert!(journal.exists(), "the journal is beside the real file");
+    let to_journal = dir.path().join("to-journal");
+    std::os::unix::fs::symlink(&journal, &to_journal).expect("symlink");
+    let before = fs::read(&journal).expect("bytes");
+    for dest in [&journal, &to_journal] {
+        let refused = store.backup_with(dest, BackupOptions::new().overwrite(true));
+        let error = refused.expect_err("the live journal is never a backup's destination");
+        assert!(matches!(error, BackupError::SameFile { what: "journal", .. }), "{}: {error:?}", dest.display());
+    }
+    assert!(fs::read(&journal).expect("bytes") == before, "the journal is untouched");
+    let refused = store.backup_with(&real, BackupOptions::new().overwrite(true));
+    assert!(matches!(refused, Err(BackupError::SameFile { what: "file", .. })), "{refused:?}");
+    for i in 10..20 {
+        complete(&store, &format!("k-{i}"));
+    }
+    // A crash now (the handle leaked, nothing closed) and a new open find every write.
+    std::mem::forget(store);
+    let copy = dir.path().join("after.idemdb");
+    fs::copy(&real, &copy).expect("copy");
+    fs::copy(&journal, dir.path().join("after.idemdb-journal")).expect("copy");
+    assert_eq!(keys_in(&copy).len(), 20);
+}
+
+#[test]
+fn a_directory_destination_is_named_as_a_directory() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path().join("live.idemdb")).expect("open");
+    complete(&store, "k-1");
+    let target = dir.path().join("backups");
+    fs::create_dir(&target).expect("dir");
+    for overwrite in [false, true] {
+        let error = store.backup_with(&target, BackupOptions::new().overwrite(overwrite)).expect_err("a directory");
+        let text = error.to_string();
+        assert!(text.contains("is a directory") && !text.contains("exists already"), "{text}");
+        assert!(matches!(error, BackupError::NotAFile { kind: "a directory", .. }), "{error:?}");
+    }
+    assert_eq!(fs::read_dir(&target).expect("dir").count(), 0, "nothing written into it");
+}
+
+#[cfg(unix)]
+#[test]
+fn stale_temporary_copies_of_dead_backups_are_removed_and_nothing_else() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path().join("live.idemdb")).expect("open");
+    complete(&store, "k-1");
+    // A process that has ended: its pid names no running process (a reused pid is kept).
+    let mut child = std::process::Command::new("true").spawn().expect("spawn");
+    let dead = child.id();
+    child.wait().expect("wait");
+    let stale = dir.path().join(format!(".b.idemdb.backup-{dead}-0123456789ab.partial"));
+    let stale_empty = dir.path().join(format!(".b.idemdb.backup-{dead}-ba9876543210.partial"));
+    fs::write(&stale, vec![7u8; 64 * 1024]).expect("write");
+    fs::write(&stale_empty, b"").expect("write");
+    let running = dir.path().join(format!(".b.idemdb.backup-{}-aaaaaaaaaaaa.partial", std::process::id()));
+    fs::write(&running, b"in progress").expect("write");
+    let foreign = [
+        dir.path().join(".b.idemdb.backup-notes.partial"),
+        dir.path().join(format!(".c.idemdb.backup-{dead}-0123456789ab.partial")),
+        dir.path().join(format!("b.idemdb.backup-{dead}-0123456789ab.partial")),
+        dir.path().join(format!(".b.idemdb.backup-{dead}-0123456789ab.partial.keep")),
+    ];
+    for file in &foreign {
+        fs::write(file, b"not ours").expect("write");
+    }
+    store.backup_to(dir.path().join("b.idemdb")).expect("backup");
+    assert!(!stale.exists() && !stale_empty.exists(), "the dead backups' copies are removed");
+    assert!(running.exists(), "a running process's copy is kept");
+    for file in &foreign {
+        assert_eq!(fs::read(file).expect("kept"), b"not ours", "{} is kept", file.display());
+    }
+}
+
+#[test]
+fn a_destination_without_room_for_the_copy_and_a_margin_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path().join("live.idemdb")).expect("open");
+    for i in 0..200 {
+        complete(&store, &format!("k-{i}"));
+    }
+    let store_bytes = fs::metadata(dir.path().join("live.idemdb")).expect("size").len();
+    let dest = dir.path().join("b.idemdb");
+    let asked = std::cell::Cell::new(0);
+    let free = 4 * 1024 * 1024;
+    let refused = store.backup_on(
+        &dest,
+        BackupOptions::new(),
+        Hooks {
+            backend: |file| Ok(FileBackend::new(file).map_err(crate::Error::from)?),
+            available: |path: &Path| {
+                asked.set(asked.get() + 1);
+                assert_eq!(fs::canonicalize(path).expect("dir"), fs::canonicalize(dir.path()).expect("dir"));
+                Ok(Some(free))
+            },
+        },
+    );
+    let error = refused.expect_err("4 MiB free is less than the store and the margin");
+    match &error {
+        BackupError::InsufficientSpace { available, needed, .. } => {
+            assert_eq!(*available, free);
+            assert!(*needed >= store_bytes + 16 * 1024 * 1024, "{needed} for a store of {store_bytes}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = error.to_string();
+    assert!(text.contains(&free.to_string()) && text.contains("bytes free"), "{text}");
+    assert_eq!(asked.get(), 1);
+    assert!(!dest.exists() && leftovers(dir.path()).is_empty(), "nothing written: {:?}", leftovers(dir.path()));
+    complete(&store, "after");
+    assert_eq!(store.stats().expect("stats").records, 201, "the store carries on");
+
+    // With room, the same backup is written; the real figure of this file system is read.
+    let report = store.backup_to(&dest).expect("room enough here");
+    assert_eq!(report.records, 201);
 }
