@@ -9,7 +9,8 @@
 //! any number of instances can serve the same database (and `--schema`).
 //!
 //! `--admin-token TOKEN --backup-dir DIR` enable `POST /v1/admin/backup` (and, on `--data`,
-//! SIGUSR1 writes a timestamped backup into DIR).
+//! SIGUSR1 writes a timestamped backup into DIR). SIGUSR1 never stops the service: without
+//! `--backup-dir`, or on PostgreSQL, it is refused with a line on stderr that says why.
 //!
 //! Prints `listening on http://ADDR` once it accepts connections (with `--addr 127.0.0.1:0`
 //! the port the system chose), and stops on Ctrl-C or SIGTERM.
@@ -214,9 +215,12 @@ async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Erro
             let store =
                 RedbBackend::store_builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
             let backend = RedbBackend::new(store);
-            if let Some(backup_dir) = &args.backup_dir {
-                backup_on_signal(backend.clone(), backup_dir.clone());
-            }
+            backup_on_signal(match &args.backup_dir {
+                Some(dir) => OnSignal::Backup { backend: backend.clone(), dir: dir.clone() },
+                None => OnSignal::Refuse(
+                    "no backup directory: start the service with --backup-dir DIR to write a backup on SIGUSR1",
+                ),
+            });
             let purging =
                 payments_example::purge_rounds(backend.store().clone(), purge_interval(&args), args.purge_batch);
             let served = serve(backend, provider, &args, admin, webhooks, timeouts).await;
@@ -228,6 +232,9 @@ async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Erro
             let config = idemdb_postgres::connection_config(url, args.password_file.as_deref())
                 .map_err(|error| format!("PostgreSQL settings: {error}"))?;
             let target = idemdb_postgres::describe(&config);
+            backup_on_signal(OnSignal::Refuse(
+                "backups on SIGUSR1 are for the embedded store (--data); back up PostgreSQL with its own tools (pg_dump)",
+            ));
             let mut builder = PgStore::builder_with_config(config)
                 .policy(payment_operation_name(), policy)
                 .application_name("payments-example");
@@ -273,9 +280,20 @@ async fn serve<B: Backend>(
     Ok(())
 }
 
-/// SIGUSR1 writes a timestamped backup into `dir` (one at a time; the outcome on stderr).
+/// What SIGUSR1 does: write a backup, or say why it does not.
+#[cfg_attr(not(unix), allow(dead_code))]
+enum OnSignal {
+    /// A timestamped backup of `backend`'s store into `dir`.
+    Backup { backend: RedbBackend, dir: PathBuf },
+    /// Nothing but a line on stderr with this reason: the signal's default action (ending the
+    /// process) is never left in place, since a cron line meant for another service may send it.
+    Refuse(&'static str),
+}
+
+/// Handles SIGUSR1 as `action` says, one signal at a time (each outcome on stderr). The
+/// handler is installed before the service listens.
 #[cfg(unix)]
-fn backup_on_signal(backend: RedbBackend, dir: PathBuf) {
+fn backup_on_signal(action: OnSignal) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut signals) = signal(SignalKind::user_defined1()) else {
         eprintln!("payments-example: SIGUSR1 cannot be handled here: no backups on signal");
@@ -283,6 +301,13 @@ fn backup_on_signal(backend: RedbBackend, dir: PathBuf) {
     };
     tokio::spawn(async move {
         while signals.recv().await.is_some() {
+            let (backend, dir) = match &action {
+                OnSignal::Backup { backend, dir } => (backend, dir),
+                OnSignal::Refuse(reason) => {
+                    eprintln!("payments-example: SIGUSR1 refused, no backup written: {reason}");
+                    continue;
+                }
+            };
             let (backend, path) = (backend.clone(), dir.join(timestamped_backup_name()));
             let written = tokio::task::spawn_blocking(move || backend.backup_blocking(&path)).await;
             match written {
@@ -301,7 +326,7 @@ fn backup_on_signal(backend: RedbBackend, dir: PathBuf) {
 }
 
 #[cfg(not(unix))]
-fn backup_on_signal(_backend: RedbBackend, _dir: PathBuf) {}
+fn backup_on_signal(_action: OnSignal) {}
 
 async fn shutdown() {
     let interrupt = async {

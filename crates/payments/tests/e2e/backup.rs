@@ -146,6 +146,36 @@ async fn sigusr1_writes_a_timestamped_backup_into_the_backup_directory() {
     assert_eq!(ask_backup(&http, &server.url, TOKEN, "{}").await.0, 404);
 }
 
+/// SIGUSR1 to a service that writes no backups (no `--backup-dir`; on PostgreSQL never):
+/// refused with a line that says why, and the service answers on and ends normally.
+#[cfg(unix)]
+pub async fn sigusr1_refused(db: &Db) {
+    let server = db.start(&[]);
+    let http = http();
+    assert_eq!(pay(&http, &server.url, "acme", "usr1-before", &payment("1.00")).await.unwrap().status, 201);
+    for _ in 0..2 {
+        let sent = std::process::Command::new("kill").args(["-USR1", &server.pid().to_string()]).status().unwrap();
+        assert!(sent.success());
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let after =
+        pay(&http, &server.url, "acme", "usr1-after", &payment("2.00")).await.expect("the service still answers");
+    assert_eq!(after.status, 201);
+    let replay = pay(&http, &server.url, "acme", "usr1-before", &payment("1.00")).await.unwrap();
+    assert!(replay.status == 201 && replay.replayed, "the payment before the signals replays");
+    let (status, stderr) = server.stop();
+    assert_eq!(status.code(), Some(0), "a normal shutdown after the signals: {status:?}\n{stderr}");
+    assert_eq!(stderr.matches("SIGUSR1 refused").count(), 2, "one refusal per signal, with its reason:\n{stderr}");
+    let reason = if matches!(db, Db::Redb(_)) { "--backup-dir DIR" } else { "back up PostgreSQL with its own tools" };
+    assert!(stderr.contains(reason), "{stderr}");
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_without_a_backup_dir_is_refused_and_the_service_serves_on() {
+    sigusr1_refused(&Db::redb()).await;
+}
+
 /// On PostgreSQL the endpoint answers a `not-on-this-backend` problem.
 pub async fn not_on_this_backend(db: &Db) {
     let server = db.start(&["--admin-token", TOKEN]);

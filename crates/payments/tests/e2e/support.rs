@@ -53,6 +53,26 @@ impl Server {
         self.child.id()
     }
 
+    /// SIGTERM, the normal shutdown: how the process ended and what it wrote on stderr.
+    #[cfg(unix)]
+    pub fn stop(mut self) -> (std::process::ExitStatus, String) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success(), "the process runs");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(std::time::Instant::now() < deadline, "no exit within 30 s of SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            pipe.read_to_string(&mut stderr).ok();
+        }
+        (status, stderr)
+    }
+
     /// SIGKILL: no shutdown, no flush.
     pub fn kill(mut self) {
         self.child.kill().expect("kill");
