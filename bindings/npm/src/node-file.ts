@@ -1,12 +1,14 @@
 /**
  * Node file stores: the store file (the Rust crate's and the CLI's format) through positional
  * reads and writes on a file descriptor, `fdatasync` once per durable commit, one holder at a
- * time through `<file>.lock`, new files made under a temporary name and renamed into place.
+ * time through `<file>.lock` (the lock every runtime takes, native processes included:
+ * `node-lock.ts`), new files made under a temporary name and renamed into place.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 
 import { InvalidInputError, StoreBusyError, toIdemdbError } from './errors.js';
+import { takeHolderLock } from './node-lock.js';
 import { getEngine } from './engine.js';
 import { newKey, openRaw, type HostStorage, type Store, type StoreOptions } from './store.js';
 
@@ -31,52 +33,19 @@ function fileStorage(fd: number): HostStorage {
   };
 }
 
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** Takes `<file>.lock` (holding our pid); a lock whose process is gone is taken over. */
-function lock(file: string): () => void {
-  const lockPath = `${file}.lock`;
-  for (let tries = 0; tries < 3; tries++) {
-    try {
-      fs.writeFileSync(lockPath, String(process.pid), { flag: 'wx' });
-      return () => fs.rmSync(lockPath, { force: true });
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw toIdemdbError(error);
-      const holder = Number(fs.readFileSync(lockPath, 'utf8'));
-      if (holder === process.pid) {
-        throw new StoreBusyError(
-          'IDEMDB_STORE_BUSY',
-          `${file} is already open in this process: share that Store, close it first, or open with { wait: true } (lock file ${lockPath})`,
-        );
-      }
-      if (Number.isInteger(holder) && holder > 0 && pidAlive(holder)) {
-        throw new StoreBusyError(
-          'IDEMDB_STORE_BUSY',
-          `${file} is open in process ${holder}; one process at a time (lock file ${lockPath}): retry later or open with { wait: true }`,
-        );
-      }
-      fs.rmSync(lockPath, { force: true }); // stale: its process is gone
-    }
-  }
-  throw new StoreBusyError('IDEMDB_STORE_BUSY', `could not take ${lockPath}`);
-}
-
 /**
  * Opens (or creates) a store file with Node's file system, in the same format as the Rust
- * crate (`idemdb::Store::open`) and the CLI. One process holds a file at a time (`<file>.lock`).
+ * crate (`idemdb::Store::open`) and the CLI. One process holds a file at a time, whatever its
+ * runtime (`<file>.lock`, beside the file's real path: a native process holding the file is
+ * refused with `StoreBusyError`, and refuses this one while it is open). A store a native
+ * process left with journal records (it was killed) is refused with `OpenError` until it is
+ * opened natively once (`idemdb recover FILE`).
  * A new file is built under a temporary name, flushed and renamed into place, so a crash
  * during creation never leaves a half-made store.
  */
 export function openFileStoreSync(file: string, options: StoreOptions = {}): Store {
   if (typeof file !== 'string' || file === '') throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'openFileStore needs a file path');
-  const release = lock(file);
+  const release = takeHolderLock(file);
   try {
     const exists = fs.existsSync(file) && fs.statSync(file).size > 0;
     if (!exists) {

@@ -4,7 +4,13 @@
 //! ```text
 //! cargo run -p idemdb-wasm --example snapshot -- read FILE    # prints intents and records
 //! cargo run -p idemdb-wasm --example snapshot -- write FILE   # writes the fixture below
+//! cargo run -p idemdb-wasm --example snapshot -- hold FILE N   # holds FILE, creates N intents
 //! ```
+//!
+//! `hold` is the native side of the cross-runtime lock test: it opens FILE (printing
+//! `refused <code> <message>` and exiting 3 when the open is refused), creates N intents,
+//! printing `ack <key>` once each is stored, prints `held`, keeps the store open until its
+//! standard input closes, and closes it.
 
 use std::process::ExitCode;
 
@@ -58,12 +64,43 @@ fn write(path: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+fn hold(path: &str, count: &str) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use std::io::Write;
+    let count: u32 = count.parse()?;
+    let store = match Store::open(path) {
+        Ok(store) => store,
+        Err(refused) => {
+            println!("refused {} {refused}", refused.code().as_str());
+            return Ok(ExitCode::from(3));
+        }
+    };
+    let scope = Scope::new("native", "hold")?;
+    let mut out = std::io::stdout().lock();
+    for _ in 0..count {
+        let key = Store::new_key()?;
+        store.create_intent(&scope, &key, br#"{"from":"native"}"#, &Canonicalizer::new())?;
+        writeln!(out, "ack {}", key.as_str())?;
+        out.flush()?;
+    }
+    writeln!(out, "held")?;
+    out.flush()?;
+    drop(out);
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line)? > 0 {}
+    drop(store);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.as_slice() {
         [cmd, path] if cmd == "read" => read(path),
         [cmd, path] if cmd == "write" => write(path),
-        _ => Err("usage: snapshot (read|write) FILE".into()),
+        [cmd, path, count] if cmd == "hold" => match hold(path, count) {
+            Ok(code) => return code,
+            Err(error) => Err(error),
+        },
+        _ => Err("usage: snapshot (read|write) FILE | snapshot hold FILE N".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -53,6 +53,8 @@ mod backup;
 mod http_reconcile;
 #[path = "cli/journal.rs"]
 mod journal;
+#[path = "cli/lock.rs"]
+mod lock;
 
 fn arg(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")

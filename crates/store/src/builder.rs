@@ -15,6 +15,7 @@ use crate::engine::{Config, Engine};
 use crate::journal::commit::JournalFile;
 use crate::journal::files::{journal_path, refuse_odd_journal, resolve};
 use crate::journal::recovery::{JournalSetup, JournalSource, check_read_only};
+use crate::lockfile;
 use crate::meta::{Initialiser, read_meta};
 use crate::store::Store;
 use crate::{Clock, OpenError};
@@ -249,13 +250,22 @@ impl StoreBuilder {
     /// file at `path` meanwhile (a rebuild renamed its copy over it), the open starts again on
     /// the new file, so a store never writes to a file that is no longer at `path`.
     ///
+    /// Every runtime's holder lock (`<path>.lock`, beside the resolved path) is taken first,
+    /// before the file is created, read or written (`docs/design.md`, "Locking"): a store a
+    /// Node process holds through the npm package is refused, and a Node process is refused
+    /// while this store is open. It is released when the last handle is dropped, after the file
+    /// is closed.
+    ///
     /// # Errors
     /// [`OpenError`]: I/O, a path that is not a regular file, a file that is not an idemdb
-    /// store, a store of a newer format, a store already open elsewhere, an invalid policy.
+    /// store, a store of a newer format, a store already open elsewhere
+    /// ([`OpenError::AlreadyOpen`] for a native holder, [`OpenError::HeldElsewhere`] for
+    /// another runtime's), an invalid policy.
     pub fn open(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
         let path = path.as_ref();
         let config = self.config()?;
         let clock = self.resolve_clock()?;
+        let holder = lockfile::acquire(path, lockfile::Access::Write)?;
         // A journal path that is a directory, a FIFO or a device is refused before redb opens
         // the store for writing (and may repair it), so the refusal changes nothing.
         if let Ok(resolved) = resolve(path) {
@@ -290,7 +300,7 @@ impl StoreBuilder {
                     reason: "the file is damaged: the storage layer failed while opening it".into(),
                 })
             })
-            .map(Store::from_engine)
+            .map(|engine| Store::from_engine(engine.holding(holder)))
     }
 
     /// The journal of the store file at `path` (which exists now): found beside the file's
@@ -314,6 +324,10 @@ impl StoreBuilder {
     /// not a byte of the file changes (the clock is not persisted either). The file may be
     /// read-only. Other read-only opens may share the file; an open for writing may not.
     ///
+    /// The holder lock (`<path>.lock`) is taken as by [`StoreBuilder::open`], so a store
+    /// another runtime's process writes is refused; read-only opens of native processes share
+    /// it, and on a read-only directory no lock file is made (a live holder is still refused).
+    ///
     /// # Errors
     /// As [`StoreBuilder::open`], and [`OpenError::NeedsRecovery`] for a file that was not
     /// closed cleanly (a crash or `kill -9`): reading it needs redb's recovery, which writes.
@@ -323,6 +337,7 @@ impl StoreBuilder {
         let path = path.as_ref();
         let config = self.config()?;
         let clock = self.resolve_clock()?;
+        let holder = lockfile::acquire(path, lockfile::Access::Read)?;
         // A read-only handle reads pages without verifying their checksums, and redb can panic
         // on a damaged page: that only means the file is damaged.
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -350,13 +365,14 @@ impl StoreBuilder {
             )?;
             check_read_only(&db, path)?;
             Engine::from_parts(Db::ReadOnly(db), Some(path.to_path_buf()), config, clock, self.check(false)?, None)
-                .map(Store::from_engine)
         }));
-        opened.unwrap_or_else(|_| {
-            Err(OpenError::NotAStore {
-                reason: "the file is damaged: the storage layer failed while reading it".into(),
+        opened
+            .unwrap_or_else(|_| {
+                Err(OpenError::NotAStore {
+                    reason: "the file is damaged: the storage layer failed while reading it".into(),
+                })
             })
-        })
+            .map(|engine| Store::from_engine(engine.holding(holder)))
     }
 
     /// Opens a store that lives in memory only (gone when dropped).
@@ -377,6 +393,7 @@ impl StoreBuilder {
         let clock = self.resolve_clock()?;
         discard_unfinished_creation(&backend)?;
         let db = self.redb_builder().create_with_backend(backend)?;
+        refuse_pending_journal(&db)?;
         let init = self.check(true)?;
         Engine::from_parts(Db::Writable(db), None, config, clock, init, None).map(Store::from_engine)
     }
@@ -410,9 +427,11 @@ impl StoreBuilder {
         Engine::from_parts(Db::Writable(db), None, config, clock, init, Some(setup)).map(Store::from_engine)
     }
 
-    /// Refuses a foreign or newer-format file before opening it for writing, so a refused open
-    /// leaves the file's bytes untouched. A file that needs crash recovery cannot be read
-    /// without writing; it is checked by the read-write open, after redb's repair.
+    /// Decides every refusal the file and its journal can decide before the file is opened
+    /// for writing, so a refused open leaves every byte untouched (`preflight.rs`): a foreign
+    /// or newer-format file, and the journal's refusals (missing, damaged, cut, foreign, busy,
+    /// an unregistered application table). A file that needs redb's crash recovery is repaired
+    /// in memory, on a copy-on-write view, to be read.
     fn check_read_only(&self, path: &Path) -> Result<(), OpenError> {
         // A read-only handle reads pages without verifying their checksums, and redb 4.6 can
         // panic on a damaged page instead of reporting it (already while opening, when the
@@ -421,21 +440,38 @@ impl StoreBuilder {
         // and repairs or refuses the file with a typed error.
         let opened =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.redb_builder().open_read_only(path)));
-        let database = match opened {
-            Ok(Ok(database)) => database,
-            Ok(Err(redb::DatabaseError::RepairAborted)) | Err(_) => return Ok(()),
-            Ok(Err(other)) => return Err(other.into()),
-        };
-        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            database.begin_read().map_err(OpenError::from).and_then(|read| read_meta(&read))
-        }));
-        drop(database);
-        match checked {
-            Ok(Ok(Some(_))) => Ok(()),
-            Ok(Ok(None)) => Err(OpenError::Foreign { tables: "none".into() }),
-            Ok(Err(refused)) => Err(refused),
+        match opened {
+            Ok(Ok(database)) => self.check_view(&database, path),
+            Ok(Err(redb::DatabaseError::RepairAborted)) => Ok(()),
+            Ok(Err(other)) => Err(other.into()),
             Err(_damaged) => Ok(()),
         }
+    }
+
+    /// [`StoreBuilder::check_read_only`] on a file that needs redb's repair: the repair runs on
+    /// a copy-on-write view whose writes stay in memory.
+    fn check_repaired_in_memory(&self, path: &Path) -> Result<(), OpenError> {
+        // An unreadable file is reported by the open itself.
+        let Ok(view) = crate::preflight::CowFile::open(path) else { return Ok(()) };
+        let opened =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.redb_builder().create_with_backend(view)));
+        match opened {
+            Ok(Ok(database)) => self.check_view(&database, path),
+            Ok(Err(other)) => Err(other.into()),
+            Err(_damaged) => Ok(()),
+        }
+    }
+
+    /// The store's own checks on a view of the file that cannot write.
+    fn check_view(&self, database: &impl ReadableDatabase, path: &Path) -> Result<(), OpenError> {
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let read = database.begin_read()?;
+            match read_meta(&read)? {
+                None => Err(OpenError::Foreign { tables: "none".into() }),
+                Some(_) => Ok(()),
+            }
+        }));
+        checked.unwrap_or(Ok(()))
     }
 
     fn config(&self) -> Result<Config, OpenError> {
@@ -498,6 +534,28 @@ impl StoreBuilder {
         }
         sync_parent(path).map_err(io("sync directory of", path))?;
         Ok(())
+    }
+}
+
+/// Refuses, before anything is written, a store whose metadata says its journal may hold
+/// commits the file does not (a native process was killed while it held the store): an open
+/// without the journal (a backend: the WebAssembly bindings, the npm package's Node file
+/// store) would not see them, and its writes would be mixed with them at the next native open.
+fn refuse_pending_journal(db: &redb::Database) -> Result<(), OpenError> {
+    use crate::journal::meta::{History, JournalMeta, MetaFault};
+    let read = db.begin_read()?;
+    let meta = match read.open_table(crate::tables::META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(other) => return Err(other.into()),
+    };
+    let journal = JournalMeta::read(&meta).map_err(|fault| match fault {
+        MetaFault::Storage(storage) => OpenError::from(storage),
+        MetaFault::Malformed(what) => OpenError::CorruptMeta(format!("{what} is malformed")),
+    })?;
+    match journal.history() {
+        History::None => Ok(()),
+        History::Pending | History::Legacy => Err(OpenError::JournalPending { path: journal.path.unwrap_or_default() }),
     }
 }
 

@@ -63,6 +63,9 @@ pub(crate) struct Engine {
     /// [`Engine::wal`].
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     wal: Option<Wal>,
+    /// The holder lock of a file store (`<store>.lock`, see `lockfile.rs`). Declared last: it
+    /// is released after the database and the journal are closed.
+    pub(crate) holder: Option<crate::lockfile::HolderLock>,
 }
 
 impl Engine {
@@ -109,7 +112,14 @@ impl Engine {
             fence_floor: AtomicU64::new(fence_floor),
             buffered_audit: Mutex::new(Vec::new()),
             wal,
+            holder: None,
         })
+    }
+
+    /// The engine of a file store, holding the store's holder lock until it is dropped.
+    pub(crate) fn holding(mut self, holder: crate::lockfile::HolderLock) -> Engine {
+        self.holder = Some(holder);
+        self
     }
 
     /// The policy that applies to `operation`.

@@ -166,6 +166,25 @@ pub enum OpenError {
     /// The store is already open (in this process or another).
     #[error("store is already open by another handle or process")]
     AlreadyOpen,
+    /// Another runtime's process holds the store file through its holder lock (`<store>.lock`,
+    /// which every runtime takes: native opens and the npm package's Node file store, see
+    /// `docs/design.md`, "Locking"). Nothing was read or changed. Retry once that process has
+    /// closed the store; a lock whose process is gone is taken over by the next open.
+    #[error(
+        "{store} is held by process {pid} ({runtime} runtime) through the lock file {lock}; one process at a time: \
+         retry once it has closed the store"
+    )]
+    HeldElsewhere {
+        /// The store file, as given to the open.
+        store: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// The holder's process id (0 when the lock file does not name one yet).
+        pid: u32,
+        /// The holder's runtime as its lock file says (`node`, `unknown` for a file that names
+        /// only a pid).
+        runtime: String,
+    },
     /// The path names something other than a regular file (a directory, a FIFO, a socket, a
     /// device): it is neither opened nor replaced.
     #[error("{path} is {kind}, not a regular file")]
@@ -189,9 +208,14 @@ pub enum OpenError {
     #[error("the store was not closed cleanly and needs recovery, which a read-only open cannot run")]
     NeedsRecovery,
     /// A read-only open found commits in the store's journal that the store file does not hold
-    /// yet (the store was not closed cleanly). Open it for writing once: the open replays the
-    /// journal into the file.
-    #[error("the journal {path} holds commits not yet in the store; open it for writing once to apply them")]
+    /// yet (the store was not closed cleanly), or an open without a journal (a backend: the
+    /// WebAssembly bindings, the npm package's Node file store) found a store whose journal may
+    /// hold commits. Open it for writing once with the native engine (`Store::open`, `idemdb
+    /// recover`): the open replays the journal into the file.
+    #[error(
+        "the journal {path} holds commits not yet in the store; open it for writing once with the native engine \
+         (idemdb recover, Store::open) to apply them"
+    )]
     JournalPending {
         /// The journal file.
         path: PathBuf,
@@ -333,7 +357,7 @@ impl OpenError {
     pub fn code(&self) -> ErrorCode {
         match self {
             OpenError::Io { .. } => ErrorCode::Storage,
-            OpenError::AlreadyOpen => ErrorCode::StoreBusy,
+            OpenError::AlreadyOpen | OpenError::HeldElsewhere { .. } => ErrorCode::StoreBusy,
             OpenError::NotAStore { .. } | OpenError::CorruptMeta(_) => ErrorCode::NotAStore,
             OpenError::Foreign { .. } => ErrorCode::Foreign,
             OpenError::NewerFormat { .. } => ErrorCode::NewerFormat,

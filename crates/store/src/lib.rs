@@ -82,6 +82,7 @@ mod inspect;
 mod intents;
 mod interface;
 mod journal;
+mod lockfile;
 mod meta;
 mod purge;
 mod rebuild;

@@ -95,6 +95,8 @@ fn check(file: &Path) -> Result<Outcome, CliError> {
         let held = match guard(|| idemdb::Store::builder().open_read_only(file)) {
             Ok(Ok(store)) => Some(store),
             Ok(Err(OpenError::AlreadyOpen)) => return Err(CliError::open(file, &OpenError::AlreadyOpen)),
+            // Another runtime's process (a Node app) writes it: a copy now could be torn.
+            Ok(Err(held @ OpenError::HeldElsewhere { .. })) => return Err(CliError::open(file, &held)),
             Ok(Err(OpenError::NewerFormat { found, supported })) => {
                 return Err(CliError::open(file, &OpenError::NewerFormat { found, supported }));
             }
