@@ -161,13 +161,17 @@ impl From<ReservationKind> for AuditKind {
 /// otherwise: 90 days.
 pub const DEFAULT_AUDIT_RETENTION: core::time::Duration = core::time::Duration::from_secs(90 * 24 * 3600);
 
-/// When the audit events of answers that change nothing are written.
+/// When audit events are written: the one rule every storage adapter follows.
 ///
-/// Such answers (a replay, a key in progress, a mismatch, an expired or uncertain key) are
-/// decided without a write transaction; their events wait in memory and go out with a later
-/// commit. A storage adapter asks [`AuditBatch::due`] before each commit, so that a crash loses
-/// at most about [`AuditBatch::DELAY_MS`] of such events — never a decision, and never the event
-/// of a decision (those are written by the decision's own transaction).
+/// * The events of a **decision** (a reservation that acquired, a completion, a failure, a
+///   renewal, a resolution, an outbox or job change) are written by the decision's own
+///   transaction: they are on record exactly when the decision is, and a crash never loses one.
+/// * The events of **answers that change nothing** (a replay, a key in progress, a mismatch, an
+///   expired or uncertain key) are decided without a write transaction. They wait in memory and
+///   are written by the next transaction, or on their own once [`AuditBatch::EVENTS`] are
+///   waiting or the oldest has waited [`AuditBatch::DELAY_MS`] — whichever comes first. A crash
+///   loses at most the answers of about the last [`AuditBatch::DELAY_MS`], and never more than
+///   [`AuditBatch::EVENTS`] of them.
 ///
 /// ```
 /// use idemdb_core::{AuditBatch, Timestamp};
@@ -179,24 +183,39 @@ pub const DEFAULT_AUDIT_RETENTION: core::time::Duration = core::time::Duration::
 /// // ...until the oldest is a second old, or a batch has gathered.
 /// assert!(AuditBatch::due(3, Some(at(4_000)), 0, at(5_000)));
 /// assert!(AuditBatch::due(AuditBatch::EVENTS - 1, Some(at(4_900)), 1, at(5_000)));
+/// // How long a writer of waiting events may still sleep.
+/// assert_eq!(AuditBatch::wait_ms(0, 0), None);
+/// assert_eq!(AuditBatch::wait_ms(3, 400), Some(600));
+/// assert_eq!(AuditBatch::wait_ms(3, 1_500), Some(0));
+/// assert_eq!(AuditBatch::wait_ms(AuditBatch::EVENTS, 0), Some(0));
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct AuditBatch;
 
 impl AuditBatch {
-    /// Buffered events that make the next commit write them.
+    /// Waiting events that are written at once.
     pub const EVENTS: usize = 256;
-    /// Decision time (milliseconds) after which the next commit writes buffered events.
+    /// Milliseconds after which waiting events are written.
     pub const DELAY_MS: u64 = 1_000;
 
-    /// Whether a commit at `now` should write the buffer: `buffered` events wait, the oldest
-    /// decided at `oldest`, and the commit brings `own` new ones.
-    pub fn due(buffered: usize, oldest: Option<Timestamp>, own: usize, now: Timestamp) -> bool {
-        if buffered == 0 && own == 0 {
-            return false;
+    /// How long `waiting` events, the oldest of which has waited `waited_ms`, may still wait
+    /// before they must be written: `None` when nothing waits, `Some(0)` when they are due now.
+    pub fn wait_ms(waiting: usize, waited_ms: u64) -> Option<u64> {
+        if waiting == 0 {
+            None
+        } else if waiting >= Self::EVENTS {
+            Some(0)
+        } else {
+            Some(Self::DELAY_MS.saturating_sub(waited_ms))
         }
-        buffered + own >= Self::EVENTS
-            || oldest.is_some_and(|oldest| now.as_millis() >= oldest.as_millis().saturating_add(Self::DELAY_MS))
+    }
+
+    /// Whether a commit at `now` should write the waiting events: `buffered` events wait, the
+    /// oldest decided at `oldest`, and the commit brings `own` new ones ([`AuditBatch::wait_ms`]
+    /// in store time).
+    pub fn due(buffered: usize, oldest: Option<Timestamp>, own: usize, now: Timestamp) -> bool {
+        let waited = oldest.map_or(0, |oldest| now.as_millis().saturating_sub(oldest.as_millis()));
+        Self::wait_ms(buffered + own, waited) == Some(0)
     }
 }
 

@@ -69,7 +69,7 @@ impl EncodedEvent {
 
 /// Encodes events (at most [`MAX_SEGMENT_EVENTS`]) as one audit entry: the version byte,
 /// the count, then the events — the encoding of a `Vec<AuditEvent>`.
-pub(crate) fn encode_segment(events: &[EncodedEvent]) -> Vec<u8> {
+pub(crate) fn encode_segment(events: &[&EncodedEvent]) -> Vec<u8> {
     let mut out = encode_versioned(AUDIT_SEGMENT_FORMAT, &(events.len() as u64));
     out.reserve(events.iter().map(|event| event.bytes.len()).sum());
     for event in events {
@@ -122,7 +122,8 @@ mod tests {
     #[test]
     fn a_segment_of_encoded_events_is_the_encoding_of_the_events() {
         let events = vec![event(None, AuditKind::Reserved), event(Some("req-42"), AuditKind::Replayed)];
-        let segment = encode_segment(&events.iter().map(encoded).collect::<Vec<_>>());
+        let stored: Vec<EncodedEvent> = events.iter().map(encoded).collect();
+        let segment = encode_segment(&stored.iter().collect::<Vec<_>>());
         assert_eq!(segment, encode_versioned(AUDIT_SEGMENT_FORMAT, &events));
         assert_eq!(decode_entry(&segment).unwrap(), events);
         assert_eq!(encoded(&events[1]).decode().unwrap(), events[1]);

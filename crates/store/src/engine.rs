@@ -40,10 +40,6 @@ pub(crate) struct Config {
     pub(crate) apps: crate::app_table::AppTables,
 }
 
-/// Buffered audit events that make an answer commit the buffer by itself (a commit carries
-/// them earlier when [`AuditBatch::due`] says so).
-pub(crate) const AUDIT_BUFFER: usize = 4096;
-
 /// An open store's state.
 pub(crate) struct Engine {
     /// Declared before `db`: the cached read snapshot is dropped before the database.
@@ -286,33 +282,29 @@ impl Engine {
         self.buffered_audit.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps an answer's audit event for a later commit; returns whether the buffer is full
-    /// (the caller then commits it). A read-only store writes no audit trail (its answers
-    /// still emit `tracing` events).
-    pub(crate) fn buffer_audit(&self, event: EncodedEvent) -> bool {
+    /// Keeps an answer's audit event for a later commit; returns what now waits (`None` on a
+    /// read-only store, which writes no audit trail; its answers still emit `tracing` events).
+    /// The caller tells the store's [`AuditFlusher`](crate::audit_flush::AuditFlusher).
+    pub(crate) fn buffer_audit(&self, event: EncodedEvent) -> Option<crate::audit_flush::Waiting> {
         if self.is_read_only() {
-            return false;
+            return None;
         }
         let mut buffer = self.audit_buffer();
         buffer.push(event);
-        buffer.len() >= AUDIT_BUFFER
+        let waiting = buffer.len();
+        drop(buffer);
+        Some(crate::audit_flush::Waiting { first: waiting == 1, full: AuditBatch::wait_ms(waiting, 0) == Some(0) })
+    }
+
+    /// How many audit events wait for a commit.
+    pub(crate) fn audit_waiting(&self) -> usize {
+        self.audit_buffer().len()
     }
 
     pub(crate) fn buffer_audit_events(&self, mut events: Vec<EncodedEvent>) {
         if !events.is_empty() {
             self.audit_buffer().append(&mut events);
         }
-    }
-
-    /// Whether a commit at `now` carrying `own` new events should write the audit batch: when
-    /// forced and there is anything to write, or when [`AuditBatch::due`] says so.
-    pub(crate) fn audit_batch_due(&self, own: usize, now: Timestamp, force: bool) -> bool {
-        if !self.config.audit {
-            return false;
-        }
-        let buffer = self.audit_buffer();
-        let oldest = buffer.first().map(|event| event.at);
-        (force && (own > 0 || !buffer.is_empty())) || AuditBatch::due(buffer.len(), oldest, own, now)
     }
 
     /// The events not yet written, decoded.

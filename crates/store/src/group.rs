@@ -5,11 +5,21 @@
 //! leader, takes up to [`MAX_BATCH`] queued operations in arrival order, runs each against the
 //! same transaction exactly as it would run alone (each sees the writes of those before it),
 //! commits once, and hands every caller its own answer. Nobody is answered before the commit
-//! returned. An operation that fails on its own (a stale fence, a conflict, a corrupt record)
-//! fails before it writes anything, so it does not affect the others; a storage failure fails
-//! the whole batch, and every caller in it gets the error. The leader never waits to fill a
+//! returned. The leader never waits to fill a
 //! batch: a lone caller commits at once, so batching adds no latency, and under load a batch
 //! holds whatever arrived during the previous commit.
+//!
+//! **The transaction contract: an operation that returns an error leaves no write behind**,
+//! in a batch as alone (`docs/design.md`, "Transaction contract"). It is kept here, for every
+//! queued operation, not by each operation: the leader runs each one through
+//! [`Txn::operation`], which keeps an undo log while the operation runs (each key's value
+//! before the operation's first write to it, and how far the journal log, the audit events and
+//! the read-back list had got) and, when the operation returns `Err`, puts every key back and
+//! drops the rest, its audit events included. The others in the batch commit as if it had
+//! never run. (An operation alone in its batch keeps no log: its error leaves the transaction
+//! uncommitted.) An error that leaves the transaction in doubt — the undo itself failing, or a
+//! failing operation that wrote around the log — fails the whole batch, and so does a storage
+//! failure at commit: every caller in it gets the error, and nothing of it is committed.
 //!
 //! Wake-ups are targeted: every caller waits on its own slot. After a commit the leader first
 //! hands leadership to the caller of the oldest queued operation (so the next batch starts at
@@ -30,8 +40,9 @@ pub(crate) const MAX_BATCH: usize = 256;
 trait Queued: Send {
     /// Makes its caller the next leader.
     fn promote(&self);
-    /// Runs the operation in the shared transaction; its answer waits for the commit.
-    fn execute(self: Box<Self>, txn: &mut Txn<'_>) -> Box<dyn AwaitingCommit>;
+    /// Runs the operation in the shared transaction ([`Txn::operation`]: `undoable` when
+    /// others share it); its answer waits for the commit.
+    fn execute(self: Box<Self>, txn: &mut Txn<'_>, undoable: bool) -> Box<dyn AwaitingCommit>;
     /// The transaction could not even begin: answer with that error.
     fn abort(self: Box<Self>, error: &Error);
 }
@@ -119,9 +130,9 @@ impl<R: Send + 'static, F: FnOnce(&mut Txn<'_>) -> Result<R, Error> + Send> Queu
         }
     }
 
-    fn execute(self: Box<Self>, txn: &mut Txn<'_>) -> Box<dyn AwaitingCommit> {
+    fn execute(self: Box<Self>, txn: &mut Txn<'_>, undoable: bool) -> Box<dyn AwaitingCommit> {
         let Pending { operation, reply } = *self;
-        Box::new(Ran { answer: operation(txn), reply })
+        Box::new(Ran { answer: txn.operation(undoable, operation), reply })
     }
 
     fn abort(self: Box<Self>, error: &Error) {
@@ -132,7 +143,7 @@ impl<R: Send + 'static, F: FnOnce(&mut Txn<'_>) -> Result<R, Error> + Send> Queu
 impl<R: Send> AwaitingCommit for Ran<R> {
     fn finish(self: Box<Self>, commit: &Result<(), Error>) {
         let answer = match (commit, self.answer) {
-            // The operation's own error stands: it wrote nothing.
+            // The operation's own error stands: its writes were taken back (`Txn::operation`).
             (_, Err(own)) => Err(own),
             (Ok(()), Ok(value)) => Ok(value),
             (Err(shared), Ok(_)) => Err(shared.clone()),
@@ -151,6 +162,9 @@ struct Queue {
     last_batch: usize,
     /// How long the last commit took.
     last_commit: Duration,
+    /// Batches led so far (for tests that count commits).
+    #[cfg(test)]
+    batches: usize,
     /// Whether a leader waits for arrivals (only then does a new arrival signal).
     lingering: bool,
 }
@@ -179,6 +193,13 @@ impl GroupCommit {
     #[cfg(test)]
     pub(crate) fn queued(&self) -> usize {
         lock(&self.queue).operations.len()
+    }
+
+    /// How many batches were led (for tests that count commits: redb may flush more than once
+    /// per commit, when its file grows).
+    #[cfg(test)]
+    pub(crate) fn batches(&self) -> usize {
+        lock(&self.queue).batches
     }
 
     /// Runs `operation` in a shared write transaction and returns its answer once the
@@ -220,6 +241,10 @@ impl GroupCommit {
             let mut queue = self.linger(lock(&self.queue));
             let take = queue.operations.len().min(MAX_BATCH);
             queue.last_batch = take;
+            #[cfg(test)]
+            {
+                queue.batches += 1;
+            }
             queue.operations.drain(..take).collect()
         };
         let started = Started::now();
@@ -232,8 +257,9 @@ impl GroupCommit {
             }
         };
         let mut txn = begun.txn();
+        let undoable = batch.len() > 1;
         let ran: Vec<Box<dyn AwaitingCommit>> =
-            batch.into_iter().map(|operation| operation.execute(&mut txn)).collect();
+            batch.into_iter().map(|operation| operation.execute(&mut txn, undoable)).collect();
         let commit = txn.finish().and_then(|finished| begun.commit(finished));
         if let Some(took) = started.and_then(|started| started.elapsed()) {
             lock(&self.queue).last_commit = took;

@@ -106,7 +106,7 @@ fn callers_queued_behind_a_commit_share_one_flush_and_keep_their_own_answers() {
         thread::spawn(move || store.reserve(&scope, &key(0), &fp))
     };
     wait_until(&gate, |state| state.waiting == 1);
-    let flushes_before = gate.state.lock().unwrap().flushes;
+    let batches_before = store.group.batches();
 
     // Twenty more line up: ten new reservations, ten calls that must fail on their own.
     let mut callers = Vec::new();
@@ -131,8 +131,7 @@ fn callers_queued_behind_a_commit_share_one_flush_and_keep_their_own_answers() {
         }
     }
     assert_eq!((acquired, refused), (10, 10));
-    let flushes = gate.state.lock().unwrap().flushes - flushes_before;
-    assert_eq!(flushes, 2, "the stalled commit, then one commit for the twenty queued calls");
+    assert_eq!(store.group.batches() - batches_before, 1, "one commit for the twenty queued calls");
     for i in (1..=20).filter(|i| i % 4 >= 2) {
         assert!(store.get(&scope, &key(i)).unwrap().is_some(), "reservation {i} was stored");
     }
@@ -170,4 +169,116 @@ fn a_panicking_operation_fails_its_batch_without_stranding_anyone() {
     assert!(store.get(&scope, &key(1)).unwrap().is_none(), "nothing of the abandoned batch was committed");
     // The queue works on: a new leader is elected.
     assert!(matches!(store.reserve(&scope, &key(1), &fp).unwrap(), Reservation::Acquired(_)));
+}
+
+/// The refused enqueue of `reserve_enqueuing`: the same effect twice with two payloads. The
+/// reservation and the first effect are written before the second is refused.
+#[cfg(feature = "workflow")]
+fn conflicting_effects() -> Vec<crate::NewEffect> {
+    let charge = crate::EffectName::new("charge").unwrap();
+    vec![
+        crate::NewEffect { effect: charge.clone(), version: 1, payload: b"10.50".to_vec() },
+        crate::NewEffect { effect: charge, version: 1, payload: b"99.99".to_vec() },
+    ]
+}
+
+#[cfg(feature = "workflow")]
+fn one_effect() -> Vec<crate::NewEffect> {
+    vec![crate::NewEffect { effect: crate::EffectName::new("charge").unwrap(), version: 1, payload: b"1".to_vec() }]
+}
+
+/// What a store holds for `(scope, key)`: its record, its outbox items and its audit events.
+#[cfg(feature = "workflow")]
+fn traces(store: &Store, scope: &Scope, key: &IdempotencyKey) -> (bool, usize, usize) {
+    let hash = store.key_hash(scope, key);
+    let items = store.effects(&crate::EffectFilter::default()).unwrap();
+    let events = store.audit_events(1_000_000).unwrap();
+    (
+        store.get(scope, key).unwrap().is_some(),
+        items.iter().filter(|item| item.key == *key && item.scope == *scope).count(),
+        events.iter().filter(|event| event.key_hash == hash).count(),
+    )
+}
+
+#[cfg(feature = "workflow")]
+#[test]
+fn operations_that_fail_after_writing_leave_nothing_and_their_batch_commits_the_others() {
+    use crate::ScopedKey;
+
+    let (gate, store) = gated_store();
+    let (scope, fp) = (Scope::new("acme", "pay").unwrap(), Fingerprint::from_bytes([1; 32]));
+
+    // The first caller's commit stalls in its flush; the rest queue behind it as one batch.
+    gate.state.lock().unwrap().closed = true;
+    let first = {
+        let (store, scope) = (Arc::clone(&store), scope.clone());
+        thread::spawn(move || store.reserve(&scope, &key(0), &fp))
+    };
+    wait_until(&gate, |state| state.waiting == 1);
+    let batches_before = store.group.batches();
+
+    let mut callers = Vec::new();
+    for i in 1..=30 {
+        let (caller, scope) = (Arc::clone(&store), scope.clone());
+        callers.push((
+            i,
+            thread::spawn(move || -> Result<(), Error> {
+                match i % 3 {
+                    // A reservation with effects that succeeds.
+                    0 => caller.reserve_enqueuing(&scope, &key(i), &fp, Some("req"), one_effect()).map(drop),
+                    // A reservation whose second effect is refused after the reservation and
+                    // the first effect were written.
+                    1 => caller.reserve_enqueuing(&scope, &key(i), &fp, Some("req"), conflicting_effects()).map(drop),
+                    // An operation that overwrites a record an earlier operation of the batch
+                    // wrote (the one of key i - 2), writes a new one, then fails.
+                    _ => caller.group.run(&caller.engine, move |txn| {
+                        let earlier = ScopedKey::new(scope.clone(), key(i - 2));
+                        if let Some(mut record) = txn.get(&scope, &key(i - 2))? {
+                            record.attempts += 7;
+                            txn.import(&earlier, &record, true)?;
+                        }
+                        txn.reserve(&scope, &key(i), &fp)?;
+                        Err(Error::Internal("failed after writing"))
+                    }),
+                }
+            }),
+        ));
+        wait_for_queue(&store, i);
+    }
+    let before: Vec<_> = (1..=30).map(|i| traces(&store, &scope, &key(i))).collect();
+    assert!(before.iter().all(|&traced| traced == (false, 0, 0)), "nothing committed yet");
+    open_gate(&gate);
+
+    assert!(matches!(first.join().unwrap().unwrap(), Reservation::Acquired(_)));
+    let answers: Vec<_> = callers.into_iter().map(|(i, caller)| (i, caller.join().unwrap())).collect();
+    assert_eq!(store.group.batches() - batches_before, 1, "one commit for the thirty queued calls");
+    for (i, answer) in answers {
+        let traced = traces(&store, &scope, &key(i));
+        match i % 3 {
+            0 => {
+                assert!(answer.is_ok(), "{i}: {answer:?}");
+                // The record, its effect, and the events of the reservation and the enqueue.
+                assert_eq!(traced, (true, 1, 2), "{i}: committed whole");
+            }
+            1 => {
+                assert!(
+                    matches!(answer, Err(Error::Refused(Refusal::Outbox(crate::OutboxRefusal::PayloadMismatch)))),
+                    "{i}: {answer:?}"
+                );
+                assert_eq!(traced, (false, 0, 0), "{i}: a refused enqueue stores nothing");
+            }
+            _ => {
+                assert!(matches!(answer, Err(Error::Internal("failed after writing"))), "{i}: {answer:?}");
+                assert_eq!(traced, (false, 0, 0), "{i}: its own reservation was taken back");
+            }
+        }
+    }
+    // The records the failing operations overwrote are as the batch's successful ones left them.
+    for i in (1..=30).filter(|i| i % 3 == 2 && (i - 2) % 3 == 0) {
+        let record = store.get(&scope, &key(i - 2)).unwrap().expect("committed record");
+        assert_eq!(record.attempts, 1, "{i}: the overwrite of key {} was taken back", i - 2);
+    }
+    let mut store = Arc::try_unwrap(store).expect("the only handle");
+    let report = store.verify().unwrap();
+    assert!(report.problems.is_empty(), "the indexes agree with the records: {:?}", report.problems);
 }

@@ -374,6 +374,10 @@ impl Store {
     /// The engine, for work that needs the only handle (redb's integrity check and compaction
     /// take the database exclusively).
     fn exclusive(&mut self, action: &'static str) -> Result<&mut crate::engine::Engine, Error> {
+        // The audit writer's thread holds the engine while it runs: it lets go first.
+        if std::sync::Arc::strong_count(&self.audit_flusher) == 1 {
+            self.audit_flusher.stop();
+        }
         std::sync::Arc::get_mut(&mut self.engine).ok_or(Error::OtherHandles { action })
     }
 }

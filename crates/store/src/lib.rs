@@ -62,6 +62,7 @@
 
 mod app_table;
 mod audit;
+mod audit_flush;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 mod backup;
 #[cfg(all(test, not(target_arch = "wasm32")))]

@@ -14,6 +14,7 @@ use idemdb_core::{
 };
 
 use crate::Error;
+use crate::audit_flush::AuditFlusher;
 use crate::engine::Engine;
 use crate::group::GroupCommit;
 use crate::txn::{Begun, Txn};
@@ -71,6 +72,9 @@ impl<E> idemdb_core::Coded for ExecuteError<E> {
 /// [`IdempotencyStore`](idemdb_interface::IdempotencyStore).
 #[derive(Clone)]
 pub struct Store {
+    /// Declared first: dropped with the last handle, it stops its thread (which holds the
+    /// engine) before the engine below closes, on the caller's thread.
+    pub(crate) audit_flusher: Arc<AuditFlusher>,
     pub(crate) engine: Arc<Engine>,
     pub(crate) group: Arc<GroupCommit>,
 }
@@ -83,7 +87,11 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     pub(crate) fn from_engine(engine: Engine) -> Store {
-        Store { engine: Arc::new(engine), group: Arc::new(GroupCommit::default()) }
+        Store {
+            audit_flusher: Arc::new(AuditFlusher::default()),
+            engine: Arc::new(engine),
+            group: Arc::new(GroupCommit::default()),
+        }
     }
 
     /// The file path, for a file store.
@@ -322,8 +330,12 @@ impl Store {
         let kind = decision.audit_kind();
         let Some(answer) = decision.unchanged() else { return Ok(None) };
         let event = self.engine.audit_event(now, kind, scope, &encoded, answer.fence(), Some(fingerprint), correlation);
-        if event.is_some_and(|event| self.engine.buffer_audit(event)) {
-            // The buffer is full: an empty commit writes it.
+        // The event waits for a commit; the store's audit writer sees that it is written
+        // within the bounds of `AuditBatch` (off this thread where threads exist).
+        if let Some(waiting) = event.and_then(|event| self.engine.buffer_audit(event))
+            && !self.audit_flusher.waiting(&self.engine, &self.group, waiting)
+            && waiting.full
+        {
             self.write(|_| Ok::<(), Error>(()))?;
         }
         Ok(Some(answer))

@@ -22,6 +22,8 @@ use crate::tables::{
 };
 use idemdb_core::{AuditEvent, ResolutionCause};
 
+mod undo;
+
 /// An open write transaction. Obtained through [`Store::write`](crate::Store::write)(crate::Store::write);
 /// committed when the closure returns `Ok`, rolled back otherwise.
 pub struct Txn<'s> {
@@ -40,8 +42,6 @@ pub struct Txn<'s> {
     written: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// Positions in `written` by record key.
     written_at: std::collections::HashMap<Vec<u8>, usize>,
-    /// Whether this commit writes every buffered audit event (a flush).
-    flush_audit: bool,
     /// The mutations of the store's tables, when the store journals its commits.
     log: Option<Vec<Mutation>>,
     /// Set once [`Txn::tables_checkpointing`] handed out the redb transaction: what was written through it
@@ -49,6 +49,14 @@ pub struct Txn<'s> {
     raw: std::sync::atomic::AtomicBool,
     /// Whether the commit must be durable in the file (a flush).
     durable: bool,
+    /// The undo log of the operation running in a group commit ([`Txn::operation`]).
+    undo: Option<undo::Undo>,
+    /// Set when [`Txn::tables_checkpointing`] handed out the redb transaction during the
+    /// running operation (its writes cannot be taken back).
+    raw_in_operation: std::sync::atomic::AtomicBool,
+    /// Set when an operation failed and its writes could not be taken back: nothing of this
+    /// transaction may commit, and [`Txn::finish`] answers with this error.
+    spoiled: Option<Error>,
 }
 
 impl std::fmt::Debug for Txn<'_> {
@@ -92,10 +100,12 @@ impl<'e> Begun<'e> {
             audit: Vec::new(),
             written: Vec::new(),
             written_at: std::collections::HashMap::new(),
-            flush_audit: false,
             log: self.engine.wal().map(|_| Vec::new()),
             raw: std::sync::atomic::AtomicBool::new(false),
             durable: false,
+            undo: None,
+            raw_in_operation: std::sync::atomic::AtomicBool::new(false),
+            spoiled: None,
         }
     }
 }
@@ -107,7 +117,6 @@ impl<'s> Txn<'s> {
 
     /// Makes this transaction's commit durable whatever the store's durability setting.
     pub(crate) fn make_durable(&mut self) {
-        self.flush_audit = true;
         self.durable = true;
     }
 
@@ -148,6 +157,7 @@ impl<'s> Txn<'s> {
         &mut self,
         table: redb::TableDefinition<K, V>,
     ) -> Result<crate::app_table::AppTable<'_, K, V>, Error> {
+        self.irreversible("an application table");
         crate::app_table::AppTable::open(self.tx, &self.store.config.apps, self.log.as_mut(), table)
     }
 
@@ -159,6 +169,7 @@ impl<'s> Txn<'s> {
     /// Do not open tables whose names start with `idemdb_`: those belong to the store.
     pub fn tables_checkpointing(&self) -> &WriteTransaction {
         self.raw.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.raw_in_operation.store(true, std::sync::atomic::Ordering::Relaxed);
         self.tx()
     }
 
@@ -187,30 +198,38 @@ impl<'s> Txn<'s> {
         with_open(self.tx, &self.expiry, EXPIRY, f)
     }
 
-    /// Writes `key` → `value` into one of the store's tables and logs it for the journal.
+    /// Writes `key` → `value` into one of the store's tables and logs it for the journal
+    /// (and, inside a group commit's operation, its previous value for the undo log).
     pub(crate) fn put_logged(&mut self, table: u8, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        match table {
-            T_RECORDS => self.with_records(|records| Ok(records.insert(key, value).map(drop)?))?,
-            T_EXPIRY if value.is_empty() => self.with_expiry(|index| Ok(index.insert(key, ()).map(drop)?))?,
-            _ => apply::apply_put(self.tx, &self.store.config.apps, table, key, value)?,
-        }
+        self.before_write(table, key)?;
+        self.write_raw(table, key, Some(value))?;
         if let Some(log) = &mut self.log {
             log.push(Mutation::Put { table, key: key.to_vec(), value: value.to_vec() });
         }
         Ok(())
     }
 
-    /// Removes `key` from one of the store's tables and logs it for the journal.
+    /// Removes `key` from one of the store's tables and logs it for the journal (and, inside a
+    /// group commit's operation, its previous value for the undo log).
     pub(crate) fn remove_logged(&mut self, table: u8, key: &[u8]) -> Result<(), Error> {
-        match table {
-            T_RECORDS => self.with_records(|records| Ok(records.remove(key).map(drop)?))?,
-            T_EXPIRY => self.with_expiry(|index| Ok(index.remove(key).map(drop)?))?,
-            _ => apply::apply_remove(self.tx, &self.store.config.apps, table, key)?,
-        }
+        self.before_write(table, key)?;
+        self.write_raw(table, key, None)?;
         if let Some(log) = &mut self.log {
             log.push(Mutation::Remove { table, key: key.to_vec() });
         }
         Ok(())
+    }
+
+    /// Puts `key` → `value`, or removes `key` (`None`), in one of the store's tables: no log.
+    fn write_raw(&self, table: u8, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
+        match (table, value) {
+            (T_RECORDS, Some(value)) => self.with_records(|records| Ok(records.insert(key, value).map(drop)?)),
+            (T_RECORDS, None) => self.with_records(|records| Ok(records.remove(key).map(drop)?)),
+            (T_EXPIRY, Some([])) => self.with_expiry(|index| Ok(index.insert(key, ()).map(drop)?)),
+            (T_EXPIRY, None) => self.with_expiry(|index| Ok(index.remove(key).map(drop)?)),
+            (_, Some(value)) => Ok(apply::apply_put(self.tx, &self.store.config.apps, table, key, value)?),
+            (_, None) => Ok(apply::apply_remove(self.tx, &self.store.config.apps, table, key)?),
+        }
     }
 
     /// Writes the clock state when it is due (see [`Engine::persist_clock_if_due`]).
@@ -444,7 +463,10 @@ impl<'s> Txn<'s> {
 
     fn remember(&mut self, encoded: &[u8], value: Option<Vec<u8>>) {
         match self.written_at.get(encoded) {
-            Some(&at) => self.written[at].1 = value,
+            Some(&at) => {
+                self.before_remember(at);
+                self.written[at].1 = value;
+            }
             None => {
                 self.written_at.insert(encoded.to_vec(), self.written.len());
                 self.written.push((encoded.to_vec(), value));
@@ -466,30 +488,25 @@ impl<'s> Txn<'s> {
         }
     }
 
-    /// Commits. If the commit reports an error, reads back what was written: when every
-    /// record reads as written the commit took effect and this returns `Ok`; when the store
-    /// cannot be read, [`Error::CommitUnknown`].
-    /// Writes what the commit carries (the audit batch when one is due, the clock) and closes
-    /// the tables this `Txn` kept open: what [`Begun::commit`] commits.
+    /// Writes what the commit carries and closes the tables this `Txn` kept open: what
+    /// [`Begun::commit`] commits. The audit events of this transaction's own decisions are
+    /// written here, with every event still waiting for a commit (answers that changed
+    /// nothing, see [`idemdb_core::AuditBatch`]): a decision and its event are on record
+    /// together or not at all. The clock state goes with any write.
+    ///
+    /// # Errors
+    /// The error of an operation whose writes could not be taken back ([`Txn::operation`]):
+    /// nothing of this transaction may commit. Storage errors writing the audit segments or
+    /// the clock.
     pub(crate) fn finish(mut self) -> Result<Finished, Error> {
-        // Audit events go out in batches (see `Store::audit_batch_due`): this commit carries
-        // the buffered ones and its own when a batch is due, and otherwise hands its own to
-        // the buffer once it has committed.
-        let mut carried = Vec::new();
-        if self.store.audit_batch_due(self.audit.len(), self.now, self.flush_audit) {
-            carried = self.store.take_buffered_audit();
-            carried.append(&mut self.audit);
-            // One entry per segment of events, keyed by its newest event's time: one B-tree
-            // insert per batch instead of one per event.
-            carried.sort_by_key(|event| event.at);
-            for segment in carried.chunks(MAX_SEGMENT_EVENTS) {
-                let Some(newest) = segment.last() else { continue };
-                let key = audit_key(newest.at, self.store.next_audit_sequence());
-                if let Err(error) = self.put_logged(T_AUDIT, &key, &encode_segment(segment)) {
-                    self.store.buffer_audit_events(carried);
-                    return Err(error);
-                }
-            }
+        if let Some(spoiled) = self.spoiled.take() {
+            return Err(spoiled);
+        }
+        let own = std::mem::take(&mut self.audit);
+        let carried = self.store.take_buffered_audit();
+        if let Err(error) = self.write_audit(&carried, &own) {
+            self.store.buffer_audit_events(carried);
+            return Err(error);
         }
         if (!self.written.is_empty() || self.store.clock.cancelled())
             && let Err(error) = self.persist_clock_logged(false)
@@ -498,8 +515,24 @@ impl<'s> Txn<'s> {
             return Err(error);
         }
         let raw = self.raw.load(std::sync::atomic::Ordering::Relaxed);
-        let Txn { written, audit: own, log, durable, now, .. } = self;
-        Ok(Finished { carried, own, written, log, raw, durable, now })
+        let Txn { written, log, durable, now, .. } = self;
+        Ok(Finished { carried, written, log, raw, durable, now })
+    }
+
+    /// Writes `carried` and `own` events, oldest first, as segments: one entry per segment,
+    /// keyed by its newest event's time — one B-tree insert per commit, not one per event.
+    fn write_audit(&mut self, carried: &[EncodedEvent], own: &[EncodedEvent]) -> Result<(), Error> {
+        if carried.is_empty() && own.is_empty() {
+            return Ok(());
+        }
+        let mut events: Vec<&EncodedEvent> = carried.iter().chain(own).collect();
+        events.sort_by_key(|event| event.at);
+        for segment in events.chunks(MAX_SEGMENT_EVENTS) {
+            let Some(newest) = segment.last() else { continue };
+            let key = audit_key(newest.at, self.store.next_audit_sequence());
+            self.put_logged(T_AUDIT, &key, &encode_segment(segment))?;
+        }
+        Ok(())
     }
 }
 
@@ -522,10 +555,9 @@ fn with_open<'s, K: redb::Key + 'static, V: redb::Value + 'static, T>(
 
 /// What a finished [`Txn`] hands to [`Begun::commit`].
 pub(crate) struct Finished {
-    /// The audit events this commit writes (buffered again if it fails).
+    /// The waiting audit events this commit writes besides its own (buffered again if it
+    /// fails; its own events fail with it).
     carried: Vec<EncodedEvent>,
-    /// This transaction's own events, buffered once it committed.
-    own: Vec<EncodedEvent>,
     written: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     log: Option<Vec<Mutation>>,
     raw: bool,
@@ -538,7 +570,7 @@ impl Begun<'_> {
     /// [`Txn::tables_checkpointing`] or must be durable in the file, a redb checkpoint).
     pub(crate) fn commit(self, finished: Finished) -> Result<(), Error> {
         let Begun { engine: store, mut tx, .. } = self;
-        let Finished { carried, own, written, log, raw, durable, now } = finished;
+        let Finished { carried, written, log, raw, durable, now } = finished;
         if durable && let Err(error) = tx.set_durability(redb::Durability::Immediate) {
             store.buffer_audit_events(carried);
             return Err(error.into());
@@ -573,10 +605,9 @@ impl Begun<'_> {
                 }
             }
         };
-        match &result {
-            Ok(()) => store.buffer_audit_events(own),
-            // The batch this commit carried was not written: keep it for the next one.
-            Err(_) => store.buffer_audit_events(carried),
+        // The waiting events this commit carried were not written: keep them for the next one.
+        if result.is_err() {
+            store.buffer_audit_events(carried);
         }
         result
     }
