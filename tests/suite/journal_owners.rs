@@ -304,3 +304,67 @@ fn a_dangling_symlink_journal_is_named() {
     assert!(!shown.contains("of  "), "no empty path: {shown}");
     assert_eq!(files_in(dir.path()), before, "a refusal changes nothing");
 }
+
+fn digest(path: &Path) -> Option<blake3::Hash> {
+    fs::read(path).ok().map(|bytes| blake3::hash(&bytes))
+}
+
+/// Runs only as a child process: writes a plain redb file (not a store) without a durable
+/// commit at the end and aborts, so the file needs redb's repair — a backup's `.partial` copy
+/// cut short looks like this.
+#[test]
+#[ignore = "run by a_refused_open_changes_nothing in a child process"]
+fn foreign_child_writer() {
+    let Some(path) = std::env::var_os("IDEMDB_FOREIGN_CHILD") else { return };
+    const ROWS: idemdb::redb::TableDefinition<u64, &[u8]> = idemdb::redb::TableDefinition::new("rows");
+    let db = idemdb::redb::Database::create(Path::new(&path)).expect("create");
+    for round in 0..4u64 {
+        let mut tx = db.begin_write().expect("write");
+        if round == 3 {
+            tx.set_durability(idemdb::redb::Durability::None).expect("durability");
+        }
+        {
+            let mut table = tx.open_table(ROWS).expect("table");
+            for i in 0..500u64 {
+                table.insert(round * 1000 + i, [7u8; 1000].as_slice()).expect("insert");
+            }
+        }
+        tx.commit().expect("commit");
+    }
+    std::process::abort();
+}
+
+/// A refused open once changed the file it refused (redb repaired a crashed file, or the
+/// store was initialised, before the refusal): `stats` on a foreign `.partial` shrank it from
+/// 71 MB to 24 KB. Every refusal the file and its journal can decide is now made first, on a
+/// view that cannot write.
+#[test]
+fn a_refused_open_changes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    // A crashed store whose journal is gone.
+    let path = dir.path().join("r.idemdb");
+    drop(builder().open(&path).expect("create"));
+    crash_writer(&path, &names("r", 30));
+    fs::remove_file(journal_of(&path)).expect("the journal is lost");
+    let before = (digest(&path), files_in(dir.path()));
+    let refused = builder().open(&path);
+    assert!(matches!(refused, Err(OpenError::JournalMissing { .. })), "{refused:?}");
+    assert_eq!((digest(&path), files_in(dir.path())), before, "a journal refusal changed the store file");
+
+    // A foreign redb file that needs redb's repair.
+    let partial = dir.path().join("backup.idemdb.partial");
+    let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "journal_owners::foreign_child_writer", "--ignored", "--nocapture", "--test-threads", "1"])
+        .env("IDEMDB_FOREIGN_CHILD", &partial)
+        .output()
+        .expect("run the child");
+    assert!(!child.status.success(), "the child aborts");
+    assert!(
+        matches!(idemdb::redb::ReadOnlyDatabase::open(&partial), Err(idemdb::redb::DatabaseError::RepairAborted)),
+        "the file needs redb's repair (the case this test is about)"
+    );
+    let before = (digest(&partial), files_in(dir.path()));
+    let refused = Store::open(&partial);
+    assert!(matches!(refused, Err(OpenError::Foreign { .. })), "{refused:?}");
+    assert_eq!((digest(&partial), files_in(dir.path())), before, "a foreign-file refusal changed the file");
+}

@@ -442,7 +442,7 @@ impl StoreBuilder {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.redb_builder().open_read_only(path)));
         match opened {
             Ok(Ok(database)) => self.check_view(&database, path),
-            Ok(Err(redb::DatabaseError::RepairAborted)) => Ok(()),
+            Ok(Err(redb::DatabaseError::RepairAborted)) => self.check_repaired_in_memory(path),
             Ok(Err(other)) => Err(other.into()),
             Err(_damaged) => Ok(()),
         }
@@ -468,7 +468,7 @@ impl StoreBuilder {
             let read = database.begin_read()?;
             match read_meta(&read)? {
                 None => Err(OpenError::Foreign { tables: "none".into() }),
-                Some(_) => Ok(()),
+                Some(_) => crate::journal::recovery::preflight(&read, path, self.discard_lost_journal, &self.apps),
             }
         }));
         checked.unwrap_or(Ok(()))

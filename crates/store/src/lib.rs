@@ -85,6 +85,7 @@ mod interface;
 mod journal;
 mod lockfile;
 mod meta;
+mod preflight;
 mod purge;
 mod rebuild;
 // Row tables and the business write are left out of the WebAssembly build (its bindings do
@@ -115,6 +116,8 @@ pub use interface::AsyncStore;
 pub use journal::DEFAULT_JOURNAL_BYTES;
 pub use journal::checkpoint::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS};
 pub use journal::commit::JournalStats;
+pub use journal::aside::{SetAside, SetAsideReason};
+pub use journal::report::JournalRecovery;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

@@ -759,6 +759,53 @@ fn storage(error: Error) -> OpenError {
     }
 }
 
+/// The journal refusals an open for writing would make, decided on the store's metadata as it
+/// reads now (`read`: a read-only or in-memory view) before anything is written: a missing,
+/// damaged, cut or foreign journal (unless `discard_lost`), a busy journal, a journal that
+/// writes an unregistered application table. Reads the journal, never writes it.
+pub(crate) fn preflight(
+    read: &redb::ReadTransaction,
+    path: &Path,
+    discard_lost: bool,
+    apps: &crate::app_table::AppTables,
+) -> Result<(), OpenError> {
+    let (meta, _secret) = read_meta(read)?;
+    if meta.history() != History::Pending {
+        return Ok(());
+    }
+    let Some(id) = meta.id else { return Ok(()) };
+    let store = resolve(path)?;
+    let beside = journal_path(&store);
+    let identity = super::files::identity(&store);
+    let wanted = Wanted { store: &store, identity, meta: &meta, discard_lost };
+    let wrap = |file: fs::File, _: &Path| Ok(ReadOnlyFile(std::sync::Mutex::new(file)));
+    let checkpoint = meta.checkpoint.unwrap_or(0);
+    let found = locate(None, Some(&beside), &wanted, &id, Access::Read, wrap).and_then(|located| {
+        let read = examine(&located.file, located.path.as_deref(), &wanted, &id, checkpoint, false)?;
+        Ok((located.path, read))
+    });
+    match found {
+        Ok((journal, read)) => {
+            let app_keys = read.batches.iter().flatten().filter_map(|mutation| match mutation {
+                Mutation::Put { table: T_APPLICATION, key, .. } | Mutation::Remove { table: T_APPLICATION, key } => {
+                    Some(key.as_slice())
+                }
+                _ => None,
+            });
+            match apps.first_unregistered(app_keys) {
+                Some(table) => Err(OpenError::JournalNeedsTable {
+                    store: store.clone(),
+                    journal: journal.unwrap_or(beside),
+                    table,
+                }),
+                None => Ok(()),
+            }
+        }
+        Err(refused) if discard_lost && is_lost_journal(&refused) => Ok(()),
+        Err(refused) => Err(refused),
+    }
+}
+
 /// A read-only open cannot replay a journal: it refuses a store whose journal holds records
 /// the file does not, and a store whose journal should hold them but cannot be read. A store
 /// closed cleanly (or that never journaled) never has its journal file opened.
