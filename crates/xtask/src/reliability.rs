@@ -539,7 +539,7 @@ pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
     );
     let replace_bad = replace.checks.lost + replace.checks.failures;
     push(runs("journal-replace"), row("lost beside a replace", replace_bad, zero(replace_bad)));
-    for sequence_row in crate::sequences::rows(&sequences, size, &at_least) {
+    for sequence_row in crate::sequences::rows(&sequences, size, at_least) {
         push(runs("operator-sequences"), sequence_row);
     }
     push(

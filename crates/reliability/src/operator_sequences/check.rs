@@ -79,20 +79,21 @@ pub(crate) fn keys_in_kept_journals(dir: &Path) -> BTreeSet<String> {
         if !(name.contains(".set-aside-") || name.contains(".moved-journal")) {
             continue;
         }
-        let bytes = fs::read(entry.path()).unwrap_or_default();
-        let shape = |window: &[u8]| {
-            window[0] == b'L'
-                && window[1..3].iter().all(u8::is_ascii_digit)
-                && window[3] == b'-'
-                && window[4..9].iter().all(u8::is_ascii_digit)
-        };
-        for window in bytes.windows(9) {
-            if shape(window) {
-                keys.insert(String::from_utf8_lossy(window).into_owned());
-            }
-        }
+        keys.extend(keys_in(&entry.path()));
     }
     keys
+}
+
+/// The keys of this sequence's form (`Lnn-nnnnn`) found anywhere in the bytes of a file.
+fn keys_in(path: &Path) -> BTreeSet<String> {
+    let bytes = fs::read(path).unwrap_or_default();
+    let shape = |window: &[u8]| {
+        window[0] == b'L'
+            && window[1..3].iter().all(u8::is_ascii_digit)
+            && window[3] == b'-'
+            && window[4..9].iter().all(u8::is_ascii_digit)
+    };
+    bytes.windows(9).filter(|window| shape(window)).map(|window| String::from_utf8_lossy(window).into_owned()).collect()
 }
 
 /// What the final check of a sequence found.
@@ -195,8 +196,10 @@ pub(crate) fn final_check(dir: &Path, model: &mut Model, journal_bytes: u64, log
         }
         let explicit = lineage.discarded || discarded_here;
         let kept = kept.get_or_insert_with(|| keys_in_kept_journals(dir));
+        // The journal file the operator moved the store's journal to still holds what it held.
+        let own = lineage.journal.as_deref().map(|file| keys_in(&dir.join(file))).unwrap_or_default();
         let (given_up, lost): (Vec<String>, Vec<String>) =
-            missing.into_iter().partition(|key| explicit && kept.contains(key));
+            missing.into_iter().partition(|key| explicit && (kept.contains(key) || own.contains(key)));
         found.given_up += given_up.len() as u64;
         found.lost += lost.len() as u64;
         if !lost.is_empty() {
@@ -275,6 +278,50 @@ mod tests {
         fs::write(dir.path().join("a"), b"two").unwrap_or_else(|e| panic!("{e}"));
         fs::write(dir.path().join("b"), b"").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(changes(&before, &snapshot(dir.path())).len(), 2);
+    }
+
+    /// The check bites: a key the model says was acknowledged and is not in the store is lost;
+    /// a key the store holds that its lineage never had is foreign; a discarded key still in a
+    /// set-aside journal is given up, not lost.
+    #[test]
+    fn the_final_check_counts_lost_foreign_and_given_up_keys() {
+        use super::super::model::Node;
+        use idemdb::{Reservation, Store};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("a.idemdb");
+        let scope = scope().expect("scope");
+        {
+            let store: Store = builder(16 * 1024).open(&path).expect("open");
+            for name in ["L00-00000", "L01-00000"] {
+                let key = IdempotencyKey::new(name).expect("key");
+                let Ok(Reservation::Acquired(lease)) =
+                    store.reserve(&scope, &key, &super::super::writer::fingerprint())
+                else {
+                    panic!("{name} was not new");
+                };
+                store.complete(&lease, name.as_bytes().to_vec()).expect("complete");
+            }
+        }
+        let mut model = Model::default();
+        let a = model.new_lineage();
+        let b = model.new_lineage();
+        model.names.insert("a.idemdb".into(), Node::File(a));
+        let keys = |names: &[&str]| names.iter().map(|name| (*name).to_string()).collect::<Vec<_>>();
+        model.request(a, &keys(&["L00-00000", "L00-00001", "L00-00002"]));
+        model.request(b, &keys(&["L01-00000"]));
+        if let Some(lineage) = model.lineages.get_mut(a) {
+            lineage.acked.extend(keys(&["L00-00000", "L00-00001", "L00-00002"]));
+        }
+        let mut log = Vec::new();
+        let found = final_check(dir.path(), &mut model, 16 * 1024, &mut log);
+        assert_eq!((found.verified, found.lost, found.foreign, found.given_up), (1, 2, 1, 0), "{found:?}");
+        // After an explicit discard, a missing key still in a set-aside journal is given up.
+        fs::write(dir.path().join("a.idemdb-journal.set-aside-x-1"), b"..L00-00001..").expect("write");
+        if let Some(lineage) = model.lineages.get_mut(a) {
+            lineage.discarded = true;
+        }
+        let found = final_check(dir.path(), &mut model, 16 * 1024, &mut log);
+        assert_eq!((found.verified, found.lost, found.foreign, found.given_up), (1, 1, 1, 1), "{found:?}");
     }
 
     #[test]

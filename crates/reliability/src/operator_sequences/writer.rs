@@ -11,7 +11,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
 use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store, StoreBuilder};
@@ -158,10 +158,7 @@ pub(crate) struct Written {
 
 impl Writer {
     fn next_line(&mut self) -> Option<String> {
-        match self.lines.recv_timeout(ANSWER_WAIT) {
-            Ok(line) => Some(line),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.lines.recv_timeout(ANSWER_WAIT).ok()
     }
 
     fn send(&mut self, line: &str) -> bool {
