@@ -15,10 +15,21 @@ use crate::output;
 #[derive(Debug, Args)]
 #[command(after_help = "The backup is one store file that opens alone (no journal beside it), holding every \
 record, index entry, audit event and workflow entry of the store, and its secret and clock. It is written to a \
-hidden temporary file beside DEST (.NAME.backup-XXXX.partial), synced, opened on its own and verified (with the \
-record and index counts of the store), then moved to DEST. A crash leaves at most the temporary file, which may \
-be deleted; DEST is never a partial file. SRC is opened read-only and not changed (a store left by a crash is \
-recovered first, as by every command).\n\n\
+hidden temporary file beside DEST (.NAME.backup-PID-XXXX.partial), synced, opened on its own and verified (with \
+the record and index counts of the store), then moved to DEST. A crash leaves at most the temporary file; DEST is \
+never a partial file, and the next backup to DEST removes the temporary files of earlier backups whose process has \
+ended (only files of that exact name for DEST).\n\n\
+What it does to SRC: it opens SRC read-only and writes nothing to it, with one exception: a store left by a \
+crash (it needs redb's crash recovery, or its journal holds commits its file does not) is first opened for \
+writing once, which recovers it and applies those commits to the file, as every command does; a line on stderr \
+says so before it happens. No record is lost or changed by that.\n\n\
+What it does to DEST: it writes a new file. With --overwrite it replaces an existing file, atomically, once the \
+new backup is verified; it takes the locks an open store holds on DEST (DEST.lock, DEST itself, DEST-journal) \
+before it starts and keeps them until the backup has taken DEST's place, so it never replaces a store that is \
+open (exit 3, \"is a store that is open\"), nor a store whose journal may hold commits its file does not (exit 3: \
+open it once, e.g. `idemdb recover DEST`, then back up onto it). SRC itself, its journal and a directory are \
+refused (exit 2). Before writing, the free space on DEST's file system must hold the size of SRC and a margin \
+(16 MiB, or a tenth of SRC if more): otherwise exit 4, naming both figures, and nothing is written.\n\n\
 A store held open by a running service (exit 3, \"already open\") is backed up by that service: \
 `Store::backup_to` in the library, `POST /v1/admin/backup` or SIGUSR1 in the payments example. Never copy the \
 file of a live store: the copy lacks what its journal holds.\n\n\
@@ -31,7 +42,8 @@ pub(crate) struct BackupArgs {
     /// The backup file to write (its directory must exist).
     #[arg(value_name = "DEST")]
     dest: PathBuf,
-    /// Replace DEST if it exists (atomically, once the new backup is verified).
+    /// Replace DEST if it exists (atomically, once the new backup is verified); never a store
+    /// that is open, or one whose journal may hold commits its file does not.
     #[arg(long)]
     overwrite: bool,
     /// Leave out tables that are not idemdb's instead of refusing the store.
@@ -60,8 +72,14 @@ pub(crate) fn run(args: &BackupArgs, json: bool) -> Result<Exit, CliError> {
     bar.finish_and_clear();
     let report = match outcome {
         Ok(Ok(report)) => report,
-        Ok(Err(error @ (BackupError::DestinationExists(_) | BackupError::SameFile { .. }))) => {
+        Ok(Err(
+            error @ (BackupError::DestinationExists(_) | BackupError::SameFile { .. } | BackupError::NotAFile { .. }),
+        )) => {
             return Err(CliError::usage_msg("DEST", &crate::error::cause_chain(&error)));
+        }
+        // The store at DEST is in use, or holds commits only in its journal: it is left as it is.
+        Ok(Err(error @ (BackupError::DestinationOpen { .. } | BackupError::DestinationPending { .. }))) => {
+            return Err(CliError::open(&args.dest, &error));
         }
         Ok(Err(error)) => return Err(CliError::runtime_ctx(&args.dest, "backup failed", &error)),
         Err(panic) => {
@@ -83,6 +101,7 @@ pub(crate) fn run(args: &BackupArgs, json: bool) -> Result<Exit, CliError> {
             "source_bytes": report.source_bytes,
             "replaced": report.replaced,
             "left_out": report.left_out,
+            "removed_stale": report.removed_stale.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "snapshot_ms": report.snapshot_took.as_millis() as u64,
             "took_ms": report.took.as_millis() as u64,
             "verified": true,
@@ -103,6 +122,10 @@ pub(crate) fn run(args: &BackupArgs, json: bool) -> Result<Exit, CliError> {
         }
         if !report.left_out.is_empty() {
             fields.push(("left out", report.left_out.join(", ")));
+        }
+        if !report.removed_stale.is_empty() {
+            let names: Vec<String> = report.removed_stale.iter().map(|p| p.display().to_string()).collect();
+            fields.push(("removed", format!("temporary files of killed backups: {}", names.join(", "))));
         }
         output::print(&output::fields(&fields));
     }
