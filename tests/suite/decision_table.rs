@@ -154,3 +154,12 @@ fn business_writes_against_memory_and_file_stores() {
         assert_eq!(pollster::block_on(conformance::run_business_writes(&mut stores, name)), 6);
     }
 }
+
+#[test]
+fn failed_operations_write_nothing_on_memory_and_file_stores() {
+    for dir in [None, Some(tempfile::tempdir().expect("tempdir"))] {
+        let name = if dir.is_some() { "file store" } else { "memory store" };
+        let mut stores = Stores::new(dir);
+        assert_eq!(pollster::block_on(conformance::run_failed_operations_write_nothing(&mut stores, name)), 3);
+    }
+}

@@ -585,3 +585,79 @@ where
     assert_eq!(row("other", "a").await.as_deref(), Some(&b"other/a"[..]), "{name}: other partitions untouched");
     6
 }
+
+/// The transaction contract every backend keeps alike: **an operation that returns an error
+/// leaves no write behind**. A reservation whose effects are refused after the reservation
+/// (and earlier effects) were written — the same effect twice with two payloads, or with two
+/// versions — returns the error and stores nothing: no record, no outbox
+/// item, no audit event; the key is then new to a retry. A refused completion changes neither
+/// the record nor the trail. Returns the number of stories.
+///
+/// # Panics
+/// On the first write a refused call left behind, naming `name`.
+pub async fn run_failed_operations_write_nothing<B>(backend: &mut B, name: &str) -> usize
+where
+    B: Backend,
+    B::Store: crate::InspectStore,
+{
+    use idemdb_core::{Coded, EffectName, ErrorCode, NewEffect};
+
+    use crate::{InspectStore, WorkflowStore};
+
+    let policy = Policy::default().with_lease_ttl(Duration::from_secs(60));
+    backend.set_time(T);
+    let store = backend.open(&[(OP_UNCERTAIN, policy)]).await;
+    let scope = Scope::new("shop", OP_UNCERTAIN).expect("scope");
+    let fp = fingerprint("same");
+    let charge = EffectName::new("charge").expect("effect name");
+    let effect = |payload: &[u8]| NewEffect { effect: charge.clone(), version: 1, payload: payload.to_vec() };
+    // What the store holds for a key: its record, its outbox item, its audit events (when the
+    // backend reads its trail back).
+    let traces = |key: IdempotencyKey| {
+        let (store, scope, charge) = (&store, &scope, &charge);
+        async move {
+            let record = store.get(scope, &key).await.expect("get");
+            let item = store.effect(scope, &key, charge).await.expect("effect");
+            let events = store.key_history(scope, &key, 100_000).await.expect("history").unwrap_or_default();
+            (record.map(|record| record.state.kind()), item.is_some(), events.len())
+        }
+    };
+    let nothing = (None, false, 0);
+
+    // 1. The same effect twice with two payloads: the second is refused after the reservation
+    //    and the first were written.
+    let key = IdempotencyKey::new("order-900").expect("key");
+    let twice = vec![effect(b"10.50"), effect(b"99.99")];
+    let refused = store.reserve_enqueuing(&scope, &key, &fp, Some("req-1"), twice).await.expect_err("refused");
+    assert_eq!(refused.code(), ErrorCode::KeyMismatch, "{name}: {refused}");
+    assert_eq!(traces(key.clone()).await, nothing, "{name}: a refused enqueue stores nothing");
+    let Reservation::Acquired(lease) =
+        store.reserve_enqueuing(&scope, &key, &fp, Some("req-2"), vec![effect(b"10.50")]).await.expect("retry")
+    else {
+        panic!("{name}: the key is new to a retry")
+    };
+    assert_eq!((lease.attempt(), traces(key.clone()).await.1), (1, true), "{name}: the first attempt, with its effect");
+
+    // 2. Two effects written, then the third refused (the second's name with another
+    //    version): neither stays.
+    let key2 = IdempotencyKey::new("order-901").expect("key");
+    let refund = EffectName::new("refund").expect("effect name");
+    let three = vec![
+        NewEffect { effect: refund.clone(), version: 1, payload: b"r".to_vec() },
+        effect(b"1"),
+        NewEffect { effect: charge.clone(), version: 2, payload: b"1".to_vec() },
+    ];
+    let refused = store.reserve_enqueuing(&scope, &key2, &fp, None, three).await.expect_err("refused");
+    assert_eq!(refused.code(), ErrorCode::KeyMismatch, "{name}: {refused}");
+    assert_eq!(traces(key2.clone()).await, nothing, "{name}: a refused third effect stores nothing");
+    assert_eq!(store.effect(&scope, &key2, &refund).await.expect("effect"), None, "{name}: nor the first effect");
+
+    // 3. A completion refused (the lease completed already) changes neither record nor trail.
+    store.complete(&lease, RESULT.to_vec()).await.expect("complete");
+    let before = traces(key.clone()).await;
+    assert!(store.complete(&lease, b"again".to_vec()).await.is_err(), "{name}: a lease completes once");
+    assert_eq!(traces(key.clone()).await, before, "{name}: the refused completion wrote nothing");
+    let replay = store.reserve(&scope, &key, &fp, None).await.expect("reserve");
+    assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == RESULT), "{name}: {replay:?}");
+    3
+}

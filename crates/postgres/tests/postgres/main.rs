@@ -51,6 +51,7 @@ const TESTS: &[(&str, Test)] = &[
     ("read_only_work_takes_no_transaction_id", wire::read_only_work_takes_no_transaction_id),
     ("workflow_stories_match_the_embedded_store", workflow::stories),
     ("business_writes_match_the_embedded_store", workflow::business_writes),
+    ("a_failed_operation_writes_nothing_as_on_the_embedded_store", workflow::failed_operations_write_nothing),
     ("behind_pgbouncer_in_transaction_mode_everything_works", pgbouncer::transaction_mode),
     ("an_effect_enqueued_in_the_application_transaction_commits_with_it", workflow::effect_in_application_transaction),
     ("an_effect_enqueued_with_the_reservation_exists_exactly_when_the_key_was_acquired", workflow::reserve_enqueuing),

@@ -25,6 +25,17 @@ pub fn stories(env: &Env) -> Result<(), Failed> {
     Ok(())
 }
 
+/// The transaction contract: a refused enqueue (and any refused call) stores nothing — the
+/// shared runner the embedded store passes.
+pub fn failed_operations_write_nothing(env: &Env) -> Result<(), Failed> {
+    block_on(async {
+        let mut schemas = Schemas::new(env, "idemdb_contract", 1, ManualClock::new(conformance::T)).await;
+        assert_eq!(conformance::run_failed_operations_write_nothing(&mut schemas, "postgres").await, 3);
+        schemas.drop_all().await;
+    });
+    Ok(())
+}
+
 /// Rows and transitions in one transaction: the shared runner the embedded store passes, then
 /// what only PostgreSQL has (the row table is a table of the store's schema, keyed in byte order).
 pub fn business_writes(env: &Env) -> Result<(), Failed> {
