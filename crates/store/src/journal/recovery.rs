@@ -879,6 +879,36 @@ mod tests {
     use crate::tables::META_JOURNAL_CHECKPOINT;
     use crate::test_support::Shared;
 
+    /// Recovering a renamed store removed its earlier journal by path after releasing its lock:
+    /// a new store that had opened a journal at that name meanwhile lost it. The earlier file
+    /// is now removed while it is still held, and only if the name still leads to it.
+    #[cfg(unix)]
+    #[test]
+    fn an_earlier_journal_is_removed_only_while_the_name_still_leads_to_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("old.idemdb-journal");
+        let hold = |path: &Path| {
+            let file = open_journal(path, Access::Write { create: false }).expect("open").expect("exists");
+            let identity = identity_of(&file);
+            Located { file: backend(file, path).expect("backend"), path: Some(path.to_path_buf()), identity }
+        };
+        fs::write(&path, b"the recovered journal").expect("write");
+        let located = hold(&path);
+        // Another store's journal replaces the name before the removal.
+        let other = dir.path().join("new-journal");
+        fs::write(&other, b"a new store's live journal").expect("write");
+        fs::rename(&other, &path).expect("rename over");
+        let mut report = JournalRecovery::default();
+        retire(located, &mut report, 0);
+        assert_eq!(fs::read(&path).expect("kept"), b"a new store's live journal", "the new file is never removed");
+        assert!(report.removed.is_none());
+        // Still the file that was read: removed, and reported.
+        let located = hold(&path);
+        retire(located, &mut report, 0);
+        assert!(!path.exists());
+        assert_eq!(report.removed.as_deref(), Some(path.as_path()));
+    }
+
     /// A store last written by 0.1.x: meta `journal_checkpoint` without a journal id, and a
     /// format-1 journal holding a record after it. It is read once, then journals in format 2.
     #[test]
