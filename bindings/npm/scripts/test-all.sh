@@ -144,6 +144,13 @@ rm -f payments.idemdb payments.idemdb.lock
 node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/contract.test.mjs test/node/api.test.cjs test/node/readme.test.mjs test/node/types.test.mjs test/node/package.test.mjs test/node/kill.test.mjs
 cd "$PKG"
 
+step "cross-runtime (the reliability report's section): Node and a native process on one file, kill -9 of either"
+# The same file as `cargo xtask reliability`'s cross-runtime section would need: it runs here,
+# where the package is built. Its summary line is the report's row (docs/reliability.md).
+cd "$SCRATCH/project"
+IDEMDB_CROSS_ROUNDS="${IDEMDB_CROSS_ROUNDS:-40}" node_suite cross-runtime node --test --test-reporter=tap test/node/cross-runtime.test.mjs
+cd "$PKG"
+
 step "workerd: memory and Durable Object stores (local disk, restarts), the README examples"
 node_suite workerd node --test --test-reporter=tap test/workerd/workerd.test.mjs
 

@@ -221,7 +221,9 @@ mod native {
                 (Found::Missing, _) => continue,
                 (_, Verdict::Share) => return Ok(HolderLock { owned: None }),
                 (_, Verdict::Refuse(refusal)) => return Err(refusal),
-                (Found::Content(stale), Verdict::Gone) => take_over(&lock, stale).map_err(io("take over lock file", &lock))?,
+                (Found::Content(stale), Verdict::Gone) => {
+                    take_over(&lock, stale).map_err(io("take over lock file", &lock))?
+                }
             }
         }
         Err(OpenError::AlreadyOpen)
@@ -251,7 +253,10 @@ mod native {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
             Err(error) => return Err(error),
         };
-        let age = fs::metadata(lock).ok().and_then(|meta| meta.modified().ok()).and_then(|at| SystemTime::now().duration_since(at).ok());
+        let age = fs::metadata(lock)
+            .ok()
+            .and_then(|meta| meta.modified().ok())
+            .and_then(|at| SystemTime::now().duration_since(at).ok());
         Ok(Found::Content(Stale { bytes, age }))
     }
 
@@ -263,7 +268,11 @@ mod native {
             return if stale.age.is_some_and(|age| age >= YOUNG) {
                 Verdict::Gone
             } else {
-                Verdict::Refuse(held(store, lock, &Holder { pid: 0, runtime: "unknown".into(), access: "write".into(), started: None }))
+                Verdict::Refuse(held(
+                    store,
+                    lock,
+                    &Holder { pid: 0, runtime: "unknown".into(), access: "write".into(), started: None },
+                ))
             };
         };
         if !alive(&holder) {
@@ -334,9 +343,8 @@ mod native {
             Err(error) => return Err(error),
         }
         let removed = match fs::read(lock) {
-            Ok(bytes) if bytes == stale.bytes => fs::remove_file(lock).or_else(|error| {
-                if error.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(error) }
-            }),
+            Ok(bytes) if bytes == stale.bytes => fs::remove_file(lock)
+                .or_else(|error| if error.kind() == std::io::ErrorKind::NotFound { Ok(()) } else { Err(error) }),
             _ => Ok(()),
         };
         let _ = fs::remove_file(&guard);
@@ -420,7 +428,11 @@ mod native {
     pub(super) fn start_time(pid: u32) -> Option<u64> {
         #[cfg(target_os = "linux")]
         {
-            fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_stat).and_then(|(_, started)| started)
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .as_deref()
+                .and_then(parse_stat)
+                .and_then(|(_, started)| started)
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -476,7 +488,10 @@ mod tests {
         let lock = lock_path(&path);
         let held = fs::read_to_string(&lock).expect("a native open holds the lock file");
         let holder = parse(&held).expect("parses");
-        assert_eq!((holder.pid, holder.runtime.as_str(), holder.access.as_str()), (std::process::id(), "native", "write"));
+        assert_eq!(
+            (holder.pid, holder.runtime.as_str(), holder.access.as_str()),
+            (std::process::id(), "native", "write")
+        );
         // What the Node file store does: create the lock exclusively, else judge its holder.
         let node = fs::OpenOptions::new().write(true).create_new(true).open(&lock);
         assert_eq!(node.map(drop).map_err(|e| e.kind()), Err(std::io::ErrorKind::AlreadyExists));
@@ -494,10 +509,9 @@ mod tests {
         let node = Sleeper::start();
         let lock = lock_path(&path);
         fs::write(&lock, node_lock(node.pid())).expect("node lock");
-        for (what, opened) in [
-            ("write", Store::open(&path).map(drop)),
-            ("read", Store::builder().open_read_only(&path).map(drop)),
-        ] {
+        for (what, opened) in
+            [("write", Store::open(&path).map(drop)), ("read", Store::builder().open_read_only(&path).map(drop))]
+        {
             match opened {
                 Err(OpenError::HeldElsewhere { pid, ref runtime, lock: ref named, .. }) => {
                     assert_eq!((pid, runtime.as_str(), named), (node.pid(), "node", &lock), "{what}");
