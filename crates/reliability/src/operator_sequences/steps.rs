@@ -23,6 +23,11 @@ const JOURNAL_BYTES: [u64; 3] = [8 * 1024, 16 * 1024, 64 * 1024];
 /// How long one operator command may run.
 const COMMAND_WAIT: Duration = Duration::from_secs(60);
 
+/// Whether `path` is a regular file itself (not a symlink, not missing).
+fn regular(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file())
+}
+
 fn journal(name: &str) -> String {
     format!("{name}-journal")
 }
@@ -124,7 +129,7 @@ impl Run<'_> {
         let free = self.free_names();
         let live = self.live_names();
         let with_journal: Vec<String> =
-            NAMES.iter().filter(|name| exists(&self.path(&journal(name)))).map(|name| (*name).to_string()).collect();
+            NAMES.iter().filter(|name| regular(&self.path(&journal(name)))).map(|name| (*name).to_string()).collect();
         let journal_free: Vec<String> =
             NAMES.iter().filter(|name| !exists(&self.path(&journal(name)))).map(|name| (*name).to_string()).collect();
         let can_return =
@@ -323,7 +328,8 @@ impl Run<'_> {
     fn file_op(&mut self, kind: usize, from: &str, to: &str) {
         let (src, dst) = (self.path(from), self.path(to));
         let (src_journal, dst_journal) = (self.path(&journal(from)), self.path(&journal(to)));
-        let both = matches!(kind, 4 | 7) && exists(&src_journal) && !exists(&dst_journal) && self.rng.chance(50);
+        // The journal goes along only when it is a file (a symlink the operator left may dangle).
+        let both = matches!(kind, 4 | 7) && regular(&src_journal) && !exists(&dst_journal) && self.rng.chance(50);
         let Some(id) = self.model.resolve(from) else { return };
         let outcome = match kind {
             4 => {
