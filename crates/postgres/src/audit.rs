@@ -1,9 +1,11 @@
 //! The audit trail in PostgreSQL: one row per event, written by the transaction of the decision
 //! it records. Answers that change nothing (replay, in progress, mismatch, expired, uncertain)
 //! are decided without a write transaction; their events wait in memory and go out with the
-//! next write transaction, or in one multi-row insert once 256 have gathered or the oldest is a
-//! second old — as the embedded store does. A crash can lose the events of about the last second
-//! of such answers, never a decision or the event of a decision.
+//! next write transaction, or in one multi-row insert once [`AuditBatch::EVENTS`] wait or the
+//! oldest has waited [`AuditBatch::DELAY_MS`] — the core's one rule, as the embedded store
+//! keeps it. The age bound holds with no later call too: the first waiting event starts a
+//! timer task that writes the buffer when its second is up. A crash can lose the events of
+//! about the last second of such answers, never a decision or the event of a decision.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -115,6 +117,30 @@ pub(crate) fn decode(row: &Row) -> Result<AuditEvent, Error> {
     })
 }
 
+/// What pushing an event left waiting.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waiting {
+    /// The event is the only one waiting.
+    pub(crate) first: bool,
+    /// The waiting events are due now.
+    pub(crate) due: bool,
+}
+
+/// Writes the buffer of `inner` once [`AuditBatch::DELAY_MS`] have passed, on a task of the
+/// current tokio runtime (none: the next call or commit writes it). Holds the store weakly: a
+/// store dropped meanwhile is not kept open.
+pub(crate) fn write_later(inner: &std::sync::Arc<crate::inner::Inner>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    let inner = std::sync::Arc::downgrade(inner);
+    runtime.spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(AuditBatch::DELAY_MS)).await;
+        if let Some(inner) = inner.upgrade() {
+            // On failure the events go back to the buffer; the next call or commit writes them.
+            let _ = inner.write_buffered(inner.audit.take()).await;
+        }
+    });
+}
+
 /// Events of answers that wrote nothing, waiting for a write.
 #[derive(Debug, Default)]
 pub(crate) struct Buffer(Mutex<Vec<AuditEvent>>);
@@ -126,13 +152,14 @@ impl Buffer {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps an event; returns whether the buffer should be written now ([`AuditBatch::due`]).
-    pub(crate) fn push(&self, event: AuditEvent) -> bool {
+    /// Keeps an event; returns what now waits: whether it is the only waiting event (its wait
+    /// starts now) and whether the buffer should be written now ([`AuditBatch::due`]).
+    pub(crate) fn push(&self, event: AuditEvent) -> Waiting {
         let mut buffer = self.lock();
         let now = event.at;
         let due = AuditBatch::due(buffer.len(), buffer.first().map(|oldest| oldest.at), 1, now);
         buffer.push(event);
-        due
+        Waiting { first: buffer.len() == 1, due }
     }
 
     /// Takes every buffered event (a write transaction carries them).

@@ -315,11 +315,14 @@ impl PgStore {
         let decision = decide(Some(record), scope, key, fingerprint, context)?;
         let kind = decision.audit_kind();
         let Some(answer) = decision.unchanged() else { return Ok(None) };
-        if let Some(row) = inner.event(now, kind, scope, key, answer.fence(), Some(fingerprint), correlation)
-            && inner.audit.push(row)
-        {
-            // The answer stands even if this fails; the events wait for the next write.
-            let _ = inner.write_buffered(inner.audit.take()).await;
+        if let Some(row) = inner.event(now, kind, scope, key, answer.fence(), Some(fingerprint), correlation) {
+            let waiting = inner.audit.push(row);
+            if waiting.due {
+                // The answer stands even if this fails; the events wait for the next write.
+                let _ = inner.write_buffered(inner.audit.take()).await;
+            } else if waiting.first {
+                audit::write_later(inner);
+            }
         }
         Ok(Some(answer))
     }

@@ -26,6 +26,10 @@
 //!   a store and its journal, a new store at an old name, `recover [--discard-journal]`,
 //!   `backup [--overwrite]`, `compact --rebuild`) beside a journaling writer, checked for lost
 //!   acknowledged writes, foreign records, and refusals that are untyped or change data;
+//! * [`batch_atomicity`]: calls that fail after writing, mixed into concurrent group commits,
+//!   checked for partial writes (records, outbox items, audit events);
+//! * [`audit_durability`]: a child deciding, resolving and replaying, killed with SIGKILL;
+//!   decision and resolution events must all survive, lock-free ones within the core's bound;
 //! * [`fuzzing`]: the bodies of the cargo-fuzz targets (in `fuzz/`), callable from tests so
 //!   every crash found becomes a regression test.
 //!
@@ -47,6 +51,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod audit_durability;
+pub mod batch_atomicity;
 pub mod clock_faults;
 pub mod concurrent;
 pub mod fault;

@@ -11,12 +11,13 @@
 //! failure, protocol error, fuzz crash, or missed target. `--quick` (the default) is the
 //! CI-sized run; `--full` the documented one. `--only clock,operators` runs only the sections
 //! named (of `sweep`, `concurrent`, `kill`, `races`, `clock`, `operators`, `backup`, `outbox`, `journal-damage`,
-//! `journal-aliases`, `journal-replace`, `operator-sequences`, `bad-inputs`,
+//! `journal-aliases`, `journal-replace`, `operator-sequences`, `batch-atomicity`, `audit-durability`, `bad-inputs`,
 //! `self-check`, `fuzz`) at the chosen size, and the table has only their rows.
 #![forbid(unsafe_code)]
 
 mod bad_inputs;
 mod binaries;
+mod contract;
 mod fuzz;
 mod reliability;
 mod self_check;

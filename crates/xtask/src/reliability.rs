@@ -394,6 +394,20 @@ pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
         timings.push(("operator sequences", t.elapsed()));
     }
 
+    // 3g. The transaction contract: failed calls in shared batches, audit events across kill -9.
+    let mut atomicity = idemdb_reliability::batch_atomicity::AtomicityReport::default();
+    if runs("batch-atomicity") {
+        let t = Instant::now();
+        atomicity = crate::contract::batch_atomicity(size, seed);
+        timings.push(("batch atomicity", t.elapsed()));
+    }
+    let mut audit = idemdb_reliability::audit_durability::AuditDurabilityReport::default();
+    if runs("audit-durability") {
+        let t = Instant::now();
+        audit = crate::contract::audit_durability(size, seed)?;
+        timings.push(("audit durability", t.elapsed()));
+    }
+
     // The table: each row of a section that ran.
     let lost = crash.total.lost + concurrent.lost + kills.lost + races.wrong_answers + operators.lost;
     let lost = lost + outbox.unresolved + backups.lost;
@@ -541,6 +555,12 @@ pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
     push(runs("journal-replace"), row("lost beside a replace", replace_bad, zero(replace_bad)));
     for sequence_row in crate::sequences::rows(&sequences, size, at_least) {
         push(runs("operator-sequences"), sequence_row);
+    }
+    for contract_row in crate::contract::atomicity_rows(&atomicity, size, at_least) {
+        push(runs("batch-atomicity"), contract_row);
+    }
+    for contract_row in crate::contract::audit_rows(&audit, size, at_least) {
+        push(runs("audit-durability"), contract_row);
     }
     push(
         runs("operators"),

@@ -17,6 +17,10 @@ pub(crate) struct Size {
     pub(crate) journal_aliases: u64,
     pub(crate) journal_replace: u64,
     pub(crate) operator_sequences: u64,
+    /// Rounds of concurrent calls that fail after writing (`batch-atomicity`).
+    pub(crate) atomicity_rounds: u64,
+    /// Children killed while deciding (`audit-durability`).
+    pub(crate) audit_kills: u64,
     /// Rounds of the HTTP flow (40 keys each: a run per key).
     pub(crate) http_rounds: u64,
 }
@@ -38,6 +42,8 @@ pub(crate) const QUICK: Size = Size {
     journal_aliases: 500,
     journal_replace: 500,
     operator_sequences: 500,
+    atomicity_rounds: 20,
+    audit_kills: 5,
     http_rounds: 25,
 };
 pub(crate) const FULL: Size = Size {
@@ -57,11 +63,13 @@ pub(crate) const FULL: Size = Size {
     journal_aliases: 10_000,
     journal_replace: 10_000,
     operator_sequences: 10_000,
+    atomicity_rounds: 500,
+    audit_kills: 150,
     http_rounds: 500,
 };
 
 /// The sections of a run, in the order they run.
-pub(crate) const SECTIONS: [&str; 16] = [
+pub(crate) const SECTIONS: [&str; 18] = [
     "sweep",
     "concurrent",
     "kill",
@@ -75,6 +83,8 @@ pub(crate) const SECTIONS: [&str; 16] = [
     "journal-aliases",
     "journal-replace",
     "operator-sequences",
+    "batch-atomicity",
+    "audit-durability",
     "bad-inputs",
     "self-check",
     "fuzz",
