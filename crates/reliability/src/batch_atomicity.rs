@@ -152,7 +152,11 @@ fn one_round(report: &mut AtomicityReport, path: &Path, threads: usize, calls: u
     Ok(())
 }
 
-fn check(report: &mut AtomicityReport, store: &Store, outcomes: &[(String, Call, Option<String>)]) -> Result<(), String> {
+fn check(
+    report: &mut AtomicityReport,
+    store: &Store,
+    outcomes: &[(String, Call, Option<String>)],
+) -> Result<(), String> {
     let items = store.effects(&EffectFilter::default()).map_err(|e| e.to_string())?;
     let mut items_per_key: HashMap<String, usize> = HashMap::new();
     for item in &items {
@@ -184,7 +188,9 @@ fn check(report: &mut AtomicityReport, store: &Store, outcomes: &[(String, Call,
                 // The reservation's event and one per enqueued effect.
                 if !record || effects != *n || events != n + 1 {
                     report.partial_writes += 1;
-                    report.note(format!("{name}: succeeded, stored record {record}, {effects} of {n} effects, {events} events"));
+                    report.note(format!(
+                        "{name}: succeeded, stored record {record}, {effects} of {n} effects, {events} events"
+                    ));
                 }
             }
             (Call::Conflicting(_), Some(_)) => {
