@@ -18,7 +18,11 @@ use crate::output;
 Without --rebuild, free pages at the end of the file go back to the file system; entries stay where they are. \
 With --rebuild, every table is copied in key order into FILE.rebuild (full B-tree pages: about a quarter smaller \
 after inserts in random key order), which then replaces FILE atomically. The rebuild needs free disk space for \
-the copy; a crash before the replacement leaves FILE untouched."
+the copy; a crash before the replacement leaves FILE untouched.\n\n\
+What it may do to data: nothing is added, removed or changed but the file's layout. --rebuild refuses, and changes \
+nothing, a store that holds application tables (tables an application wrote with its own types, which this tool \
+cannot copy): compact it without --rebuild, or let the application that owns the tables copy them (its backup, \
+naming them). A store whose journal holds commits not yet in the file is recovered first (see `idemdb recover`)."
 )]
 pub(crate) struct CompactArgs {
     #[command(flatten)]
@@ -37,6 +41,16 @@ pub(crate) fn run(args: &CompactArgs, json: bool) -> Result<Exit, CliError> {
         let report = match guard(|| idemdb::rebuild(file)) {
             Ok(Ok(report)) => report,
             Ok(Err(RebuildError::Open(error))) => return Err(CliError::open(file, &error)),
+            Ok(Err(RebuildError::UnknownTables(tables))) => {
+                return Err(CliError::runtime_msg(
+                    Some(file),
+                    format!(
+                        "the store holds application tables a rebuild cannot copy ({}); nothing was changed. Compact it \
+                         without --rebuild, or let the application that owns those tables copy them",
+                        tables.join(", ")
+                    ),
+                ));
+            }
             Ok(Err(error)) => return Err(CliError::runtime_ctx(file, "rebuild failed", &error)),
             Err(panic) => {
                 return Err(CliError::open_msg(

@@ -145,6 +145,35 @@ fn a_fifo_journal_is_named_as_the_journal() {
     let made = Command::new("mkfifo").arg(&journal).status().expect("mkfifo");
     assert!(made.success());
     let refused = idemdb(["recover", arg(&path)]).code(3);
-    assert!(refused.stderr.contains("its journal") && refused.stderr.contains("f.idemdb-journal"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("its journal") && refused.stderr.contains("f.idemdb-journal"),
+        "{}",
+        refused.stderr
+    );
     assert!(refused.stderr.contains("a FIFO"), "{}", refused.stderr);
+}
+
+/// `compact --rebuild` on a store with an application's table told an operator to "use
+/// backup_with" (a library call); its help did not say it refuses such stores.
+#[test]
+fn a_rebuild_refusal_speaks_to_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orders.idemdb");
+    let store = open_as_the_application(&path);
+    store.write(|txn| txn.table(ORDERS)?.insert("order-1", 10)).expect("write");
+    drop(store);
+    let refused = idemdb(["compact", "--rebuild", arg(&path)]).code(4);
+    assert!(refused.stderr.contains("app_orders"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("without --rebuild"), "{}", refused.stderr);
+    assert!(!refused.stderr.contains("backup_with"), "{}", refused.stderr);
+    let store = open_as_the_application(&path);
+    let amount = store.write(|txn| Ok::<_, idemdb::Error>(txn.table(ORDERS)?.get("order-1")?.map(|v| v.value())));
+    assert_eq!(amount.unwrap(), Some(10), "the application's row is still there");
+    drop(store);
+    let help = idemdb(["compact", "--help"]).code(0);
+    assert!(
+        help.stdout.contains("refuses, and changes") && help.stdout.contains("application tables"),
+        "{}",
+        help.stdout
+    );
 }

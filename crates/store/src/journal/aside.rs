@@ -111,7 +111,7 @@ pub(crate) fn candidates(journal: &Path, id: &[u8; 16]) -> Vec<PathBuf> {
             Some((secs, n, entry.path()))
         })
         .collect();
-    found.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+    found.sort_by_key(|(secs, n, _)| std::cmp::Reverse((*secs, *n)));
     found.into_iter().map(|(_, _, path)| path).collect()
 }
 
