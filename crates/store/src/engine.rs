@@ -21,6 +21,7 @@ use crate::db::Db;
 use crate::durability::Durability;
 use crate::journal::commit::{CommitFailure, Wal};
 use crate::journal::recovery::JournalSetup;
+use crate::journal::report::JournalRecovery;
 use crate::meta::{Initialiser, Meta};
 use crate::snapshot::Snapshots;
 use crate::tables::{
@@ -59,6 +60,8 @@ pub(crate) struct Engine {
     /// [`Engine::wal`].
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     wal: Option<Wal>,
+    /// What the open did with the journal (`None`: an open without one).
+    pub(crate) recovery: Option<JournalRecovery>,
     /// The holder lock of a file store (`<store>.lock`, see `lockfile.rs`). Declared last: it
     /// is released after the database and the journal are closed.
     pub(crate) holder: Option<crate::lockfile::HolderLock>,
@@ -75,10 +78,13 @@ impl Engine {
     ) -> Result<Engine, OpenError> {
         let mut meta = init.run(&db)?;
         let mut wal = None;
+        let mut recovery = None;
         if let (Db::Writable(database), Some(setup)) = (&db, journal) {
             // Replayed before anything is read from the tables: the journal may hold newer
             // clock, fence floor and audit entries.
-            wal = recover_journal(database, setup, clock.now().as_millis())?;
+            let (opened, report) = recover_journal(database, setup, clock.now().as_millis())?;
+            wal = opened;
+            recovery = Some(report);
             meta = init.run(&db)?;
         }
         let Meta { secret, clock: clock_state, fence_floor } = meta;
@@ -108,6 +114,7 @@ impl Engine {
             fence_floor: AtomicU64::new(fence_floor),
             buffered_audit: Mutex::new(Vec::new()),
             wal,
+            recovery,
             holder: None,
         })
     }
@@ -357,13 +364,17 @@ fn index_uncertain_records(db: &Database) -> Result<(), OpenError> {
 
 /// Replays and opens the journal of `setup` (see `journal/commit.rs`).
 #[cfg(not(target_arch = "wasm32"))]
-fn recover_journal(db: &Database, setup: JournalSetup, now: u64) -> Result<Option<Wal>, OpenError> {
+fn recover_journal(db: &Database, setup: JournalSetup, now: u64) -> Result<(Option<Wal>, JournalRecovery), OpenError> {
     crate::journal::recovery::recover(db, setup, now)
 }
 
 /// The WebAssembly build keeps no journal: its backends commit durably.
 #[cfg(target_arch = "wasm32")]
-fn recover_journal(_db: &Database, setup: JournalSetup, _now: u64) -> Result<Option<Wal>, OpenError> {
+fn recover_journal(
+    _db: &Database,
+    setup: JournalSetup,
+    _now: u64,
+) -> Result<(Option<Wal>, JournalRecovery), OpenError> {
     drop(setup);
     Err(OpenError::Journal {
         path: std::path::PathBuf::new(),

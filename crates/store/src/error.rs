@@ -256,8 +256,9 @@ pub enum OpenError {
     /// [`StoreBuilder::discard_lost_journal`](crate::StoreBuilder::discard_lost_journal) to
     /// accept the loss of the commits it held.
     #[error(
-        "the journal {journal} of {store} is damaged: {reason}; nothing was applied. Restore it, or open with \
-         discard_lost_journal (idemdb recover --discard-journal) to accept the loss of the commits it held"
+        "the journal {journal} of {store} is damaged: {reason}; nothing was applied or changed. Restore it from a \
+         copy; only if none exists, open with discard_lost_journal (idemdb recover --discard-journal), which applies \
+         the intact records before the damage, gives up the rest and sets the journal file aside"
     )]
     JournalDamaged {
         /// The store file (empty for a store on a backend).

@@ -497,6 +497,14 @@ impl Store {
         self.engine.wal().map(crate::journal::commit::Wal::stats)
     }
 
+    /// What the open did with the store's journal: the records it replayed, the records it
+    /// gave up (only with [`StoreBuilder::discard_lost_journal`](crate::StoreBuilder::discard_lost_journal)),
+    /// and the journal files it moved aside rather than write over ([`JournalRecovery`](crate::JournalRecovery)).
+    /// `None` for a store opened read-only, in memory, or on a backend without a journal.
+    pub fn journal_recovery(&self) -> Option<&crate::JournalRecovery> {
+        self.engine.recovery.as_ref()
+    }
+
     /// Makes every earlier commit durable (needed only with [`Durability::Eventual`](crate::Durability::Eventual)).
     ///
     /// # Errors
