@@ -52,12 +52,20 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
 /// `names`, prints one line per acknowledgement and aborts (a crash: no destructor runs).
 /// Returns the names acknowledged.
 fn crash_writer(path: &Path, names: &[String]) -> Vec<String> {
-    let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
+    crash_writer_copying(path, names, None)
+}
+
+/// [`crash_writer`], copying `from` to `to` after `after` acknowledgements.
+fn crash_writer_copying(path: &Path, names: &[String], copy: Option<(usize, &Path, &Path)>) -> Vec<String> {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command
         .args(["--exact", "journal_owners::owner_child_writer", "--ignored", "--nocapture", "--test-threads", "1"])
         .env("IDEMDB_OWNER_CHILD_STORE", path)
-        .env("IDEMDB_OWNER_CHILD_KEYS", names.join(","))
-        .output()
-        .expect("run the child");
+        .env("IDEMDB_OWNER_CHILD_KEYS", names.join(","));
+    if let Some((after, from, to)) = copy {
+        command.env("IDEMDB_OWNER_CHILD_COPY", format!("{after}|{}|{}", from.display(), to.display()));
+    }
+    let output = command.output().expect("run the child");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!output.status.success(), "the child crashes: {stdout} {}", String::from_utf8_lossy(&output.stderr));
     let acked: Vec<String> =
@@ -75,8 +83,17 @@ fn owner_child_writer() {
     else {
         return;
     };
+    // IDEMDB_OWNER_CHILD_COPY="N|FROM|TO": copy FROM to TO after N acknowledgements (an
+    // operator's `cp` while the store runs).
+    let copy = std::env::var("IDEMDB_OWNER_CHILD_COPY").ok();
+    let copy: Option<Vec<String>> = copy.map(|text| text.split('|').map(str::to_string).collect());
     let store = builder().open(&path).expect("child open");
-    for name in keys.split(',') {
+    for (done, name) in keys.split(',').enumerate() {
+        if let Some([after, from, to]) = copy.as_deref()
+            && after.parse::<usize>().ok() == Some(done)
+        {
+            fs::copy(from, to).expect("copy while running");
+        }
         complete(&store, name);
         println!("acked {name}");
     }
@@ -370,4 +387,68 @@ fn a_refused_open_changes_nothing() {
     let refused = Store::open(&partial);
     assert!(matches!(refused, Err(OpenError::Foreign { .. })), "{refused:?}");
     assert_eq!((digest(&partial), files_in(dir.path())), before, "a foreign-file refusal changed the file");
+}
+
+/// A copy of the store's journal made while it ran, left beside the name the store was then
+/// moved to, was taken for its journal: the records written after the copy were lost. The
+/// journal at the recorded path, the one the store wrote, comes first.
+#[test]
+fn an_early_copy_of_the_journal_beside_the_new_name_does_not_win() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.idemdb");
+    let b = dir.path().join("b.idemdb");
+    drop(builder().open(&a).expect("create"));
+    let acked = crash_writer_copying(&a, &names("a", 7), Some((1, &journal_of(&a), &journal_of(&b))));
+    fs::rename(&a, &b).expect("mv a b");
+    let store = builder().open(&b).expect("b");
+    assert_all(&store, &acked, "with an early copy of the journal beside the new name");
+    let report = store.journal_recovery().expect("report");
+    assert_eq!(
+        report.read_from.as_deref(),
+        Some(fs::canonicalize(dir.path()).expect("dir").join("a.idemdb-journal").as_path())
+    );
+}
+
+/// A copy of a running store opened with the original's journal hard-linked beside it rewrote
+/// the shared file in place, and the original lost every record in it. A journal file that is
+/// another name's too is never written through this one.
+#[cfg(unix)]
+#[test]
+fn a_journal_shared_with_another_name_is_never_rewritten() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.idemdb");
+    let d = dir.path().join("d.idemdb");
+    drop(builder().open(&a).expect("create"));
+    let acked = crash_writer_copying(&a, &names("a", 4), Some((3, &a, &d)));
+    for link in [false, true] {
+        let _ = fs::remove_file(journal_of(&d));
+        if link {
+            std::os::unix::fs::symlink(journal_of(&a), journal_of(&d)).expect("ln -s");
+        } else {
+            fs::hard_link(journal_of(&a), journal_of(&d)).expect("ln");
+        }
+        let before = fs::read(journal_of(&a)).expect("a's journal");
+        if let Ok(copy) = builder().open(&d) {
+            let report = copy.journal_recovery().expect("report").clone();
+            assert!(report.set_aside.iter().any(|aside| aside.reason == SetAsideReason::Shared), "{report:?}");
+        }
+        assert_eq!(fs::read(journal_of(&a)).expect("a's journal"), before, "a's journal, untouched (link: {link})");
+    }
+    let original = builder().open(&a).expect("a");
+    assert_all(&original, &acked, "the original after its copy was opened");
+}
+
+/// A refused open (another store holds the journal at this name) left a new file behind.
+#[cfg(unix)]
+#[test]
+fn a_journal_held_elsewhere_is_refused_before_a_new_store_is_made() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.idemdb");
+    let held = builder().open(&a).expect("a, held");
+    let d = dir.path().join("d.idemdb");
+    std::os::unix::fs::symlink(journal_of(&a), journal_of(&d)).expect("ln -s");
+    let refused = builder().open(&d);
+    assert!(matches!(refused, Err(OpenError::AlreadyOpen)), "{refused:?}");
+    assert!(!d.exists(), "no new store file");
+    drop(held);
 }

@@ -446,7 +446,12 @@ impl Store {
             }
         };
         let synced = crate::builder::sync_parent(&target).map_err(io("sync the directory of", &target));
-        // The replaced file's locks go once its name is the copy's.
+        // The replaced store's journal held nothing it needed (a store with pending records is
+        // refused): it goes with the store, so the copy does not find it beside its name. Then
+        // the replaced file's locks go, once its name is the copy's.
+        if replaced && let Some(held) = &held {
+            held.retire_journal();
+        }
         drop(held);
         synced?;
         let bytes = fs::metadata(&target).map_err(io("read the size of", &target))?.len();

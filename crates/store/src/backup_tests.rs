@@ -152,6 +152,26 @@ fn overwrite_replaces_an_existing_backup() {
     assert_eq!(keys_in(&path), ["k-1".to_string(), "k-2".to_string()].into());
 }
 
+/// A replaced backup that had been opened (and so had a journal beside it) left that journal
+/// behind: the new copy's first open found another store's journal at its name and set it
+/// aside. The replaced store's journal, which held nothing it needed, now goes with it.
+#[test]
+fn overwrite_takes_the_replaced_stores_journal_with_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path().join("live.idemdb")).expect("open");
+    complete(&store, "k-1");
+    let path = dir.path().join("b.idemdb");
+    store.backup_to(&path).expect("first");
+    drop(Store::open(&path).expect("the first backup, opened once"));
+    let journal = dir.path().join("b.idemdb-journal");
+    assert!(journal.exists(), "an opened store has a journal beside it");
+    complete(&store, "k-2");
+    assert!(store.backup_with(&path, BackupOptions::new().overwrite(true)).expect("second").replaced);
+    assert!(!journal.exists(), "the replaced store's journal went with it");
+    let reopened = Store::open(&path).expect("the second backup");
+    assert!(reopened.journal_recovery().expect("report").set_aside.is_empty(), "nothing to set aside");
+}
+
 /// A file backend that fails every write, length change and sync with `ENOSPC` once `budget`
 /// bytes were written.
 struct FullDisk {

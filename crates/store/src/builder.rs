@@ -13,7 +13,7 @@ use crate::db::Db;
 use crate::durability::Durability;
 use crate::engine::{Config, Engine};
 use crate::journal::commit::JournalFile;
-use crate::journal::files::{journal_path, refuse_odd_journal, resolve};
+use crate::journal::files::{journal_path, refuse_held_journal, refuse_odd_journal, resolve};
 use crate::journal::recovery::{JournalSetup, JournalSource, check_read_only};
 use crate::lockfile;
 use crate::meta::{Initialiser, read_meta};
@@ -271,6 +271,9 @@ impl StoreBuilder {
         if let Ok(resolved) = resolve(path) {
             refuse_odd_journal(&journal_path(&resolved))?;
         }
+        // A journal at this name that another store holds (through a link, or a store moved
+        // away while open) is refused before the file is created or written.
+        refuse_held_journal(&journal_path(&crate::lockfile::lock_target(path)))?;
         let db = open_identified(
             path,
             true,

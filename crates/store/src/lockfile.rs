@@ -98,11 +98,10 @@ impl Drop for HolderLock {
     }
 }
 
-/// The lock file of the store at `store`: `<resolved path>.lock`. The path is resolved as
-/// every runtime resolves it: the file's real path when it exists; otherwise its directory's
-/// real path joined with its name; otherwise `store` as given.
-pub(crate) fn lock_path(store: &Path) -> PathBuf {
-    let resolved = fs::canonicalize(store).unwrap_or_else(|_| {
+/// The store file's path resolved as every runtime resolves it: the file's real path when it
+/// exists; otherwise its directory's real path joined with its name; otherwise `store` as given.
+pub(crate) fn lock_target(store: &Path) -> PathBuf {
+    fs::canonicalize(store).unwrap_or_else(|_| {
         let parent = match store.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => Path::new("."),
@@ -111,8 +110,14 @@ pub(crate) fn lock_path(store: &Path) -> PathBuf {
             (Ok(dir), Some(name)) => dir.join(name),
             _ => store.to_path_buf(),
         }
-    });
-    let mut name = resolved.into_os_string();
+    })
+}
+
+/// The lock file of the store at `store`: `<resolved path>.lock`. The path is resolved as
+/// every runtime resolves it: the file's real path when it exists; otherwise its directory's
+/// real path joined with its name; otherwise `store` as given.
+pub(crate) fn lock_path(store: &Path) -> PathBuf {
+    let mut name = lock_target(store).into_os_string();
     name.push(".lock");
     PathBuf::from(name)
 }

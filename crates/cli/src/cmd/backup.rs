@@ -54,6 +54,11 @@ pub(crate) struct BackupArgs {
 pub(crate) fn run(args: &BackupArgs, json: bool) -> Result<Exit, CliError> {
     let source = &args.source;
     check_existing(source)?;
+    // What DEST alone can refuse is refused before SRC is opened: opening a store left by a
+    // crash recovers it (a write), and a refused command changes nothing.
+    if let Some(refused) = refused_destination(source, &args.dest, args.overwrite) {
+        return Err(CliError::usage_msg("DEST", &crate::error::cause_chain(&refused)));
+    }
     let store = match open_read_only(source) {
         Ok(store) => store,
         Err(error) => return Err(held_elsewhere(source, error)),
@@ -130,6 +135,38 @@ pub(crate) fn run(args: &BackupArgs, json: bool) -> Result<Exit, CliError> {
         output::print(&output::fields(&fields));
     }
     Ok(Exit::Ok)
+}
+
+/// The refusals of [`idemdb::Store::backup_with`] that DEST decides alone: a directory, a file
+/// that exists (without `--overwrite`), SRC itself or its journal.
+fn refused_destination(source: &std::path::Path, dest: &std::path::Path, overwrite: bool) -> Option<BackupError> {
+    let meta = std::fs::metadata(dest).ok()?;
+    if meta.is_dir() {
+        return Some(BackupError::NotAFile { path: dest.to_path_buf(), kind: "a directory" });
+    }
+    let resolved = std::fs::canonicalize(dest).ok()?;
+    let source = std::fs::canonicalize(source).ok()?;
+    let mut journal = source.clone().into_os_string();
+    journal.push("-journal");
+    let same = |other: &std::path::Path| resolved == other || same_inode(&meta, other);
+    if same(&source) {
+        return Some(BackupError::SameFile { dest: dest.to_path_buf(), what: "file" });
+    }
+    if same(std::path::Path::new(&journal)) {
+        return Some(BackupError::SameFile { dest: dest.to_path_buf(), what: "journal" });
+    }
+    (!overwrite).then(|| BackupError::DestinationExists(dest.to_path_buf()))
+}
+
+#[cfg(unix)]
+fn same_inode(meta: &std::fs::Metadata, other: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(other).is_ok_and(|theirs| theirs.dev() == meta.dev() && theirs.ino() == meta.ino())
+}
+
+#[cfg(not(unix))]
+fn same_inode(_meta: &std::fs::Metadata, _other: &std::path::Path) -> bool {
+    false
 }
 
 /// An open that failed because another process holds the store says where to back it up.

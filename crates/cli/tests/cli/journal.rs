@@ -88,7 +88,7 @@ fn pay_writer_child() {
 
 fn crashed_store(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("pay.idemdb");
-    let child = Command::new(std::env::current_exe().unwrap())
+    let child = Command::new(std::env::current_exe().expect("test binary"))
         .args(["--exact", "journal::pay_writer_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env(PAY_CHILD, &path)
         .output()
@@ -103,30 +103,30 @@ fn crashed_store(dir: &std::path::Path) -> std::path::PathBuf {
 /// `--discard-journal` reports what it gave up and where the journal file is kept.
 #[test]
 fn recover_says_what_a_discard_gave_up_and_where_the_journal_is() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("dir");
     let path = crashed_store(dir.path());
     let journal = dir.path().join("pay.idemdb-journal");
     let mut bytes = std::fs::read(&journal).expect("journal");
     // Record 5 of 20 (one block each after the header block): damaged, 15 intact after it.
     bytes[5 * 4096 + 40] ^= 0x55;
-    std::fs::write(&journal, &bytes).unwrap();
+    std::fs::write(&journal, &bytes).expect("damage");
 
     let refused = idemdb(["recover", arg(&path)]).code(3);
     assert!(refused.stderr.contains("15 intact record(s) follow it"), "{}", refused.stderr);
     assert!(!refused.stderr.contains("given up"), "nothing is given up by a refusal: {}", refused.stderr);
-    assert_eq!(std::fs::read(&journal).unwrap(), bytes, "the refusal changed the journal");
+    assert_eq!(std::fs::read(&journal).expect("journal"), bytes, "the refusal changed the journal");
 
     let discarded = idemdb(["recover", "--discard-journal", arg(&path)]).code(0);
     assert!(discarded.stdout.contains("records given up"), "{}", discarded.stdout);
     assert!(discarded.stdout.contains("journal set aside"), "{}", discarded.stdout);
     assert!(discarded.stderr.contains("4 intact record(s) applied, 15 given up"), "{}", discarded.stderr);
     let kept: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
+        .expect("dir")
+        .map(|entry| entry.expect("entry").path())
         .filter(|path| path.to_string_lossy().contains(".set-aside-"))
         .collect();
     assert_eq!(kept.len(), 1, "{kept:?}");
-    assert_eq!(std::fs::read(&kept[0]).unwrap(), bytes, "the set-aside journal holds what was given up");
+    assert_eq!(std::fs::read(&kept[0]).expect("kept"), bytes, "the set-aside journal holds what was given up");
 
     // A second discard on a store that needs nothing says nothing about giving up.
     let again = idemdb(["recover", "--discard-journal", arg(&path)]).code(0);
@@ -137,7 +137,7 @@ fn recover_says_what_a_discard_gave_up_and_where_the_journal_is() {
 #[cfg(unix)]
 #[test]
 fn a_fifo_journal_is_named_as_the_journal() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("f.idemdb");
     drop(Store::open(&path).expect("create"));
     let journal = dir.path().join("f.idemdb-journal");
@@ -157,7 +157,7 @@ fn a_fifo_journal_is_named_as_the_journal() {
 /// backup_with" (a library call); its help did not say it refuses such stores.
 #[test]
 fn a_rebuild_refusal_speaks_to_the_operator() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("orders.idemdb");
     let store = open_as_the_application(&path);
     store.write(|txn| txn.table(ORDERS)?.insert("order-1", 10)).expect("write");
@@ -168,7 +168,7 @@ fn a_rebuild_refusal_speaks_to_the_operator() {
     assert!(!refused.stderr.contains("backup_with"), "{}", refused.stderr);
     let store = open_as_the_application(&path);
     let amount = store.write(|txn| Ok::<_, idemdb::Error>(txn.table(ORDERS)?.get("order-1")?.map(|v| v.value())));
-    assert_eq!(amount.unwrap(), Some(10), "the application's row is still there");
+    assert_eq!(amount.expect("read"), Some(10), "the application's row is still there");
     drop(store);
     let help = idemdb(["compact", "--help"]).code(0);
     assert!(

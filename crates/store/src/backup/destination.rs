@@ -33,7 +33,26 @@ use crate::{Error, OpenError};
 pub(super) struct Held {
     _holder: lockfile::HolderLock,
     _file: fs::File,
-    _journal: Option<fs::File>,
+    journal: Option<fs::File>,
+    /// Where the journal is (beside the resolved path).
+    journal_at: PathBuf,
+}
+
+impl Held {
+    /// Removes the replaced store's journal, while it is still locked and only if its name
+    /// still leads to the file locked: it held nothing the store needed (a store whose records
+    /// may be pending is refused), and left beside the copy it would be another store's journal
+    /// to set aside at the copy's first open.
+    pub(super) fn retire_journal(&self) {
+        let Some(journal) = &self.journal else { return };
+        let held = crate::journal::files::identity_of(journal);
+        if held.is_some()
+            && crate::journal::files::identity(&self.journal_at) == held
+            && fs::remove_file(&self.journal_at).is_ok()
+        {
+            crate::journal::aside::sync_dir(&self.journal_at);
+        }
+    }
 }
 
 /// Takes the locks of the existing file at `target` (resolved: not a symbolic link), refusing a
@@ -72,7 +91,7 @@ pub(super) fn hold(target: &Path) -> Result<Held, BackupError> {
     if let Some(pending) = pending(target, &file, &beside)? {
         return Err(pending);
     }
-    Ok(Held { _holder: holder, _file: file, _journal: journal })
+    Ok(Held { _holder: holder, _file: file, journal, journal_at: beside })
 }
 
 fn open(path: &Path, locked: PathBuf, source: Option<OpenError>) -> BackupError {

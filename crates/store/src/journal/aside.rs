@@ -25,15 +25,20 @@ pub enum SetAsideReason {
     /// journal at all): a new journal was started beside the store instead of writing over it.
     NotThisStores,
     /// It is this store's journal, and the open gave up commits it holds (a damaged or cut
-    /// journal opened with `discard_lost_journal`): the file keeps them.
+    /// journal opened with `discard_lost_journal`), or an earlier copy of it: the file keeps
+    /// them.
     GivenUp,
+    /// The name is a symbolic link, or the file has other hard links: the file is another
+    /// name's too and is never written through this one (only the name was moved aside).
+    Shared,
 }
 
 impl std::fmt::Display for SetAsideReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             SetAsideReason::NotThisStores => "not this store's journal",
-            SetAsideReason::GivenUp => "holds commits this open gave up",
+            SetAsideReason::GivenUp => "holds commits this open gave up, or an earlier copy of them",
+            SetAsideReason::Shared => "a link to a file another name shares",
         })
     }
 }
@@ -88,6 +93,23 @@ pub(crate) fn sync_dir(path: &Path) {
     };
     if let Ok(dir) = fs::File::open(dir) {
         let _ = dir.sync_all();
+    }
+}
+
+/// Whether the journal name `path` is a symbolic link, or its file has other hard links.
+pub(crate) fn is_shared(path: &Path) -> bool {
+    let Ok(meta) = fs::symlink_metadata(path) else { return false };
+    if meta.file_type().is_symlink() {
+        return true;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        meta.nlink() > 1
+    }
+    #[cfg(not(unix))]
+    {
+        false
     }
 }
 

@@ -72,6 +72,16 @@ pub(crate) fn refuse_odd_journal(journal: &Path) -> Result<(), OpenError> {
     }
 }
 
+/// Refuses a journal path whose file another handle holds (a store open elsewhere through
+/// another name), before anything is created or written: [`OpenError::AlreadyOpen`].
+pub(crate) fn refuse_held_journal(journal: &Path) -> Result<(), OpenError> {
+    match open_journal(journal, Access::Read) {
+        Err(OpenError::AlreadyOpen) => Err(OpenError::AlreadyOpen),
+        // Anything else is for the open to decide (the lock taken here is dropped at once).
+        _ => Ok(()),
+    }
+}
+
 /// How a journal file is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {

@@ -361,13 +361,24 @@ fn beside_journal(
     let Some(file) = file else { return Ok((open_beside(path, store)?, false)) };
     let header = Header::read(&file).map_err(io_error(Some(path)))?;
     let owner = aside::owner(&header);
-    if reuse && (was_read || own.is_some_and(|id| header.newest_of(&id).is_some())) {
-        return Ok((file, true));
+    // A file reached through a symlink or with other hard links is another name's too (a copy
+    // of the store whose journal was linked beside it): never written in place.
+    let shared = aside::is_shared(path);
+    if !shared {
+        if reuse && (was_read || own.is_some_and(|id| header.newest_of(&id).is_some())) {
+            return Ok((file, true));
+        }
+        if aside::holds_nothing(&file).map_err(io_error(Some(path)))? {
+            return Ok((file, false));
+        }
     }
-    if aside::holds_nothing(&file).map_err(io_error(Some(path)))? {
-        return Ok((file, false));
-    }
-    let reason = if owner.is_some() && owner == own { SetAsideReason::GivenUp } else { SetAsideReason::NotThisStores };
+    let reason = if shared {
+        SetAsideReason::Shared
+    } else if owner.is_some() && owner == own {
+        SetAsideReason::GivenUp
+    } else {
+        SetAsideReason::NotThisStores
+    };
     let to = aside::set_aside(path, owner.as_ref(), now).map_err(|source| OpenError::Io {
         action: "set aside the journal",
         path: path.to_path_buf(),
@@ -599,6 +610,22 @@ where
         return Err(OpenError::Journal { path: PathBuf::new(), reason: "no journal backend".into() });
     };
     let recorded = meta.path.as_deref().filter(|recorded| *recorded != beside);
+    let same_file = wanted.identity.is_some() && wanted.identity == meta.file;
+    // The journal the store last wrote is the one at the recorded path: when the store is that
+    // very file and the path still holds its journal, it comes first (a copy of the journal made
+    // earlier and left beside the store's new name holds fewer records).
+    if same_file
+        && let Some(recorded) = recorded
+        && let Some(located) = carrying(recorded, id, access, &wrap)?
+    {
+        tracing::info!(
+            target: "idemdb::journal",
+            store = %store.display(),
+            journal = %recorded.display(),
+            "the store's journal is where it was last opened, not beside the store (renamed, or another hard link)"
+        );
+        return Ok(located);
+    }
     let mut at_beside = None;
     if let Some(file) = open_journal(beside, access)? {
         let identity = identity_of(&file);
@@ -609,33 +636,20 @@ where
         }
         at_beside = Some((Located { file, path: Some(beside.to_path_buf()), identity }, header));
     }
-    let same_file = wanted.identity.is_some() && wanted.identity == meta.file;
     if same_file {
-        let mut places: Vec<PathBuf> = recorded.map(Path::to_path_buf).into_iter().collect();
-        places.extend(aside::candidates(beside, id));
+        let mut places = aside::candidates(beside, id);
         if let Some(recorded) = recorded {
             places.extend(aside::candidates(recorded, id));
         }
         for place in places {
-            let file = match open_journal(&place, access) {
-                Ok(Some(file)) => file,
-                Ok(None) => continue,
-                Err(error) => {
-                    tracing::debug!(target: "idemdb::journal", journal = %place.display(), %error, "not usable");
-                    continue;
-                }
-            };
-            let identity = identity_of(&file);
-            let file = wrap(file, &place)?;
-            let header = Header::read(&file).map_err(io_error(Some(&place)))?;
-            if header.newest_of(id).is_some() {
+            if let Some(located) = carrying(&place, id, access, &wrap)? {
                 tracing::info!(
                     target: "idemdb::journal",
                     store = %store.display(),
                     journal = %place.display(),
-                    "the store's journal is not beside the store (renamed, another hard link, or set aside)"
+                    "the store's journal was set aside; it is read from there"
                 );
-                return Ok(Located { file, path: Some(place), identity });
+                return Ok(located);
             }
         }
     }
@@ -673,6 +687,29 @@ where
             })
         }
     }
+}
+
+/// The journal file at `place`, opened and locked, when its header names the journal `id`.
+/// A file that cannot be opened (missing, held by another store, not a regular file) is not
+/// it.
+fn carrying<F: StorageBackend>(
+    place: &Path,
+    id: &[u8; 16],
+    access: Access,
+    wrap: &impl Fn(fs::File, &Path) -> Result<F, OpenError>,
+) -> Result<Option<Located<F>>, OpenError> {
+    let file = match open_journal(place, access) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Ok(None),
+        Err(error) => {
+            tracing::debug!(target: "idemdb::journal", journal = %place.display(), %error, "not usable");
+            return Ok(None);
+        }
+    };
+    let identity = identity_of(&file);
+    let file = wrap(file, place)?;
+    let header = Header::read(&file).map_err(io_error(Some(place)))?;
+    Ok(header.newest_of(id).is_some().then(|| Located { file, path: Some(place.to_path_buf()), identity }))
 }
 
 /// Checks that a journal's header names the store's journal id, at a generation no later
