@@ -129,12 +129,13 @@ pub(crate) fn run(args: &DemoArgs, json: bool) -> Result<Exit, CliError> {
     Ok(if summary.sound() { Exit::Ok } else { Exit::Problems })
 }
 
-/// Takes the demo's run lock, `demo.idemdb.lock` beside the store: one demo per directory.
+/// Takes the demo's run lock, `demo.idemdb.run-lock` beside the store: one demo per directory
+/// (not `demo.idemdb.lock`, which is the store's own holder lock).
 ///
 /// # Errors
 /// Exit 3 while another demo holds it; exit 4 when the lock file cannot be made.
 fn lock_run(path: &Path) -> Result<std::fs::File, CliError> {
-    let lock_path = path.with_extension("idemdb.lock");
+    let lock_path = path.with_extension("idemdb.run-lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

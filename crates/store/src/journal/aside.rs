@@ -203,7 +203,12 @@ pub(crate) fn intact_beyond(
             at += BLOCK as u64;
             continue;
         }
-        let mut record = vec![0u8; format::blocks_for(len) * BLOCK];
+        let size = format::blocks_for(len) * BLOCK;
+        if size as u64 > limit - at {
+            at += BLOCK as u64;
+            continue;
+        }
+        let mut record = vec![0u8; size];
         backend.read(at, &mut record)?;
         match format::decode_record(&record, seal, seq) {
             Ok(_) | Err(Stop::Malformed) => {

@@ -114,7 +114,12 @@ pub(crate) fn scan(
             let blank = first.iter().all(|byte| *byte == 0);
             break if blank { ScanEnd::Blank } else { ScanEnd::NotARecord };
         };
-        let mut record = vec![0u8; format::blocks_for(len) * BLOCK];
+        let size = format::blocks_for(len) * BLOCK;
+        if size as u64 > left {
+            // Its blocks would run past the journal's end (a file cut short): not a record.
+            break ScanEnd::NotARecord;
+        }
+        let mut record = vec![0u8; size];
         backend.read(at, &mut record)?;
         match format::decode_record(&record, seal, seq) {
             Ok(batch) => {
