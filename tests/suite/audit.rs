@@ -79,3 +79,88 @@ fn audit_events_are_stored_in_segments_and_every_reader_counts_events() {
     // The records themselves are still inside their response TTL: untouched.
     assert!(matches!(store.reserve(&scope, &key("k-0"), &fp(1)).expect("replay"), Reservation::Replay { .. }));
 }
+
+/// A store image whose writes can be made to fail (a disk that filled up or went bad).
+#[derive(Debug, Clone, Default)]
+struct FailingDisk {
+    image: std::sync::Arc<idemdb::redb::backends::InMemoryBackend>,
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FailingDisk {
+    fn check(&self) -> Result<(), std::io::Error> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(std::io::Error::other("the disk is failing"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl idemdb::redb::StorageBackend for FailingDisk {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.image.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.image.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.check()?;
+        self.image.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.check()?;
+        self.image.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.check()?;
+        self.image.write(offset, data)
+    }
+}
+
+/// Found by the concurrent crash points: a disk that fails every write, under a stream of
+/// answers that write nothing (replays), let their waiting audit events grow without end (the
+/// writer thread retried in a tight loop and put them back each time; memory grew by about
+/// 20 MB/s). At most `AuditBatch::MAX_WAITING` events now wait; later ones are dropped and
+/// counted, and the answers themselves stay correct. (Waiting events are lost with the
+/// failed open, as a crash loses about the last second's; a decision's event never waits.)
+#[test]
+fn a_failing_disk_bounds_the_waiting_audit_events() {
+    // The journal's disk fails: commits fail before they reach the store file, which redb
+    // would otherwise mark failed until a reopen.
+    let (image, disk) = (FailingDisk::default(), FailingDisk::default());
+    let clock = ManualClock::new(T0);
+    let scope = scope("acme", "create_payment");
+    let open = || builder(&clock).open_backend_with_journal(image.clone(), disk.clone()).expect("open");
+    let store = open();
+    let Reservation::Acquired(lease) = store.reserve(&scope, &key("paid"), &fp(1)).expect("reserve") else {
+        panic!("a new key is acquired");
+    };
+    store.complete(&lease, b"receipt".to_vec()).expect("complete");
+    store.flush().expect("flush");
+    let before = store.audit_events(usize::MAX).expect("events").len();
+
+    disk.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answers = 3 * idemdb::core::AuditBatch::MAX_WAITING;
+    for i in 0..answers {
+        let answer = store.reserve(&scope, &key("paid"), &fp(1)).expect("a replay needs no write");
+        assert!(
+            matches!(&answer, Reservation::Replay { body, .. } if body == b"receipt"),
+            "answer {i} on a failing disk: {answer:?}"
+        );
+    }
+    let buffered = store.audit_events(usize::MAX).expect("events").len() - before;
+    assert!(buffered <= idemdb::core::AuditBatch::MAX_WAITING, "{buffered} events wait");
+    let dropped = store.stats().expect("stats").audit_events_dropped;
+    assert_eq!(dropped + buffered as u64, answers as u64, "every answer's event is either waiting or counted");
+    assert!(dropped >= (answers - idemdb::core::AuditBatch::MAX_WAITING) as u64, "{dropped} dropped");
+
+    disk.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let error = store.flush().expect_err("a failed journal stays failed until the store is reopened");
+    assert!(error.reopen_required(), "{error:?}");
+    drop(store);
+    let store = open();
+    let answer = store.reserve(&scope, &key("paid"), &fp(1)).expect("reserve after the reopen");
+    assert!(matches!(&answer, Reservation::Replay { body, .. } if body == b"receipt"), "{answer:?}");
+    assert_eq!(store.stats().expect("stats").audit_events_dropped, 0, "the count is of this open");
+}

@@ -197,6 +197,11 @@ impl AuditBatch {
     pub const EVENTS: usize = 256;
     /// Milliseconds after which waiting events are written.
     pub const DELAY_MS: u64 = 1_000;
+    /// The most events that wait in memory. Writes that keep failing (a full or failing disk)
+    /// would otherwise let a stream of answers grow the buffer without end; beyond this, an
+    /// answer's event is dropped and counted (`Stats::audit_events_dropped`), never a
+    /// decision's, which its own commit writes.
+    pub const MAX_WAITING: usize = 16 * Self::EVENTS;
 
     /// How long `waiting` events, the oldest of which has waited `waited_ms`, may still wait
     /// before they must be written: `None` when nothing waits, `Some(0)` when they are due now.

@@ -13,6 +13,10 @@
 //! caller's thread; it holds the engine while it runs. Where no thread can be started (the
 //! WebAssembly build), a full buffer is written by the answering caller, and the age bound
 //! holds only as far as later commits come.
+//!
+//! When the write fails (a full or failing disk) the events go back to the buffer and the
+//! next try comes [`AuditBatch::DELAY_MS`] later; at most [`AuditBatch::MAX_WAITING`] events
+//! wait, later answers' events are dropped and counted (`Stats::audit_events_dropped`).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
@@ -41,6 +45,9 @@ struct State {
     since: Option<std::time::Instant>,
     /// The count bound was reached: write now.
     full: bool,
+    /// The last write failed: the next try waits [`AuditBatch::DELAY_MS`] however many
+    /// events wait, so a failing disk is not hammered in a loop.
+    failed: bool,
     /// Stop the thread.
     stop: bool,
 }
@@ -139,7 +146,14 @@ fn run(shared: &Shared, engine: &Engine, group: &GroupCommit) {
             continue;
         };
         let waited = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let count = if state.full { AuditBatch::EVENTS } else { engine.audit_waiting() };
+        let count = if state.failed {
+            // Due once the delay has passed since the failure, like a single waiting event.
+            1
+        } else if state.full {
+            AuditBatch::EVENTS
+        } else {
+            engine.audit_waiting()
+        };
         match AuditBatch::wait_ms(count, waited) {
             // A commit wrote them meanwhile.
             None => state.since = None,
@@ -150,7 +164,8 @@ fn run(shared: &Shared, engine: &Engine, group: &GroupCommit) {
                 // On failure the events go back to the buffer: try again a delay later.
                 let written = group.run(engine, |_| Ok(()));
                 state = lock(&shared.state);
-                if written.is_err() {
+                state.failed = written.is_err();
+                if state.failed {
                     state.since = Some(std::time::Instant::now());
                 }
             }

@@ -395,7 +395,7 @@ impl StoreBuilder {
         let config = self.config()?;
         let clock = self.resolve_clock()?;
         discard_unfinished_creation(&backend)?;
-        let db = self.redb_builder().create_with_backend(backend)?;
+        let db = self.create_on_backend(backend)?;
         refuse_pending_journal(&db)?;
         let init = self.check(true)?;
         Engine::from_parts(Db::Writable(db), None, config, clock, init, None).map(Store::from_engine)
@@ -418,7 +418,7 @@ impl StoreBuilder {
         let config = self.config()?;
         let clock = self.resolve_clock()?;
         discard_unfinished_creation(&backend)?;
-        let db = self.redb_builder().create_with_backend(backend)?;
+        let db = self.create_on_backend(backend)?;
         let init = self.check(true)?;
         let setup = JournalSetup {
             source: JournalSource::Backend(JournalFile(std::sync::Arc::new(journal))),
@@ -428,6 +428,19 @@ impl StoreBuilder {
             apps: self.apps.clone(),
         };
         Engine::from_parts(Db::Writable(db), None, config, clock, init, Some(setup)).map(Store::from_engine)
+    }
+
+    /// redb's `create_with_backend`, with a panic of the storage layer on a damaged image (redb
+    /// 4.6 can reach `unreachable!` on a page a lying disk left half written) reported as
+    /// [`OpenError::NotAStore`] instead of unwinding into the caller.
+    fn create_on_backend(&self, backend: impl StorageBackend) -> Result<redb::Database, OpenError> {
+        let builder = self.redb_builder();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.create_with_backend(backend))) {
+            Ok(created) => Ok(created?),
+            Err(_) => Err(OpenError::NotAStore {
+                reason: "the file is damaged: the storage layer failed while reading it".into(),
+            }),
+        }
     }
 
     /// Decides every refusal the file and its journal can decide before the file is opened

@@ -56,6 +56,8 @@ pub(crate) struct Engine {
     fence_floor: AtomicU64,
     /// Audit events not yet written: they go out in batches with a later commit.
     buffered_audit: Mutex<Vec<EncodedEvent>>,
+    /// Answers' events dropped because [`AuditBatch::MAX_WAITING`] were already waiting.
+    dropped_audit: AtomicU64,
     /// The write-ahead journal, when commits use one (see `journal/commit.rs`); read through
     /// [`Engine::wal`].
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
@@ -113,6 +115,7 @@ impl Engine {
             audit_sequence: AtomicU64::new(next_sequence),
             fence_floor: AtomicU64::new(fence_floor),
             buffered_audit: Mutex::new(Vec::new()),
+            dropped_audit: AtomicU64::new(0),
             wal,
             recovery,
             holder: None,
@@ -297,10 +300,22 @@ impl Engine {
             return None;
         }
         let mut buffer = self.audit_buffer();
+        if buffer.len() >= AuditBatch::MAX_WAITING {
+            drop(buffer);
+            self.drop_audit_events(1);
+            // Nothing new waits: the writer already retries what does.
+            return Some(crate::audit_flush::Waiting { first: false, full: false });
+        }
         buffer.push(event);
         let waiting = buffer.len();
         drop(buffer);
         Some(crate::audit_flush::Waiting { first: waiting == 1, full: AuditBatch::wait_ms(waiting, 0) == Some(0) })
+    }
+
+    /// Answers' events dropped since the store opened because too many waited
+    /// ([`AuditBatch::MAX_WAITING`]).
+    pub(crate) fn audit_events_dropped(&self) -> u64 {
+        self.dropped_audit.load(Ordering::Relaxed)
     }
 
     /// How many audit events wait for a commit.
@@ -308,9 +323,30 @@ impl Engine {
         self.audit_buffer().len()
     }
 
+    /// Puts back events a failed commit carried (they are older than any buffered meanwhile,
+    /// so they go first); beyond [`AuditBatch::MAX_WAITING`] the newest are dropped and counted.
     pub(crate) fn buffer_audit_events(&self, mut events: Vec<EncodedEvent>) {
-        if !events.is_empty() {
-            self.audit_buffer().append(&mut events);
+        if events.is_empty() {
+            return;
+        }
+        let mut buffer = self.audit_buffer();
+        events.append(&mut buffer);
+        let dropped = events.len().saturating_sub(AuditBatch::MAX_WAITING);
+        events.truncate(AuditBatch::MAX_WAITING);
+        *buffer = events;
+        drop(buffer);
+        if dropped > 0 {
+            self.drop_audit_events(u64::try_from(dropped).unwrap_or(u64::MAX));
+        }
+    }
+
+    /// Counts answers' events that found the buffer full; the first drop is logged.
+    fn drop_audit_events(&self, dropped: u64) {
+        if self.dropped_audit.fetch_add(dropped, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                waiting = AuditBatch::MAX_WAITING,
+                "audit events cannot be written (the storage keeps failing): later answers' events are dropped and counted"
+            );
         }
     }
 

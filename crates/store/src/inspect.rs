@@ -29,6 +29,9 @@ pub struct Stats {
     pub index_entries: u64,
     /// Events in the audit trail.
     pub audit_events: u64,
+    /// Answers' audit events dropped since the store opened because writes kept failing and
+    /// `AuditBatch::MAX_WAITING` events already waited (0 on a healthy disk).
+    pub audit_events_dropped: u64,
     /// Size of the file on disk, for a file store.
     pub file_bytes: Option<u64>,
     /// Bytes of pages redb has allocated.
@@ -153,6 +156,7 @@ impl Store {
             stats.index_entries = index.len()?;
             stats.next_due = index.first()?.and_then(|(key, _)| split_expiry_key(key.value()).map(|(due, _)| due));
             stats.audit_events = count_audit_events(&read.open_table(AUDIT)?)?;
+            stats.audit_events_dropped = self.engine.audit_events_dropped();
         }
         match &self.engine.db {
             crate::db::Db::Writable(db) => {

@@ -114,9 +114,9 @@ pub use inspect::{ListFilter, ListedRecord, Listing, Problem, Stats, VerifyRepor
 pub use intents::{IntentError, IntentPage, IntentPurge};
 pub use interface::AsyncStore;
 pub use journal::DEFAULT_JOURNAL_BYTES;
+pub use journal::aside::{SetAside, SetAsideReason};
 pub use journal::checkpoint::{CHECKPOINT_BYTES, CHECKPOINT_MS, CHECKPOINT_RECORDS};
 pub use journal::commit::JournalStats;
-pub use journal::aside::{SetAside, SetAsideReason};
 pub use journal::report::JournalRecovery;
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 pub use rebuild::rebuild;
