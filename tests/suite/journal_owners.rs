@@ -57,14 +57,36 @@ fn crash_writer(path: &Path, names: &[String]) -> Vec<String> {
 
 /// [`crash_writer`], copying `from` to `to` after `after` acknowledgements.
 fn crash_writer_copying(path: &Path, names: &[String], copy: Option<(usize, &Path, &Path)>) -> Vec<String> {
+    let ops: Vec<(usize, FileOp, &Path, &Path)> =
+        copy.into_iter().map(|(after, from, to)| (after, FileOp::Copy, from, to)).collect();
+    crash_writer_with(path, names, &ops)
+}
+
+/// What an operator does to a file while the writer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileOp {
+    /// `cp FROM TO`
+    Copy,
+    /// `mv FROM TO`
+    Move,
+}
+
+/// [`crash_writer`], running `ops` (after so many acknowledgements each, in order) while it
+/// writes.
+fn crash_writer_with(path: &Path, names: &[String], ops: &[(usize, FileOp, &Path, &Path)]) -> Vec<String> {
     let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
     command
         .args(["--exact", "journal_owners::owner_child_writer", "--ignored", "--nocapture", "--test-threads", "1"])
         .env("IDEMDB_OWNER_CHILD_STORE", path)
         .env("IDEMDB_OWNER_CHILD_KEYS", names.join(","));
-    if let Some((after, from, to)) = copy {
-        command.env("IDEMDB_OWNER_CHILD_COPY", format!("{after}|{}|{}", from.display(), to.display()));
-    }
+    let ops: Vec<String> = ops
+        .iter()
+        .map(|(after, op, from, to)| {
+            let op = if *op == FileOp::Copy { "cp" } else { "mv" };
+            format!("{after}|{op}|{}|{}", from.display(), to.display())
+        })
+        .collect();
+    command.env("IDEMDB_OWNER_CHILD_OPS", ops.join(";"));
     let output = command.output().expect("run the child");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!output.status.success(), "the child crashes: {stdout} {}", String::from_utf8_lossy(&output.stderr));
@@ -83,16 +105,23 @@ fn owner_child_writer() {
     else {
         return;
     };
-    // IDEMDB_OWNER_CHILD_COPY="N|FROM|TO": copy FROM to TO after N acknowledgements (an
-    // operator's `cp` while the store runs).
-    let copy = std::env::var("IDEMDB_OWNER_CHILD_COPY").ok();
-    let copy: Option<Vec<String>> = copy.map(|text| text.split('|').map(str::to_string).collect());
+    // IDEMDB_OWNER_CHILD_OPS="N|cp|FROM|TO;N|mv|FROM|TO": an operator's `cp` or `mv` after N
+    // acknowledgements, while the store runs.
+    let ops = std::env::var("IDEMDB_OWNER_CHILD_OPS").unwrap_or_default();
+    let ops: Vec<Vec<String>> =
+        ops.split(';').filter(|op| !op.is_empty()).map(|op| op.split('|').map(str::to_string).collect()).collect();
     let store = builder().open(&path).expect("child open");
     for (done, name) in keys.split(',').enumerate() {
-        if let Some([after, from, to]) = copy.as_deref()
-            && after.parse::<usize>().ok() == Some(done)
-        {
-            fs::copy(from, to).expect("copy while running");
+        for op in &ops {
+            if let [after, op, from, to] = op.as_slice()
+                && after.parse::<usize>().ok() == Some(done)
+            {
+                if op == "cp" {
+                    fs::copy(from, to).expect("copy while running");
+                } else {
+                    fs::rename(from, to).expect("move while running");
+                }
+            }
         }
         complete(&store, name);
         println!("acked {name}");
@@ -451,4 +480,58 @@ fn a_journal_held_elsewhere_is_refused_before_a_new_store_is_made() {
     assert!(matches!(refused, Err(OpenError::AlreadyOpen)), "{refused:?}");
     assert!(!d.exists(), "no new store file");
     drop(held);
+}
+
+/// The store moved with its journal, and the journal hard-linked back at its old name: the
+/// open read the journal at the recorded name and then opened the same file beside the store a
+/// second time, met its own lock, and refused the store as "already open" for ever (7
+/// acknowledged completions out of reach). The same file under both names is read once, set
+/// aside (it has another name), and the store opens with everything.
+#[cfg(unix)]
+#[test]
+fn a_journal_hard_linked_back_at_the_old_name_is_read_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = (dir.path().join("a.idemdb"), dir.path().join("b.idemdb"));
+    drop(builder().open(&a).expect("create"));
+    let ops = [(2, FileOp::Move, a.as_path(), b.as_path())];
+    let journal_ops = [(2, FileOp::Move, journal_of(&a), journal_of(&b))];
+    let all: Vec<(usize, FileOp, &Path, &Path)> = ops
+        .into_iter()
+        .chain(journal_ops.iter().map(|(n, op, from, to)| (*n, *op, from.as_path(), to.as_path())))
+        .collect();
+    let acked = crash_writer_with(&a, &names("a", 7), &all);
+    fs::hard_link(journal_of(&b), journal_of(&a)).expect("ln b-journal a-journal");
+    let store = builder().open(&b).expect("the moved store opens");
+    assert_all(&store, &acked, "with its journal under both names");
+    let report = store.journal_recovery().expect("report").clone();
+    assert!(report.set_aside.iter().any(|aside| aside.reason == SetAsideReason::Shared), "{report:?}");
+    drop(store);
+    let store = builder().open(&b).expect("and again");
+    assert_all(&store, &acked, "reopened");
+}
+
+/// The store moved with its journal while it ran, and a copy of both was put back at the old
+/// name; the writer went on and crashed. The moved store read the journal at the recorded
+/// (old) name first — the copy, which lacks the later records — and then removed it, so the
+/// copy lost its journal too. The journal with more records wins, and a journal beside
+/// another store file is left to that store.
+#[test]
+fn a_copy_put_back_at_the_old_name_neither_wins_nor_loses_its_journal() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, c) = (dir.path().join("a.idemdb"), dir.path().join("c.idemdb"));
+    let (a_journal, c_journal) = (journal_of(&a), journal_of(&c));
+    drop(builder().open(&a).expect("create"));
+    let ops = [
+        (3, FileOp::Move, a.as_path(), c.as_path()),
+        (3, FileOp::Move, a_journal.as_path(), c_journal.as_path()),
+        (3, FileOp::Copy, c.as_path(), a.as_path()),
+        (3, FileOp::Copy, c_journal.as_path(), a_journal.as_path()),
+    ];
+    let acked = crash_writer_with(&a, &names("a", 8), &ops);
+    let moved = builder().open(&c).expect("the moved store opens");
+    assert_all(&moved, &acked, "the moved store, whose journal went with it");
+    drop(moved);
+    assert!(a_journal.exists(), "the copy's journal is left to it");
+    let copy = builder().open(&a).expect("the copy opens");
+    assert_all(&copy, &acked[..3], "the copy, with what was acknowledged before it was made");
 }

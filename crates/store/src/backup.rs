@@ -116,6 +116,32 @@ impl<'a> BackupOptions<'a> {
         self.progress = Some(Box::new(progress));
         self
     }
+
+    /// The refusals of a backup to `dest` that `dest` alone decides, without a store: a file
+    /// there without [`BackupOptions::overwrite`] ([`BackupError::DestinationExists`]), and,
+    /// with it, a store there that is open ([`BackupError::DestinationOpen`]) or whose journal
+    /// may hold commits its file does not ([`BackupError::DestinationPending`]). For a caller
+    /// that opens the source store only to back it up (the CLI): opening a store left by a
+    /// crash recovers it, a write, and a refused backup should have changed nothing. The
+    /// backup checks again (and holds the destination) when it runs.
+    ///
+    /// # Errors
+    /// The refusals above; I/O errors reading `dest`.
+    pub fn check_destination(&self, dest: impl AsRef<Path>) -> Result<(), BackupError> {
+        let dest = dest.as_ref();
+        if fs::symlink_metadata(dest).is_err() {
+            return Ok(());
+        }
+        if !self.overwrite {
+            return Err(BackupError::DestinationExists(dest.to_path_buf()));
+        }
+        // A dangling symlink has no file to refuse: the backup decides.
+        let Ok(target) = fs::canonicalize(dest) else { return Ok(()) };
+        if !fs::metadata(&target).is_ok_and(|meta| meta.is_file()) {
+            return Ok(());
+        }
+        destination::hold(&target).map(drop).map_err(|error| named(error, dest))
+    }
 }
 
 /// What a backup wrote.

@@ -59,6 +59,18 @@ pub(crate) fn run(args: &BackupArgs, json: bool) -> Result<Exit, CliError> {
     if let Some(refused) = refused_destination(source, &args.dest, args.overwrite) {
         return Err(CliError::usage_msg("DEST", &crate::error::cause_chain(&refused)));
     }
+    // A store at DEST that is open, or whose journal may hold commits, is refused before SRC
+    // is opened too (the backup holds DEST and checks again when it runs).
+    match BackupOptions::new().overwrite(args.overwrite).check_destination(&args.dest) {
+        Ok(()) => {}
+        Err(error @ (BackupError::DestinationOpen { .. } | BackupError::DestinationPending { .. })) => {
+            return Err(CliError::open(&args.dest, &error));
+        }
+        Err(error @ BackupError::DestinationExists(_)) => {
+            return Err(CliError::usage_msg("DEST", &crate::error::cause_chain(&error)));
+        }
+        Err(error) => return Err(CliError::runtime_ctx(&args.dest, "backup failed", &error)),
+    }
     let store = match open_read_only(source) {
         Ok(store) => store,
         Err(error) => return Err(held_elsewhere(source, error)),

@@ -139,6 +139,34 @@ fn backup_overwrite_refuses_a_store_another_process_holds_and_its_writes_survive
     assert_eq!(keys_of(&held_path).len(), 6);
 }
 
+/// SRC left by a crash (here: a copy of a running store, which needs redb's crash recovery)
+/// and DEST a store that is open: the backup opened SRC first, which recovered it (a write),
+/// and only then refused DEST — a refused command had changed SRC. What DEST decides is now
+/// refused before SRC is opened, for a store that is open and for one whose journal may hold
+/// commits alike.
+#[test]
+fn a_backup_refused_for_its_destination_leaves_the_source_as_it_was() {
+    let dir = TempDir::new().expect("dir");
+    let live = dir.path().join("live.idemdb");
+    let running = Store::builder().journal(false).open(&live).expect("a running store");
+    let scope = Scope::new("acme", "pay").expect("scope");
+    let lease = lease(&running, &scope, "k-1", 1);
+    running.complete(&lease, b"ok".to_vec()).expect("complete");
+    let source = dir.path().join("copied-while-running.idemdb");
+    std::fs::copy(&live, &source).expect("cp of a running store");
+    let before = std::fs::read(&source).expect("bytes");
+    let held_path = dir.path().join("held.idemdb");
+    let holder = Store::open(&held_path).expect("DEST, held as by a service");
+    let run = idemdb(["backup", arg(&source), arg(&held_path), "--overwrite"]).code(3);
+    assert!(run.stderr.contains("is a store that is open"), "{}", run.stderr);
+    assert!(std::fs::read(&source).expect("bytes") == before, "the refused backup changed SRC");
+    drop(holder);
+    drop(running);
+    // Once DEST is free, the backup runs (and recovers SRC to read it).
+    let report = idemdb(["--json", "backup", arg(&source), arg(&held_path), "--overwrite"]).code(0).json();
+    assert_eq!(report["records"], 1);
+}
+
 #[test]
 fn backup_names_a_directory_destination_and_removes_only_its_own_stale_temporaries() {
     let dir = TempDir::new().expect("dir");

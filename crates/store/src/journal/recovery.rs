@@ -245,8 +245,16 @@ pub(crate) fn recover(
     let generation = Generation { epoch, salt: fresh_salt(meta.generation, applied) };
     // The journal file read from elsewhere (the recorded path, a set-aside file) stays open,
     // and so locked, until it is removed below.
+    let beside_identity = beside.as_deref().and_then(super::files::identity);
     let (from_beside, elsewhere) = match found_at {
         Some(located) if located.path.is_none() || located.path == beside => (Some(located), None),
+        // The file beside the store is the one read, under another name too (hard links): it is
+        // held already (a second open would meet its own lock). It has another name, so it is
+        // set aside rather than reused, and the recorded name is retired.
+        Some(located) if located.identity.is_some() && located.identity == beside_identity => {
+            let held = Located { file: located.file.clone(), path: beside.clone(), identity: located.identity };
+            (Some(held), Some(located))
+        }
         other => (None, other),
     };
     let journal = if active {
@@ -331,7 +339,7 @@ pub(crate) fn recover(
         // earlier file (at the recorded path, or set aside) is of no further use — unless the
         // open gave up records it holds, which it keeps. Removed while it is still open and
         // locked, and only if the name still leads to the file that was read.
-        retire(located, &mut report, now);
+        retire(located, identity, &mut report, now);
     }
     let recovered = read.batches.len() as u64;
     Ok((journal.map(|journal| Wal::new(journal, now, recovered)), report))
@@ -400,7 +408,7 @@ fn beside_journal(
 
 /// Removes (or, when it holds records the open gave up, sets aside) the store's earlier
 /// journal file once its records are applied. Best effort: the store is consistent either way.
-fn retire(located: Located, report: &mut JournalRecovery, now: u64) {
+fn retire(located: Located, store: Option<[u8; 16]>, report: &mut JournalRecovery, now: u64) {
     let Some(path) = located.path.clone() else { return };
     let still_there = located.identity.is_some() && super::files::identity(&path) == located.identity;
     if !still_there {
@@ -412,6 +420,15 @@ fn retire(located: Located, report: &mut JournalRecovery, now: u64) {
         return;
     }
     let is_aside = path.file_name().is_some_and(|name| name.to_string_lossy().contains(".set-aside-"));
+    if !is_aside && let Some(other) = other_store_of(&path, store) {
+        tracing::info!(
+            target: "idemdb::journal",
+            journal = %path.display(),
+            store = %other.display(),
+            "the store's earlier journal is beside another store file (a copy made from this one): left to it"
+        );
+        return;
+    }
     if report.discarded {
         if !is_aside && let Ok(to) = aside::set_aside(&path, None, now) {
             report.set_aside.push(SetAside { from: path, to, reason: SetAsideReason::GivenUp });
@@ -422,6 +439,16 @@ fn retire(located: Located, report: &mut JournalRecovery, now: u64) {
         report.removed = Some(path);
     }
     drop(located);
+}
+
+/// The store file the journal at `journal` sits beside (its name without `-journal`), when
+/// there is one there and it is not the store `store` (device and inode): a copy of the store
+/// made with its journal, whose unapplied records that journal still holds.
+fn other_store_of(journal: &Path, store: Option<[u8; 16]>) -> Option<PathBuf> {
+    let name = journal.file_name()?.to_str()?.strip_suffix("-journal")?;
+    let other = journal.with_file_name(name);
+    let identity = super::files::identity(&other)?;
+    (Some(identity) != store).then_some(other)
 }
 
 /// Whether an open refusal says the journal's commits are out of reach (what
@@ -618,6 +645,20 @@ where
         && let Some(recorded) = recorded
         && let Some(located) = carrying(recorded, id, access, &wrap)?
     {
+        // The same file under both names (hard links): read once, through the recorded name.
+        if located.identity.is_some() && super::files::identity(beside) == located.identity {
+            return Ok(located);
+        }
+        // Both places may carry the journal when one is a copy of the other: the copy was made
+        // earlier and holds a prefix of its records (a journal copied beside the store's new name
+        // while the store went on writing at the old one, or the store moved with its journal
+        // and a copy put back at the old name). The one with more records is the one the store
+        // wrote last; on a tie, the one beside the store.
+        if let Some(at_beside) = carrying(beside, id, access, &wrap)?
+            && records_after(&at_beside.file, id, meta) >= records_after(&located.file, id, meta)
+        {
+            return Ok(at_beside);
+        }
         tracing::info!(
             target: "idemdb::journal",
             store = %store.display(),
@@ -710,6 +751,16 @@ fn carrying<F: StorageBackend>(
     let file = wrap(file, place)?;
     let header = Header::read(&file).map_err(io_error(Some(place)))?;
     Ok(header.newest_of(id).is_some().then(|| Located { file, path: Some(place.to_path_buf()), identity }))
+}
+
+/// How many intact records after the store's checkpoint the journal `file` of `id` holds (0
+/// when it cannot be read): which of two copies of one journal the store wrote last.
+fn records_after<F: StorageBackend>(file: &F, id: &[u8; 16], meta: &JournalMeta) -> u64 {
+    let Ok(header) = Header::read(file) else { return 0 };
+    let Some(slot) = header.newest_of(id) else { return 0 };
+    let from = meta.checkpoint.unwrap_or(0).saturating_add(1);
+    let seal = Seal::Current { id: *id, generation: meta.generation };
+    scan(file, seal, from, header.len.min(slot.capacity), false).map_or(0, |found| found.batches.len() as u64)
 }
 
 /// Checks that a journal's header names the store's journal id, at a generation no later
@@ -936,14 +987,23 @@ mod tests {
         fs::write(&other, b"a new store's live journal").expect("write");
         fs::rename(&other, &path).expect("rename over");
         let mut report = JournalRecovery::default();
-        retire(located, &mut report, 0);
+        retire(located, None, &mut report, 0);
         assert_eq!(fs::read(&path).expect("kept"), b"a new store's live journal", "the new file is never removed");
         assert!(report.removed.is_none());
         // Still the file that was read: removed, and reported.
         let located = hold(&path);
-        retire(located, &mut report, 0);
+        retire(located, None, &mut report, 0);
         assert!(!path.exists());
         assert_eq!(report.removed.as_deref(), Some(path.as_path()));
+
+        // A store file beside the earlier journal that is not the recovered store (a copy
+        // made with its journal): the journal is that copy's too, and stays.
+        fs::write(&path, b"the journal a copy still needs").expect("write");
+        fs::write(dir.path().join("old.idemdb"), b"a copy of the store").expect("write");
+        let mut report = JournalRecovery::default();
+        retire(hold(&path), Some([9; 16]), &mut report, 0);
+        assert_eq!(fs::read(&path).expect("kept"), b"the journal a copy still needs");
+        assert!(report.removed.is_none());
     }
 
     /// A store last written by 0.1.x: meta `journal_checkpoint` without a journal id, and a
