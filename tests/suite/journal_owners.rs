@@ -352,6 +352,22 @@ fn a_dangling_symlink_journal_is_named() {
     assert!(shown.contains("l.idemdb-journal") && shown.contains("dangling symlink"), "{shown}");
     assert!(!shown.contains("of  "), "no empty path: {shown}");
     assert_eq!(files_in(dir.path()), before, "a refusal changes nothing");
+
+    // Given up explicitly, the store opens: the link is set aside (not followed, not removed)
+    // and a new journal is made. Without that, no open of this store ever succeeded.
+    let store = builder().discard_lost_journal(true).open(&path).expect("opens with the journal given up");
+    let report = store.journal_recovery().expect("report").clone();
+    assert!(report.set_aside.iter().any(|aside| aside.reason == SetAsideReason::Shared && aside.from == journal));
+    drop(store);
+    assert!(fs::symlink_metadata(&journal).is_ok_and(|meta| meta.is_file()), "a real journal now");
+
+    // A new store at a name whose journal is a dangling link: once refused after its file had
+    // been created (a refusal that changed the directory); now made, with the link set aside.
+    let fresh = dir.path().join("n.idemdb");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), journal_of(&fresh)).expect("dangling symlink");
+    let store = builder().open(&fresh).expect("a new store");
+    complete(&store, "n-0");
+    assert!(store.journal_recovery().expect("report").set_aside.iter().any(|aside| aside.from == journal_of(&fresh)));
 }
 
 fn digest(path: &Path) -> Option<blake3::Hash> {

@@ -263,9 +263,16 @@ impl StoreBuilder {
     /// another runtime's), an invalid policy.
     pub fn open(self, path: impl AsRef<Path>) -> Result<Store, OpenError> {
         let path = path.as_ref();
+        self.config()?;
+        let holder = lockfile::acquire(path, lockfile::Access::Write)?;
+        let engine = while_busy(|| self.open_held(path))?;
+        Ok(Store::from_engine(engine.holding(holder)))
+    }
+
+    /// [`StoreBuilder::open`] once this process holds the store's holder lock.
+    fn open_held(&self, path: &Path) -> Result<Engine, OpenError> {
         let config = self.config()?;
         let clock = self.resolve_clock()?;
-        let holder = lockfile::acquire(path, lockfile::Access::Write)?;
         // A journal path that is a directory, a FIFO or a device is refused before redb opens
         // the store for writing (and may repair it), so the refusal changes nothing.
         if let Ok(resolved) = resolve(path) {
@@ -297,13 +304,11 @@ impl StoreBuilder {
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             Engine::from_parts(Db::Writable(db), Some(path.to_path_buf()), config, clock, init, journal)
         }));
-        opened
-            .unwrap_or_else(|_| {
-                Err(OpenError::NotAStore {
-                    reason: "the file is damaged: the storage layer failed while opening it".into(),
-                })
+        opened.unwrap_or_else(|_| {
+            Err(OpenError::NotAStore {
+                reason: "the file is damaged: the storage layer failed while opening it".into(),
             })
-            .map(|engine| Store::from_engine(engine.holding(holder)))
+        })
     }
 
     /// The journal of the store file at `path` (which exists now): found beside the file's
@@ -582,6 +587,36 @@ fn refuse_pending_journal(db: &redb::Database) -> Result<(), OpenError> {
 /// every process that replaces a store file holds the old file's lock while it does, so once
 /// the lock is held and the file is still at `path`, it stays there. `open` returns `None`
 /// for an empty file; `create` then makes the store, and the open starts again.
+/// How long an open that holds the store's holder lock waits for the file's or journal's own
+/// lock to come free.
+#[cfg(not(target_arch = "wasm32"))]
+const BUSY_WAIT: Duration = Duration::from_millis(500);
+
+/// Runs `attempt` again while it finds the store file or its journal locked
+/// ([`OpenError::AlreadyOpen`]), for up to [`BUSY_WAIT`]. The caller holds the holder lock, so
+/// no other idemdb open holds the file: such a lock is held for a moment by a child process
+/// that another thread is starting (`fork` copies every descriptor, with its `flock`, until the
+/// child's `exec` closes it) — and the open's own read-only check, which locks and closes the
+/// file just before, makes that moment likely wherever a process spawns others. A lock held
+/// for longer (a program that opens the file with redb directly) is refused as before.
+#[cfg(not(target_arch = "wasm32"))]
+fn while_busy<T>(mut attempt: impl FnMut() -> Result<T, OpenError>) -> Result<T, OpenError> {
+    let deadline = std::time::Instant::now() + BUSY_WAIT;
+    loop {
+        match attempt() {
+            Err(OpenError::AlreadyOpen) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn while_busy<T>(mut attempt: impl FnMut() -> Result<T, OpenError>) -> Result<T, OpenError> {
+    attempt()
+}
+
 fn open_identified<T>(
     path: &Path,
     write: bool,

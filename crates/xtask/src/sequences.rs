@@ -27,7 +27,7 @@ pub(crate) fn operator_sequences(size: &Size, seed: u64, args: &[String]) -> Res
     .map_err(|e| format!("operator sequences: {e}"))?;
     let kinds: Vec<String> = report.steps.iter().map(|(kind, n)| format!("{kind} {}", group(*n))).collect();
     println!(
-        "  operator sequences: {} sequences, {} steps ({}), {} completions acknowledged, {} verified, {} lost, {} given up by an explicit discard (kept in a set-aside journal), {} in stores replaced by backup --overwrite, {} foreign, {} refusals ({} untyped, {} changed data), {} stores refused at the final check, {} harness failures, {} failing sequences, in {:.1?}",
+        "  operator sequences: {} sequences, {} steps ({}), {} completions acknowledged, {} verified, {} lost, {} given up by an explicit discard (still in a journal file kept in the directory), {} in stores replaced by backup --overwrite, {} foreign, {} refusals ({} untyped, {} changed data), {} stores refused at the final check, {} harness failures, {} failing sequences, in {:.1?}",
         group(report.sequences),
         group(report.steps_run()),
         kinds.join(", "),

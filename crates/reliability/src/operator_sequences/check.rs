@@ -69,14 +69,15 @@ pub(crate) fn typed_refusal(code: Option<i32>, stderr: &str) -> bool {
 }
 
 /// The keys of this sequence's form (`Lnn-nnnnn`) found anywhere in the bytes of the journal
-/// files kept in `dir`: those an open set aside (`.set-aside-`) and those the operator moved
-/// away (`.moved-journal`).
+/// files kept in `dir`: those an open set aside (`.set-aside-`), those the operator moved
+/// away (`.moved-journal`), and journals beside any name (`-journal`: a store reached through
+/// one hard link may have given up the journal that sits beside another of its names).
 pub(crate) fn keys_in_kept_journals(dir: &Path) -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
     let Ok(listing) = fs::read_dir(dir) else { return keys };
     for entry in listing.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !(name.contains(".set-aside-") || name.contains(".moved-journal")) {
+        if !(name.contains(".set-aside-") || name.contains(".moved-journal") || name.ends_with("-journal")) {
             continue;
         }
         keys.extend(keys_in(&entry.path()));

@@ -80,14 +80,18 @@ impl Model {
     /// whatever `from` may.
     pub(crate) fn fork(&mut self, from: usize, complete: bool) -> usize {
         let id = self.new_lineage();
-        let (must, allowed) = match self.lineages.get(from) {
-            Some(source) => (if complete { source.must() } else { BTreeSet::new() }, source.allowed()),
-            None => (BTreeSet::new(), BTreeSet::new()),
+        let (must, allowed, discarded) = match self.lineages.get(from) {
+            Some(source) => {
+                (if complete { source.must() } else { BTreeSet::new() }, source.allowed(), source.discarded)
+            }
+            None => (BTreeSet::new(), BTreeSet::new(), false),
         };
         if let Some(copy) = self.lineages.get_mut(id) {
             copy.inherited_must = must;
             copy.inherited_allowed = allowed;
             copy.follows = Some(from);
+            // What the source gave up by an explicit discard is not in the copy either.
+            copy.discarded = discarded;
         }
         id
     }

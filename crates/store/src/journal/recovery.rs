@@ -366,7 +366,26 @@ fn beside_journal(
             None => None,
         },
     };
-    let Some(file) = file else { return Ok((open_beside(path, store)?, false)) };
+    let Some(file) = file else {
+        // A symbolic link that leads nowhere: no journal is created through it (that would put
+        // it wherever the link points), and the store needs nothing from it here, so the link
+        // is set aside (kept, under a name that says so) and a new journal made.
+        if fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
+            let to = aside::set_aside(path, None, now).map_err(|source| OpenError::Io {
+                action: "set aside the journal",
+                path: path.to_path_buf(),
+                source,
+            })?;
+            tracing::warn!(
+                target: "idemdb::journal",
+                journal = %path.display(),
+                set_aside = %to.display(),
+                "a dangling symlink at the journal's name is set aside; a new journal is started beside the store"
+            );
+            report.set_aside.push(SetAside { from: path.to_path_buf(), to, reason: SetAsideReason::Shared });
+        }
+        return Ok((open_beside(path, store)?, false));
+    };
     let header = Header::read(&file).map_err(io_error(Some(path)))?;
     let owner = aside::owner(&header);
     // A file reached through a symlink or with other hard links is another name's too (a copy
