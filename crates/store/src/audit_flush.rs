@@ -20,6 +20,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
+#[cfg(not(target_arch = "wasm32"))]
 use idemdb_core::AuditBatch;
 
 use crate::engine::Engine;
@@ -47,6 +48,7 @@ struct State {
     full: bool,
     /// The last write failed: the next try waits [`AuditBatch::DELAY_MS`] however many
     /// events wait, so a failing disk is not hammered in a loop.
+    #[cfg(not(target_arch = "wasm32"))]
     failed: bool,
     /// Stop the thread.
     stop: bool,

@@ -580,13 +580,6 @@ fn refuse_pending_journal(db: &redb::Database) -> Result<(), OpenError> {
     }
 }
 
-/// Opens the file at `path` and returns what `open` made of it, once the file it opened is
-/// still the file at `path`: `open` opens the store on the file (taking redb's lock), and the
-/// file at `path` is then compared with it (device and inode). A file replaced in between (a rebuild renamed its copy
-/// over it after this open had opened the old one) is closed and the new one opened instead:
-/// every process that replaces a store file holds the old file's lock while it does, so once
-/// the lock is held and the file is still at `path`, it stays there. `open` returns `None`
-/// for an empty file; `create` then makes the store, and the open starts again.
 /// How long an open that holds the store's holder lock waits for the file's or journal's own
 /// lock to come free.
 #[cfg(not(target_arch = "wasm32"))]
@@ -617,6 +610,13 @@ fn while_busy<T>(mut attempt: impl FnMut() -> Result<T, OpenError>) -> Result<T,
     attempt()
 }
 
+/// Opens the file at `path` and returns what `open` made of it, once the file it opened is
+/// still the file at `path`: `open` opens the store on the file (taking redb's lock), and the
+/// file at `path` is then compared with it (device and inode). A file replaced in between (a rebuild renamed its copy
+/// over it after this open had opened the old one) is closed and the new one opened instead:
+/// every process that replaces a store file holds the old file's lock while it does, so once
+/// the lock is held and the file is still at `path`, it stays there. `open` returns `None`
+/// for an empty file; `create` then makes the store, and the open starts again.
 fn open_identified<T>(
     path: &Path,
     write: bool,

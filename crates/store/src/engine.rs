@@ -319,6 +319,7 @@ impl Engine {
     }
 
     /// How many audit events wait for a commit.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     pub(crate) fn audit_waiting(&self) -> usize {
         self.audit_buffer().len()
     }

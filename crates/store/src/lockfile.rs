@@ -35,6 +35,9 @@
 //!   one stale lock never both win: the second finds the first's new lock.
 //! * **Release**: on drop, the file is removed if it still holds this holder's content.
 
+// The browser build has no files to lock: the parts below go unused there.
+#![cfg_attr(all(target_arch = "wasm32", target_os = "unknown"), allow(dead_code))]
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

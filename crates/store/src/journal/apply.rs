@@ -23,7 +23,10 @@ use crate::tables::{AUDIT, EXPIRY, INTENTS, META, RECONCILE, RECORDS};
 use crate::tables::{DELIVERIES, JOBS, OBJECTS, OUTBOX, OUTBOX_DUE};
 
 // The table ids are listed with the tables (`tables.rs`).
-#[cfg_attr(not(feature = "workflow"), allow(unused_imports))]
+#[cfg_attr(
+    any(not(feature = "workflow"), all(target_arch = "wasm32", target_os = "unknown")),
+    allow(unused_imports)
+)]
 pub(crate) use crate::tables::{
     T_APPLICATION, T_AUDIT, T_DELIVERIES, T_EXPIRY, T_INTENTS, T_JOBS, T_META, T_OBJECTS, T_OUTBOX, T_OUTBOX_DUE,
     T_RECONCILE, T_RECORDS, T_ROWS,
