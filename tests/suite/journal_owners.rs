@@ -551,3 +551,60 @@ fn a_copy_put_back_at_the_old_name_neither_wins_nor_loses_its_journal() {
     let copy = builder().open(&a).expect("the copy opens");
     assert_all(&copy, &acked[..3], "the copy, with what was acknowledged before it was made");
 }
+
+/// A copy of the journal was left beside the store's next name while the store went on
+/// writing; the store was then moved onto that name (its journal stayed at the old one) and a
+/// new store took the old name, setting the real journal aside. The open read the stale copy
+/// beside it (4 of 6 records) and never looked at the set-aside file. Every place the store's
+/// own journal can be is weighed: the one with the most records wins.
+#[test]
+fn a_stale_copy_beside_the_store_loses_to_its_set_aside_journal() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, c) = (dir.path().join("a.idemdb"), dir.path().join("c.idemdb"));
+    let (a_journal, c_journal) = (journal_of(&a), journal_of(&c));
+    drop(builder().open(&a).expect("create"));
+    let acked = crash_writer_copying(&a, &names("a", 6), Some((4, a_journal.as_path(), c_journal.as_path())));
+    fs::rename(&a, &c).expect("mv a c (the store file only)");
+    {
+        // A new store at the old name: a-journal, not its own, is set aside.
+        let new = builder().open(&a).expect("a new store at a");
+        let report = new.journal_recovery().expect("report").clone();
+        assert_eq!(report.set_aside.len(), 1, "{report:?}");
+    }
+    let store = builder().open(&c).expect("the moved store opens");
+    assert_all(&store, &acked, "with its set-aside journal, not the stale copy beside it");
+    let report = store.journal_recovery().expect("report").clone();
+    assert!(report.read_from.as_ref().is_some_and(|from| from.to_string_lossy().contains(".set-aside-")), "{report:?}");
+    drop(store);
+    let store = builder().open(&c).expect("and again");
+    assert_all(&store, &acked, "reopened");
+}
+
+/// The store moved with its journal while it ran (`mv a d`, `mv a-journal d-journal`), a copy of
+/// the journal was left beside another name (`cp d-journal b-journal`), the store went on and
+/// crashed, and the store file alone was then moved onto that name (`mv d b`). The open read
+/// the copy beside it and lost what the store wrote after the copy was made. The store records
+/// which file its journal is; a copy is refused, naming the file to put back.
+#[test]
+fn a_copy_of_the_journal_is_refused_when_the_original_is_elsewhere() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b, d) = (dir.path().join("a.idemdb"), dir.path().join("b.idemdb"), dir.path().join("d.idemdb"));
+    let (a_journal, b_journal, d_journal) = (journal_of(&a), journal_of(&b), journal_of(&d));
+    drop(builder().open(&a).expect("create"));
+    let ops = [
+        (3, FileOp::Move, a.as_path(), d.as_path()),
+        (3, FileOp::Move, a_journal.as_path(), d_journal.as_path()),
+        (3, FileOp::Copy, d_journal.as_path(), b_journal.as_path()),
+    ];
+    let acked = crash_writer_with(&a, &names("a", 7), &ops);
+    fs::rename(&d, &b).expect("mv d b (the store file only)");
+    let before = (digest(&b), digest(&b_journal), digest(&d_journal));
+    let Err(refused) = builder().open(&b) else { panic!("a copy of the journal is refused") };
+    assert!(matches!(refused, OpenError::JournalForeign { .. }), "{refused:?}");
+    let message = refused.to_string();
+    assert!(message.contains("is a copy") && message.contains("inode"), "{message}");
+    assert_eq!((digest(&b), digest(&b_journal), digest(&d_journal)), before, "the refusal changed nothing");
+    fs::rename(&d_journal, &b_journal).expect("put the journal the store wrote beside it");
+    let store = builder().open(&b).expect("with its own journal back");
+    assert_all(&store, &acked, "after the journal was put back");
+}

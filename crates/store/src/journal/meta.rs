@@ -8,6 +8,7 @@
 //! | `journal_state`      | `u8`: 0 closed cleanly, 1 records may be pending | the clean-close marker           |
 //! | `journal_path`       | the journal's resolved path (its bytes on Unix; UTF-8 elsewhere) | where the journal was when last opened |
 //! | `journal_store_file` | device `u64` BE · inode `u64` BE        | which file the store was when last opened |
+//! | `journal_file`       | device `u64` BE · inode `u64` BE        | which file the journal was then            |
 //!
 //! The metadata is the authority: a journal's header and records are taken only when they
 //! carry this id and this generation (`docs/design.md`, "The journal").
@@ -24,6 +25,7 @@ pub(crate) const META_JOURNAL_GENERATION: &str = "journal_generation";
 pub(crate) const META_JOURNAL_STATE: &str = "journal_state";
 pub(crate) const META_JOURNAL_PATH: &str = "journal_path";
 pub(crate) const META_JOURNAL_STORE_FILE: &str = "journal_store_file";
+pub(crate) const META_JOURNAL_FILE: &str = "journal_file";
 
 const STATE_CLOSED: u8 = 0;
 const STATE_OPEN: u8 = 1;
@@ -46,6 +48,9 @@ pub(crate) struct JournalMeta {
     /// Which file (device and inode) the store was then: the recorded journal path is looked at
     /// only by the same file (renamed, or through another hard link), never by a copy.
     pub(crate) file: Option<[u8; 16]>,
+    /// Which file (device and inode) the journal was then: a journal found with this store's id
+    /// but another identity is a copy, made earlier, which may lack the last records.
+    pub(crate) journal_file: Option<[u8; 16]>,
 }
 
 /// How a store's journal history reads.
@@ -83,7 +88,8 @@ impl JournalMeta {
         };
         let path = get(META_JOURNAL_PATH)?.map(|bytes| path_from_bytes(&bytes));
         let file = get(META_JOURNAL_STORE_FILE)?.map(|bytes| fixed::<16>(&bytes, "journal store file")).transpose()?;
-        Ok(JournalMeta { checkpoint, id, generation, open, path, file })
+        let journal_file = get(META_JOURNAL_FILE)?.map(|bytes| fixed::<16>(&bytes, "journal file")).transpose()?;
+        Ok(JournalMeta { checkpoint, id, generation, open, path, file, journal_file })
     }
 
     /// What the entries say about records that may be waiting in a journal.
@@ -111,6 +117,10 @@ impl JournalMeta {
         match &self.file {
             Some(file) => meta.insert(META_JOURNAL_STORE_FILE, file.as_slice())?,
             None => meta.remove(META_JOURNAL_STORE_FILE)?,
+        };
+        match &self.journal_file {
+            Some(file) => meta.insert(META_JOURNAL_FILE, file.as_slice())?,
+            None => meta.remove(META_JOURNAL_FILE)?,
         };
         Ok(())
     }
@@ -143,6 +153,7 @@ pub(crate) fn forget(meta: &mut Table<&'static str, &'static [u8]>) -> Result<()
         META_JOURNAL_STATE,
         META_JOURNAL_PATH,
         META_JOURNAL_STORE_FILE,
+        META_JOURNAL_FILE,
     ] {
         meta.remove(name)?;
     }

@@ -328,6 +328,7 @@ pub(crate) fn recover(
             id: Some(id),
             generation,
             open: active,
+            journal_file: beside.as_deref().and_then(super::files::identity),
             path: beside,
             file: identity,
         };
@@ -657,34 +658,79 @@ where
     };
     let recorded = meta.path.as_deref().filter(|recorded| *recorded != beside);
     let same_file = wanted.identity.is_some() && wanted.identity == meta.file;
-    // The journal the store last wrote is the one at the recorded path: when the store is that
-    // very file and the path still holds its journal, it comes first (a copy of the journal made
-    // earlier and left beside the store's new name holds fewer records).
-    if same_file
-        && let Some(recorded) = recorded
-        && let Some(located) = carrying(recorded, id, access, &wrap)?
-    {
-        // The same file under both names (hard links): read once, through the recorded name.
-        if located.identity.is_some() && super::files::identity(beside) == located.identity {
+    // When the store is the very file that last opened its journal, the journal can be at the
+    // recorded path, beside the store, or set aside beside either (a new store took one of the
+    // names since) — and more than one of them can carry its id when one is a copy of another:
+    // a journal copied beside the store's new name while the store went on writing at the old
+    // one, or the store moved with its journal and a copy put back at the old name. A copy was
+    // made earlier and holds a prefix of the records, so the one with the most records after
+    // the checkpoint is the one the store wrote last (on a tie, the one beside the store). One
+    // file under two names (hard links) is read once, through the first name found.
+    if same_file {
+        let mut places: Vec<PathBuf> = recorded.into_iter().map(Path::to_path_buf).collect();
+        places.push(beside.to_path_buf());
+        places.extend(aside::candidates(beside, id));
+        if let Some(recorded) = recorded {
+            places.extend(aside::candidates(recorded, id));
+        }
+        let mut seen = Vec::new();
+        let mut best: Option<(u64, Located<F>)> = None;
+        for place in places {
+            let Some(located) = carrying(&place, id, access, &wrap)? else { continue };
+            if located.identity.is_some() {
+                if seen.contains(&located.identity) {
+                    continue;
+                }
+                seen.push(located.identity);
+            }
+            // The very file the store last wrote (its device and inode are recorded) is its
+            // journal wherever it is found, whatever a copy holds.
+            let original = meta.journal_file.is_some() && located.identity == meta.journal_file;
+            let records = records_after(&located.file, id, meta);
+            let wins = original
+                || best.as_ref().is_none_or(|(most, _)| records > *most || (records == *most && place == beside));
+            if wins {
+                best = Some((records, located));
+            }
+            if original {
+                break;
+            }
+        }
+        if let Some((_, located)) = &best
+            && let Some(expected) = meta.journal_file
+            && located.identity.is_some_and(|found| found != expected)
+        {
+            // Only copies of the journal were found: the file the store wrote last is elsewhere
+            // (moved to a name no open looks at) and may hold records the copies lack.
+            let (device, inode) = split_identity(&expected);
+            return Err(OpenError::JournalForeign {
+                store: store.to_path_buf(),
+                journal: located.path.clone().unwrap_or_default(),
+                reason: format!(
+                    "it carries this store's journal id {} but is a copy: the journal the store last wrote is another \
+                     file (device {device}, inode {inode}; {}), which may hold later records. Put that file back beside \
+                     the store (e.g. find it with `find DIR -inum {inode}`), or open with discard_lost_journal to give up \
+                     what it holds",
+                    aside::id_hex(id),
+                    recorded.map_or_else(
+                        || "it was beside the store when the store was opened".to_string(),
+                        |recorded| format!("it was at {} when the store was opened", recorded.display())
+                    ),
+                ),
+            });
+        }
+        if let Some((records, located)) = best {
+            if located.path.as_deref() != Some(beside) {
+                tracing::info!(
+                    target: "idemdb::journal",
+                    store = %store.display(),
+                    journal = %located.path.as_deref().unwrap_or(beside).display(),
+                    records,
+                    "the store's journal is not beside the store (renamed, another hard link, or set aside): it is read from there"
+                );
+            }
             return Ok(located);
         }
-        // Both places may carry the journal when one is a copy of the other: the copy was made
-        // earlier and holds a prefix of its records (a journal copied beside the store's new name
-        // while the store went on writing at the old one, or the store moved with its journal
-        // and a copy put back at the old name). The one with more records is the one the store
-        // wrote last; on a tie, the one beside the store.
-        if let Some(at_beside) = carrying(beside, id, access, &wrap)?
-            && records_after(&at_beside.file, id, meta) >= records_after(&located.file, id, meta)
-        {
-            return Ok(at_beside);
-        }
-        tracing::info!(
-            target: "idemdb::journal",
-            store = %store.display(),
-            journal = %recorded.display(),
-            "the store's journal is where it was last opened, not beside the store (renamed, or another hard link)"
-        );
-        return Ok(located);
     }
     let mut at_beside = None;
     if let Some(file) = open_journal(beside, access)? {
@@ -695,23 +741,6 @@ where
             return Ok(Located { file, path: Some(beside.to_path_buf()), identity });
         }
         at_beside = Some((Located { file, path: Some(beside.to_path_buf()), identity }, header));
-    }
-    if same_file {
-        let mut places = aside::candidates(beside, id);
-        if let Some(recorded) = recorded {
-            places.extend(aside::candidates(recorded, id));
-        }
-        for place in places {
-            if let Some(located) = carrying(&place, id, access, &wrap)? {
-                tracing::info!(
-                    target: "idemdb::journal",
-                    store = %store.display(),
-                    journal = %place.display(),
-                    "the store's journal was set aside; it is read from there"
-                );
-                return Ok(located);
-            }
-        }
     }
     let last_opened = match recorded {
         Some(recorded) if same_file => {
@@ -770,6 +799,13 @@ fn carrying<F: StorageBackend>(
     let file = wrap(file, place)?;
     let header = Header::read(&file).map_err(io_error(Some(place)))?;
     Ok(header.newest_of(id).is_some().then(|| Located { file, path: Some(place.to_path_buf()), identity }))
+}
+
+/// The device and inode of a file identity ([`super::files::identity`]).
+fn split_identity(identity: &[u8; 16]) -> (u64, u64) {
+    let (device, inode) = identity.split_at(8);
+    let number = |bytes: &[u8]| u64::from_be_bytes(bytes.try_into().unwrap_or([0; 8]));
+    (number(device), number(inode))
 }
 
 /// How many intact records after the store's checkpoint the journal `file` of `id` holds (0
