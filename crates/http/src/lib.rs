@@ -83,6 +83,7 @@
 pub mod admin;
 #[cfg(feature = "client")]
 pub mod client;
+mod deadline;
 mod idempotency;
 mod key;
 pub mod metrics;
@@ -91,6 +92,7 @@ pub mod reconcile;
 mod response;
 mod webhook;
 
+pub use deadline::{BodyDeadlineElapsed, DeadlineBody};
 pub use idempotency::{
     DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, EffectPayload, HandleError, IdempotencyLayer,
     IdempotencyService, LeaseHandle, OnResponse, Operation, ResponseFuture, ResponsePolicy, SingleTenant, TenantSource,

@@ -3,8 +3,10 @@
 //!
 //! * **Headers**: hyper's HTTP/1 `header_read_timeout` (with tokio's timer): the whole head
 //!   must arrive within it, or the connection is closed.
-//! * **Body**: `tower_http::timeout::RequestBodyTimeoutLayer`: reading the body fails after the
-//!   timeout, and the handler (or the idempotency layer, before any reservation) refuses it.
+//! * **Body**: a deadline ([`idemdb_http::DeadlineBody`]) from when the head has arrived: the
+//!   whole body must arrive within it, however it is split (a per-chunk timeout let a client
+//!   sending a byte every few seconds hold a request for ever). Reading the body fails after
+//!   it, and the idempotency layer answers `408` before anything is reserved.
 //!
 //! A service on `idemdb-http` serving through plain `axum::serve` should set the same two
 //! limits in its own server.
@@ -17,6 +19,7 @@ use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use idemdb_http::DeadlineBody;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
@@ -25,7 +28,7 @@ use tower::ServiceExt;
 pub struct ReadTimeouts {
     /// How long a request's head may take to arrive.
     pub headers: Duration,
-    /// How long its body may take.
+    /// How long its body may take, all of it, from when the head has arrived.
     pub body: Duration,
 }
 
@@ -47,7 +50,6 @@ pub async fn serve(
     timeouts: ReadTimeouts,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let router = router.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(timeouts.body));
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -57,7 +59,10 @@ pub async fn serve(
             },
             () = &mut shutdown => return Ok(()),
         };
-        let service = router.clone().map_request(|request: http::Request<Incoming>| request.map(Body::new));
+        let body_deadline = timeouts.body;
+        let service = router.clone().map_request(move |request: http::Request<Incoming>| {
+            request.map(|body| Body::new(DeadlineBody::new(body, body_deadline)))
+        });
         let service = TowerToHyperService::new(service);
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();

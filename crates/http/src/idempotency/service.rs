@@ -509,6 +509,9 @@ where
     let bytes = match Limited::new(body, limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) if error.is::<LengthLimitError>() => return Err(too_large(None)),
+        Err(error) if crate::deadline::is_deadline(error.as_ref()) => {
+            return Err(Problem::new(ErrorCode::InvalidRequest, StatusCode::REQUEST_TIMEOUT, error.to_string()));
+        }
         Err(_) => {
             return Err(Problem::new(
                 ErrorCode::InvalidRequest,

@@ -238,6 +238,44 @@ async fn a_client_sending_its_headers_too_slowly_loses_the_connection() {
     assert_eq!(effects(&http(), &server.url, "acme").await.payments_of("after-slow"), 1);
 }
 
+/// The body read limit is a deadline, not a per-chunk timeout: a client that sends a byte every
+/// 300 ms stayed connected for ever under a 1 s limit (every chunk came in time). Now the request
+/// is answered 408 once the second is up, before anything is reserved, and nothing is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_trickling_in_is_refused_at_its_deadline_and_charges_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Db::redb().start(&["--body-read-timeout-secs", "1"]);
+    let body = payment("1.00");
+    let mut slow = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+    let head = format!(
+        "POST /v1/payments HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer acme\r\nIdempotency-Key: \"trickle\"\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    // One byte every 300 ms: the whole body would take well over 10 s; every single wait is
+    // far below the limit.
+    let sender = tokio::spawn(async move {
+        for byte in body.as_bytes() {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            if slow.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+        }
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(30), slow.read_to_end(&mut answer)).await;
+        answer
+    });
+    let answer = String::from_utf8_lossy(&sender.await.unwrap()).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within"), "{answer}");
+    assert_eq!(effects(&http(), &server.url, "acme").await.payments_of("trickle"), 0, "nothing was charged");
+    // The key was never reserved: the same request, sent at once, runs once.
+    let reply = pay(&http(), &server.url, "acme", "trickle", &payment("1.00")).await.unwrap();
+    assert_eq!(reply.status, 201);
+    assert_eq!(effects(&http(), &server.url, "acme").await.payments_of("trickle"), 1);
+}
+
 /// The value of the series `name{labels…}` in Prometheus text, 0 when absent.
 fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
