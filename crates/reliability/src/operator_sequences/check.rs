@@ -331,7 +331,10 @@ mod tests {
         fs::write(dir.path().join("a.idemdb-journal.set-aside-00-1"), b"\0\x09L01-00042\x01L1-2")
             .unwrap_or_else(|e| panic!("{e}"));
         fs::write(dir.path().join("b.idemdb-journal"), b"L02-00001").unwrap_or_else(|e| panic!("{e}"));
+        // Neither a store file nor anything else is a kept journal.
+        fs::write(dir.path().join("c.idemdb"), b"L03-00007").unwrap_or_else(|e| panic!("{e}"));
+        fs::write(dir.path().join("empty.jsonl"), b"L04-00008").unwrap_or_else(|e| panic!("{e}"));
         let keys = keys_in_kept_journals(dir.path());
-        assert_eq!(keys.into_iter().collect::<Vec<_>>(), vec!["L01-00042".to_string()]);
+        assert_eq!(keys.into_iter().collect::<Vec<_>>(), vec!["L01-00042".to_string(), "L02-00001".to_string()]);
     }
 }
