@@ -61,7 +61,7 @@ export {
   type DurableObjectStoreOptions,
   type WasmSource,
 } from './open.js';
-export { classifyAnswer, type AnswerClass } from './contract.js';
+export { classifyAnswer, problemCode, type AnswerClass } from './contract.js';
 export {
   STORED_HEADERS,
   autoResume,

@@ -67,6 +67,13 @@ export interface IdempotentFetchOptions {
    * key alone, for servers that take the header as an opaque token (Stripe's API does).
    */
   keyFormat?: KeyForm;
+  /**
+   * The base of the service's problem types when it is not idemdb's own
+   * `urn:idemdb:problem:` (`IdempotencyLayer::problem_types` on the server), such as
+   * `'https://api.example.com/problems/'`: a problem type is read as idemdb's only in full, so
+   * another service's type that merely ends in `/expired` is not taken for one.
+   */
+  problemBase?: string;
   /** The fetch to use (default `globalThis.fetch`). */
   fetch?: typeof fetch;
   /**
@@ -357,7 +364,7 @@ async function deliver(
       continue;
     }
     const answer: IntentResponse = { status: response.status, headers: keptHeaders(response), body: bytes };
-    const verdict = classify(response, bytes);
+    const verdict = classify(response, bytes, options.problemBase);
     if (verdict.class === 'retry') {
       const status = response.status;
       intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'status', status }));
@@ -373,13 +380,13 @@ async function deliver(
 }
 
 /** The contract's class of an answer: replayed or not, and the problem its body names. */
-function classify(response: Response, body: Uint8Array) {
+function classify(response: Response, body: Uint8Array, problemBase: string | undefined) {
   const replayed = response.headers.get(REPLAYED_HEADER) === 'true';
   let problem;
   if ((response.headers.get('content-type') ?? '').startsWith('application/problem+json')) {
     try {
       const parsed = JSON.parse(decoder.decode(body)) as { type?: unknown; code?: unknown };
-      problem = problemCode(parsed?.type, parsed?.code);
+      problem = problemCode(parsed?.type, parsed?.code, problemBase);
     } catch {
       // not a readable problem: the status decides
     }

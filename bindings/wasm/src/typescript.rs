@@ -13,12 +13,13 @@ mod tests {
     use std::fmt::Write;
 
     use idemdb::{
-        AttemptOutcomeKind, AttentionCause, Durability, ErrorCode, ExpiredLease, FailureKind, IntentStateKind, Named,
-        Normaliser, OutcomeClass, ReservationKind, ResolutionKind, StateKind, UncertainCause,
+        ATTENTION_PROBLEMS, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT,
+        DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_PROBLEM_BASE, KEY_HEADER, KeyForm, REPLAYED_HEADER,
+        RETRIED_STATUSES,
     };
     use idemdb::{
-        DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
-        DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES,
+        AttemptOutcomeKind, Durability, ErrorCode, ExpiredLease, FailureKind, IntentStateKind, Named, Normaliser,
+        OutcomeClass, ReservationKind, ResolutionKind, StateKind, UncertainCause,
     };
 
     const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../npm/src/generated/vocabulary.ts");
@@ -116,21 +117,26 @@ mod tests {
         let statuses: Vec<String> = RETRIED_STATUSES.iter().map(u16::to_string).collect();
         let _ = writeln!(out, "/** Statuses retried besides every 5xx. */");
         let _ = writeln!(out, "export const RETRIED_STATUSES: readonly number[] = [{}];", statuses.join(", "));
-        let problems: Vec<String> = RETRIED_PROBLEMS.iter().map(|code| format!("'{}'", code.as_str())).collect();
-        let _ = writeln!(out, "/** Problem codes that say a retry with the same key may succeed. */");
-        let _ = writeln!(
-            out,
-            "export const RETRIED_PROBLEMS: readonly EngineErrorCode[] = [\n  {},\n];",
-            problems.join(",\n  ")
-        );
-        let attention: Vec<String> = ErrorCode::ALL
+        let _ = writeln!(out, "/** The base of idemdb's own problem types. */");
+        let _ = writeln!(out, "export const DEFAULT_PROBLEM_BASE = '{DEFAULT_PROBLEM_BASE}';");
+        let attention: Vec<String> = ATTENTION_PROBLEMS
             .iter()
-            .filter_map(|code| Some(format!("{}: '{}'", code.as_str(), AttentionCause::of_problem(*code)?.as_str())))
+            .map(|problem| {
+                format!(
+                    "{{ code: '{}', status: {}, cause: '{}' }}",
+                    problem.code.as_str(),
+                    problem.status,
+                    problem.cause.as_str()
+                )
+            })
             .collect();
-        let _ = writeln!(out, "/** Problem codes that need a person, and the cause each gives. */");
         let _ = writeln!(
             out,
-            "export const ATTENTION_PROBLEMS: Partial<Record<EngineErrorCode, AttentionCause>> = {{\n  {},\n}};",
+            "/** idemdb's answers that need a person: the problem, the status it comes with, the cause. */"
+        );
+        let _ = writeln!(
+            out,
+            "export const ATTENTION_PROBLEMS: readonly {{ code: EngineErrorCode; status: number; cause: AttentionCause }}[] = [\n  {},\n];",
             attention.join(",\n  ")
         );
     }

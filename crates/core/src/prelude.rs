@@ -45,7 +45,8 @@ pub use crate::{DEFAULT_AUDIT_RETENTION, InvalidPolicy, Policies, delivery_polic
 
 /// The client retry contract (see [`crate::classify_answer`]).
 pub use crate::{
-    AnswerClass, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
-    DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_PROBLEMS, RETRIED_STATUSES, backoff_ceiling,
-    backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
+    ATTENTION_PROBLEMS, AnswerClass, AttentionProblem, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL,
+    DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_PROBLEM_BASE, KEY_HEADER, KeyForm,
+    REPLAYED_HEADER, RETRIED_STATUSES, backoff_ceiling, backoff_delay, classify_answer, key_header_value, problem_code,
+    retry_after,
 };

@@ -12,6 +12,8 @@
 //! assert_eq!(classify_answer(500, true, None), AnswerClass::Final);
 //! // A 503 from a busy store is retried with the same key.
 //! assert_eq!(classify_answer(503, false, Some(ErrorCode::Unavailable)), AnswerClass::Retry);
+//! // The status decides: a 400 is final, whatever its problem type says.
+//! assert_eq!(classify_answer(400, false, Some(ErrorCode::Unavailable)), AnswerClass::Final);
 //! // An answer that needs a reconciliation is never resent.
 //! assert_eq!(
 //!     classify_answer(409, false, Some(ErrorCode::NeedsReconciliation)),
@@ -42,14 +44,30 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 /// Statuses retried with the same key besides every 5xx: the server timed out reading (408),
 /// another attempt is running (409), or it asks to come back (429).
 pub const RETRIED_STATUSES: &[u16] = &[408, 409, 429];
-/// Problem codes that say a retry with the same key may succeed.
-pub const RETRIED_PROBLEMS: &[ErrorCode] = &[
-    ErrorCode::InProgress,
-    ErrorCode::Storage,
-    ErrorCode::Unavailable,
-    ErrorCode::StoreBusy,
-    ErrorCode::CommitUnknown,
-    ErrorCode::Closed,
+/// The base of idemdb's own problem types: `urn:idemdb:problem:<slug>` (what the HTTP layer
+/// answers unless the service names another base, which its clients are then told).
+pub const DEFAULT_PROBLEM_BASE: &str = "urn:idemdb:problem:";
+
+/// A problem that needs a person when idemdb answers it with its status: retrying cannot help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionProblem {
+    /// The problem's code.
+    pub code: ErrorCode,
+    /// The status idemdb answers it with.
+    pub status: u16,
+    /// What the intent needs attention for.
+    pub cause: AttentionCause,
+}
+
+/// The problems that stop a client for a person, each with the status the idemdb HTTP layer
+/// answers it with. The same code under another status is not idemdb's answer (another
+/// service's problem type that happens to end the same way): the status decides then.
+pub const ATTENTION_PROBLEMS: &[AttentionProblem] = &[
+    AttentionProblem { code: ErrorCode::NeedsReconciliation, status: 409, cause: AttentionCause::NeedsReconciliation },
+    AttentionProblem { code: ErrorCode::ProviderKeyExpired, status: 409, cause: AttentionCause::ProviderKeyExpired },
+    AttentionProblem { code: ErrorCode::Expired, status: 410, cause: AttentionCause::Expired },
+    AttentionProblem { code: ErrorCode::Corrupt, status: 500, cause: AttentionCause::Unreadable },
+    AttentionProblem { code: ErrorCode::NewerFormat, status: 500, cause: AttentionCause::Unreadable },
 ];
 
 /// How a client writes the key in its header.
@@ -117,15 +135,13 @@ crate::names!(AttentionCause, "attention cause", {
 });
 
 impl AttentionCause {
-    /// The cause a problem code names, when retrying cannot help and the answer needs a person.
-    pub fn of_problem(code: ErrorCode) -> Option<AttentionCause> {
-        Some(match code {
-            ErrorCode::NeedsReconciliation => AttentionCause::NeedsReconciliation,
-            ErrorCode::Expired => AttentionCause::Expired,
-            ErrorCode::ProviderKeyExpired => AttentionCause::ProviderKeyExpired,
-            ErrorCode::Corrupt | ErrorCode::NewerFormat => AttentionCause::Unreadable,
-            _ => return None,
-        })
+    /// The cause an answer of `status` naming the problem `code` gives, when it is one of
+    /// idemdb's answers that need a person ([`ATTENTION_PROBLEMS`]).
+    pub fn of_answer(code: ErrorCode, status: u16) -> Option<AttentionCause> {
+        ATTENTION_PROBLEMS
+            .iter()
+            .find(|problem| problem.code == code && problem.status == status)
+            .map(|problem| problem.cause)
     }
 }
 
@@ -142,25 +158,22 @@ pub enum AnswerClass {
 }
 
 /// The class of an answer with `status`, `Idempotent-Replayed: true` or not, and the problem
-/// code its body names (see [`problem_code`]), in this order:
+/// code its body names (see [`problem_code`]). The status decides; a problem code only tells
+/// which of idemdb's own answers of that status needs a person:
 ///
 /// 1. a replayed response is final, whatever its status (the server stored it);
-/// 2. a problem whose retry cannot help and needs a person ([`AttentionCause::of_problem`]);
-/// 3. a problem that says retrying may help ([`RETRIED_PROBLEMS`]);
-/// 4. 422 is final (the key is bound to a different request);
-/// 5. 408, 409, 429 and every 5xx are retried;
-/// 6. anything else (2xx, 3xx, 4xx) is final.
+/// 2. an idemdb problem that needs a person, with the status idemdb answers it with
+///    ([`ATTENTION_PROBLEMS`]: `needs-reconciliation` 409, `expired` 410, ...);
+/// 3. 422 is final (the key is bound to a different request);
+/// 4. 408, 409, 429 and every 5xx are retried;
+/// 5. anything else (2xx, 3xx, 4xx) is final — a 400 or 403 whose problem type happens to end
+///    in `/unavailable` included.
 pub fn classify_answer(status: u16, replayed: bool, problem: Option<ErrorCode>) -> AnswerClass {
     if replayed {
         return AnswerClass::Final;
     }
-    if let Some(code) = problem {
-        if let Some(cause) = AttentionCause::of_problem(code) {
-            return AnswerClass::NeedsAttention(cause);
-        }
-        if RETRIED_PROBLEMS.contains(&code) {
-            return AnswerClass::Retry;
-        }
+    if let Some(cause) = problem.and_then(|code| AttentionCause::of_answer(code, status)) {
+        return AnswerClass::NeedsAttention(cause);
     }
     if status == 422 {
         return AnswerClass::Final;
@@ -171,14 +184,25 @@ pub fn classify_answer(status: u16, replayed: bool, problem: Option<ErrorCode>) 
     AnswerClass::Final
 }
 
-/// The code a problem body names: its `code` member (`IDEMDB_NEEDS_RECONCILIATION`), or else
-/// the slug ending its `type` URI after the last `:` or `/`
-/// (`urn:idemdb:problem:needs-reconciliation`, `https://api.example.com/problems/expired`).
-pub fn problem_code(type_uri: Option<&str>, code: Option<&str>) -> Option<ErrorCode> {
+/// The idemdb problem code a problem body names: its `code` member (`IDEMDB_NEEDS_RECONCILIATION`),
+/// or its `type` when that is an idemdb problem type in full — [`DEFAULT_PROBLEM_BASE`] or the
+/// service's own `base` followed by the code's slug (`urn:idemdb:problem:needs-reconciliation`,
+/// `https://api.example.com/problems/expired` with that base). Another service's type that
+/// only ends the same way names nothing.
+///
+/// ```
+/// use idemdb_core::{ErrorCode, problem_code};
+/// assert_eq!(problem_code(Some("urn:idemdb:problem:expired"), None, None), Some(ErrorCode::Expired));
+/// assert_eq!(problem_code(Some("https://api.example.com/problems/expired"), None, None), None);
+/// let base = Some("https://api.example.com/problems/");
+/// assert_eq!(problem_code(Some("https://api.example.com/problems/expired"), None, base), Some(ErrorCode::Expired));
+/// ```
+pub fn problem_code(type_uri: Option<&str>, code: Option<&str>, base: Option<&str>) -> Option<ErrorCode> {
     if let Some(code) = code.and_then(|code| ErrorCode::parse_name(code).ok()) {
         return Some(code);
     }
-    let slug = type_uri?.rsplit([':', '/']).next()?;
+    let type_uri = type_uri?;
+    let slug = [Some(DEFAULT_PROBLEM_BASE), base].into_iter().flatten().find_map(|base| type_uri.strip_prefix(base))?;
     ErrorCode::ALL.iter().copied().find(|code| code.slug() == slug)
 }
 
@@ -262,7 +286,7 @@ mod tests {
         let cases = cases["cases"].as_array().unwrap();
         assert!(cases.len() >= 20);
         for case in cases {
-            let problem = problem_code(case["type"].as_str(), case["code"].as_str());
+            let problem = problem_code(case["type"].as_str(), case["code"].as_str(), case["base"].as_str());
             let class = classify_answer(case["status"].as_u64().unwrap() as u16, case["replayed"] == true, problem);
             let name = match class {
                 AnswerClass::Final => "final".to_string(),
@@ -274,15 +298,39 @@ mod tests {
     }
 
     #[test]
-    fn every_problem_code_has_one_class() {
+    fn every_problem_code_is_named_by_its_full_type_or_its_code() {
         for code in ErrorCode::ALL {
-            let attention = AttentionCause::of_problem(*code).is_some();
-            assert!(!(attention && RETRIED_PROBLEMS.contains(code)), "{code} is both retried and final");
-            assert_eq!(problem_code(Some(&format!("urn:idemdb:problem:{}", code.slug())), None), Some(*code));
-            assert_eq!(problem_code(None, Some(code.as_str())), Some(*code));
+            assert_eq!(problem_code(Some(&format!("urn:idemdb:problem:{}", code.slug())), None, None), Some(*code));
+            assert_eq!(problem_code(None, Some(code.as_str()), None), Some(*code));
+            // Another service's type ending the same way is not idemdb's.
+            assert_eq!(problem_code(Some(&format!("https://other.example/{}", code.slug())), None, None), None);
+            assert_eq!(problem_code(Some(&format!("urn:other:{}", code.slug())), None, None), None);
         }
-        assert_eq!(problem_code(Some("about:blank"), None), None);
-        assert_eq!(problem_code(None, None), None);
+        assert_eq!(problem_code(Some("about:blank"), None, None), None);
+        assert_eq!(problem_code(None, None, None), None);
+    }
+
+    /// A problem that needs a person does so only with the status idemdb answers it with: an
+    /// idemdb type under another status is another answer, and the status decides it.
+    #[test]
+    fn an_attention_problem_under_another_status_is_classified_by_the_status() {
+        for problem in ATTENTION_PROBLEMS {
+            assert_eq!(
+                classify_answer(problem.status, false, Some(problem.code)),
+                AnswerClass::NeedsAttention(problem.cause)
+            );
+            for status in [400, 401, 402, 403, 404] {
+                assert_eq!(
+                    classify_answer(status, false, Some(problem.code)),
+                    AnswerClass::Final,
+                    "{status} {problem:?}"
+                );
+            }
+        }
+        for code in [ErrorCode::Unavailable, ErrorCode::Closed, ErrorCode::InProgress, ErrorCode::Storage] {
+            assert_eq!(classify_answer(400, false, Some(code)), AnswerClass::Final, "{code}");
+            assert_eq!(classify_answer(503, false, Some(code)), AnswerClass::Retry, "{code}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use idemdb_core::ErrorCode;
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// The default base of problem `type` URIs.
-pub const DEFAULT_PROBLEM_BASE: &str = "urn:idemdb:problem:";
+pub use idemdb_core::DEFAULT_PROBLEM_BASE;
 
 /// How problem `type` URIs are built: a base followed by the code's slug.
 ///

@@ -30,6 +30,11 @@ fn problem(status: u16, slug: &str) -> Response {
     (StatusCode::from_u16(status).unwrap(), [("content-type", "application/problem+json")], body).into_response()
 }
 
+fn foreign_problem(status: u16, type_uri: &str) -> Response {
+    let body = format!(r#"{{"type":"{type_uri}","title":"t","status":{status}}}"#);
+    (StatusCode::from_u16(status).unwrap(), [("content-type", "application/problem+json")], body).into_response()
+}
+
 async fn answer(State(hits): State<Hits>, Path(path): Path<String>, headers: HeaderMap) -> Response {
     *hits.0.lock().unwrap().entry(path.clone()).or_default() += 1;
     hits.1.lock().unwrap().push(headers);
@@ -43,6 +48,13 @@ async fn answer(State(hits): State<Hits>, Path(path): Path<String>, headers: Hea
         "conflict" => problem(422, "key-mismatch"),
         "not-found" => (StatusCode::NOT_FOUND, "no such account").into_response(),
         "busy" => (StatusCode::SERVICE_UNAVAILABLE, "busy").into_response(),
+        // Another service's problems whose types happen to end like idemdb's.
+        "other-unavailable" => foreign_problem(400, "https://other.example/problems/unavailable"),
+        "other-closed" => foreign_problem(403, "https://other.example/problems/closed"),
+        "other-expired" => foreign_problem(401, "https://other.example/problems/expired"),
+        "other-corrupt" => foreign_problem(404, "https://other.example/problems/corrupt"),
+        // The service's own base, told to the client.
+        "based-reconcile" => foreign_problem(409, "https://api.example.com/problems/needs-reconciliation"),
         _ => (StatusCode::CREATED, "ok").into_response(),
     }
 }
@@ -112,6 +124,34 @@ async fn every_final_answer_ends_the_intent_and_nothing_is_resent() {
     let resumed = client.resume_pending().await.unwrap();
     assert_eq!(resumed.len(), 1);
     assert_eq!(hits.of("reconcile"), 2);
+}
+
+/// Another service's problem type was classified by its last path segment ahead of the
+/// status: a 400 or 403 ending `/unavailable` or `/closed` was resent until the budget ran out,
+/// a 401 ending `/expired` or a 404 ending `/corrupt` became needs-attention. The status
+/// decides; idemdb's own types are read in full, under the base the client is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_services_problem_types_are_classified_by_their_status() {
+    let (base, hits) = serve().await;
+    let store = Store::in_memory().unwrap();
+    let client = IdempotentClient::new(store.clone(), reqwest::Client::new())
+        .base_url(base.parse().unwrap())
+        .retry(fast().attempts_per_intent(5))
+        .problem_base("https://api.example.com/problems/");
+    let scope = Scope::new("me", "pay").unwrap();
+    let send = |path: &str| client.send(&scope, IntentRequest::post(format!("/{path}")).text(path.to_string()));
+    for (path, status) in
+        [("other-unavailable", 400), ("other-closed", 403), ("other-expired", 401), ("other-corrupt", 404)]
+    {
+        let answer = send(path).await.unwrap();
+        assert_eq!(answer.status.as_u16(), status, "{path}: the answer is final");
+        assert_eq!(hits.of(path), 1, "{path}: sent once");
+    }
+    let error = send("based-reconcile").await.unwrap_err();
+    assert_eq!(error.needs_attention(), Some(AttentionCause::NeedsReconciliation));
+    assert_eq!(hits.of("based-reconcile"), 1);
+    let states: Vec<IntentStateKind> = store.all_intents().unwrap().iter().map(|i| i.state.kind()).collect();
+    assert_eq!(states.iter().filter(|s| **s == IntentStateKind::Completed).count(), 4, "{states:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

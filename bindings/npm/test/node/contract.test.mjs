@@ -21,6 +21,7 @@ import {
   TransitionError,
   UnsupportedError,
   classifyAnswer,
+  problemCode,
   toIdemdbError,
   idempotentFetch,
   openFileStore,
@@ -57,6 +58,12 @@ before(async () => {
     if (path === 'conflict') return problem(res, 422, 'key-mismatch');
     if (path === 'not-found') return res.writeHead(404).end('no such account');
     if (path === 'busy') return res.writeHead(503).end('busy');
+    // Another service's problems whose types happen to end like idemdb's, and a service's own base.
+    const foreign = { 'other-unavailable': [400, 'https://other.example/problems/unavailable'], 'other-closed': [403, 'https://other.example/problems/closed'], 'other-expired': [401, 'https://other.example/problems/expired'], 'other-corrupt': [404, 'https://other.example/problems/corrupt'], 'based-reconcile': [409, 'https://api.example.com/problems/needs-reconciliation'] }[path];
+    if (foreign) {
+      res.writeHead(foreign[0], { 'content-type': 'application/problem+json' });
+      return res.end(JSON.stringify({ type: foreign[1], title: 't', status: foreign[0] }));
+    }
     res.writeHead(201).end('ok');
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -69,7 +76,7 @@ describe('retry contract', () => {
     const { cases } = JSON.parse(readFileSync(new URL('../../../../../../tests/testdata/answers.json', import.meta.url), 'utf8'));
     assert.ok(cases.length >= 20);
     for (const c of cases) {
-      const problem = c.code ?? (c.type ? c.type.split(/[:/]/).pop().toUpperCase().replace(/-/g, '_').replace(/^/, 'IDEMDB_') : undefined);
+      const problem = problemCode(c.type, c.code, c.base);
       const verdict = classifyAnswer(c.status, c.replayed, problem);
       const name = verdict.class === 'needs_attention' ? `needs_attention:${verdict.cause}` : verdict.class;
       assert.equal(name, c.class, JSON.stringify(c));
@@ -106,6 +113,21 @@ describe('retry contract', () => {
     const resumed = await resumePending(store, { baseUrl: base, retry: fast });
     assert.equal(resumed.length, 1);
     assert.equal(hits.get('reconcile'), 2);
+  });
+
+  test("another service's problem types are classified by their status; idemdb's are read in full", async () => {
+    hits.clear();
+    const store = await openMemoryStore();
+    const options = { scope, baseUrl: base, retry: { ...fast, attemptsPerIntent: 5 }, problemBase: 'https://api.example.com/problems/' };
+    const send = (path) => idempotentFetch(store, `/${path}`, { ...options, init: { method: 'POST', body: path } });
+    for (const [path, status] of [['other-unavailable', 400], ['other-closed', 403], ['other-expired', 401], ['other-corrupt', 404]]) {
+      assert.equal((await send(path)).status, status, `${path}: the answer is final`);
+      assert.equal(hits.get(path), 1, `${path}: sent once`);
+    }
+    await assert.rejects(send('based-reconcile'), (e) => e instanceof NeedsAttentionError && e.cause === 'needs_reconciliation');
+    assert.equal(hits.get('based-reconcile'), 1);
+    assert.equal(problemCode('https://other.example/problems/expired', undefined), undefined);
+    assert.equal(problemCode('urn:idemdb:problem:expired', undefined), 'IDEMDB_EXPIRED');
   });
 
   test('the attempt budget counts across resumes', async () => {

@@ -8,9 +8,10 @@
 //!
 //! - **final**, recorded, never sent again: any replayed response (`Idempotent-Replayed:
 //!   true`, whatever its status), any 2xx, 3xx or 4xx, and a 422 (returned as a conflict);
-//! - **needs attention**, recorded with the last answer, not resumed: a problem type that says
-//!   retrying cannot help (`needs-reconciliation`, `expired`, `provider-key-expired`,
-//!   `corrupt`, `newer-format`), or the intent's attempt budget
+//! - **needs attention**, recorded with the last answer, not resumed: an idemdb problem that
+//!   says retrying cannot help, with the status idemdb answers it with (`needs-reconciliation`
+//!   409, `expired` 410, `provider-key-expired` 409, `corrupt` and `newer-format` 500; the
+//!   type read in full, see [`IdempotentClient::problem_base`]), or the intent's attempt budget
 //!   ([`Retry::attempts_per_intent`], counted across resumes) running out. The
 //!   [`on_needs_attention`](IdempotentClient::on_needs_attention) callback tells the app; a
 //!   person reopens it after a reconciliation ([`Store::reopen_intent`]) or abandons it
@@ -239,6 +240,7 @@ pub struct IdempotentClient {
     base: Option<reqwest::Url>,
     stored_headers: Vec<String>,
     key_form: KeyForm,
+    problem_base: Option<String>,
 }
 
 impl std::fmt::Debug for IdempotentClient {
@@ -263,6 +265,7 @@ impl IdempotentClient {
             base: None,
             stored_headers: STORED_HEADERS.iter().map(|name| name.to_string()).collect(),
             key_form: KeyForm::SfString,
+            problem_base: None,
         }
     }
 
@@ -288,6 +291,16 @@ impl IdempotentClient {
     #[must_use]
     pub fn key_form(mut self, form: KeyForm) -> Self {
         self.key_form = form;
+        self
+    }
+
+    /// The base of the service's problem types when it is not idemdb's own
+    /// `urn:idemdb:problem:` (the server's [`ProblemTypes`](crate::ProblemTypes)): a problem
+    /// type is read as idemdb's only in full ([`idemdb_core::problem_code`]), so another
+    /// service's type that merely ends in `/expired` is not taken for one.
+    #[must_use]
+    pub fn problem_base(mut self, base: impl Into<String>) -> Self {
+        self.problem_base = Some(base.into());
         self
     }
 
@@ -439,7 +452,7 @@ impl IdempotentClient {
                 }
             };
             let answer = IntentResponse { status: status.as_u16(), headers, body: body.to_vec() };
-            match classify(&answer) {
+            match classify(&answer, self.problem_base.as_deref()) {
                 AnswerClass::Retry => {
                     intent = self.record(&intent, Update::Attempt(AttemptOutcome::Status(status.as_u16()))).await?;
                     last_answer = Some(answer);
@@ -548,13 +561,13 @@ enum Update {
 }
 
 /// The contract's class of a recorded answer: replayed or not, and the problem code its
-/// body names (`code`, or the slug of `type`).
-fn classify(answer: &IntentResponse) -> AnswerClass {
+/// body names (`code`, or `type` in full: idemdb's base or the service's `base`).
+fn classify(answer: &IntentResponse, base: Option<&str>) -> AnswerClass {
     let header = |name: &str| answer.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
     let replayed = header(REPLAYED_HEADER) == Some("true");
     let problem = if header("content-type").is_some_and(|t| t.starts_with("application/problem+json")) {
         let body: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
-        problem_code(body["type"].as_str(), body["code"].as_str())
+        problem_code(body["type"].as_str(), body["code"].as_str(), base)
     } else {
         None
     };
