@@ -372,18 +372,7 @@ fn beside_journal(
         // it wherever the link points), and the store needs nothing from it here, so the link
         // is set aside (kept, under a name that says so) and a new journal made.
         if fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
-            let to = aside::set_aside(path, None, now).map_err(|source| OpenError::Io {
-                action: "set aside the journal",
-                path: path.to_path_buf(),
-                source,
-            })?;
-            tracing::warn!(
-                target: "idemdb::journal",
-                journal = %path.display(),
-                set_aside = %to.display(),
-                "a dangling symlink at the journal's name is set aside; a new journal is started beside the store"
-            );
-            report.set_aside.push(SetAside { from: path.to_path_buf(), to, reason: SetAsideReason::Shared });
+            set_aside_reported(path, None, SetAsideReason::Shared, now, report)?;
         }
         return Ok((open_beside(path, store)?, false));
     };
@@ -407,7 +396,23 @@ fn beside_journal(
     } else {
         SetAsideReason::NotThisStores
     };
-    let to = aside::set_aside(path, owner.as_ref(), now).map_err(|source| OpenError::Io {
+    set_aside_reported(path, owner.as_ref(), reason, now, report)?;
+    // The old file stays open (and locked) until the new one is made.
+    let fresh = open_beside(path, store)?;
+    drop(file);
+    Ok((fresh, false))
+}
+
+/// Sets the journal file at `path` aside (renamed, never written over: [`aside::set_aside`]),
+/// says so, and records it in `report`; a new journal is started beside the store next.
+fn set_aside_reported(
+    path: &Path,
+    owner: Option<&[u8; 16]>,
+    reason: SetAsideReason,
+    now: u64,
+    report: &mut JournalRecovery,
+) -> Result<(), OpenError> {
+    let to = aside::set_aside(path, owner, now).map_err(|source| OpenError::Io {
         action: "set aside the journal",
         path: path.to_path_buf(),
         source,
@@ -420,10 +425,7 @@ fn beside_journal(
         "journal set aside, not written over; a new journal is started beside the store"
     );
     report.set_aside.push(SetAside { from: path.to_path_buf(), to, reason });
-    // The old file stays open (and locked) until the new one is made.
-    let fresh = open_beside(path, store)?;
-    drop(file);
-    Ok((fresh, false))
+    Ok(())
 }
 
 /// Removes (or, when it holds records the open gave up, sets aside) the store's earlier
