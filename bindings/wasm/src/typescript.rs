@@ -18,8 +18,8 @@ mod tests {
         RETRIED_STATUSES,
     };
     use idemdb::{
-        AttemptOutcomeKind, Durability, ErrorCode, ExpiredLease, FailureKind, IntentStateKind, Named, Normaliser,
-        OutcomeClass, ReservationKind, ResolutionKind, StateKind, UncertainCause,
+        AttemptOutcomeKind, AttentionCause, Durability, ErrorCode, ExpiredLease, FailureKind, IntentStateKind, Named,
+        Normaliser, OutcomeClass, ReservationKind, ResolutionKind, StateKind, UncertainCause,
     };
 
     const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../npm/src/generated/vocabulary.ts");

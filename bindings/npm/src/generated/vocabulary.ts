@@ -188,20 +188,13 @@ export const KEY_HEADER = 'idempotency-key';
 export const REPLAYED_HEADER = 'idempotent-replayed';
 /** Statuses retried besides every 5xx. */
 export const RETRIED_STATUSES: readonly number[] = [408, 409, 429];
-/** Problem codes that say a retry with the same key may succeed. */
-export const RETRIED_PROBLEMS: readonly EngineErrorCode[] = [
-  'IDEMDB_IN_PROGRESS',
-  'IDEMDB_STORAGE',
-  'IDEMDB_UNAVAILABLE',
-  'IDEMDB_STORE_BUSY',
-  'IDEMDB_COMMIT_UNKNOWN',
-  'IDEMDB_CLOSED',
+/** The base of idemdb's own problem types. */
+export const DEFAULT_PROBLEM_BASE = 'urn:idemdb:problem:';
+/** idemdb's answers that need a person: the problem, the status it comes with, the cause. */
+export const ATTENTION_PROBLEMS: readonly { code: EngineErrorCode; status: number; cause: AttentionCause }[] = [
+  { code: 'IDEMDB_NEEDS_RECONCILIATION', status: 409, cause: 'needs_reconciliation' },
+  { code: 'IDEMDB_PROVIDER_KEY_EXPIRED', status: 409, cause: 'provider_key_expired' },
+  { code: 'IDEMDB_EXPIRED', status: 410, cause: 'expired' },
+  { code: 'IDEMDB_CORRUPT', status: 500, cause: 'unreadable' },
+  { code: 'IDEMDB_NEWER_FORMAT', status: 500, cause: 'unreadable' },
 ];
-/** Problem codes that need a person, and the cause each gives. */
-export const ATTENTION_PROBLEMS: Partial<Record<EngineErrorCode, AttentionCause>> = {
-  IDEMDB_CORRUPT: 'unreadable',
-  IDEMDB_NEWER_FORMAT: 'unreadable',
-  IDEMDB_NEEDS_RECONCILIATION: 'needs_reconciliation',
-  IDEMDB_EXPIRED: 'expired',
-  IDEMDB_PROVIDER_KEY_EXPIRED: 'provider_key_expired',
-};
