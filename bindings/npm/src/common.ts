@@ -92,6 +92,7 @@ export {
   RECORD_STATES,
   RESERVATION_STATUSES,
   RESOLUTION_KINDS,
+  STORED_RESPONSE_HEADERS,
   UNCERTAIN_CAUSES,
   type AttemptOutcomeKind,
   type Durability,

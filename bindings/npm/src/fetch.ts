@@ -14,7 +14,14 @@ import {
   toIdemdbError,
 } from './errors.js';
 import { classifyAnswer, problemCode } from './contract.js';
-import { KEY_HEADER, REPLAYED_HEADER, RETRY_DEFAULTS, type AttentionCause, type KeyForm } from './generated/vocabulary.js';
+import {
+  KEY_HEADER,
+  REPLAYED_HEADER,
+  RETRY_DEFAULTS,
+  STORED_RESPONSE_HEADERS,
+  type AttentionCause,
+  type KeyForm,
+} from './generated/vocabulary.js';
 import type { CanonicalOptions, Intent, IntentResponse, Scope, Store } from './store.js';
 
 /** The store methods `idempotentFetch` and the resume helpers use. */
@@ -92,6 +99,13 @@ export interface IdempotentFetchOptions {
    * credentials for resumed sends come from `transportHeaders`.
    */
   storedHeaders?: readonly string[];
+  /**
+   * The response headers stored with a recorded answer (default `STORED_RESPONSE_HEADERS`:
+   * `content-type`, `content-language`, `etag`, `last-modified`, `location`, `retry-after`,
+   * `idempotent-replayed`). Every other header of an answer is never written to the store; a
+   * stored `location` loses its query and fragment.
+   */
+  storedResponseHeaders?: readonly string[];
   /** Called when an intent comes to need attention (before the `NeedsAttentionError`). */
   onNeedsAttention?: (intent: Intent) => void;
 }
@@ -219,12 +233,16 @@ function keyHeaderValue(key: string, format: KeyForm = 'sf-string'): string {
   return `"${key.replace(/["\\]/g, (c) => `\\${c}`)}"`;
 }
 
-/** Response headers worth keeping with the recorded response. */
-function keptHeaders(response: Response): [string, string][] {
+/**
+ * The headers of an answer stored with it: the `allowed` names only (an allow-list: a header a
+ * server adds, such as `authorization` or `x-api-key`, is never written to the store), and a
+ * `location` without its query and fragment (a token there never reaches the store).
+ */
+function keptHeaders(response: Response, allowed: readonly string[]): [string, string][] {
   const kept: [string, string][] = [];
   response.headers.forEach((value, name) => {
-    if (kept.length < 64 && !['set-cookie', 'date', 'connection', 'keep-alive', 'transfer-encoding'].includes(name)) {
-      kept.push([name, value]);
+    if (kept.length < 64 && allowed.includes(name)) {
+      kept.push([name, name === 'location' ? value.split(/[?#]/)[0] : value]);
     }
   });
   return kept;
@@ -363,7 +381,7 @@ async function deliver(
       await sleep(backoffMs(budgetUsed(intent), retry), options.signal);
       continue;
     }
-    const answer: IntentResponse = { status: response.status, headers: keptHeaders(response), body: bytes };
+    const answer: IntentResponse = { status: response.status, headers: keptHeaders(response, (options.storedResponseHeaders ?? STORED_RESPONSE_HEADERS).map((name) => name.toLowerCase())), body: bytes };
     const verdict = classify(response, bytes, options.problemBase);
     if (verdict.class === 'retry') {
       const status = response.status;

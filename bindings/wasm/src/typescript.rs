@@ -15,7 +15,7 @@ mod tests {
     use idemdb::{
         ATTENTION_PROBLEMS, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT,
         DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_PROBLEM_BASE, KEY_HEADER, KeyForm, REPLAYED_HEADER,
-        RETRIED_STATUSES,
+        RETRIED_STATUSES, STORED_RESPONSE_HEADERS,
     };
     use idemdb::{
         AttemptOutcomeKind, AttentionCause, Durability, ErrorCode, ExpiredLease, FailureKind, IntentStateKind, Named,
@@ -117,6 +117,9 @@ mod tests {
         let statuses: Vec<String> = RETRIED_STATUSES.iter().map(u16::to_string).collect();
         let _ = writeln!(out, "/** Statuses retried besides every 5xx. */");
         let _ = writeln!(out, "export const RETRIED_STATUSES: readonly number[] = [{}];", statuses.join(", "));
+        let stored: Vec<String> = STORED_RESPONSE_HEADERS.iter().map(|name| format!("'{name}'")).collect();
+        let _ = writeln!(out, "/** The response headers stored with a recorded answer, by default (an allow-list). */");
+        let _ = writeln!(out, "export const STORED_RESPONSE_HEADERS: readonly string[] = [{}];", stored.join(", "));
         let _ = writeln!(out, "/** The base of idemdb's own problem types. */");
         let _ = writeln!(out, "export const DEFAULT_PROBLEM_BASE = '{DEFAULT_PROBLEM_BASE}';");
         let attention: Vec<String> = ATTENTION_PROBLEMS

@@ -99,8 +99,9 @@ pub use refusal::Refusal;
 pub use retry::{
     ATTENTION_PROBLEMS, AnswerClass, AttentionCause, AttentionProblem, DEFAULT_ATTEMPT_TIMEOUT,
     DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY,
-    DEFAULT_PROBLEM_BASE, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_STATUSES, backoff_ceiling, backoff_delay,
-    classify_answer, key_header_value, problem_code, retry_after,
+    DEFAULT_PROBLEM_BASE, KEY_HEADER, KeyForm, REPLAYED_HEADER, RETRIED_STATUSES, STORED_RESPONSE_HEADERS,
+    backoff_ceiling, backoff_delay, classify_answer, key_header_value, problem_code, retry_after,
+    stored_response_value,
 };
 pub use rows::{
     BusinessWrite, MAX_ROW_KEY_LEN, MAX_ROW_TABLE_NAME_LEN, MAX_ROW_VALUE_LEN, Row, RowError, RowTable, RowWrite,

@@ -47,6 +47,6 @@ pub use crate::{DEFAULT_AUDIT_RETENTION, InvalidPolicy, Policies, delivery_polic
 pub use crate::{
     ATTENTION_PROBLEMS, AnswerClass, AttentionProblem, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL,
     DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_PROBLEM_BASE, KEY_HEADER, KeyForm,
-    REPLAYED_HEADER, RETRIED_STATUSES, backoff_ceiling, backoff_delay, classify_answer, key_header_value, problem_code,
-    retry_after,
+    REPLAYED_HEADER, RETRIED_STATUSES, STORED_RESPONSE_HEADERS, backoff_ceiling, backoff_delay, classify_answer,
+    key_header_value, problem_code, retry_after, stored_response_value,
 };

@@ -44,6 +44,29 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 /// Statuses retried with the same key besides every 5xx: the server timed out reading (408),
 /// another attempt is running (409), or it asks to come back (429).
 pub const RETRIED_STATUSES: &[u16] = &[408, 409, 429];
+/// The response headers a client stores with a recorded answer, by default: those that say what
+/// the answer is. The list is an allow-list — a header a server adds (`authorization`,
+/// `x-api-key`, `www-authenticate`, `set-cookie`, a session token of its own) is never written
+/// to the store unless the app names it. `idempotent-replayed` is kept: it decides the class of
+/// the recorded answer.
+pub const STORED_RESPONSE_HEADERS: &[&str] =
+    &["content-type", "content-language", "etag", "last-modified", "location", "retry-after", REPLAYED_HEADER];
+
+/// The value a stored response header keeps: a `location` without its query and fragment (a
+/// token there never reaches the store); any other header as it came.
+///
+/// ```
+/// use idemdb_core::stored_response_value;
+/// assert_eq!(stored_response_value("location", "/v1/payments/p_1?token=s3cret#x"), "/v1/payments/p_1");
+/// assert_eq!(stored_response_value("etag", "\"v1?\""), "\"v1?\"");
+/// ```
+pub fn stored_response_value<'a>(name: &str, value: &'a str) -> &'a str {
+    if name.eq_ignore_ascii_case("location") {
+        return value.split(['?', '#']).next().unwrap_or(value);
+    }
+    value
+}
+
 /// The base of idemdb's own problem types: `urn:idemdb:problem:<slug>` (what the HTTP layer
 /// answers unless the service names another base, which its clients are then told).
 pub const DEFAULT_PROBLEM_BASE: &str = "urn:idemdb:problem:";

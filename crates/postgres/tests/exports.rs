@@ -44,7 +44,7 @@ same_items! {
     ReservationKind, Resolution, ResolutionCause, ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind,
     StepRecord, Timestamp, TransitionError, UncertainCause, UnknownName, ValidTransition, AnswerClass,
     DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY,
-    DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, ATTENTION_PROBLEMS, AttentionProblem, DEFAULT_PROBLEM_BASE, RETRIED_STATUSES, backoff_ceiling,
+    DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, ATTENTION_PROBLEMS, AttentionProblem, DEFAULT_PROBLEM_BASE, RETRIED_STATUSES, STORED_RESPONSE_HEADERS, stored_response_value, backoff_ceiling,
     backoff_delay, classify_answer, key_header_value, problem_code, retry_after, DEFAULT_AUDIT_RETENTION, InvalidPolicy,
     Policies, delivery_policy_name, BusinessWrite, MAX_ROW_KEY_LEN, MAX_ROW_VALUE_LEN, Row, RowError, RowTable, RowWrite,
     Settle, Refusal, Corrupt,

@@ -188,6 +188,8 @@ export const KEY_HEADER = 'idempotency-key';
 export const REPLAYED_HEADER = 'idempotent-replayed';
 /** Statuses retried besides every 5xx. */
 export const RETRIED_STATUSES: readonly number[] = [408, 409, 429];
+/** The response headers stored with a recorded answer, by default (an allow-list). */
+export const STORED_RESPONSE_HEADERS: readonly string[] = ['content-type', 'content-language', 'etag', 'last-modified', 'location', 'retry-after', 'idempotent-replayed'];
 /** The base of idemdb's own problem types. */
 export const DEFAULT_PROBLEM_BASE = 'urn:idemdb:problem:';
 /** idemdb's answers that need a person: the problem, the status it comes with, the cause. */

@@ -22,6 +22,7 @@ import {
   UnsupportedError,
   classifyAnswer,
   problemCode,
+  STORED_RESPONSE_HEADERS,
   toIdemdbError,
   idempotentFetch,
   openFileStore,
@@ -58,6 +59,17 @@ before(async () => {
     if (path === 'conflict') return problem(res, 422, 'key-mismatch');
     if (path === 'not-found') return res.writeHead(404).end('no such account');
     if (path === 'busy') return res.writeHead(503).end('busy');
+    if (path === 'secret-answer') {
+      res.writeHead(201, {
+        'content-type': 'application/json',
+        'x-api-key': 'sk-RSECRET-1',
+        'x-auth-token': 'tok-RSECRET-2',
+        authorization: 'Bearer tok-RSECRET-3',
+        'www-authenticate': 'Bearer realm=RSECRET-4',
+        location: '/v1/payments/p_1?token=RSECRET-5#x',
+      });
+      return res.end('{"id":"p_1"}');
+    }
     // Another service's problems whose types happen to end like idemdb's, and a service's own base.
     const foreign = { 'other-unavailable': [400, 'https://other.example/problems/unavailable'], 'other-closed': [403, 'https://other.example/problems/closed'], 'other-expired': [401, 'https://other.example/problems/expired'], 'other-corrupt': [404, 'https://other.example/problems/corrupt'], 'based-reconcile': [409, 'https://api.example.com/problems/needs-reconciliation'] }[path];
     if (foreign) {
@@ -174,6 +186,20 @@ describe('retry contract', () => {
     const bytes = readFileSync(path);
     for (const secret of ['SECRET', 'x-api-key', 'authorization']) assert.equal(bytes.indexOf(secret), -1, secret);
     assert.notEqual(bytes.indexOf('text/plain'), -1, 'the allowed header is stored');
+  });
+
+  test("an answer's secret headers never reach the store file: only the allow-list is kept, a location without its query", async () => {
+    const path = join(dir, 'secret-answer.idemdb');
+    const store = await openFileStore(path);
+    const response = await idempotentFetch(store, `${base}/secret-answer`, { scope, retry: fast, init: { method: 'POST', body: 'x' } });
+    assert.equal(response.status, 201);
+    const [intent] = store.listIntents();
+    assert.deepEqual(intent.response.headers.map(([name]) => name).sort(), ['content-type', 'location']);
+    assert.deepEqual(intent.response.headers.find(([name]) => name === 'location'), ['location', '/v1/payments/p_1']);
+    store.close();
+    const bytes = readFileSync(path);
+    for (const secret of ['RSECRET', 'x-api-key', 'x-auth-token', 'www-authenticate']) assert.equal(bytes.indexOf(secret), -1, secret);
+    assert.deepEqual([...STORED_RESPONSE_HEADERS], ['content-type', 'content-language', 'etag', 'last-modified', 'location', 'retry-after', 'idempotent-replayed']);
   });
 
   test('an aborted signal stores and sends nothing; onStored gives the key before the send', async () => {

@@ -28,6 +28,8 @@
 //! ([`STORED_HEADERS`] by default, [`IdempotentClient::stored_headers`] to change it). Other
 //! headers given to [`IntentRequest::header`] go with this process's attempts only;
 //! credentials come from [`IdempotentClient::transport_headers`], called before every send.
+//! A recorded answer keeps only the response headers of [`STORED_RESPONSE_HEADERS`]
+//! ([`IdempotentClient::stored_response_headers`]), a `location` without its query.
 //!
 //! ```no_run
 //! use idemdb::{Scope, Store};
@@ -72,7 +74,10 @@ use idemdb::{
     AttemptOutcome, AttentionCause, Canonicalizer, IdempotencyKey, Intent, IntentError, IntentRefusal, IntentResponse,
     IntentState, MAX_RESPONSE_HEADERS, Scope, Store,
 };
-use idemdb_core::{AnswerClass, KEY_HEADER, KeyForm, REPLAYED_HEADER, classify_answer, key_header_value, problem_code};
+use idemdb_core::{
+    AnswerClass, KEY_HEADER, KeyForm, REPLAYED_HEADER, classify_answer, key_header_value, problem_code,
+    stored_response_value,
+};
 use serde_json::Value;
 
 pub use error::ClientError;
@@ -84,8 +89,7 @@ pub use retry::{Retry, retryable};
 pub const STORED_HEADERS: &[&str] =
     &["content-type", "content-language", "accept", "accept-language", "if-match", "if-none-match", "prefer"];
 
-/// Response headers not kept with a recorded answer.
-const UNKEPT_RESPONSE_HEADERS: &[&str] = &["set-cookie", "date", "connection", "keep-alive", "transfer-encoding"];
+pub use idemdb_core::STORED_RESPONSE_HEADERS;
 
 /// A request to make once: what an intent stores (method, URL, the
 /// [allowed](STORED_HEADERS) headers, body).
@@ -241,6 +245,7 @@ pub struct IdempotentClient {
     stored_headers: Vec<String>,
     key_form: KeyForm,
     problem_base: Option<String>,
+    stored_response_headers: Vec<String>,
 }
 
 impl std::fmt::Debug for IdempotentClient {
@@ -266,6 +271,7 @@ impl IdempotentClient {
             stored_headers: STORED_HEADERS.iter().map(|name| name.to_string()).collect(),
             key_form: KeyForm::SfString,
             problem_base: None,
+            stored_response_headers: STORED_RESPONSE_HEADERS.iter().map(|name| name.to_string()).collect(),
         }
     }
 
@@ -283,6 +289,15 @@ impl IdempotentClient {
     #[must_use]
     pub fn stored_headers<S: AsRef<str>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
         self.stored_headers = names.into_iter().map(|name| name.as_ref().to_ascii_lowercase()).collect();
+        self
+    }
+
+    /// The response headers stored with a recorded answer (default
+    /// [`STORED_RESPONSE_HEADERS`]); names are matched in lower case. Every other header of an
+    /// answer is never written to the store; a stored `location` loses its query and fragment.
+    #[must_use]
+    pub fn stored_response_headers<S: AsRef<str>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.stored_response_headers = names.into_iter().map(|name| name.as_ref().to_ascii_lowercase()).collect();
         self
     }
 
@@ -440,7 +455,7 @@ impl IdempotentClient {
             let status = response.status();
             last_status = Some(status);
             let wait = self.retry.retry_after(response.headers(), SystemTime::now()).unwrap_or(backoff);
-            let headers = kept_headers(response.headers());
+            let headers = kept_headers(response.headers(), &self.stored_response_headers);
             let body = match response.bytes().await {
                 Ok(body) => body,
                 Err(error) => {
@@ -574,11 +589,16 @@ fn classify(answer: &IntentResponse, base: Option<&str>) -> AnswerClass {
     classify_answer(answer.status, replayed, problem)
 }
 
-fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+/// The headers of an answer that are stored with it: those `allowed` names, a `location`
+/// without its query ([`idemdb_core::stored_response_value`]).
+fn kept_headers(headers: &HeaderMap, allowed: &[String]) -> Vec<(String, String)> {
     headers
         .iter()
-        .filter(|(name, _)| !UNKEPT_RESPONSE_HEADERS.contains(&name.as_str()))
-        .filter_map(|(name, value)| Some((name.as_str().to_string(), value.to_str().ok()?.to_string())))
+        .filter(|(name, _)| allowed.iter().any(|allowed| allowed == name.as_str()))
+        .filter_map(|(name, value)| {
+            let value = stored_response_value(name.as_str(), value.to_str().ok()?);
+            Some((name.as_str().to_string(), value.to_string()))
+        })
         .take(MAX_RESPONSE_HEADERS)
         .collect()
 }
@@ -652,12 +672,34 @@ mod tests {
         assert_eq!(built.url().as_str(), "http://10.0.0.2:9000/v1/payments?x=1");
     }
 
+    /// Response headers were stored by a deny-list: `x-api-key`, `x-auth-token`,
+    /// `authorization`, `www-authenticate` and a token in `location` reached the store in plain
+    /// text. Only the allow-list is kept now, and a location without its query.
     #[test]
-    fn kept_headers_drop_cookies_and_hop_by_hop() {
+    fn only_allowed_response_headers_are_kept_and_a_location_loses_its_query() {
         let mut headers = HeaderMap::new();
-        headers.insert("set-cookie", HeaderValue::from_static("s=1"));
-        headers.insert("connection", HeaderValue::from_static("close"));
-        headers.insert("content-type", HeaderValue::from_static("application/json"));
-        assert_eq!(kept_headers(&headers), [("content-type".to_string(), "application/json".to_string())]);
+        for (name, value) in [
+            ("set-cookie", "s=1"),
+            ("connection", "close"),
+            ("x-api-key", "sk_live_1"),
+            ("x-auth-token", "tok_2"),
+            ("authorization", "Bearer tok_3"),
+            ("www-authenticate", "Bearer realm=tok_4"),
+            ("content-type", "application/json"),
+            ("location", "/v1/payments/p_1?token=tok_5#frag"),
+            ("idempotent-replayed", "true"),
+        ] {
+            headers.insert(http::HeaderName::from_static(name), HeaderValue::from_static(value));
+        }
+        let allowed: Vec<String> = STORED_RESPONSE_HEADERS.iter().map(|name| name.to_string()).collect();
+        let kept = kept_headers(&headers, &allowed);
+        let names: Vec<&str> = kept.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["content-type", "location", "idempotent-replayed"]);
+        assert!(kept.contains(&("location".to_string(), "/v1/payments/p_1".to_string())), "{kept:?}");
+        assert!(!format!("{kept:?}").contains("tok_"), "no secret is kept: {kept:?}");
+        // An app that needs one more names it.
+        let more: Vec<String> = allowed.iter().cloned().chain(["x-request-id".to_string()]).collect();
+        headers.insert("x-request-id", HeaderValue::from_static("r-1"));
+        assert!(kept_headers(&headers, &more).iter().any(|(name, _)| name == "x-request-id"));
     }
 }
