@@ -89,6 +89,11 @@ struct Args {
     /// process dispatches it, and the retry replays the payment.
     #[arg(long, value_name = "DESTINATION")]
     crash_after_reserve_to: Option<String>,
+    /// Fault injection: after a payment to DESTINATION has reserved its key (its charge
+    /// enqueued in the same commit), the handler's next N reads of the charge fail as in a
+    /// database outage (`DESTINATION:N`, N at least 1). The key is never released for it.
+    #[arg(long, value_name = "DESTINATION:N", value_parser = destination_and_count)]
+    fail_reads_after_reserve_to: Option<(String, u32)>,
     /// Seconds between rounds of the reconciler, which asks the provider about uncertain
     /// charges and releases uncertain payments that enqueued no charge.
     #[arg(long, default_value_t = 5)]
@@ -170,6 +175,16 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Parses `DESTINATION:N` (N a count of at least 1).
+fn destination_and_count(value: &str) -> Result<(String, u32), String> {
+    let (destination, count) = value.rsplit_once(':').ok_or("expected DESTINATION:N")?;
+    let count: u32 = count.parse().map_err(|_| format!("{count:?} is not a count"))?;
+    if destination.is_empty() || count == 0 {
+        return Err("expected a destination and a count of at least 1".into());
+    }
+    Ok((destination.to_string(), count))
+}
+
 async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Error>> {
     let latency = Duration::from_millis(args.provider_latency_ms);
     // The charge is the payment's only external effect, and it goes through the outbox: an
@@ -185,8 +200,12 @@ async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Erro
             Some(destination) => provider.lose_responses_to(destination.clone()),
             None => provider,
         };
-        match &args.crash_after_reserve_to {
+        let provider = match &args.crash_after_reserve_to {
             Some(destination) => provider.crash_after_reserve_to(destination.clone()),
+            None => provider,
+        };
+        match &args.fail_reads_after_reserve_to {
+            Some((destination, count)) => provider.fail_reads_after_reserve_to(destination.clone(), *count),
             None => provider,
         }
     };

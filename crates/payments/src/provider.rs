@@ -9,6 +9,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idemdb_postgres::PgStore;
@@ -51,15 +52,23 @@ pub struct ChargeRequest {
 pub struct Provider {
     storage: Storage,
     latency: Duration,
+    faults: Faults,
+}
+
+/// Faults injected to show recovery (none by default).
+#[derive(Debug, Clone, Default)]
+struct Faults {
     lose_responses_to: Option<String>,
     crash_after_reserve_to: Option<String>,
+    /// A destination, and how many more reads of its charges' outbox items fail.
+    failing_reads: Option<(String, Arc<AtomicU32>)>,
 }
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Provider")
             .field("latency", &self.latency)
-            .field("lose_responses_to", &self.lose_responses_to)
+            .field("faults", &self.faults)
             .finish_non_exhaustive()
     }
 }
@@ -88,8 +97,7 @@ impl Provider {
         Ok(Provider {
             storage: Storage::Redb(Arc::new(db)),
             latency,
-            lose_responses_to: None,
-            crash_after_reserve_to: None,
+            faults: Faults::default(),
         })
     }
 
@@ -105,8 +113,7 @@ impl Provider {
         Ok(Provider {
             storage: Storage::Redb(Arc::new(db)),
             latency,
-            lose_responses_to: None,
-            crash_after_reserve_to: None,
+            faults: Faults::default(),
         })
     }
 
@@ -135,14 +142,14 @@ impl Provider {
         );
         let list = format!("SELECT charge::text, calls FROM {table} WHERE tenant = $1 ORDER BY provider_key");
         let storage = Storage::Postgres(Arc::new(PgCharges { store, charge, list }));
-        Ok(Provider { storage, latency, lose_responses_to: None, crash_after_reserve_to: None })
+        Ok(Provider { storage, latency, faults: Faults::default() })
     }
 
     /// A fault to show reconciliation: charges to `destination` are made (and counted), then
     /// their answer is lost on the way back, as when a connection drops after the provider
     /// processed the request. The caller cannot tell whether the charge happened.
     pub fn lose_responses_to(mut self, destination: impl Into<String>) -> Provider {
-        self.lose_responses_to = Some(destination.into());
+        self.faults.lose_responses_to = Some(destination.into());
         self
     }
 
@@ -150,27 +157,53 @@ impl Provider {
     /// when a payment to `destination` has reserved its key — its charge enqueued in the same
     /// commit — and before the dispatcher sent the charge. The next process dispatches it.
     pub fn crash_after_reserve_to(mut self, destination: impl Into<String>) -> Provider {
-        self.crash_after_reserve_to = Some(destination.into());
+        self.faults.crash_after_reserve_to = Some(destination.into());
         self
+    }
+
+    /// A fault to show that an unreadable store never releases a reserved key: the next
+    /// `count` reads of the outbox item of a payment to `destination` (the handler's, right
+    /// after the reservation enqueued the charge) fail as a database outage makes them fail.
+    pub fn fail_reads_after_reserve_to(mut self, destination: impl Into<String>, count: u32) -> Provider {
+        self.faults.failing_reads = Some((destination.into(), Arc::new(AtomicU32::new(count))));
+        self
+    }
+
+    /// Whether the fault of [`fail_reads_after_reserve_to`](Provider::fail_reads_after_reserve_to)
+    /// fails this read of a payment to `destination` (each call uses up one failure).
+    pub fn read_fails_after_reserve(&self, destination: &str) -> bool {
+        let Some((faulty, left)) = &self.faults.failing_reads else { return false };
+        faulty == destination
+            && left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1)).is_ok()
     }
 
     /// Whether the fault of [`crash_after_reserve_to`](Provider::crash_after_reserve_to)
     /// applies to a payment to `destination`.
     pub fn crashes_after_reserve(&self, destination: &str) -> bool {
-        self.crash_after_reserve_to.as_deref() == Some(destination)
+        self.faults.crash_after_reserve_to.as_deref() == Some(destination)
     }
 
     /// Charges, idempotently by `(tenant, provider_key)`: a repeated key returns the first
     /// charge (as a real provider does) and counts the call. The charge is durable before
     /// this returns.
     ///
+    /// As at a remote provider, a call that has started goes on when its caller stops waiting
+    /// (a dispatcher's deadline, a dropped future): the charge is made after the latency all
+    /// the same, and only a lookup ([`find`](Provider::find)) tells the caller it happened.
+    ///
     /// # Errors
     /// The provider's storage failed, or its answer was lost
     /// ([`lose_responses_to`](Provider::lose_responses_to)); whether the charge happened is
     /// then unknown.
     pub async fn charge(&self, request: ChargeRequest) -> Result<Value, ProviderError> {
+        let provider = self.clone();
+        tokio::spawn(async move { provider.process(request).await }).await.map_err(ProviderError::of)?
+    }
+
+    /// The provider's side of one call: after the latency, the charge is made (or found).
+    async fn process(&self, request: ChargeRequest) -> Result<Value, ProviderError> {
         tokio::time::sleep(self.latency).await;
-        let lost = self.lose_responses_to.as_deref() == Some(request.payment.destination.as_str());
+        let lost = self.faults.lose_responses_to.as_deref() == Some(request.payment.destination.as_str());
         let charge = match &self.storage {
             Storage::Redb(db) => {
                 let db = Arc::clone(db);

@@ -10,5 +10,6 @@ mod backup;
 mod edges;
 mod payments;
 mod postgres;
+mod promises;
 mod readme;
 mod support;

@@ -31,6 +31,7 @@ on_postgres! {
     postgres_the_expiry_policy_is_published => payments::published_policy,
     postgres_the_backup_endpoint_answers_not_on_this_backend => crate::backup::not_on_this_backend,
     postgres_sigusr1_is_refused_and_the_service_serves_on => crate::backup::sigusr1_refused,
+    postgres_a_store_blip_after_the_reservation_never_releases_a_key => crate::promises::store_blip_after_the_reservation,
 }
 
 /// Two processes on one database and schema, each sent every key twice at once, both
