@@ -142,7 +142,7 @@ fn workflow_stories_against_memory_and_file_stores() {
     for dir in [None, Some(tempfile::tempdir().expect("tempdir"))] {
         let name = if dir.is_some() { "file store" } else { "memory store" };
         let mut stores = Stores::new(dir);
-        assert_eq!(pollster::block_on(conformance::run_workflow_stories(&mut stores, name)), 5);
+        assert_eq!(pollster::block_on(conformance::run_workflow_stories(&mut stores, name)), 6);
     }
 }
 

@@ -155,5 +155,5 @@ fn decision_table_on_the_wasm32_build() {
     assert_eq!(cases, stores.1);
     assert!(cases >= 50);
     // The workflow primitives (outbox, inbox, jobs) tell the same stories in wasm32.
-    assert_eq!(pollster::block_on(conformance::run_workflow_stories(&mut stores, "wasm32 memory store")), 5);
+    assert_eq!(pollster::block_on(conformance::run_workflow_stories(&mut stores, "wasm32 memory store")), 6);
 }

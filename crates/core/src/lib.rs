@@ -120,5 +120,5 @@ pub use workflow::{
     JobRecord, JobRefusal, JobState, JobStateKind, MAX_EFFECT_NAME_LEN, MAX_REASON_LEN, MAX_REFERENCE_LEN, NewEffect,
     NewerVersion, NewerVersionWithin, OBJECT_FORMAT, OUTBOX_FORMAT, ObjectRecord, OutboxItem, OutboxRefusal,
     OutboxState, OutboxStateKind, ProviderState, ProviderStateKind, RetentionBudget, StepRecord, ValidTransition,
-    accept, backoff, claim_job, delivery_policy_name,
+    accept, backoff, check_effects_settled, claim_job, delivery_policy_name,
 };

@@ -74,13 +74,26 @@ pub enum TransitionError {
         /// Limit.
         max: usize,
     },
+    /// The record has an effect whose outcome is not settled (pending, being dispatched, or
+    /// uncertain): settling the record by hand could contradict what the provider did. Resolve
+    /// the effect with the provider's facts (confirmed, failed, not found), which settles the
+    /// record with it.
+    #[error("its effect `{effect}` is {state}: resolve the effect with the provider's facts first (confirmed, failed or not_found); that settles the record")]
+    EffectUnresolved {
+        /// The effect.
+        effect: crate::EffectName,
+        /// Its state.
+        state: crate::OutboxStateKind,
+    },
 }
 
 impl TransitionError {
     /// The stable code: [`ErrorCode::StaleLease`](crate::ErrorCode::StaleLease),
     /// [`ErrorCode::WrongState`](crate::ErrorCode::WrongState),
-    /// [`ErrorCode::LeaseLive`](crate::ErrorCode::LeaseLive) or
-    /// [`ErrorCode::TooLarge`](crate::ErrorCode::TooLarge).
+    /// [`ErrorCode::LeaseLive`](crate::ErrorCode::LeaseLive),
+    /// [`ErrorCode::FenceExhausted`](crate::ErrorCode::FenceExhausted) or
+    /// [`ErrorCode::TooLarge`](crate::ErrorCode::TooLarge); an unresolved effect is
+    /// [`ErrorCode::WrongState`](crate::ErrorCode::WrongState).
     pub fn code(&self) -> crate::ErrorCode {
         match self {
             TransitionError::StaleFence { .. } => crate::ErrorCode::StaleLease,
@@ -88,6 +101,7 @@ impl TransitionError {
             TransitionError::LeaseLive { .. } => crate::ErrorCode::LeaseLive,
             TransitionError::FenceExhausted { .. } => crate::ErrorCode::FenceExhausted,
             TransitionError::ResultTooLarge { .. } => crate::ErrorCode::TooLarge,
+            TransitionError::EffectUnresolved { .. } => crate::ErrorCode::WrongState,
         }
     }
 }

@@ -297,7 +297,8 @@ async fn set_up<B: Backend>(
 /// provider query, a redelivered and an out-of-order webhook, a job resumed after its worker
 /// died, and the expired-lease rule [`TakeoverIfNoEffect`](idemdb_core::ExpiredLease) under
 /// [`OP_CLASSIFIED`] (an attempt that died before enqueueing any effect runs again; one that
-/// enqueued its effect does not). Returns the number of stories.
+/// enqueued its effect does not); a record whose effect is unresolved is never settled by
+/// hand. Returns the number of stories.
 ///
 /// # Panics
 /// On the first answer that differs, naming `name`.
@@ -452,7 +453,48 @@ where
         ),
         "{name}: an attempt with an effect enqueued is not run again"
     );
-    5
+
+    // 6. A record whose effect is unresolved is never settled by hand: completing, failing or
+    //    releasing it could contradict what the provider did. The effect is resolved instead.
+    let settle_by_hand = [
+        idemdb_core::Resolution::Released,
+        idemdb_core::Resolution::Completed(b"made up".to_vec()),
+        idemdb_core::Resolution::Failed(b"made up".to_vec()),
+    ];
+    let refused = |error: &<B::Store as IdempotencyStore>::Error| {
+        use idemdb_core::Coded;
+        error.code() == idemdb_core::ErrorCode::WrongState && error.to_string().contains("authorize")
+    };
+    for resolution in settle_by_hand.clone() {
+        let error = store
+            .reconcile(&scope, &busy, resolution, idemdb_core::ResolutionCause::Operator)
+            .await
+            .expect_err("an effect still pending: refused");
+        assert!(refused(&error), "{name}: refused naming the effect: {error}");
+    }
+    let claims = store.claim_effects(8).await.expect("claim");
+    let claim = claims.iter().find(|item| item.key == busy).expect("the busy key's effect is due");
+    store.report_effect(claim, EffectReport::Unknown { reason: "timeout".into() }).await.expect("report");
+    for resolution in settle_by_hand {
+        let error = store
+            .reconcile(&scope, &busy, resolution, idemdb_core::ResolutionCause::Operator)
+            .await
+            .expect_err("an effect uncertain: refused");
+        assert!(refused(&error), "{name}: refused naming the effect: {error}");
+    }
+    let confirmed = ProviderState::Confirmed { reference: "auth_845".into(), result: b"authorised".to_vec() };
+    store
+        .resolve_effect(&scope, &busy, &authorize, confirmed, idemdb_core::ResolutionCause::Operator)
+        .await
+        .expect("the effect is resolved with the provider's facts");
+    assert!(
+        matches!(
+            store.reserve(&scope, &busy, &fp, None).await.expect("reserve"),
+            Reservation::Replay { ref body, .. } if body == b"authorised"
+        ),
+        "{name}: the record settled with its effect"
+    );
+    6
 }
 
 /// The business-write stories every [`BusinessStore`](crate::BusinessStore) backend must tell

@@ -129,6 +129,8 @@ pub(crate) struct WorkflowSql {
     pub(crate) outbox_list: String,
     /// `$1..$3` (tenant, operation, key) → whether any effect was ever enqueued for the key.
     pub(crate) outbox_any: String,
+    /// `$1..$3`: the effect names and states of one key's items.
+    pub(crate) outbox_of_key: String,
     /// `$1..$4`, state, due_at, forget_at, reconcile_since, item; nothing on conflict.
     pub(crate) outbox_insert: String,
     /// Same parameters; updates the existing row.
@@ -190,6 +192,9 @@ impl WorkflowSql {
                 "SELECT tenant, operation, key, effect, item FROM {outbox} \
                  WHERE ($1::text IS NULL OR state = $1::text) \
                  ORDER BY tenant, operation, key, effect LIMIT $2::bigint"
+            ),
+            outbox_of_key: format!(
+                "SELECT effect, state FROM {outbox} WHERE tenant = $1 AND operation = $2 AND key = $3 ORDER BY effect"
             ),
             outbox_any: format!(
                 "SELECT EXISTS (SELECT 1 FROM {outbox} WHERE tenant = $1 AND operation = $2 AND key = $3)"
@@ -334,6 +339,7 @@ impl Sql {
             &wf.outbox_lock,
             &wf.outbox_get,
             &wf.outbox_any,
+            &wf.outbox_of_key,
             &wf.outbox_insert,
             &wf.outbox_update,
             &wf.outbox_due,

@@ -417,6 +417,24 @@ impl PgTxn {
         let Locked { record, bytes, context } = self.lock(Some((scope, key))).await?;
         let record = record.ok_or(Refusal::NotFound)?;
         let inner = Arc::clone(&self.inner);
+        // The record's row is locked, and effects change only under that lock or a claim
+        // whose report takes it: the states read here hold until this transaction ends.
+        let params: [&(dyn ToSql + Sync); 3] = [&scope.tenant(), &scope.operation(), &key.as_str()];
+        let mut effects = Vec::new();
+        for row in self.query(&inner.sql.wf.outbox_of_key, &params).await? {
+            let (effect, state): (String, String) =
+                (row.try_get(0).map_err(Error::from_driver)?, row.try_get(1).map_err(Error::from_driver)?);
+            let corrupt = |reason: String| {
+                Error::Corrupt(idemdb_core::Corrupt {
+                    what: "outbox item",
+                    source: idemdb_core::DecodeError::Malformed { reason },
+                })
+            };
+            let effect = idemdb_core::EffectName::new(effect).map_err(|e| corrupt(e.to_string()))?;
+            let state: idemdb_core::OutboxStateKind = state.parse().map_err(|_| corrupt(format!("state {state:?}")))?;
+            effects.push((effect, state));
+        }
+        idemdb_core::check_effects_settled(effects.iter().map(|(effect, state)| (effect, *state)))?;
         let next = idemdb_core::reconcile(&record, resolution, context.now, inner.policy(scope.operation()))?;
         self.write(&inner.sql.update, scope, key, &next, bytes.as_deref()).await?;
         let correlation = AuditEvent::resolution_correlation(None, cause);

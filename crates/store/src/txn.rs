@@ -310,6 +310,22 @@ impl<'s> Txn<'s> {
         })
     }
 
+    /// The outbox items of `(scope, key)` (its encoded `scoped_key`), in effect-name order.
+    fn effects_of(&self, scoped_key: &[u8]) -> Result<Vec<idemdb_core::OutboxItem>, Error> {
+        let table = self.tx().open_table(crate::tables::OUTBOX)?;
+        let mut items = Vec::new();
+        for entry in table.range(scoped_key..)? {
+            let (key, value) = entry?;
+            if !key.value().starts_with(scoped_key) {
+                break;
+            }
+            let item = idemdb_core::OutboxItem::decode(key.value(), value.value())
+                .map_err(idemdb_core::Corrupt::of("outbox item"))?;
+            items.push(item);
+        }
+        Ok(items)
+    }
+
     /// [`Store::complete`](crate::Store::complete) inside this transaction.
     ///
     /// # Errors
@@ -347,6 +363,8 @@ impl<'s> Txn<'s> {
     ) -> Result<(), Error> {
         let encoded = ScopedKey::new(scope.clone(), key.clone()).encode();
         let record = self.load(&encoded)?.ok_or(Refusal::NotFound)?;
+        let effects = self.effects_of(&encoded)?;
+        idemdb_core::check_effects_settled(effects.iter().map(|item| (&item.effect, item.state.kind())))?;
         let policy = self.store.policy(scope.operation());
         let next = idemdb_core::reconcile(&record, resolution, self.now, policy)?;
         self.put(&encoded, Some(&record), &next)?;

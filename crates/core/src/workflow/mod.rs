@@ -27,7 +27,7 @@ pub use job::{
 };
 pub use outbox::{
     Claim, EffectDoubt, EffectReport, MAX_REASON_LEN, MAX_REFERENCE_LEN, NewEffect, OUTBOX_FORMAT, OutboxItem,
-    OutboxRefusal, OutboxState, OutboxStateKind, ProviderState, ProviderStateKind, backoff,
+    OutboxRefusal, OutboxState, OutboxStateKind, ProviderState, ProviderStateKind, backoff, check_effects_settled,
 };
 
 /// One entry of the reconciliation queue.

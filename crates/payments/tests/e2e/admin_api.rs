@@ -68,6 +68,27 @@ async fn an_operator_resolves_a_lost_charge(db: &Db) -> Value {
         admin_get(&http, &url, "/record?tenant=acme&operation=create_payment&key=nope", Some(TOKEN)).await;
     assert_eq!((status, missing["code"].as_str()), (404, Some("IDEMDB_NOT_FOUND")));
 
+    // The record cannot be settled by hand while its charge is unresolved: a made-up answer
+    // would be replayed while the ledger says otherwise. (It used to be accepted: retries then
+    // replayed the operator's body, whatever the provider did.)
+    for settle in [
+        json!({"resolution": "completed", "status": 201, "body": "{\"made\":\"up\"}"}),
+        json!({"resolution": "failed", "status": 500, "body": "{}"}),
+        json!({"resolution": "released"}),
+    ] {
+        let mut request = json!({"tenant": "acme", "operation": "create_payment", "key": "order-900"});
+        request.as_object_mut().unwrap().extend(settle.as_object().unwrap().clone());
+        let (status, refused) = admin_resolve(&http, &url, &request).await;
+        assert_eq!((status, refused["code"].as_str()), (409, Some("IDEMDB_WRONG_STATE")), "{settle}: {refused}");
+        let detail = refused["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("`charge` is uncertain") && detail.contains("provider's facts"), "{refused}");
+    }
+    let (_, view) =
+        admin_get(&http, &url, "/record?tenant=acme&operation=create_payment&key=order-900", Some(TOKEN)).await;
+    assert_eq!(view["record"]["state"], "uncertain", "nothing changed: {view}");
+    let retry = pay(&http, &url, "acme", "order-900", LOST).await.unwrap();
+    assert_eq!((retry.status, retry.problem.as_deref()), (409, Some("urn:idemdb:problem:needs-reconciliation")));
+
     // The provider made the charge: its id is the reference.
     let charge = effects(&http, &url, "acme").await.charges_of("order-900").to_vec();
     assert_eq!(charge.len(), 1, "the provider charged once");

@@ -30,7 +30,7 @@ pub fn transaction_mode(env: &Env) -> Result<(), Failed> {
         assert!(cases >= 50, "the whole table ran ({cases} cases)");
         schemas.drop_all().await;
         let mut schemas = Schemas::new(&bounced, "idemdb_bouncer_stories", 4, ManualClock::new(conformance::T)).await;
-        assert_eq!(conformance::run_workflow_stories(&mut schemas, "postgres behind PgBouncer").await, 5);
+        assert_eq!(conformance::run_workflow_stories(&mut schemas, "postgres behind PgBouncer").await, 6);
         schemas.drop_all().await;
         let mut schemas = Schemas::new(&bounced, "idemdb_bouncer_business", 1, ManualClock::new(conformance::T)).await;
         assert_eq!(conformance::run_business_writes(&mut schemas, "postgres behind PgBouncer").await, 6);

@@ -19,7 +19,7 @@ pub fn stories(env: &Env) -> Result<(), Failed> {
     block_on(async {
         let mut schemas = Schemas::new(env, "idemdb_stories", 4, ManualClock::new(conformance::T)).await;
         let stories = conformance::run_workflow_stories(&mut schemas, "postgres").await;
-        assert_eq!(stories, 5);
+        assert_eq!(stories, 6);
         schemas.drop_all().await;
     });
     Ok(())

@@ -127,6 +127,31 @@ crate::names!(OutboxStateKind, "outbox state", {
     Uncertain => "uncertain",
 });
 
+impl OutboxStateKind {
+    /// Whether the effect's outcome is still open (pending, being dispatched, or uncertain):
+    /// its record may then be settled only through the effect (see [`check_effects_settled`]).
+    pub fn unresolved(self) -> bool {
+        matches!(self, OutboxStateKind::Pending | OutboxStateKind::Dispatching | OutboxStateKind::Uncertain)
+    }
+}
+
+/// The rule for settling a record by hand (a [`Resolution`] through `reconcile`, by an
+/// operator, the CLI, a binding or the reconciler): refused while one of its effects is
+/// unresolved, since the record's answer could then contradict what the provider did (a
+/// payment answered "failed" whose charge the dispatcher later confirms). The effect is
+/// resolved instead, with the provider's facts, and settles the record in the same commit.
+///
+/// # Errors
+/// [`TransitionError::EffectUnresolved`] naming the first unresolved effect.
+pub fn check_effects_settled<'a>(
+    effects: impl IntoIterator<Item = (&'a EffectName, OutboxStateKind)>,
+) -> Result<(), TransitionError> {
+    match effects.into_iter().find(|(_, state)| state.unresolved()) {
+        Some((effect, state)) => Err(TransitionError::EffectUnresolved { effect: effect.clone(), state }),
+        None => Ok(()),
+    }
+}
+
 impl OutboxState {
     /// Which state this is.
     pub fn kind(&self) -> OutboxStateKind {
