@@ -144,6 +144,11 @@ describe('an answer too large to store', () => {
     assert.equal(intent.cause, 'unreadable');
     assert.equal(intent.response.status, 201, 'the status and headers are kept');
     assert.equal(intent.response.body.length, 0, 'the body is not');
+    // An operation whose answers are that large raises its limit.
+    const roomy = await openMemoryStore({ policies: { pay: { maxResultBytes: 2 * ONE_MIB } } });
+    const response = await idempotentFetch(roomy, '/big', { scope, baseUrl: base, retry: fast, init: json({ n: 1 }) });
+    assert.equal((await response.arrayBuffer()).byteLength, ONE_MIB + 2);
+    assert.equal(roomy.listIntents()[0].state, 'completed');
   });
 
   test('a retried answer over 1 MiB does not stop the budget from ending in needs attention', async () => {
