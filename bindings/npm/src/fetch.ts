@@ -316,9 +316,9 @@ function offline(): boolean {
 
 /**
  * Per store, the intents whose last send provably never reached the server (`neverReached`,
- * `offline`). Their next send is recorded after its outcome only, not before: refused again it
- * leaves no trace and charges nothing; reaching the server, it is recorded (and charged) by its
- * outcome. So an outage charges its first refused send only. Kept in memory: after a restart the
+ * `offline`). Their next send is recorded only once it is known to have reached the server
+ * (answered, or failed after connecting), not before it leaves: refused again it leaves no trace
+ * and charges nothing. So an outage charges its first refused send only. Kept in memory: after a restart the
  * first send of an outage is charged again; a crash in the middle of such a send leaves it
  * uncounted (the key, not the count, keeps it from running twice).
  */
@@ -498,13 +498,18 @@ async function deliver(
         await sleep(backoffMs(attempt, retry), options.signal);
         continue;
       }
-      gone.delete(id);
+      gone.delete(id); // it may have reached the server: charged (an outcome alone counts as a send)
       intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: timedOut ? 'timeout' : 'network_error' }));
       if (intent.state !== 'pending') continue;
       await sleep(backoffMs(budgetUsed(intent), retry), options.signal);
       continue;
     }
-    gone.delete(id);
+    if (!markedFirst) {
+      // It reached the server after an unreached one: recorded (and charged) now that it did.
+      gone.delete(id);
+      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'sent' }));
+      if (intent.state !== 'pending') continue;
+    }
     lastStatus = response.status;
     const wait = retryAfterMs(response, retry.maxDelayMs) ?? backoffMs(budgetUsed(intent), retry);
     let bytes: Uint8Array<ArrayBuffer>;
