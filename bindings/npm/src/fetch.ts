@@ -44,7 +44,7 @@ export interface RetryOptions {
    * Attempts over the intent's life, counted across resumes (default 20); then the intent
    * needs attention and is not resumed. Only sends that may have reached the server count: a
    * refused connection or a name that did not resolve is not charged after the first of an
-   * outage (see `unreached`).
+   * outage (README, "Budget rules").
    */
   attemptsPerIntent?: number;
   /**
