@@ -141,7 +141,7 @@ rm -f "$WASM_OUT"
 step "Node: ESM and CommonJS against the installed tarball"
 cd "$SCRATCH/project"
 rm -f payments.idemdb payments.idemdb.lock
-node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/contract.test.mjs test/node/api.test.cjs test/node/readme.test.mjs test/node/types.test.mjs test/node/package.test.mjs test/node/kill.test.mjs
+node_suite node node --test --test-reporter=tap test/node/api.test.mjs test/node/contract.test.mjs test/node/edges.test.mjs test/node/api.test.cjs test/node/readme.test.mjs test/node/types.test.mjs test/node/package.test.mjs test/node/kill.test.mjs
 cd "$PKG"
 
 step "cross-runtime (the reliability report's section): Node and a native process on one file, kill -9 of either"

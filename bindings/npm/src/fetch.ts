@@ -13,6 +13,7 @@ import {
   RetriesExhaustedError,
   toIdemdbError,
 } from './errors.js';
+import { fingerprint } from './store.js';
 import { classifyAnswer, problemCode } from './contract.js';
 import {
   KEY_HEADER,
@@ -41,9 +42,17 @@ export interface RetryOptions {
   maxAttempts?: number;
   /**
    * Attempts over the intent's life, counted across resumes (default 20); then the intent
-   * needs attention and is not resumed.
+   * needs attention and is not resumed. Only sends that may have reached the server count: a
+   * refused connection or a name that did not resolve is not charged after the first of an
+   * outage (README, "Budget rules").
    */
   attemptsPerIntent?: number;
+  /**
+   * How long an intent that has been sent may stay without a final answer, from its creation,
+   * in ms (default 7 days, well within a server's 30 days of replays); then it needs attention
+   * (`retries_exhausted`) instead of being sent again. A reopened intent is not timed again.
+   */
+  maxPendingMs?: number;
   /** First backoff delay in ms (default 250); doubles per attempt, with full jitter. */
   baseDelayMs?: number;
   /** Largest delay in ms, also the cap on `Retry-After` (default 30 000). */
@@ -52,13 +61,21 @@ export interface RetryOptions {
   timeoutMs?: number;
 }
 
+/** `RetryOptions.maxPendingMs` by default: 7 days. */
+const DEFAULT_MAX_PENDING_MS = 7 * 24 * 3600 * 1000;
+
 /** Options of `idempotentFetch` and `resumePending`. */
 export interface IdempotentFetchOptions {
   /** The intent's scope: who (tenant) does what (operation). */
   scope: Scope;
   /** Resume the intent with this key instead of creating a new one. */
   key?: string;
-  /** Canonicalisation of the stored request descriptor (pointers start at `/body/...`, `/headers/...`). */
+  /**
+   * What makes two requests the same intent (pointers start at `/body/...`, `/headers/...`):
+   * an excluded field (a trace id) may differ and a normalised one be written another way
+   * under one key. It decides only that: the request is stored and sent with every field, as
+   * given.
+   */
   canonical?: CanonicalOptions;
   retry?: RetryOptions;
   /**
@@ -118,7 +135,7 @@ export const STORED_HEADERS: readonly string[] = Object.freeze([
   'content-type', 'content-language', 'accept', 'accept-language', 'if-match', 'if-none-match', 'prefer',
 ]);
 
-/** The stored request descriptor (the intent's canonical request is this, canonicalised). */
+/** The stored request descriptor (the intent's request is this, in canonical JSON, every field kept). */
 interface Descriptor {
   method: string;
   url: string;
@@ -173,12 +190,22 @@ async function describe(
   return { descriptor, transport };
 }
 
-/** The URL of one send: a stored path resolved against the base given now. */
+/**
+ * The URL of one send: a stored path resolved against the base given now (`baseUrl`, else the
+ * page's `location`). `idempotentFetch` calls it before storing, so an intent that could never
+ * be sent is refused, not stored.
+ */
 function target(url: string, base: string | URL | undefined): string {
+  if (base !== undefined && !(base instanceof URL) && !isAbsolute(String(base))) {
+    throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', `baseUrl ${String(base)} is not an absolute URL`);
+  }
   if (isAbsolute(url)) return url;
   const origin = base ?? (globalThis as { location?: { href?: string } }).location?.href;
   if (origin === undefined) {
-    throw new InvalidInputError('IDEMDB_INVALID_REQUEST', `the stored URL ${url} is a path and no baseUrl was given`);
+    throw new InvalidInputError(
+      'IDEMDB_INVALID_REQUEST',
+      `the URL ${url} is a path and there is no base to resolve it against (no baseUrl, no location): pass baseUrl`,
+    );
   }
   return new URL(url, origin).href;
 }
@@ -263,6 +290,80 @@ export async function sendIntent(store: IntentStore, intent: Intent, options: Se
 /** Options of `sendIntent`: those of `idempotentFetch` that do not make the intent. */
 type SendOptions = Omit<IdempotentFetchOptions, 'scope' | 'key' | 'canonical' | 'storedHeaders'>;
 
+/**
+ * Error codes that prove a send never reached the server: the connection was refused or never
+ * made, the name did not resolve, no route (Node's `fetch` puts them on the error's `cause`). A
+ * browser's `fetch` says nothing of the kind; there, only a platform that says it is offline
+ * (`navigator.onLine === false`) proves it, and then nothing is sent at all.
+ */
+const UNREACHED_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ENETUNREACH', 'EHOSTUNREACH', 'EADDRNOTAVAIL', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/** Whether `error`, a failed fetch, proves that the request never reached the server. */
+function neverReached(error: unknown): boolean {
+  for (let depth = 0, e = error; e && depth < 4; depth++, e = (e as { cause?: unknown }).cause) {
+    const { code, errors } = e as { code?: unknown; errors?: unknown };
+    if (typeof code === 'string' && UNREACHED_CODES.has(code)) return true;
+    // Several addresses tried (IPv6, then IPv4): unreached only if none was reached.
+    if (Array.isArray(errors) && errors.length > 0 && errors.every(neverReached)) return true;
+  }
+  return false;
+}
+
+/** Whether the platform says it has no network (browsers; `undefined` elsewhere). */
+function offline(): boolean {
+  return (globalThis as { navigator?: { onLine?: boolean } }).navigator?.onLine === false;
+}
+
+/**
+ * Per store, the intents whose last send provably never reached the server (`neverReached`,
+ * `offline`). Their next send is recorded only once it is known to have reached the server
+ * (answered, or failed after connecting), not before it leaves: refused again it leaves no trace
+ * and charges nothing. So an outage charges its first refused send only. Kept in memory: after a restart the
+ * first send of an outage is charged again; a crash in the middle of such a send leaves it
+ * uncounted (the key, not the count, keeps it from running twice).
+ */
+const unreachedByStore = new WeakMap<IntentStore, Set<string>>();
+
+function unreached(store: IntentStore): Set<string> {
+  let set = unreachedByStore.get(store);
+  if (!set) unreachedByStore.set(store, (set = new Set()));
+  return set;
+}
+
+function intentId(intent: Intent): string {
+  return JSON.stringify([intent.tenant, intent.operation, intent.key]);
+}
+
+/** Whether `error` is the store refusing an answer over its limit (the operation's `maxResultBytes`). */
+function tooLarge(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === 'IDEMDB_TOO_LARGE';
+}
+
+/** The answer as it can be stored when its body cannot: status and headers. */
+function withoutBody(answer: IntentResponse): IntentResponse {
+  return { ...answer, body: new Uint8Array() };
+}
+
+/** The retry schedule of `options`, defaults filled in. */
+function retrySchedule(options: SendOptions): Required<RetryOptions> {
+  return {
+    maxAttempts: options.retry?.maxAttempts ?? RETRY_DEFAULTS.attemptsPerCall,
+    attemptsPerIntent: options.retry?.attemptsPerIntent ?? RETRY_DEFAULTS.attemptsPerIntent,
+    maxPendingMs: options.retry?.maxPendingMs ?? DEFAULT_MAX_PENDING_MS,
+    baseDelayMs: options.retry?.baseDelayMs ?? RETRY_DEFAULTS.baseDelayMs,
+    maxDelayMs: options.retry?.maxDelayMs ?? RETRY_DEFAULTS.maxDelayMs,
+    timeoutMs: options.retry?.timeoutMs ?? RETRY_DEFAULTS.timeoutMs,
+  };
+}
+
+/**
+ * Whether the intent's time is spent: it has been sent, is still without a final answer
+ * `maxPendingMs` after its creation, and was never reopened (a reopened one got a new budget).
+ */
+function pendingTooLong(intent: Intent, retry: Required<RetryOptions>): boolean {
+  return intent.attempts > 0 && (intent.budgetStart ?? 0) === 0 && Date.now() - intent.createdAt >= retry.maxPendingMs;
+}
+
 /** `sendIntent`, answering with the intent as finally recorded too. */
 async function deliver(
   store: IntentStore,
@@ -271,19 +372,16 @@ async function deliver(
   extra: Record<string, string> = {},
 ): Promise<{ response: Response; intent: Intent }> {
   const scope = { tenant: intent.tenant, operation: intent.operation };
-  const retry: Required<RetryOptions> = {
-    maxAttempts: options.retry?.maxAttempts ?? RETRY_DEFAULTS.attemptsPerCall,
-    attemptsPerIntent: options.retry?.attemptsPerIntent ?? RETRY_DEFAULTS.attemptsPerIntent,
-    baseDelayMs: options.retry?.baseDelayMs ?? RETRY_DEFAULTS.baseDelayMs,
-    maxDelayMs: options.retry?.maxDelayMs ?? RETRY_DEFAULTS.maxDelayMs,
-    timeoutMs: options.retry?.timeoutMs ?? RETRY_DEFAULTS.timeoutMs,
-  };
+  const retry = retrySchedule(options);
+  const id = intentId(intent);
+  const gone = unreached(store);
   let lastAnswer: IntentResponse | null = null;
   const budgetUsed = (i: Intent) => i.attempts - (i.budgetStart ?? 0);
   const doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
   const headerName = options.headerName ?? KEY_HEADER;
   let lastStatus: number | undefined;
   let lastError: unknown;
+  let why = '';
   // Another sender (a second tab, an overlapping resume) may finish the intent while this one
   // runs: the store then refuses our update, and we answer with what it recorded.
   const record = async (update: () => Intent | Promise<Intent>): Promise<Intent> => {
@@ -298,12 +396,21 @@ async function deliver(
   };
   const attention = async (cause: AttentionCause, answer: IntentResponse | null) => {
     const before = intent;
-    const after = await record(() => store.markNeedsAttention(scope, before.key, cause, answer));
+    const mark = (kept: IntentResponse | null) => record(() => store.markNeedsAttention(scope, before.key, cause, kept));
+    let after: Intent;
+    try {
+      after = await mark(answer);
+    } catch (error) {
+      // An answer too large to keep must not keep the intent from needing attention.
+      if (answer === null || !tooLarge(error)) throw error;
+      after = await mark(withoutBody(answer));
+    }
     if (before.state === 'pending' && after.state === 'needs_attention') options.onNeedsAttention?.(after);
     return after;
   };
   for (let attempt = 1; ; attempt++) {
     if (intent.state === 'completed') {
+      gone.delete(id);
       const replayed = intent.response.headers.some(([name, value]) => name === REPLAYED_HEADER && value === 'true');
       if (intent.response.status === 422 && !replayed) {
         throw new KeyMismatchError('IDEMDB_KEY_MISMATCH', `the server refused key ${intent.key} as bound to a different request (422)`, {
@@ -314,8 +421,9 @@ async function deliver(
     }
     if (intent.state === 'abandoned') throw new AbandonedError(`intent ${intent.key} was abandoned: ${intent.reason}`, intent.reason);
     if (intent.state === 'needs_attention') {
+      gone.delete(id);
       throw new NeedsAttentionError(
-        `intent ${intent.key} needs attention (${intent.cause}); it is not sent again until reopened or abandoned`,
+        `intent ${intent.key} needs attention (${intent.cause})${why}; it is not sent again until reopened or abandoned`,
         intent.key,
         intent.cause,
         intent.response ? responseOf(intent.response) : undefined,
@@ -323,6 +431,11 @@ async function deliver(
     }
     if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending');
     if (budgetUsed(intent) >= retry.attemptsPerIntent) {
+      intent = await attention('retries_exhausted', lastAnswer);
+      continue;
+    }
+    if (pendingTooLong(intent, retry)) {
+      why = `: pending for more than retry.maxPendingMs (${retry.maxPendingMs} ms) since it was created`;
       intent = await attention('retries_exhausted', lastAnswer);
       continue;
     }
@@ -345,28 +458,57 @@ async function deliver(
     const body = descriptor.body !== undefined ? JSON.stringify(descriptor.body) : descriptor.bodyText;
 
     // Durable before the request leaves: a crash mid-send is seen as an attempt at start-up.
-    intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'sent' }));
-    if (intent.state !== 'pending') continue;
-    const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(), retry.timeoutMs);
-    const onAbort = () => timeout.abort();
-    options.signal?.addEventListener('abort', onAbort, { once: true });
+    // Not while the platform is offline (nothing is sent), nor after a send that never reached
+    // the server (`unreached`).
+    const isOffline = offline();
+    const markedFirst = !isOffline && !gone.has(id);
+    if (markedFirst) {
+      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'sent' }));
+      if (intent.state !== 'pending') continue;
+    }
+    // An abort that came while the marker was written: the request has not left.
+    if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted before the request left; the intent stays pending');
     let response: Response | undefined;
-    try {
-      response = await doFetch(url, { method: descriptor.method, headers, body, signal: timeout.signal });
-    } catch (error) {
-      lastError = error;
-    } finally {
-      clearTimeout(timer);
-      options.signal?.removeEventListener('abort', onAbort);
+    let timedOut = false;
+    if (isOffline) {
+      lastError = new Error('the platform is offline (navigator.onLine is false): nothing was sent');
+    } else {
+      const timeout = new AbortController();
+      const timer = setTimeout(() => timeout.abort(), retry.timeoutMs);
+      const onAbort = () => timeout.abort();
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        response = await doFetch(url, { method: descriptor.method, headers, body, signal: timeout.signal });
+      } catch (error) {
+        lastError = error;
+      } finally {
+        clearTimeout(timer);
+        options.signal?.removeEventListener('abort', onAbort);
+      }
+      timedOut = timeout.signal.aborted;
     }
 
     if (response === undefined) {
       if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending', { cause: lastError });
-      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: timeout.signal.aborted ? 'timeout' : 'network_error' }));
+      if (isOffline || (!timedOut && neverReached(lastError))) {
+        // Not at the server: not charged. The first send of an outage closes its marker.
+        if (markedFirst) intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'network_error' }));
+        gone.add(id);
+        if (intent.state !== 'pending') continue;
+        await sleep(backoffMs(attempt, retry), options.signal);
+        continue;
+      }
+      gone.delete(id); // it may have reached the server: charged (an outcome alone counts as a send)
+      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: timedOut ? 'timeout' : 'network_error' }));
       if (intent.state !== 'pending') continue;
       await sleep(backoffMs(budgetUsed(intent), retry), options.signal);
       continue;
+    }
+    if (!markedFirst) {
+      // It reached the server after an unreached one: recorded (and charged) now that it did.
+      gone.delete(id);
+      intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'sent' }));
+      if (intent.state !== 'pending') continue;
     }
     lastStatus = response.status;
     const wait = retryAfterMs(response, retry.maxDelayMs) ?? backoffMs(budgetUsed(intent), retry);
@@ -392,7 +534,21 @@ async function deliver(
     } else if (verdict.class === 'needs_attention') {
       intent = await attention(verdict.cause, answer);
     } else {
-      intent = await record(() => store.recordResponse(scope, intent.key, answer));
+      try {
+        intent = await record(() => store.recordResponse(scope, intent.key, answer));
+      } catch (error) {
+        if (!tooLarge(error)) throw error;
+        intent = await attention('unreadable', answer);
+        if (intent.state !== 'needs_attention') continue;
+        // Sending again would only bring the same answer: the caller gets it whole, now.
+        throw new NeedsAttentionError(
+          `intent ${intent.key} got its final answer (${answer.status}, ${bytes.length} bytes), too large to store (${(error as Error).message}): ` +
+            "it needs attention (its status and headers are kept) and is not sent again; raise the operation's maxResultBytes policy for such answers",
+          intent.key,
+          'unreadable',
+          responseOf(answer),
+        );
+      }
     }
   }
 }
@@ -434,13 +590,38 @@ export async function idempotentFetch(
   try {
     const described = await describe(input, options.init, options.storedHeaders ?? STORED_HEADERS);
     transport = described.transport;
-    intent = await store.createIntent(options.scope, described.descriptor, { key: options.key, canonical: options.canonical });
+    target(described.descriptor.url, options.baseUrl); // a request that cannot be sent is not stored
+    intent = await storeIntent(store, options.scope, described.descriptor, options.key, options.canonical);
   } catch (error) {
     throw toIdemdbError(error);
   }
   // The intent is durable: tell the app (its key included) before anything is sent.
   options.onStored?.(intent);
   return (await deliver(store, intent, options, transport)).response;
+}
+
+/**
+ * Stores the intent with the request as it is sent, every field included: `canonical` decides
+ * only whether an intent already stored under `key` is the same request (a field it excludes,
+ * such as a trace id, may differ; a field it normalises may be written another way). The
+ * store's own size limit (`canonical.maxBodyBytes`) still applies.
+ */
+async function storeIntent(
+  store: IntentStore,
+  scope: Scope,
+  descriptor: Descriptor,
+  key: string | undefined,
+  canonical: CanonicalOptions | undefined,
+): Promise<Intent> {
+  const limit = canonical?.maxBodyBytes === undefined ? undefined : { maxBodyBytes: canonical.maxBodyBytes };
+  try {
+    return await store.createIntent(scope, descriptor, { key, canonical: limit });
+  } catch (error) {
+    if (key === undefined || canonical === undefined || toIdemdbError(error).code !== 'IDEMDB_KEY_MISMATCH') throw error;
+    const stored = await store.getIntent(scope, key);
+    if (!stored || fingerprint(stored.request, canonical) !== fingerprint(descriptor, canonical)) throw error;
+    return stored;
+  }
 }
 
 /**
@@ -489,14 +670,31 @@ export interface AutoResumeOptions extends NonNullable<Parameters<typeof resumeP
 
 /**
  * Resumes pending intents now, every time the platform comes back online (the `online` event
- * of the window or worker, or `navigator.onLine` turning true), and periodically while some
- * are pending. Stops when `options.signal` aborts (it also stops the sends under way); the
- * returned function stops it too.
+ * of the window or worker, or `navigator.onLine` turning true), periodically while some
+ * are pending, and, while the server cannot be reached (a pass left an intent whose sends never
+ * reached it), again after a backoff that doubles from `retry.baseDelayMs` to
+ * `retry.maxDelayMs`: the intent goes out soon after the network or the server is back, and
+ * those passes charge no attempts. Stops when `options.signal` aborts (it also stops the sends
+ * under way); the returned function stops it too.
  */
 export function autoResume(store: IntentStore, options: AutoResumeOptions = {}): () => void {
   let running: Promise<void> | undefined;
   let again = false;
   let stopped = false;
+  const retry = retrySchedule(options);
+  let outagePasses = 0;
+  let outageTimer: ReturnType<typeof setTimeout> | undefined;
+  /** After a pass: while an intent waits for an unreachable server, another pass after a backoff. */
+  const backOff = (results: Resumed[]) => {
+    const gone = unreached(store);
+    if (!results.some(({ intent }) => intent.state === 'pending' && gone.has(intentId(intent)))) {
+      outagePasses = 0;
+      return;
+    }
+    outagePasses += 1;
+    clearTimeout(outageTimer);
+    outageTimer = setTimeout(run, Math.min(retry.maxDelayMs, retry.baseDelayMs * 2 ** Math.min(outagePasses - 1, 30)));
+  };
   const run = () => {
     if (stopped || !store.isOpen) return;
     if (running) {
@@ -504,7 +702,10 @@ export function autoResume(store: IntentStore, options: AutoResumeOptions = {}):
       return;
     }
     running = resumePending(store, options)
-      .then((results) => options.onResumed?.(results))
+      .then((results) => {
+        backOff(results);
+        options.onResumed?.(results);
+      })
       .catch(() => undefined)
       .finally(() => {
         running = undefined;
@@ -546,6 +747,7 @@ export function autoResume(store: IntentStore, options: AutoResumeOptions = {}):
     stopped = true;
     scope.removeEventListener?.('online', run);
     for (const timer of timers) clearInterval(timer);
+    clearTimeout(outageTimer);
   };
   if (options.signal?.aborted) {
     stop();

@@ -7,7 +7,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 
-import { InvalidInputError, StoreBusyError, toIdemdbError } from './errors.js';
+import { AbortedError, InvalidInputError, StoreBusyError, toIdemdbError } from './errors.js';
 import { takeHolderLock } from './node-lock.js';
 import { getEngine } from './engine.js';
 import { newKey, openRaw, type HostStorage, type Store, type StoreOptions } from './store.js';
@@ -45,6 +45,10 @@ function fileStorage(fd: number): HostStorage {
  */
 export function openFileStoreSync(file: string, options: StoreOptions = {}): Store {
   if (typeof file !== 'string' || file === '') throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'openFileStore needs a file path');
+  const waiting = WAIT_OPTIONS.filter((name) => (options as Record<string, unknown>)?.[name] !== undefined);
+  if (waiting.length > 0) {
+    throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', `openFileStoreSync cannot wait (${waiting.join(', ')} given): use openFileStore`);
+  }
   const release = takeHolderLock(file);
   try {
     const exists = fs.existsSync(file) && fs.statSync(file).size > 0;
@@ -88,10 +92,21 @@ export interface FileStoreOptions extends StoreOptions {
   /**
    * When another process, or this one, holds the file: `false` (default) throws
    * `StoreBusyError` at once; `true` waits until it is released; a number waits at most that
-   * many milliseconds. (A second open in one process waits for the first `close()`.)
+   * many milliseconds, then throws `StoreBusyError` with `waitedMs`. (A second open in one
+   * process waits for the first `close()`.)
    */
   wait?: boolean | number;
+  /**
+   * Called once when the file is held elsewhere and the open starts to wait (`wait` is `true`
+   * or a number), so the app can say so. Not called when the file is free.
+   */
+  onQueued?: (info: { name: string; waitMs: number | undefined }) => void;
+  /** Stops waiting: the open rejects with `AbortedError` and holds nothing (already aborted: it does not start). */
+  signal?: AbortSignal;
 }
+
+/** The options only a waiting open takes: `openFileStoreSync` refuses them. */
+const WAIT_OPTIONS = ['wait', 'onQueued', 'signal'] as const;
 
 /** How often a waiting open looks at the lock again. */
 const WAIT_POLL_MS = 25;
@@ -101,17 +116,38 @@ const WAIT_POLL_MS = 25;
  * holder (another process, or a `Store` of this process on the same file) to close it.
  */
 export async function openFileStore(file: string, options: FileStoreOptions = {}): Promise<Store> {
-  const wait = options.wait ?? false;
+  const { wait = false, onQueued, signal, ...storeOptions } = options;
   if (typeof wait !== 'boolean' && !(typeof wait === 'number' && wait >= 0)) {
     throw new InvalidInputError('IDEMDB_INVALID_ARGUMENT', 'wait must be true, false or a number of milliseconds');
   }
+  const aborted = () => new AbortedError('IDEMDB_ABORTED', `the open of ${file} was aborted; nothing is held`);
+  if (signal?.aborted) throw aborted();
   const deadline = wait === true ? Infinity : wait === false ? 0 : Date.now() + wait;
-  for (;;) {
+  for (let tries = 0; ; tries++) {
     try {
-      return openFileStoreSync(file, options);
+      return openFileStoreSync(file, storeOptions);
     } catch (error) {
-      if (!(error instanceof StoreBusyError) || Date.now() >= deadline) throw error;
+      if (!(error instanceof StoreBusyError) || wait === false) throw error;
+      if (Date.now() >= deadline) {
+        throw new StoreBusyError('IDEMDB_STORE_BUSY', `${error.message} (still held after waiting ${wait} ms)`, { cause: error, waitedMs: wait as number });
+      }
+      if (tries === 0) onQueued?.({ name: file, waitMs: wait === true ? undefined : wait });
     }
-    await new Promise((resolve) => setTimeout(resolve, WAIT_POLL_MS));
+    await pause(WAIT_POLL_MS, signal, aborted);
   }
+}
+
+/** Waits `ms`, or rejects with `aborted()` as soon as `signal` aborts. */
+function pause(ms: number, signal: AbortSignal | undefined, aborted: () => Error): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(aborted());
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }

@@ -242,6 +242,7 @@ describe('idempotentFetch in a worker', () => {
     const failed = await call(page, 'o', 'fetchPay', { url: `${site.url}/api/pay`, body: { amount: '3.00' }, retry: { maxAttempts: 2 } });
     assert.equal(failed.error?.code, 'IDEMDB_RETRIES_EXHAUSTED');
     assert.equal(site.state.effects, 0);
+    assert.equal(ok(await call(page, 'o', 'list'))[0].attempts, 0, 'offline: nothing sent, nothing charged');
     const [pending] = ok(await call(page, 'o', 'pending'));
     ok(await call(page, 'o', 'autoResume'));
     // The start-up pass runs while still offline and gives up; the intent stays pending.
@@ -254,6 +255,7 @@ describe('idempotentFetch in a worker', () => {
     assert.deepEqual(site.state.seen, [pending]);
     assert.equal(site.state.effects, 1);
     assert.deepEqual(ok(await call(page, 'o', 'pending')), []);
+    assert.equal(ok(await call(page, 'o', 'list'))[0].attempts, 1, 'one attempt charged: the send that got through');
     ok(await call(page, 'o', 'close'));
     await page.close();
   });
