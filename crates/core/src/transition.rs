@@ -78,13 +78,26 @@ pub enum TransitionError {
     /// uncertain): settling the record by hand could contradict what the provider did. Resolve
     /// the effect with the provider's facts (confirmed, failed, not found), which settles the
     /// record with it.
-    #[error("its effect `{effect}` is {state}: resolve the effect with the provider's facts first (confirmed, failed or not_found); that settles the record")]
+    #[error("its effect `{effect}` is {state}: {}", settle_effect_first(*state))]
     EffectUnresolved {
         /// The effect.
         effect: crate::EffectName,
         /// Its state.
         state: crate::OutboxStateKind,
     },
+}
+
+/// What to do about an unresolved effect before its record can be settled.
+fn settle_effect_first(state: crate::OutboxStateKind) -> &'static str {
+    match state {
+        crate::OutboxStateKind::Uncertain => {
+            "resolve the effect with the provider's facts first (confirmed, failed or not_found); that settles the record"
+        }
+        _ => {
+            "its dispatcher reports the outcome, which settles the record (a call that outlives its deadline is \
+             reported unknown, then the provider is asked); resolve it then if no fact does"
+        }
+    }
 }
 
 impl TransitionError {

@@ -16,7 +16,11 @@
 //!   effects only through the outbox, with none of those effects enqueued, is released: its
 //!   attempt provably made no effect (effects are enqueued only by the lease's holder while the
 //!   record is in progress, so an uncertain record with none never gets one), and the retry runs;
-//! * anything else is left, listed in the queue for a person.
+//! * anything else is left, and the round says why ([`Left`], in the log with the key's hash
+//!   and in [`LEFT_BY_REASON`]): an effect still pending or being dispatched (its dispatcher
+//!   settles it; a call that outlives its deadline is reported unknown and asked about), a
+//!   lookup with no fact this round, an operation not declared (or whose policy keeps expired
+//!   leases for a person), or a store that could not be read.
 //!
 //! Every resolution is in the store's audit trail (`effect_resolved`, `reconciled`), in the log
 //! (target `idemdb_http`, with the key's hash) and in the metrics:
@@ -26,6 +30,7 @@
 //! | [`QUEUE_DEPTH`] | gauge | | entries the last round found (at most its budget) |
 //! | [`LEFT`] | gauge | | of those, the entries no fact decided: a person's queue |
 //! | [`RESOLUTIONS`] | counter | `cause` | `confirmed`, `not_found`, `released` |
+//! | [`LEFT_BY_REASON`] | counter | `reason` | entries left, by [`Left`] (`effect_in_flight`, `undecided`, `not_declared`, `store_unavailable`, `for_a_person`) |
 //!
 //! ```no_run
 //! # async fn run(store: idemdb::Store) {
@@ -68,6 +73,39 @@ pub const QUEUE_DEPTH: &str = "idemdb_reconciliation_queue_depth";
 pub const LEFT: &str = "idemdb_reconciliation_left";
 /// Resolutions by cause.
 pub const RESOLUTIONS: &str = "idemdb_reconciliation_resolutions_total";
+/// Entries left, by reason.
+pub const LEFT_BY_REASON: &str = "idemdb_reconciliation_left_total";
+
+/// Why a round left an entry of the queue undecided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Left {
+    /// The record's effect is still pending or being dispatched: its dispatcher reports the
+    /// outcome (a call that outlives its deadline is reported unknown, then asked about).
+    EffectInFlight,
+    /// The application's lookup found no fact this round (the provider could not be asked).
+    Undecided,
+    /// The operation is not [declared](Reconciler::declare), or its policy keeps expired
+    /// leases for a person: no fact the reconciler can learn releases the record.
+    NotDeclared,
+    /// The store could not be read or written this round.
+    StoreUnavailable,
+    /// An entry the reconciler never decides (a person's decision).
+    ForAPerson,
+}
+
+impl Left {
+    /// The reason's name, as logged and as the metric's `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Left::EffectInFlight => "effect_in_flight",
+            Left::Undecided => "undecided",
+            Left::NotDeclared => "not_declared",
+            Left::StoreUnavailable => "store_unavailable",
+            Left::ForAPerson => "for_a_person",
+        }
+    }
+}
 
 /// What the application found out about one uncertain effect, after resolving it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +142,36 @@ pub struct Round {
     pub released: usize,
     /// Entries no fact decided this round.
     pub left: usize,
+    /// Those, by why they were left.
+    pub left_by: LeftBy,
+}
+
+/// How many entries a round left, by [`Left`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeftBy {
+    /// [`Left::EffectInFlight`].
+    pub effect_in_flight: usize,
+    /// [`Left::Undecided`].
+    pub undecided: usize,
+    /// [`Left::NotDeclared`].
+    pub not_declared: usize,
+    /// [`Left::StoreUnavailable`].
+    pub store_unavailable: usize,
+    /// [`Left::ForAPerson`].
+    pub for_a_person: usize,
+}
+
+impl LeftBy {
+    fn add(&mut self, left: Left) {
+        let count = match left {
+            Left::EffectInFlight => &mut self.effect_in_flight,
+            Left::Undecided => &mut self.undecided,
+            Left::NotDeclared => &mut self.not_declared,
+            Left::StoreUnavailable => &mut self.store_unavailable,
+            Left::ForAPerson => &mut self.for_a_person,
+        };
+        *count += 1;
+    }
 }
 
 /// The reconciler (see the [module docs](self)).
@@ -189,27 +257,37 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
         };
         round.found = queue.len();
         for attention in queue {
-            match &attention {
+            let left = match &attention {
                 Attention::Effect { item, .. } => match self.lookup.decide(&self.store, item).await {
                     EffectDecision::Confirmed => {
                         self.resolved(&item.scope, &item.key, "confirmed");
                         round.confirmed += 1;
+                        None
                     }
                     EffectDecision::NotFound => {
                         self.resolved(&item.scope, &item.key, "not_found");
                         round.not_found += 1;
+                        None
                     }
-                    EffectDecision::Undecided => round.left += 1,
+                    EffectDecision::Undecided => Some(Left::Undecided),
                 },
                 Attention::Record { scoped, record, .. } if matches!(record.state, State::Uncertain { .. }) => {
-                    if self.release_if_effect_free(&scoped.scope, &scoped.key).await {
-                        self.resolved(&scoped.scope, &scoped.key, "released");
-                        round.released += 1;
-                    } else {
-                        round.left += 1;
+                    match self.release_if_effect_free(&scoped.scope, &scoped.key).await {
+                        Ok(()) => {
+                            self.resolved(&scoped.scope, &scoped.key, "released");
+                            round.released += 1;
+                            None
+                        }
+                        Err(left) => Some(left),
                     }
                 }
-                _ => round.left += 1,
+                _ => Some(Left::ForAPerson),
+            };
+            if let Some(left) = left {
+                round.left += 1;
+                round.left_by.add(left);
+                let (scope, key) = attention.scoped_key();
+                self.left(scope, key, left);
             }
         }
         metrics::gauge!(QUEUE_DEPTH).set(round.found as f64);
@@ -223,19 +301,32 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
         tracing::info!(target: "idemdb_http", %key_hash, operation = scope.operation(), cause, "reconciled");
     }
 
-    /// Releases an uncertain record of a declared operation with no declared effect enqueued.
-    async fn release_if_effect_free(&self, scope: &Scope, key: &IdempotencyKey) -> bool {
-        let Some(effects) = self.declared.get(scope.operation()) else { return false };
+    fn left(&self, scope: &Scope, key: &IdempotencyKey, left: Left) {
+        metrics::counter!(LEFT_BY_REASON, "reason" => left.as_str()).increment(1);
+        let key_hash = self.store.key_hash(scope, key);
+        tracing::info!(target: "idemdb_http", %key_hash, operation = scope.operation(), reason = left.as_str(), "left for later");
+    }
+
+    /// Releases an uncertain record of a declared operation with no declared effect enqueued;
+    /// otherwise says why it stays.
+    async fn release_if_effect_free(&self, scope: &Scope, key: &IdempotencyKey) -> Result<(), Left> {
+        let Some(effects) = self.declared.get(scope.operation()) else { return Err(Left::NotDeclared) };
         if self.store.policy(scope.operation()).expired_lease() != ExpiredLease::TakeoverIfNoEffect {
-            return false;
+            return Err(Left::NotDeclared);
         }
         for effect in effects {
             match self.store.effect(scope, key, effect).await {
                 Ok(None) => {}
-                Ok(Some(_)) | Err(_) => return false,
+                // The record follows its effect: the dispatcher (or the effect's own entry in
+                // the queue) settles it.
+                Ok(Some(_)) => return Err(Left::EffectInFlight),
+                Err(_) => return Err(Left::StoreUnavailable),
             }
         }
-        self.store.reconcile(scope, key, Resolution::Released, ResolutionCause::EffectFree).await.is_ok()
+        self.store
+            .reconcile(scope, key, Resolution::Released, ResolutionCause::EffectFree)
+            .await
+            .map_err(|_| Left::StoreUnavailable)
     }
 }
 
@@ -244,4 +335,5 @@ pub fn describe() {
     metrics::describe_gauge!(QUEUE_DEPTH, "entries the last reconciliation round found");
     metrics::describe_gauge!(LEFT, "entries the last round left for a person");
     metrics::describe_counter!(RESOLUTIONS, "reconciler resolutions by cause");
+    metrics::describe_counter!(LEFT_BY_REASON, "entries reconciliation rounds left, by reason");
 }

@@ -10,6 +10,7 @@
 //! window only, and the provider answers with the first charge.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use idemdb_core::{EffectReport, OutboxItem};
@@ -99,15 +100,38 @@ async fn dispatch<B: Backend>(app: &App<B>, claim: &OutboxItem) -> Option<Stored
         provider_key: claim.provider_key.as_str().to_string(),
         payment: order.payment.clone(),
     };
-    let charge = match app.provider.charge(request).await {
-        Ok(charge) => charge,
-        Err(error) => {
-            // The provider may or may not have charged: never guess, never charge blindly again.
-            let report = EffectReport::Unknown { reason: error.to_string() };
-            if let Err(error) = store.report_effect(claim, report).await {
-                eprintln!("payments-example: reporting an unknown charge outcome failed: {error}");
+    let charge = match earlier_charge(app, claim).await {
+        Earlier::Found(charge) => charge,
+        Earlier::Unknown(reason) => {
+            // Nothing is sent while an earlier call may still land: due again after a backoff.
+            if let Err(error) = store.report_effect(claim, EffectReport::Retryable { reason }).await {
+                eprintln!("payments-example: making the charge due again failed: {error}");
             }
             return None;
+        }
+        Earlier::None => {
+            let deadline = call_deadline(store.policy(claim.scope.operation()).lease_ttl());
+            match tokio::time::timeout(deadline, app.provider.charge(request)).await {
+                Ok(Ok(charge)) => charge,
+                Ok(Err(error)) => {
+                    // The provider may or may not have charged: never guess, never charge
+                    // blindly again.
+                    report_unknown(store, claim, error.to_string()).await;
+                    return None;
+                }
+                Err(_) => {
+                    // The call outlived its deadline, so its claim would soon run out: the
+                    // charge may still land at the provider. The reconciler asks the provider
+                    // (a lookup) before anything is sent again.
+                    let reason = format!(
+                        "the provider did not answer within {} ms (the call's deadline, below the claim's lease); \
+                         asked about before any resend",
+                        deadline.as_millis()
+                    );
+                    report_unknown(store, claim, reason).await;
+                    return None;
+                }
+            }
         }
     };
     let reference = charge["id"].as_str().unwrap_or_default().to_string();
@@ -138,4 +162,42 @@ async fn dispatch<B: Backend>(app: &App<B>, claim: &OutboxItem) -> Option<Stored
         Err(error) => eprintln!("payments-example: making the charge due again failed: {error}"),
     }
     None
+}
+
+/// How long one provider call may take: three quarters of the claim's lease, so the call ends
+/// (and its outcome is reported) while this dispatcher still holds the claim, and no other
+/// claim sends the charge again while it runs.
+pub(crate) fn call_deadline(lease: Duration) -> Duration {
+    (lease - lease / 4).max(Duration::from_millis(10))
+}
+
+/// What an earlier dispatch of a claimed charge did, as far as the provider says.
+enum Earlier {
+    /// No earlier dispatch is in doubt, or the provider has no charge under its key: send.
+    None,
+    /// The provider made the charge (an earlier call that outlived its claim landed).
+    Found(serde_json::Value),
+    /// The provider could not be asked: why.
+    Unknown(String),
+}
+
+/// Asks the provider (a lookup, not a call) about a charge whose earlier dispatch is in doubt
+/// — its claim ran out mid-call (a dispatcher that died, a call that outlived its lease) or
+/// its outcome was reported unknown — before it is sent again.
+async fn earlier_charge<B: Backend>(app: &App<B>, claim: &OutboxItem) -> Earlier {
+    if !claim.in_doubt {
+        return Earlier::None;
+    }
+    match app.provider.find(claim.scope.tenant(), claim.provider_key.as_str()).await {
+        Ok(Some(charge)) => Earlier::Found(charge),
+        Ok(None) => Earlier::None,
+        Err(error) => Earlier::Unknown(format!("an earlier dispatch is in doubt and the provider could not be asked: {error}")),
+    }
+}
+
+/// Reports a charge whose outcome is unknown: it waits in the reconciliation queue.
+async fn report_unknown<S: WorkflowStore>(store: &S, claim: &OutboxItem, reason: String) {
+    if let Err(error) = store.report_effect(claim, EffectReport::Unknown { reason }).await {
+        eprintln!("payments-example: reporting an unknown charge outcome failed: {error}");
+    }
 }

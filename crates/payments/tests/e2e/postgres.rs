@@ -32,6 +32,7 @@ on_postgres! {
     postgres_the_backup_endpoint_answers_not_on_this_backend => crate::backup::not_on_this_backend,
     postgres_sigusr1_is_refused_and_the_service_serves_on => crate::backup::sigusr1_refused,
     postgres_a_store_blip_after_the_reservation_never_releases_a_key => crate::promises::store_blip_after_the_reservation,
+    postgres_a_provider_slower_than_the_lease_is_called_once => crate::promises::slow_provider,
 }
 
 /// Two processes on one database and schema, each sent every key twice at once, both

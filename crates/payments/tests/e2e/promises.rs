@@ -77,3 +77,36 @@ pub async fn store_blip_after_the_reservation(db: &Db) {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_slower_than_the_lease_is_called_once_and_the_key_reaches_its_201() {
+    slow_provider(&Db::redb()).await;
+}
+
+/// A provider that takes 2.5 s under a 2 s lease: the dispatcher's call has a deadline below
+/// the lease (1.5 s), so the charge is reported unknown instead of being sent again by the
+/// next claim; the reconciler then asks the provider (whose charge landed meanwhile) and
+/// settles it. One call, one charge, one payment, and the key's retries end at its 201. (The
+/// call used to outlive its claim: every claim sent the charge again, each report was refused
+/// as stale, and the key answered `409 needs-reconciliation` for good.)
+pub async fn slow_provider(db: &Db) {
+    let server = db.start(&["--lease-ttl-secs", "2", "--provider-latency-ms", "2500", "--reconcile-interval-secs", "4"]);
+    let http = http();
+    let body = payment("14.00");
+    let replies = retry_until_paid(&http, &server.url, "slow-1", &body, Duration::from_secs(25)).await;
+    let last = replies.last().unwrap();
+    assert_eq!(last.status, 201, "a final answer: {:?}", statuses(&replies));
+    // Several dispatcher polls and reconciler rounds later, still one call.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!(
+        (effects.payments_of("slow-1"), effects.charges_of("slow-1").len(), effects.calls_of("slow-1")),
+        (1, 1, 1),
+        "one payment, one charge, one call: {:?}",
+        statuses(&replies)
+    );
+}
+
+fn statuses(replies: &[Reply]) -> Vec<(u16, Option<&str>)> {
+    replies.iter().map(|reply| (reply.status, reply.problem.as_deref())).collect()
+}
