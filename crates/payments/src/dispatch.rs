@@ -42,8 +42,23 @@ impl<B: Backend> Dispatcher<B> {
     /// Dispatches charges until the task is dropped: each claimed charge on a task of its own,
     /// so a slow provider call does not hold the others.
     pub async fn run(self) {
+        self.run_until(std::future::pending()).await;
+    }
+
+    /// Dispatches charges until `stop` resolves with a deadline, then claims nothing more and
+    /// waits until that deadline for the dispatches in progress to report. A dispatch still
+    /// running then is stopped and its charge reported unknown (its provider call may have
+    /// landed): the next process's reconciler asks the provider about it at once, instead of
+    /// a claim blocking the key until its lease runs out.
+    pub async fn run_until(self, stop: impl std::future::Future<Output = tokio::time::Instant>) {
         let app = self.app;
-        loop {
+        let mut running = tokio::task::JoinSet::new();
+        let mut claimed = std::collections::HashMap::new();
+        tokio::pin!(stop);
+        let deadline = loop {
+            while let Some(Ok((id, ()))) = running.try_join_next_with_id() {
+                claimed.remove(&id);
+            }
             let claims = match app.backend.store().claim_effects(BATCH).await {
                 Ok(claims) => claims,
                 Err(error) => {
@@ -51,20 +66,37 @@ impl<B: Backend> Dispatcher<B> {
                     Vec::new()
                 }
             };
+            for claim in &claims {
+                let (app, item) = (Arc::clone(&app), claim.clone());
+                let task = running.spawn(async move {
+                    let answer = dispatch(&app, &item).await;
+                    app.charges.dispatched(&item, answer.as_ref());
+                });
+                claimed.insert(task.id(), claim.clone());
+            }
             if claims.is_empty() {
                 tokio::select! {
                     () = app.charges.wake.notified() => {}
                     () = app.backend.wait_for_charges() => {}
+                    deadline = &mut stop => break deadline,
                 }
-                continue;
             }
-            for claim in claims {
-                let app = Arc::clone(&app);
-                tokio::spawn(async move {
-                    let answer = dispatch(&app, &claim).await;
-                    app.charges.dispatched(&claim, answer.as_ref());
-                });
+        };
+        let finished = tokio::time::timeout_at(deadline, async {
+            while let Some(joined) = running.join_next_with_id().await {
+                if let Ok((id, ())) = joined {
+                    claimed.remove(&id);
+                }
             }
+        })
+        .await;
+        if finished.is_err() {
+            running.abort_all();
+            for claim in claimed.values() {
+                let reason = "the service stopped while the provider call was in flight".to_string();
+                report_unknown(app.backend.store(), claim, reason).await;
+            }
+            eprintln!("payments-example: {} charge(s) in flight at shutdown reported unknown", claimed.len());
         }
     }
 }

@@ -68,7 +68,7 @@ pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
 pub use purge::{DEFAULT_PURGE_BATCH, DEFAULT_PURGE_INTERVAL, Purging, purge_postgres, purge_rounds};
 pub use reconcile::{ChargeLookup, RECONCILIATION_PATH, Reconciler};
-pub use serve::{ReadTimeouts, serve};
+pub use serve::{Drained, ReadTimeouts, serve};
 pub use webhook::{MAX_VERSION_STEP, MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 
 /// The canonical form of a payment request: currency case and amount spelling do not make

@@ -120,6 +120,10 @@ struct Args {
     /// How long a request's body may take to arrive before the request is refused.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     body_read_timeout_secs: u64,
+    /// On SIGTERM or Ctrl-C: how long requests in progress may take to finish (the server
+    /// stops accepting at once; the dispatcher keeps sending their charges meanwhile).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    drain_secs: u64,
 }
 
 /// Which store backs the service, each with its own [`Backend`]; the router, the handlers and
@@ -289,13 +293,36 @@ async fn serve<B: Backend>(
     let listener = tokio::net::TcpListener::bind(&args.addr).await?;
     let reconciler = dispatcher.reconciler().interval(Duration::from_secs(args.reconcile_interval_secs.max(1)));
     let reconciler = tokio::spawn(reconciler.run());
-    // Charges the previous process left in the outbox are dispatched from the start.
-    let dispatcher = tokio::spawn(dispatcher.run());
+    // Charges the previous process left in the outbox are dispatched from the start; the
+    // dispatcher runs on while requests drain (they wait for its answers), then stops claiming
+    // and lets its provider calls report.
+    let (stop_dispatching, stopped) = tokio::sync::oneshot::channel();
+    let dispatcher = tokio::spawn(dispatcher.run_until(async move {
+        stopped.await.unwrap_or_else(|_| tokio::time::Instant::now())
+    }));
     println!("listening on http://{}", listener.local_addr()?);
-    let served = payments_example::serve(listener, router, timeouts, shutdown()).await;
-    dispatcher.abort();
+    // One drain limit for both: requests finishing, then the dispatcher's calls reporting.
+    let drain = Duration::from_secs(args.drain_secs);
+    let signalled = std::sync::Arc::new(std::sync::OnceLock::new());
+    let shutdown_at = {
+        let signalled = std::sync::Arc::clone(&signalled);
+        async move {
+            shutdown().await;
+            let _ = signalled.set(tokio::time::Instant::now() + drain);
+        }
+    };
+    let served = payments_example::serve(listener, router, timeouts, shutdown_at, drain).await;
     reconciler.abort();
-    served?;
+    let deadline = signalled.get().copied().unwrap_or_else(tokio::time::Instant::now);
+    let _ = stop_dispatching.send(deadline);
+    let _ = dispatcher.await;
+    let drained = served?;
+    if !drained.finished {
+        eprintln!(
+            "payments-example: requests still running after the {} s drain were cut; their keys answer once their charges are settled",
+            drain.as_secs()
+        );
+    }
     Ok(())
 }
 

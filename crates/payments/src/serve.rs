@@ -10,6 +10,13 @@
 //!
 //! A service on `idemdb-http` serving through plain `axum::serve` should set the same two
 //! limits in its own server.
+//!
+//! **Shutdown drains.** When `shutdown` resolves the server stops accepting, asks every open
+//! connection to close after the request it is serving (keep-alive connections close at once),
+//! and waits — up to the drain limit — for those requests to finish: a payment waiting for its
+//! charge gets its answer, as it would have without the signal. What is still running at the
+//! limit is cut; its record stays reserved with its charge in the outbox, and the next process
+//! dispatches that charge, so a retry gets the payment then (see the README, "Stopping").
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,6 +25,7 @@ use axum::Router;
 use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use idemdb_http::DeadlineBody;
 use tokio::net::TcpListener;
@@ -39,8 +47,19 @@ impl Default for ReadTimeouts {
     }
 }
 
-/// Serves `router` on `listener` with `timeouts` until `shutdown` resolves (then it stops
-/// accepting; connections in progress run on their own tasks).
+/// How the drain went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Drained {
+    /// Connections open when the server stopped accepting.
+    pub connections: usize,
+    /// Whether they all finished within the drain limit (`false`: the rest were cut).
+    pub finished: bool,
+}
+
+/// Serves `router` on `listener` with `timeouts` until `shutdown` resolves, then drains: stops
+/// accepting, lets the requests in progress finish (each connection closes after its current
+/// request) for at most `drain`, and cuts what is left.
 ///
 /// # Errors
 /// None in practice: a failed accept is skipped.
@@ -49,7 +68,9 @@ pub async fn serve(
     router: Router,
     timeouts: ReadTimeouts,
     shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
+    drain: Duration,
+) -> std::io::Result<Drained> {
+    let connections = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -57,18 +78,24 @@ pub async fn serve(
                 Ok((stream, _)) => stream,
                 Err(_) => continue,
             },
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => break,
         };
         let body_deadline = timeouts.body;
         let service = router.clone().map_request(move |request: http::Request<Incoming>| {
             request.map(|body| Body::new(DeadlineBody::new(body, body_deadline)))
         });
         let service = TowerToHyperService::new(service);
-        tokio::spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(timeouts.headers);
-            // A connection's end (the client left, a timeout) is not the server's error.
-            let _ = builder.serve_connection(TokioIo::new(stream), service).with_upgrades().await;
-        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(TokioTimer::new()).header_read_timeout(timeouts.headers);
+        let connection = connections.watch(builder.serve_connection(TokioIo::new(stream), service));
+        // A connection's end (the client left, a timeout) is not the server's error.
+        tokio::spawn(async move { drop(connection.await) });
     }
+    drop(listener);
+    let open = connections.count();
+    if open > 0 {
+        eprintln!("payments-example: draining {open} connection(s), at most {} s", drain.as_secs_f32());
+    }
+    let finished = tokio::time::timeout(drain, connections.shutdown()).await.is_ok();
+    Ok(Drained { connections: open, finished })
 }

@@ -33,6 +33,7 @@ on_postgres! {
     postgres_sigusr1_is_refused_and_the_service_serves_on => crate::backup::sigusr1_refused,
     postgres_a_store_blip_after_the_reservation_never_releases_a_key => crate::promises::store_blip_after_the_reservation,
     postgres_a_provider_slower_than_the_lease_is_called_once => crate::promises::slow_provider,
+    postgres_sigterm_lets_the_payments_in_progress_finish => crate::promises::sigterm_drains,
 }
 
 /// Two processes on one database and schema, each sent every key twice at once, both

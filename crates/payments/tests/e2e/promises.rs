@@ -110,3 +110,76 @@ pub async fn slow_provider(db: &Db) {
 fn statuses(replies: &[Reply]) -> Vec<(u16, Option<&str>)> {
     replies.iter().map(|reply| (reply.status, reply.problem.as_deref())).collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_payments_in_progress_finish_with_their_201() {
+    sigterm_drains(&Db::redb()).await;
+}
+
+/// SIGTERM while six payments wait for a provider that takes 1.5 s: the server stops
+/// accepting, the dispatcher finishes their charges, each client gets its 201, and the process
+/// exits 0. After a restart each retry replays its payment: one call, one charge, one payment
+/// per key. (SIGTERM used to drop the requests in flight: each client saw its connection
+/// closed, and its retry waited.)
+pub async fn sigterm_drains(db: &Db) {
+    let server = db.start(&["--provider-latency-ms", "1500"]);
+    let http = http();
+    let keys: Vec<String> = (0..6).map(|i| format!("drain-{i}")).collect();
+    let requests: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (http, url, key) = (http.clone(), server.url.clone(), key.clone());
+            tokio::spawn(async move { pay(&http, &url, "acme", &key, &payment("15.00")).await })
+        })
+        .collect();
+    // The payments are reserved and their charges are at the provider.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, stderr) = tokio::task::spawn_blocking(move || server.stop()).await.unwrap();
+    assert!(status.success(), "a clean exit: {status:?} {stderr}");
+    for (key, request) in keys.iter().zip(requests) {
+        let reply = request.await.unwrap();
+        let reply = reply.unwrap_or_else(|error| panic!("{key}: the request in flight was dropped: {error}"));
+        assert_eq!((reply.status, reply.replayed), (201, false), "{key}: {reply:?}");
+    }
+    let server = db.start(&[]);
+    for key in &keys {
+        let retry = pay(&http, &server.url, "acme", key, &payment("15.00")).await.unwrap();
+        assert_eq!((retry.status, retry.replayed), (201, true), "{key}: {retry:?}");
+    }
+    let effects = effects(&http, &server.url, "acme").await;
+    for key in &keys {
+        assert_eq!(
+            (effects.payments_of(key), effects.charges_of(key).len(), effects.calls_of(key)),
+            (1, 1, 1),
+            "{key}: one payment, one charge, one call"
+        );
+    }
+}
+
+/// A payment still waiting when the drain limit passes is cut, and its charge, in flight at
+/// the provider, is reported unknown before the process exits (not left claimed until its lease
+/// runs out): after a restart the reconciler asks the provider at once, and the key's retries
+/// end at its 201 within seconds, with one charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_cut_at_the_drain_limit_reaches_its_201_soon_after_a_restart() {
+    let db = Db::redb();
+    let server = db.start(&["--provider-latency-ms", "2500", "--drain-secs", "1"]);
+    let http = http();
+    let url = server.url.clone();
+    let request = {
+        let http = http.clone();
+        tokio::spawn(async move { pay(&http, &url, "acme", "cut-1", &payment("16.00")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, stderr) = tokio::task::spawn_blocking(move || server.stop()).await.unwrap();
+    assert!(status.success(), "{status:?} {stderr}");
+    assert!(stderr.contains("were cut") && stderr.contains("1 charge(s) in flight"), "said: {stderr}");
+    assert!(request.await.unwrap().is_err(), "the request outlived the drain and was cut");
+    let server = db.start(&["--provider-latency-ms", "500", "--reconcile-interval-secs", "1"]);
+    let started = Instant::now();
+    let replies = retry_until_paid(&http, &server.url, "cut-1", &payment("16.00"), Duration::from_secs(20)).await;
+    assert_eq!(replies.last().unwrap().status, 201, "{:?}", statuses(&replies));
+    assert!(started.elapsed() < Duration::from_secs(15), "no lease (60 s) to wait for: {:?}", started.elapsed());
+    let effects = effects(&http, &server.url, "acme").await;
+    assert_eq!((effects.payments_of("cut-1"), effects.charges_of("cut-1").len()), (1, 1));
+}
