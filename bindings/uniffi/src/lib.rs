@@ -31,6 +31,8 @@
 
 mod canon;
 mod error;
+mod options;
+mod recovery;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -38,7 +40,9 @@ mod types;
 
 pub use canon::{Canonicalizer, FieldNormaliser, Normaliser, error_codes, fingerprint_of_canonical, new_key};
 pub use error::IdemdbError;
-pub use store::{IdemStore, open_store_async};
+pub use options::{PolicySettings, StoreOptions};
+pub use recovery::{JournalRecovery, JournalSetAside, Resolution, ScopedRecord};
+pub use store::{IdemStore, open_store_async, open_store_with_async};
 pub use types::{AttemptOutcome, Failure, Header, Intent, IntentResponse, Lease, RecordInfo, Reservation, Scope};
 
 uniffi::setup_scaffolding!();

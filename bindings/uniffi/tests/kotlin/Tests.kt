@@ -336,6 +336,9 @@ fun defineTests() {
         File(golden).copyTo(copy, overwrite = true)
         crossRead("rust-golden", copy.path)
     }
+
+    defineCancellationTests()
+    defineRefusalTests()
 }
 
 fun worker(vararg args: String): ProcessBuilder {

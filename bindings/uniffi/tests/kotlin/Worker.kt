@@ -32,6 +32,13 @@ fun main(args: Array<String>) {
             eq(store.pendingIntents().size, 0, "pending after resume")
             store.closeStore()
         }
+        // Opens the empty path in this process's working directory and says how it failed.
+        "open-empty" -> try {
+            IdemStore.open("")
+            println("opened")
+        } catch (e: IdemdbException) {
+            println("${e::class.simpleName} transient=${e.isTransient}")
+        }
         "cross-write" -> crossWrite(args[1])
         "cross-read" -> crossRead(args[1], args[2])
         else -> error("unknown mode ${args[0]}")

@@ -223,6 +223,77 @@ class Errors(Scratch):
         self.assertIn("IDEMDB_", str(caught.exception))
 
 
+class Refusals(Scratch):
+    """Bad input and late calls get typed errors, and change nothing."""
+
+    def test_after_close_is_closed_answers_and_every_other_call_is_closed(self):
+        path = self.file("closed.idemdb")
+        store = IdemStore.open(path)
+        store.close_store()
+        self.assertTrue(store.is_closed())
+        with self.assertRaises(IdemdbError.Closed):
+            store.reserve(SCOPE, "k", "00" * 32)
+        with self.assertRaises(IdemdbError.Closed):
+            store.path()
+        IdemStore.open(path).close_store()
+
+    def test_a_lone_surrogate_is_invalid_argument_and_nothing_is_stored(self):
+        store = IdemStore.in_memory()
+        fp = fingerprint_of_canonical(b"{}")
+        with self.assertRaises(IdemdbError.InvalidArgument) as caught:
+            store.reserve(SCOPE, "k-\ud800", fp)
+        self.assertFalse(caught.exception.transient)
+        self.assertIn("surrogate", caught.exception.detail)
+        with self.assertRaises(IdemdbError.InvalidArgument):
+            store.reserve(Scope(tenant="me\udc00", operation="pay"), "k", fp)
+        with self.assertRaises(IdemdbError.InvalidArgument):
+            store.create_intent(SCOPE, "\udbff", b"{}", Canonicalizer())
+        with self.assertRaises(IdemdbError.InvalidArgument):
+            asyncio.run(store.reserve_async(SCOPE, "x\udfffy", fp))
+        self.assertEqual(store.pending_intents(), [])
+        key = new_key()
+        store.create_intent(SCOPE, key, b"{}", Canonicalizer())
+        with self.assertRaises(IdemdbError.InvalidArgument):
+            store.abandon_intent(SCOPE, key, "left \ud83d")
+        self.assertEqual(store.intent(SCOPE, key).state, "pending")
+        self.assertEqual(store.abandon_intent(SCOPE, key, "left \U0001F600").abandon_reason, "left \U0001F600", "a character outside the BMP is text")
+
+    def test_an_empty_path_is_refused_typed_not_transient_leaving_nothing(self):
+        cwd, here = self.file("cwd"), os.getcwd()
+        os.mkdir(cwd)
+        os.chdir(cwd)
+        try:
+            for _ in range(3):
+                with self.assertRaises(IdemdbError.InvalidArgument) as caught:
+                    IdemStore.open("")
+                self.assertFalse(caught.exception.transient)
+            with self.assertRaises(IdemdbError.InvalidArgument):
+                asyncio.run(open_store_async(""))
+        finally:
+            os.chdir(here)
+        self.assertEqual(os.listdir(cwd), [], "files left in the working directory")
+
+    def test_statuses_outside_100_599_and_headers_with_cr_lf_nul_are_refused(self):
+        store = IdemStore.in_memory()
+        key = new_key()
+        store.create_intent(SCOPE, key, b"{}", Canonicalizer())
+        for status in (0, 99, 600, 999, 65535):
+            with self.assertRaises(IdemdbError.InvalidArgument):
+                store.record_attempt(SCOPE, key, AttemptOutcome.STATUS(code=status))
+            with self.assertRaises(IdemdbError.InvalidArgument):
+                store.record_response(SCOPE, key, IntentResponse(status=status, headers=[], body=b"{}"))
+            with self.assertRaises(IdemdbError.InvalidArgument):
+                store.mark_needs_attention(SCOPE, key, "retries_exhausted", IntentResponse(status=status, headers=[], body=b"{}"))
+        for name, value in [("location", "/a\r\nset-cookie: s=1"), ("x-note", "line\nbreak"), ("x-nul", "a\x00b"), ("bad name", "v"), ("x-split\r\n", "v"), ("", "v")]:
+            with self.assertRaises(IdemdbError.InvalidArgument) as caught:
+                store.record_response(SCOPE, key, IntentResponse(status=201, headers=[Header(name=name, value=value)], body=b"{}"))
+            self.assertFalse(caught.exception.transient)
+        intent = store.intent(SCOPE, key)
+        self.assertEqual((intent.state, intent.attempts), ("pending", 0), "nothing recorded")
+        ok = IntentResponse(status=201, headers=[Header(name="content-type", value="application/json"), Header(name="x-tab", value="a\tb")], body=b"{}")
+        self.assertEqual(store.record_response(SCOPE, key, ok).state, "completed")
+
+
 class Async(Scratch):
     def test_async_forms_answer_as_the_blocking_ones(self):
         async def run():
@@ -346,6 +417,97 @@ class Concurrency(Scratch):
 
         asyncio.run(run())
         self.assertEqual([effects[k] for k in keys], [1] * len(keys))
+        store.close_store()
+
+
+class CancelLedger:
+    """What the callers saw, per key: the leases and the completions delivered to them."""
+
+    def __init__(self):
+        self.held, self.completed = set(), set()
+
+    async def pair(self, store, key, fp, i):
+        lease = (await store.reserve_async(SCOPE, key, fp)).lease
+        self.held.add(key)
+        await store.complete_async(lease, str(i).encode())
+        self.completed.add(key)
+
+    def orphaned(self, store, keys):
+        """Keys the store holds reserved although their caller never got the lease."""
+        return [k for k in keys if (r := store.get(SCOPE, k)) is not None and r.state == "in_progress" and k not in self.held]
+
+    def hidden(self, store, keys):
+        """Keys the store holds completed although their caller was told the call was cancelled."""
+        return [k for k in keys if (r := store.get(SCOPE, k)) is not None and r.state == "completed" and k not in self.completed]
+
+
+class Cancellation(Scratch):
+    """A store call that has started runs to completion and its result is delivered; one
+    cancelled before it starts does nothing. Counted in the store against what callers saw."""
+
+    def test_cancelled_calls_leave_no_orphaned_lease_and_no_hidden_commit(self):
+        import random
+
+        store = IdemStore.open(self.file("cancel.idemdb"))
+        fp = fingerprint_of_canonical(b"{}")
+        ledger, keys, rng = CancelLedger(), [f"cancel-{i}" for i in range(240)], random.Random(14)
+        counts = Counter()
+
+        async def run():
+            started = time.perf_counter()
+            for i in range(15):
+                await CancelLedger().pair(store, f"warm-{i}", fp, i)
+            pair = (time.perf_counter() - started) / 15
+            for i, key in enumerate(keys):
+                task = asyncio.ensure_future(ledger.pair(store, key, fp, i))
+                await asyncio.sleep(0)
+                wait = rng.random() * pair * 1.3
+                if i % 2:
+                    await asyncio.sleep(wait)
+                else:
+                    time.sleep(wait)  # holds the loop: the answer is ready but not yet delivered
+                task.cancel()
+                try:
+                    await task
+                    counts["finished"] += 1
+                except asyncio.CancelledError:
+                    counts["cancelled"] += 1
+            return pair
+
+        pair = asyncio.run(run())
+        orphaned, hidden = ledger.orphaned(store, keys), ledger.hidden(store, keys)
+        reserved = sum(store.get(SCOPE, k) is not None for k in keys)
+        print(f"  cancel: {len(keys)} pairs, {counts['cancelled']} cancelled (pair {pair * 1e6:.0f} µs); {reserved} reserved, "
+              f"{len(ledger.held)} leases delivered, {len(ledger.completed)} completions delivered; "
+              f"{len(orphaned)} orphaned reservations, {len(hidden)} completions reported as cancelled", file=sys.stderr)
+        self.assertGreater(counts["cancelled"], len(keys) // 4)
+        self.assertEqual(orphaned, [], "reserved keys whose caller never got the lease")
+        self.assertEqual(hidden, [], "completed keys whose caller saw CancelledError")
+        store.close_store()
+
+    def test_a_call_in_a_cancelled_task_does_not_start_and_timeouts_deliver_or_do_nothing(self):
+        store = IdemStore.open(self.file("cancel-before.idemdb"))
+        fp = fingerprint_of_canonical(b"{}")
+
+        async def cancelled_first():
+            asyncio.current_task().cancel()
+            await store.reserve_async(SCOPE, "never", fp)
+
+        with self.assertRaises(asyncio.CancelledError):
+            asyncio.run(cancelled_first())
+        self.assertIsNone(store.get(SCOPE, "never"), "a call made after the cancellation never ran")
+        ledger, keys = CancelLedger(), [f"timeout-{i}" for i in range(60)]
+
+        async def run():
+            for i, key in enumerate(keys):
+                try:
+                    await asyncio.wait_for(ledger.pair(store, key, fp, i), timeout=0.001 * (1 + i % 4))
+                except asyncio.TimeoutError:
+                    pass
+
+        asyncio.run(run())
+        self.assertEqual(ledger.orphaned(store, keys), [], "reserved keys whose caller never got the lease")
+        self.assertEqual(ledger.hidden(store, keys), [], "completed keys whose caller saw a timeout")
         store.close_store()
 
 
