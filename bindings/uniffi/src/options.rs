@@ -47,8 +47,9 @@ impl PolicySettings {
             policy = policy.with_tombstone_ttl(Duration::from_millis(ms));
         }
         if let Some(bytes) = self.max_result_bytes {
-            let bytes = usize::try_from(bytes)
-                .map_err(|_| IdemdbError::new(ErrorCode::InvalidPolicy, format!("max_result_bytes {bytes} is too large")))?;
+            let bytes = usize::try_from(bytes).map_err(|_| {
+                IdemdbError::new(ErrorCode::InvalidPolicy, format!("max_result_bytes {bytes} is too large"))
+            })?;
             policy = policy.with_max_result_bytes(bytes);
         }
         if let Some(rule) = &self.expired_lease {

@@ -92,7 +92,11 @@ impl JournalRecovery {
             set_aside: report
                 .set_aside
                 .iter()
-                .map(|aside| JournalSetAside { from: path(&aside.from), to: path(&aside.to), reason: aside.reason.to_string() })
+                .map(|aside| JournalSetAside {
+                    from: path(&aside.from),
+                    to: path(&aside.to),
+                    reason: aside.reason.to_string(),
+                })
                 .collect(),
             removed: report.removed.as_deref().map(path),
         }
@@ -130,7 +134,8 @@ fn needing_reconciliation(store: &idemdb::Store) -> Result<Vec<ScopedRecord>> {
     let now = store.now();
     let mut records = records_in(store, StateKind::Uncertain)?;
     records.extend(records_in(store, StateKind::InProgress)?.into_iter().filter(|listed| {
-        let expired = matches!(listed.record.state, idemdb::State::InProgress { lease_expires_at } if lease_expires_at <= now);
+        let expired =
+            matches!(listed.record.state, idemdb::State::InProgress { lease_expires_at } if lease_expires_at <= now);
         expired && store.policy(listed.scoped.scope.operation()).expired_lease() == ExpiredLease::Uncertain
     }));
     records.sort_by_key(|listed| listed.record.updated_at);
@@ -212,7 +217,13 @@ impl IdemStore {
     /// # Errors
     /// As [`IdemStore::reconcile`].
     #[uniffi::method(default(cause = "application"))]
-    pub async fn reconcile_async(&self, scope: Scope, key: String, resolution: Resolution, cause: String) -> Result<()> {
+    pub async fn reconcile_async(
+        &self,
+        scope: Scope,
+        key: String,
+        resolution: Resolution,
+        cause: String,
+    ) -> Result<()> {
         self.off_thread(move |store| reconcile(store, &scope, &key, &resolution, &cause)).await
     }
 

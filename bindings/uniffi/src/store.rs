@@ -52,7 +52,8 @@ fn open(path: &str, options: &StoreOptions) -> Result<idemdb::Store> {
 /// store create its temporary file in the current directory and then fail as if the disk had
 /// (transient), on every call.
 fn check_path(path: &str) -> Result<()> {
-    let refuse = |why: &str| Err(IdemdbError::new(idemdb::ErrorCode::InvalidArgument, format!("store path {path:?}: {why}")));
+    let refuse =
+        |why: &str| Err(IdemdbError::new(idemdb::ErrorCode::InvalidArgument, format!("store path {path:?}: {why}")));
     if path.is_empty() {
         return refuse("empty; give the file's path (under Context.getFilesDir(), Application Support)");
     }

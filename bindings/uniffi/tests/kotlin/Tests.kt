@@ -339,6 +339,7 @@ fun defineTests() {
 
     defineCancellationTests()
     defineRefusalTests()
+    defineRecoveryTests()
 }
 
 fun worker(vararg args: String): ProcessBuilder {

@@ -64,7 +64,8 @@ fn kotlin() -> Vec<Patch> {
             why: "async calls run to their end once started",
             within: None,
             anchor: HELPER,
-            replacement: snippet(include_str!("foreign/call_async.kt")) + &HELPER.replace("uniffiRustCallAsync(", "uniffiRustCallAsyncStarted("),
+            replacement: snippet(include_str!("foreign/call_async.kt"))
+                + &HELPER.replace("uniffiRustCallAsync(", "uniffiRustCallAsyncStarted("),
         },
         Patch {
             why: "IdemStore.close() closes the store",
@@ -200,8 +201,13 @@ mod tests {
     #[test]
     fn within_a_class_only_that_class_is_changed() {
         let text = "\nopen class A: x\n close\n\nopen class B: y\n close\n";
-        assert_eq!(apply(text, &[patch(Some("\nopen class B:"), "close")]).unwrap(), "\nopen class A: x\n close\n\nopen class B: y\n NEW\n");
-        assert!(apply("\nopen class B: y\n\nopen class A: close\n", &[patch(Some("\nopen class B:"), "close")]).is_err());
+        assert_eq!(
+            apply(text, &[patch(Some("\nopen class B:"), "close")]).unwrap(),
+            "\nopen class A: x\n close\n\nopen class B: y\n NEW\n"
+        );
+        assert!(
+            apply("\nopen class B: y\n\nopen class A: close\n", &[patch(Some("\nopen class B:"), "close")]).is_err()
+        );
     }
 
     #[test]
