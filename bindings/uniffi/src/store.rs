@@ -58,7 +58,7 @@ fn check_path(path: &str) -> Result<()> {
         return refuse("empty; give the file's path (under Context.getFilesDir(), Application Support)");
     }
     if path.contains('\0') {
-        return refuse("a path holds no NUL character");
+        return refuse("it holds a NUL character");
     }
     Ok(())
 }
@@ -202,10 +202,12 @@ impl IdemStore {
         Ok(Self::wrap(idemdb::Store::in_memory()?))
     }
 
-    /// Closes the store: later calls fail with `IDEMDB_CLOSED`. The file is released when the
-    /// calls already running have returned; closing twice is a no-op. Named `close_store` in the
-    /// bindings (`closeStore()` in Kotlin and Swift), beside Kotlin's `AutoCloseable.close()`,
-    /// which frees the handle (and so closes the store too).
+    /// Closes the store: later calls fail with `IDEMDB_CLOSED` (`is_closed` still answers).
+    /// The file is released when the calls already running have returned; closing twice is a
+    /// no-op. Named `close_store` in the bindings (`closeStore()` in Kotlin and Swift), beside
+    /// Kotlin's `AutoCloseable.close()`, which this crate's `uniffi-bindgen` makes call it too
+    /// (UniFFI's would free the handle, and every later call, `isClosed()` included, would throw
+    /// an untyped `IllegalStateException`).
     #[uniffi::method(name = "close_store")]
     pub fn close(&self) {
         let mut guard = self.store.write().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -887,10 +887,12 @@ public protocol IdemStoreProtocol: AnyObject, Sendable {
     func abandonIntentAsync(scope: Scope, key: String, reason: String) async throws  -> Intent
     
     /**
-     * Closes the store: later calls fail with `IDEMDB_CLOSED`. The file is released when the
-     * calls already running have returned; closing twice is a no-op. Named `close_store` in the
-     * bindings (`closeStore()` in Kotlin and Swift), beside Kotlin's `AutoCloseable.close()`,
-     * which frees the handle (and so closes the store too).
+     * Closes the store: later calls fail with `IDEMDB_CLOSED` (`is_closed` still answers).
+     * The file is released when the calls already running have returned; closing twice is a
+     * no-op. Named `close_store` in the bindings (`closeStore()` in Kotlin and Swift), beside
+     * Kotlin's `AutoCloseable.close()`, which this crate's `uniffi-bindgen` makes call it too
+     * (UniFFI's would free the handle, and every later call, `isClosed()` included, would throw
+     * an untyped `IllegalStateException`).
      */
     func closeStore() 
     
@@ -1425,10 +1427,12 @@ open func abandonIntentAsync(scope: Scope, key: String, reason: String)async thr
 }
     
     /**
-     * Closes the store: later calls fail with `IDEMDB_CLOSED`. The file is released when the
-     * calls already running have returned; closing twice is a no-op. Named `close_store` in the
-     * bindings (`closeStore()` in Kotlin and Swift), beside Kotlin's `AutoCloseable.close()`,
-     * which frees the handle (and so closes the store too).
+     * Closes the store: later calls fail with `IDEMDB_CLOSED` (`is_closed` still answers).
+     * The file is released when the calls already running have returned; closing twice is a
+     * no-op. Named `close_store` in the bindings (`closeStore()` in Kotlin and Swift), beside
+     * Kotlin's `AutoCloseable.close()`, which this crate's `uniffi-bindgen` makes call it too
+     * (UniFFI's would free the handle, and every later call, `isClosed()` included, would throw
+     * an untyped `IllegalStateException`).
      */
 open func closeStore()  {try! rustCall() {
         uniffiCallStatus in
@@ -5308,7 +5312,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_abandon_intent_async() != 61995) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_idemdb_uniffi_checksum_method_idemstore_close_store() != 960) {
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_close_store() != 45870) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_complete() != 49710) {
