@@ -2,11 +2,15 @@
 //! [UniFFI](https://mozilla.github.io/uniffi-rs/) (proc-macro interface): what an Android, iOS
 //! or desktop app needs, and nothing that only a server needs.
 //!
-//! - [`IdemStore`]: open a file (or memory, for tests), close; client intents (create before
-//!   the first send, record attempts and the response, pending list for resume, abandon);
-//!   reserve / complete / fail / replay for apps that apply their own queued commands. Every
-//!   call has a blocking form and an `_async` form (`suspend` / `async`) that runs on a thread
-//!   pool.
+//! - [`IdemStore`]: open a file (or memory, for tests), with policies ([`StoreOptions`]),
+//!   close; client intents (create before the first send, record attempts and the response,
+//!   pending list for resume, needs attention, abandon); reserve / complete / fail / renew /
+//!   replay for apps that apply their own queued commands; the way out for keys nobody will
+//!   finish (records needing reconciliation, reconcile, a lost journal given up by choice).
+//!   Every store call has a blocking form and an `_async` form (`suspend` / `async`) that runs
+//!   on a thread pool; once started, an async call runs to its end and delivers its result
+//!   even if its caller is cancelled (the generated Kotlin and Python get that from this
+//!   crate's `uniffi-bindgen`, see `src/bin/uniffi-bindgen/patch.rs`).
 //! - [`Canonicalizer`]: the core's canonical form and fingerprint; [`new_key`] makes keys.
 //! - [`IdemdbError`]: one typed exception per stable error code (`IDEMDB_...`).
 //!
@@ -31,6 +35,8 @@
 
 mod canon;
 mod error;
+mod options;
+mod recovery;
 mod store;
 #[cfg(test)]
 mod tests;
@@ -38,7 +44,9 @@ mod types;
 
 pub use canon::{Canonicalizer, FieldNormaliser, Normaliser, error_codes, fingerprint_of_canonical, new_key};
 pub use error::IdemdbError;
-pub use store::{IdemStore, open_store_async};
+pub use options::{PolicySettings, StoreOptions};
+pub use recovery::{JournalRecovery, JournalSetAside, Resolution, ScopedRecord};
+pub use store::{IdemStore, open_store_async, open_store_with_async};
 pub use types::{AttemptOutcome, Failure, Header, Intent, IntentResponse, Lease, RecordInfo, Reservation, Scope};
 
 uniffi::setup_scaffolding!();

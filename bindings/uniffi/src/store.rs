@@ -7,6 +7,7 @@
 
 use std::sync::{Arc, RwLock};
 
+use crate::options::StoreOptions;
 use crate::types::{AttemptOutcome, Failure, Intent, IntentResponse, Lease, RecordInfo, Reservation, Scope, key};
 use crate::{Canonicalizer, IdemdbError};
 
@@ -27,13 +28,13 @@ impl IdemStore {
     }
 
     /// The open store, or `IDEMDB_CLOSED`.
-    fn store(&self) -> Result<Arc<idemdb::Store>> {
+    pub(crate) fn store(&self) -> Result<Arc<idemdb::Store>> {
         let guard = self.store.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         guard.clone().ok_or_else(|| IdemdbError::new(idemdb::ErrorCode::Closed, "the store was closed"))
     }
 
     /// Runs `call` on the blocking pool with the open store.
-    async fn off_thread<T: Send + 'static>(
+    pub(crate) async fn off_thread<T: Send + 'static>(
         &self,
         call: impl FnOnce(&idemdb::Store) -> Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -42,8 +43,24 @@ impl IdemStore {
     }
 }
 
-fn open(path: &str) -> Result<idemdb::Store> {
-    Ok(idemdb::Store::open(path)?)
+fn open(path: &str, options: &StoreOptions) -> Result<idemdb::Store> {
+    check_path(path)?;
+    Ok(options.builder()?.open(path)?)
+}
+
+/// Refuses a path no file can have before anything is created: an empty path would make the
+/// store create its temporary file in the current directory and then fail as if the disk had
+/// (transient), on every call.
+fn check_path(path: &str) -> Result<()> {
+    let refuse =
+        |why: &str| Err(IdemdbError::new(idemdb::ErrorCode::InvalidArgument, format!("store path {path:?}: {why}")));
+    if path.is_empty() {
+        return refuse("empty; give the file's path (under Context.getFilesDir(), Application Support)");
+    }
+    if path.contains('\0') {
+        return refuse("it holds a NUL character");
+    }
+    Ok(())
 }
 
 fn create_intent(
@@ -66,12 +83,12 @@ fn pending(store: &idemdb::Store) -> Result<Vec<Intent>> {
 }
 
 fn record_attempt(store: &idemdb::Store, scope: &Scope, key_text: &str, outcome: AttemptOutcome) -> Result<Intent> {
-    let intent = store.record_attempt(&scope.to_core()?, &key(key_text)?, outcome.to_core())?;
+    let intent = store.record_attempt(&scope.to_core()?, &key(key_text)?, outcome.to_core()?)?;
     Ok(Intent::from_core(&intent))
 }
 
 fn record_response(store: &idemdb::Store, scope: &Scope, key_text: &str, response: &IntentResponse) -> Result<Intent> {
-    let intent = store.record_response(&scope.to_core()?, &key(key_text)?, response.to_core())?;
+    let intent = store.record_response(&scope.to_core()?, &key(key_text)?, response.to_core()?)?;
     Ok(Intent::from_core(&intent))
 }
 
@@ -89,8 +106,8 @@ fn mark_needs_attention(
 ) -> Result<Intent> {
     let cause = <idemdb::AttentionCause as idemdb::Named>::parse_name(cause)
         .map_err(|error| IdemdbError::new(idemdb::ErrorCode::UnknownName, format!("attention cause: {error}")))?;
-    let intent =
-        store.mark_needs_attention(&scope.to_core()?, &key(key_text)?, cause, response.map(IntentResponse::to_core))?;
+    let response = response.map(IntentResponse::to_core).transpose()?;
+    let intent = store.mark_needs_attention(&scope.to_core()?, &key(key_text)?, cause, response)?;
     Ok(Intent::from_core(&intent))
 }
 
@@ -135,7 +152,16 @@ fn get(store: &idemdb::Store, scope: &Scope, key_text: &str) -> Result<Option<Re
 /// As [`IdemStore::open`].
 #[uniffi::export]
 pub async fn open_store_async(path: String) -> Result<Arc<IdemStore>> {
-    let store = blocking::unblock(move || open(&path)).await?;
+    open_store_with_async(path, StoreOptions::default()).await
+}
+
+/// [`IdemStore::open_with`] without blocking the caller's thread.
+///
+/// # Errors
+/// As [`IdemStore::open_with`].
+#[uniffi::export]
+pub async fn open_store_with_async(path: String, options: StoreOptions) -> Result<Arc<IdemStore>> {
+    let store = blocking::unblock(move || open(&path, &options)).await?;
     Ok(IdemStore::wrap(store))
 }
 
@@ -145,12 +171,26 @@ impl IdemStore {
     /// `Context.getFilesDir()`, on iOS and macOS under `Application Support`.
     ///
     /// # Errors
-    /// `IDEMDB_STORE_BUSY` when the file is open elsewhere; `IDEMDB_NOT_A_STORE`,
-    /// `IDEMDB_FOREIGN`, `IDEMDB_NEWER_FORMAT` for a file that is not a store this version
-    /// reads; `IDEMDB_STORAGE` for I/O errors.
+    /// `IDEMDB_INVALID_ARGUMENT` for an empty path; `IDEMDB_STORE_BUSY` when the file is open
+    /// elsewhere; `IDEMDB_NOT_A_STORE`, `IDEMDB_FOREIGN`, `IDEMDB_NEWER_FORMAT` for a file that
+    /// is not a store this version reads; `IDEMDB_CORRUPT` for a store whose journal of
+    /// acknowledged commits is lost (see `StoreOptions.discard_lost_journal`);
+    /// `IDEMDB_STORAGE` for I/O errors.
     #[uniffi::constructor]
     pub fn open(path: String) -> Result<Arc<Self>> {
-        Ok(Self::wrap(open(&path)?))
+        Self::open_with(path, StoreOptions::default())
+    }
+
+    /// [`IdemStore::open`] with policies (per operation, or a default) and the choice to give
+    /// up a lost journal.
+    ///
+    /// # Errors
+    /// As [`IdemStore::open`]; `IDEMDB_INVALID_POLICY` (a zero lease, a result limit of zero
+    /// or over the core's limit); `IDEMDB_UNKNOWN_NAME` for an `expired_lease` rule the core
+    /// does not know.
+    #[uniffi::constructor]
+    pub fn open_with(path: String, options: StoreOptions) -> Result<Arc<Self>> {
+        Ok(Self::wrap(open(&path, &options)?))
     }
 
     /// A store in memory, for tests: nothing survives the process.
@@ -162,10 +202,12 @@ impl IdemStore {
         Ok(Self::wrap(idemdb::Store::in_memory()?))
     }
 
-    /// Closes the store: later calls fail with `IDEMDB_CLOSED`. The file is released when the
-    /// calls already running have returned; closing twice is a no-op. Named `close_store` in the
-    /// bindings (`closeStore()` in Kotlin and Swift), beside Kotlin's `AutoCloseable.close()`,
-    /// which frees the handle (and so closes the store too).
+    /// Closes the store: later calls fail with `IDEMDB_CLOSED` (`is_closed` still answers).
+    /// The file is released when the calls already running have returned; closing twice is a
+    /// no-op. Named `close_store` in the bindings (`closeStore()` in Kotlin and Swift), beside
+    /// Kotlin's `AutoCloseable.close()`, which this crate's `uniffi-bindgen` makes call it too
+    /// (UniFFI's would free the handle, and every later call, `isClosed()` included, would throw
+    /// an untyped `IllegalStateException`).
     #[uniffi::method(name = "close_store")]
     pub fn close(&self) {
         let mut guard = self.store.write().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -367,6 +409,36 @@ impl IdemStore {
     /// As [`IdemStore::abandon_intent`].
     pub async fn abandon_intent_async(&self, scope: Scope, key: String, reason: String) -> Result<Intent> {
         self.off_thread(move |store| abandon(store, &scope, &key, &reason)).await
+    }
+
+    /// [`IdemStore::mark_needs_attention`] off the caller's thread.
+    ///
+    /// # Errors
+    /// As [`IdemStore::mark_needs_attention`].
+    pub async fn mark_needs_attention_async(
+        &self,
+        scope: Scope,
+        key: String,
+        cause: String,
+        response: Option<IntentResponse>,
+    ) -> Result<Intent> {
+        self.off_thread(move |store| mark_needs_attention(store, &scope, &key, &cause, response.as_ref())).await
+    }
+
+    /// [`IdemStore::reopen_intent`] off the caller's thread.
+    ///
+    /// # Errors
+    /// As [`IdemStore::reopen_intent`].
+    pub async fn reopen_intent_async(&self, scope: Scope, key: String) -> Result<Intent> {
+        self.off_thread(move |store| reopen(store, &scope, &key)).await
+    }
+
+    /// [`IdemStore::intents_needing_attention`] off the caller's thread.
+    ///
+    /// # Errors
+    /// As [`IdemStore::intents_needing_attention`].
+    pub async fn intents_needing_attention_async(&self) -> Result<Vec<Intent>> {
+        self.off_thread(needing_attention).await
     }
 
     /// [`IdemStore::reserve`] off the caller's thread.

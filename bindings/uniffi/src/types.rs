@@ -20,7 +20,7 @@ impl Scope {
         Ok(idemdb::Scope::new(self.tenant.as_str(), self.operation.as_str())?)
     }
 
-    fn from_core(scope: &idemdb::Scope) -> Self {
+    pub(crate) fn from_core(scope: &idemdb::Scope) -> Self {
         Scope { tenant: scope.tenant().to_string(), operation: scope.operation().to_string() }
     }
 }
@@ -51,7 +51,7 @@ impl Lease {
         Ok(idemdb::Lease::new(scoped, self.fence, Timestamp::from_millis(self.expires_at_ms), self.attempt))
     }
 
-    fn from_core(lease: &idemdb::Lease) -> Self {
+    pub(crate) fn from_core(lease: &idemdb::Lease) -> Self {
         Lease {
             scope: Scope::from_core(lease.scope()),
             key: lease.key().as_str().to_string(),
@@ -155,7 +155,7 @@ pub enum AttemptOutcome {
     Sent,
     /// The server answered with a status that is not final (a 503 to retry).
     Status {
-        /// The HTTP status.
+        /// The HTTP status (100 to 599).
         code: u16,
     },
     /// The connection failed.
@@ -165,17 +165,52 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
-    pub(crate) fn to_core(self) -> idemdb::AttemptOutcome {
-        match self {
+    /// The core's outcome; a status that is not an HTTP status is refused.
+    pub(crate) fn to_core(self) -> Result<idemdb::AttemptOutcome, IdemdbError> {
+        Ok(match self {
             AttemptOutcome::Sent => idemdb::AttemptOutcome::Sent,
-            AttemptOutcome::Status { code } => idemdb::AttemptOutcome::Status(code),
+            AttemptOutcome::Status { code } => idemdb::AttemptOutcome::Status(http_status(code)?),
             AttemptOutcome::NetworkError => idemdb::AttemptOutcome::NetworkError,
             AttemptOutcome::Timeout => idemdb::AttemptOutcome::Timeout,
-        }
+        })
     }
 }
 
-/// One response header.
+/// `code` if it is an HTTP status (100 to 599, RFC 9110 section 15): a 0 or a 999 is a bug
+/// in the caller's HTTP code, and storing it would make the intent's history say something no
+/// server answered.
+fn http_status(code: u16) -> Result<u16, IdemdbError> {
+    if (100..=599).contains(&code) {
+        Ok(code)
+    } else {
+        Err(invalid(format!("{code} is not an HTTP status (100 to 599)")))
+    }
+}
+
+/// A header as the core stores it, if its name is an HTTP token and its value holds no
+/// control character but a tab (RFC 9110 section 5): a CR or LF in a stored value would let
+/// whoever replays the response write headers of their own.
+fn header(header: &Header) -> Result<(String, String), IdemdbError> {
+    const SEPARATORS: &str = "\"(),/:;<=>?@[\\]{}";
+    let token = |c: char| c.is_ascii_graphic() && !SEPARATORS.contains(c);
+    if header.name.is_empty() || !header.name.chars().all(token) {
+        return Err(invalid(format!("header name {:?} is not an HTTP token", header.name)));
+    }
+    if header.value.chars().any(|c| c.is_control() && c != '\t') {
+        return Err(invalid(format!(
+            "the value of header {:?} holds a control character (CR, LF, NUL, ...)",
+            header.name
+        )));
+    }
+    Ok((header.name.clone(), header.value.clone()))
+}
+
+fn invalid(detail: String) -> IdemdbError {
+    IdemdbError::new(idemdb::ErrorCode::InvalidArgument, detail)
+}
+
+/// One response header: the name an HTTP token, the value without control characters (a tab
+/// aside).
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct Header {
     /// The name.
@@ -187,7 +222,7 @@ pub struct Header {
 /// The final response of an intent.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct IntentResponse {
-    /// The HTTP status.
+    /// The HTTP status (100 to 599).
     pub status: u16,
     /// Headers worth keeping.
     pub headers: Vec<Header>,
@@ -196,12 +231,14 @@ pub struct IntentResponse {
 }
 
 impl IntentResponse {
-    pub(crate) fn to_core(&self) -> idemdb::IntentResponse {
-        idemdb::IntentResponse {
-            status: self.status,
-            headers: self.headers.iter().map(|h| (h.name.clone(), h.value.clone())).collect(),
+    /// The core's response; a status that is not an HTTP status, a header name that is not a
+    /// token or a header value with CR, LF or another control character is refused.
+    pub(crate) fn to_core(&self) -> Result<idemdb::IntentResponse, IdemdbError> {
+        Ok(idemdb::IntentResponse {
+            status: http_status(self.status)?,
+            headers: self.headers.iter().map(header).collect::<Result<_, _>>()?,
             body: self.body.clone(),
-        }
+        })
     }
 
     fn from_core(response: &idemdb::IntentResponse) -> Self {
@@ -299,6 +336,13 @@ pub struct RecordInfo {
     pub fence: u64,
     /// Leases issued since the key was bound.
     pub attempts: u32,
+    /// When the lease of an `in_progress` record ends (milliseconds since the Unix epoch, store
+    /// time): past it, a holder that died leaves the record to be
+    /// [reconciled](crate::IdemStore::reconcile).
+    pub lease_expires_at_ms: Option<u64>,
+    /// Why an `uncertain` record is uncertain: `lease_expired` (its holder never finished) or
+    /// `reported` (it failed as uncertain).
+    pub uncertain_cause: Option<String>,
     /// When the key was bound (milliseconds since the Unix epoch).
     pub created_at_ms: u64,
     /// When the record last changed.
@@ -312,6 +356,14 @@ impl RecordInfo {
             fingerprint: record.fingerprint.to_hex(),
             fence: record.fence,
             attempts: record.attempts,
+            lease_expires_at_ms: match record.state {
+                idemdb::State::InProgress { lease_expires_at } => Some(lease_expires_at.as_millis()),
+                _ => None,
+            },
+            uncertain_cause: match record.state {
+                idemdb::State::Uncertain { cause } => Some(idemdb::Named::as_str(cause).to_string()),
+                _ => None,
+            },
             created_at_ms: record.created_at.as_millis(),
             updated_at_ms: record.updated_at.as_millis(),
         }

@@ -34,6 +34,10 @@ inline fun <reified E : IdemdbException> throws(body: () -> Unit): E {
 val IdemdbException.codeString: String
     get() = this::class.java.getMethod("getCode").invoke(this) as String
 
+/** Whether repeating the call may succeed, as every variant carries it. */
+val IdemdbException.isTransient: Boolean
+    get() = this::class.java.getMethod("getTransient").invoke(this) as Boolean
+
 val SCOPE = Scope("me", "create_payment")
 
 fun json(text: String) = text.toByteArray(Charsets.UTF_8)

@@ -336,6 +336,10 @@ fun defineTests() {
         File(golden).copyTo(copy, overwrite = true)
         crossRead("rust-golden", copy.path)
     }
+
+    defineCancellationTests()
+    defineRefusalTests()
+    defineRecoveryTests()
 }
 
 fun worker(vararg args: String): ProcessBuilder {

@@ -32,6 +32,32 @@ fun main(args: Array<String>) {
             eq(store.pendingIntents().size, 0, "pending after resume")
             store.closeStore()
         }
+        // Opens the empty path in this process's working directory and says how it failed.
+        "open-empty" -> try {
+            IdemStore.open("")
+            println("opened")
+        } catch (e: IdemdbException) {
+            println("${e::class.simpleName} transient=${e.isTransient}")
+        }
+        // Reserves two keys under a 200 ms lease, says so and waits to be killed: a holder that
+        // dies with its leases.
+        "reserve-and-die" -> {
+            val store = IdemStore.openWith(args[1], StoreOptions(policies = mapOf(SCOPE.operation to PolicySettings(leaseTtlMs = 200UL))))
+            for (key in DIED) store.reserve(SCOPE, key, fingerprintOfCanonical(json("{}")))
+            println("reserved")
+            Thread.sleep(Long.MAX_VALUE)
+        }
+        // Commits five completed keys (to the journal, not yet to the store file), says so and
+        // waits to be killed.
+        "commit-and-die" -> {
+            val store = IdemStore.open(args[1])
+            for (i in 0 until 5) {
+                val lease = (store.reserve(SCOPE, "c-$i", fingerprintOfCanonical(json("{}"))) as Reservation.Acquired).lease
+                store.complete(lease, json("$i"))
+            }
+            println("committed")
+            Thread.sleep(Long.MAX_VALUE)
+        }
         "cross-write" -> crossWrite(args[1])
         "cross-read" -> crossRead(args[1], args[2])
         else -> error("unknown mode ${args[0]}")

@@ -30,12 +30,16 @@ from idemdb_uniffi import (
     IdemStore,
     IntentResponse,
     Normaliser,
+    PolicySettings,
     Reservation,
+    Resolution,
     Scope,
+    StoreOptions,
     error_codes,
     fingerprint_of_canonical,
     new_key,
     open_store_async,
+    open_store_with_async,
 )
 
 SCOPE = Scope(tenant="me", operation="create_payment")
@@ -223,6 +227,77 @@ class Errors(Scratch):
         self.assertIn("IDEMDB_", str(caught.exception))
 
 
+class Refusals(Scratch):
+    """Bad input and late calls get typed errors, and change nothing."""
+
+    def test_after_close_is_closed_answers_and_every_other_call_is_closed(self):
+        path = self.file("closed.idemdb")
+        store = IdemStore.open(path)
+        store.close_store()
+        self.assertTrue(store.is_closed())
+        with self.assertRaises(IdemdbError.Closed):
+            store.reserve(SCOPE, "k", "00" * 32)
+        with self.assertRaises(IdemdbError.Closed):
+            store.path()
+        IdemStore.open(path).close_store()
+
+    def test_a_lone_surrogate_is_invalid_argument_and_nothing_is_stored(self):
+        store = IdemStore.in_memory()
+        fp = fingerprint_of_canonical(b"{}")
+        with self.assertRaises(IdemdbError.InvalidArgument) as caught:
+            store.reserve(SCOPE, "k-\ud800", fp)
+        self.assertFalse(caught.exception.transient)
+        self.assertIn("surrogate", caught.exception.detail)
+        with self.assertRaises(IdemdbError.InvalidArgument):
+            store.reserve(Scope(tenant="me\udc00", operation="pay"), "k", fp)
+        with self.assertRaises(IdemdbError.InvalidArgument):
+            store.create_intent(SCOPE, "\udbff", b"{}", Canonicalizer())
+        with self.assertRaises(IdemdbError.InvalidArgument):
+            asyncio.run(store.reserve_async(SCOPE, "x\udfffy", fp))
+        self.assertEqual(store.pending_intents(), [])
+        key = new_key()
+        store.create_intent(SCOPE, key, b"{}", Canonicalizer())
+        with self.assertRaises(IdemdbError.InvalidArgument):
+            store.abandon_intent(SCOPE, key, "left \ud83d")
+        self.assertEqual(store.intent(SCOPE, key).state, "pending")
+        self.assertEqual(store.abandon_intent(SCOPE, key, "left \U0001F600").abandon_reason, "left \U0001F600", "a character outside the BMP is text")
+
+    def test_an_empty_path_is_refused_typed_not_transient_leaving_nothing(self):
+        cwd, here = self.file("cwd"), os.getcwd()
+        os.mkdir(cwd)
+        os.chdir(cwd)
+        try:
+            for _ in range(3):
+                with self.assertRaises(IdemdbError.InvalidArgument) as caught:
+                    IdemStore.open("")
+                self.assertFalse(caught.exception.transient)
+            with self.assertRaises(IdemdbError.InvalidArgument):
+                asyncio.run(open_store_async(""))
+        finally:
+            os.chdir(here)
+        self.assertEqual(os.listdir(cwd), [], "files left in the working directory")
+
+    def test_statuses_outside_100_599_and_headers_with_cr_lf_nul_are_refused(self):
+        store = IdemStore.in_memory()
+        key = new_key()
+        store.create_intent(SCOPE, key, b"{}", Canonicalizer())
+        for status in (0, 99, 600, 999, 65535):
+            with self.assertRaises(IdemdbError.InvalidArgument):
+                store.record_attempt(SCOPE, key, AttemptOutcome.STATUS(code=status))
+            with self.assertRaises(IdemdbError.InvalidArgument):
+                store.record_response(SCOPE, key, IntentResponse(status=status, headers=[], body=b"{}"))
+            with self.assertRaises(IdemdbError.InvalidArgument):
+                store.mark_needs_attention(SCOPE, key, "retries_exhausted", IntentResponse(status=status, headers=[], body=b"{}"))
+        for name, value in [("location", "/a\r\nset-cookie: s=1"), ("x-note", "line\nbreak"), ("x-nul", "a\x00b"), ("bad name", "v"), ("x-split\r\n", "v"), ("", "v")]:
+            with self.assertRaises(IdemdbError.InvalidArgument) as caught:
+                store.record_response(SCOPE, key, IntentResponse(status=201, headers=[Header(name=name, value=value)], body=b"{}"))
+            self.assertFalse(caught.exception.transient)
+        intent = store.intent(SCOPE, key)
+        self.assertEqual((intent.state, intent.attempts), ("pending", 0), "nothing recorded")
+        ok = IntentResponse(status=201, headers=[Header(name="content-type", value="application/json"), Header(name="x-tab", value="a\tb")], body=b"{}")
+        self.assertEqual(store.record_response(SCOPE, key, ok).state, "completed")
+
+
 class Async(Scratch):
     def test_async_forms_answer_as_the_blocking_ones(self):
         async def run():
@@ -349,6 +424,98 @@ class Concurrency(Scratch):
         store.close_store()
 
 
+class CancelLedger:
+    """What the callers saw, per key: the leases and the completions delivered to them."""
+
+    def __init__(self):
+        self.held, self.completed = set(), set()
+
+    async def pair(self, store, key, fp, i):
+        lease = (await store.reserve_async(SCOPE, key, fp)).lease
+        self.held.add(key)
+        await store.complete_async(lease, str(i).encode())
+        self.completed.add(key)
+
+    def orphaned(self, store, keys):
+        """Keys the store holds reserved although their caller never got the lease."""
+        return [k for k in keys if (r := store.get(SCOPE, k)) is not None and r.state == "in_progress" and k not in self.held]
+
+    def hidden(self, store, keys):
+        """Keys the store holds completed although their caller was told the call was cancelled."""
+        return [k for k in keys if (r := store.get(SCOPE, k)) is not None and r.state == "completed" and k not in self.completed]
+
+
+class Cancellation(Scratch):
+    """A store call that has started runs to completion and its result is delivered; one
+    cancelled before it starts does nothing. Counted in the store against what callers saw."""
+
+    def test_cancelled_calls_leave_no_orphaned_lease_and_no_hidden_commit(self):
+        import random
+
+        store = IdemStore.open(self.file("cancel.idemdb"))
+        fp = fingerprint_of_canonical(b"{}")
+        ledger, keys, rng = CancelLedger(), [f"cancel-{i}" for i in range(240)], random.Random(14)
+        counts = Counter()
+
+        async def run():
+            started = time.perf_counter()
+            for i in range(15):
+                await CancelLedger().pair(store, f"warm-{i}", fp, i)
+            pair = (time.perf_counter() - started) / 15
+            for i, key in enumerate(keys):
+                task = asyncio.ensure_future(ledger.pair(store, key, fp, i))
+                await asyncio.sleep(0)  # the task runs up to the first call
+                wait = rng.random() * pair * 1.3
+                if i % 3 == 1:
+                    await asyncio.sleep(wait)
+                elif i % 3 == 2:
+                    await asyncio.sleep(0)  # the call starts
+                    time.sleep(wait)  # holds the loop: the answer may be ready but not delivered
+                task.cancel()
+                try:
+                    await task
+                    counts["finished"] += 1
+                except asyncio.CancelledError:
+                    counts["cancelled"] += 1
+            return pair
+
+        pair = asyncio.run(run())
+        orphaned, hidden = ledger.orphaned(store, keys), ledger.hidden(store, keys)
+        reserved = sum(store.get(SCOPE, k) is not None for k in keys)
+        print(f"\n  cancel: {len(keys)} pairs, {counts['cancelled']} cancelled (pair {pair * 1e6:.0f} µs); {reserved} reserved, "
+              f"{len(ledger.held)} leases delivered, {len(ledger.completed)} completions delivered; "
+              f"{len(orphaned)} orphaned reservations, {len(hidden)} completions reported as cancelled", file=sys.stderr)
+        self.assertGreater(counts["cancelled"], len(keys) // 4)
+        self.assertEqual(orphaned, [], "reserved keys whose caller never got the lease")
+        self.assertEqual(hidden, [], "completed keys whose caller saw CancelledError")
+        store.close_store()
+
+    def test_a_call_in_a_cancelled_task_does_not_start_and_timeouts_deliver_or_do_nothing(self):
+        store = IdemStore.open(self.file("cancel-before.idemdb"))
+        fp = fingerprint_of_canonical(b"{}")
+
+        async def cancelled_first():
+            asyncio.current_task().cancel()
+            await store.reserve_async(SCOPE, "never", fp)
+
+        with self.assertRaises(asyncio.CancelledError):
+            asyncio.run(cancelled_first())
+        self.assertIsNone(store.get(SCOPE, "never"), "a call made after the cancellation never ran")
+        ledger, keys = CancelLedger(), [f"timeout-{i}" for i in range(60)]
+
+        async def run():
+            for i, key in enumerate(keys):
+                try:
+                    await asyncio.wait_for(ledger.pair(store, key, fp, i), timeout=0.001 * (1 + i % 4))
+                except asyncio.TimeoutError:
+                    pass
+
+        asyncio.run(run())
+        self.assertEqual(ledger.orphaned(store, keys), [], "reserved keys whose caller never got the lease")
+        self.assertEqual(ledger.hidden(store, keys), [], "completed keys whose caller saw a timeout")
+        store.close_store()
+
+
 class EffectServer:
     """The server the intents are sent to: itself an app on idemdb, counting effects per key."""
 
@@ -466,6 +633,139 @@ class KillAndResume(Scratch):
             server.close()
 
 
+DIED = ["died-1", "died-2"]
+
+
+def reserve_and_die(path):
+    """Reserves two keys under a 200 ms lease, says so and waits to be killed."""
+    store = IdemStore.open_with(path, StoreOptions(policies={SCOPE.operation: PolicySettings(lease_ttl_ms=200)}))
+    for key in DIED:
+        store.reserve(SCOPE, key, fingerprint_of_canonical(b"{}"))
+    print("reserved", flush=True)
+    time.sleep(3600)
+
+
+def commit_and_die(path):
+    """Commits five completed keys (to the journal, not yet the store file) and waits to be killed."""
+    store = IdemStore.open(path)
+    for i in range(5):
+        store.complete(store.reserve(SCOPE, f"c-{i}", fingerprint_of_canonical(b"{}")).lease, str(i).encode())
+    print("committed", flush=True)
+    time.sleep(3600)
+
+
+def kill_after(mode, path, ready):
+    child = subprocess.Popen([sys.executable, __file__, mode, path], stdout=subprocess.PIPE, text=True)
+    line = child.stdout.readline().strip()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    assert line == ready, line
+    assert child.returncode == -signal.SIGKILL, child.returncode
+
+
+def await_value(read, done):
+    """Polls `read` until `done` holds of it (the store's time passing a lease), at most a minute."""
+    deadline = time.monotonic() + 60
+    value = read()
+    while not done(value) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        value = read()
+    return value
+
+
+class Recovery(Scratch):
+    """The way out for keys nobody will finish, from the binding."""
+
+    def test_a_holder_killed_with_its_leases_is_listed_resolved_and_replayed(self):
+        path = self.file("died.idemdb")
+        fp = fingerprint_of_canonical(b"{}")
+        kill_after("reserve-and-die", path, "reserved")
+        store = IdemStore.open(path)
+        stuck = await_value(store.records_needing_reconciliation, lambda records: len(records) == len(DIED))
+        self.assertEqual(sorted(r.key for r in stuck), DIED)
+        self.assertEqual([(r.scope, r.record.state) for r in stuck], [(SCOPE, "in_progress")] * len(DIED))
+        self.assertEqual(store.reserve(SCOPE, "died-1", fp), Reservation.NEEDS_RECONCILIATION(cause="lease_expired"))
+        store.reconcile(SCOPE, "died-1", Resolution.COMPLETED(body=b'{"charge":"ch_1"}'), "provider_confirmed")
+        asyncio.run(store.reconcile_async(SCOPE, "died-2", Resolution.RELEASED()))
+        self.assertEqual(store.reserve(SCOPE, "died-1", fp), Reservation.REPLAY(outcome="completed", body=b'{"charge":"ch_1"}'))
+        self.assertTrue(store.reserve(SCOPE, "died-2", fp).is_acquired(), "released: the same request runs again")
+        self.assertEqual(store.records_needing_reconciliation(), [])
+        with self.assertRaises(IdemdbError.WrongState):
+            store.reconcile(SCOPE, "died-1", Resolution.RELEASED())
+        with self.assertRaises(IdemdbError.LeaseLive):
+            store.reconcile(SCOPE, "died-2", Resolution.RELEASED())
+        with self.assertRaises(IdemdbError.UnknownName):
+            store.reconcile(SCOPE, "died-2", Resolution.RELEASED(), "because")
+        store.close_store()
+
+    def test_renew_and_an_uncertain_attempt_resolved_as_failed(self):
+        store = IdemStore.in_memory()
+        fp = fingerprint_of_canonical(b"{}")
+        store.fail(store.reserve(SCOPE, "timed-out", fp).lease, Failure.UNCERTAIN())
+        [listed] = asyncio.run(store.records_needing_reconciliation_async())
+        self.assertEqual((listed.key, listed.record.uncertain_cause), ("timed-out", "reported"))
+        store.reconcile(SCOPE, "timed-out", Resolution.FAILED(body=b"declined"), "provider_failed")
+        self.assertEqual(store.reserve(SCOPE, "timed-out", fp), Reservation.REPLAY(outcome="failed", body=b"declined"))
+        held = store.reserve(SCOPE, "long", fp).lease
+        renewed = asyncio.run(store.renew_async(held))
+        self.assertEqual((renewed.fence, renewed.key), (held.fence, held.key))
+        self.assertGreaterEqual(renewed.expires_at_ms, held.expires_at_ms)
+        store.complete(renewed, b"done")
+        with self.assertRaises(IdemdbError.WrongState):
+            store.renew(renewed)
+
+    def test_policies_and_bad_policies(self):
+        options = StoreOptions(
+            default_policy=PolicySettings(response_ttl_ms=3_600_000),
+            policies={"sync": PolicySettings(lease_ttl_ms=5_000, max_result_bytes=16, expired_lease="takeover")},
+        )
+        store = IdemStore.open_with(self.file("policies.idemdb"), options)
+        sync = store.policy("sync")
+        self.assertEqual((sync.lease_ttl_ms, sync.max_result_bytes, sync.expired_lease), (5_000, 16, "takeover"))
+        self.assertEqual(store.policy("pay").response_ttl_ms, 3_600_000)
+        with self.assertRaises(IdemdbError.TooLarge):
+            store.complete(store.reserve(Scope(tenant="me", operation="sync"), "big", fingerprint_of_canonical(b"{}")).lease, bytes(17))
+        store.close_store()
+        with self.assertRaises(IdemdbError.InvalidPolicy):
+            IdemStore.open_with(self.file("p0.idemdb"), StoreOptions(default_policy=PolicySettings(lease_ttl_ms=0)))
+        with self.assertRaises(IdemdbError.UnknownName):
+            IdemStore.open_with(self.file("p1.idemdb"), StoreOptions(policies={"x": PolicySettings(expired_lease="sometimes")}))
+        with self.assertRaises(IdemdbError.InvalidPolicy):
+            asyncio.run(open_store_with_async(self.file("p2.idemdb"), StoreOptions(default_policy=PolicySettings(max_result_bytes=0))))
+
+    def test_a_lost_journal_is_refused_then_given_up_by_choice(self):
+        path = self.file("lost.idemdb")
+        kill_after("commit-and-die", path, "committed")
+        os.remove(path + "-journal")
+        with open(path, "rb") as f:
+            before = f.read()
+        with self.assertRaises(IdemdbError.Corrupt) as caught:
+            IdemStore.open(path)
+        self.assertIn("discard_lost_journal", caught.exception.detail)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), before, "the refused open changed the store file")
+        store = IdemStore.open_with(path, StoreOptions(discard_lost_journal=True))
+        self.assertTrue(store.journal_recovery().discarded)
+        self.assertIsNone(IdemStore.in_memory().journal_recovery())
+        store.close_store()
+
+    def test_async_forms_of_the_attention_calls(self):
+        async def run():
+            store = IdemStore.in_memory()
+            key = new_key()
+            await store.create_intent_async(SCOPE, key, b"{}", Canonicalizer())
+            parked = await store.mark_needs_attention_async(SCOPE, key, "retries_exhausted", IntentResponse(status=503, headers=[], body=b"busy"))
+            self.assertEqual((parked.state, parked.attention_cause), ("needs_attention", "retries_exhausted"))
+            self.assertEqual([i.key for i in await store.intents_needing_attention_async()], [key])
+            self.assertEqual((await store.reopen_intent_async(SCOPE, key)).state, "pending")
+            self.assertEqual(await store.intents_needing_attention_async(), [])
+            with self.assertRaises(IdemdbError.UnknownName):
+                await store.mark_needs_attention_async(SCOPE, key, "bored", None)
+
+        asyncio.run(run())
+
+
 class CrossRuntime(Scratch):
     def test_the_rust_golden_store_opens(self):
         golden = os.environ.get("IDEMDB_GOLDEN")
@@ -498,6 +798,9 @@ class CrossRuntime(Scratch):
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] in ("client", "resume"):
         {"client": client, "resume": resume}[sys.argv[1]](sys.argv[2], sys.argv[3])
+        sys.exit(0)
+    if len(sys.argv) > 1 and sys.argv[1] in ("reserve-and-die", "commit-and-die"):
+        {"reserve-and-die": reserve_and_die, "commit-and-die": commit_and_die}[sys.argv[1]](sys.argv[2])
         sys.exit(0)
     result = unittest.main(exit=False, verbosity=2).result
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)

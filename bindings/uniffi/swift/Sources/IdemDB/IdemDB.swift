@@ -794,6 +794,82 @@ public func FfiConverterTypeCanonicalizer_lower(_ value: Canonicalizer) -> UInt6
 public protocol IdemStoreProtocol: AnyObject, Sendable {
     
     /**
+     * What the open did with the store's journal: commits replayed after a crash, commits
+     * given up (only with `discard_lost_journal`), journal files set aside. `None` for a store
+     * in memory.
+     *
+     * # Errors
+     * `IDEMDB_CLOSED`.
+     */
+    func journalRecovery() throws  -> JournalRecovery?
+    
+    /**
+     * The policy the store applies to `operation`, every field set.
+     *
+     * # Errors
+     * `IDEMDB_CLOSED`.
+     */
+    func policy(operation: String) throws  -> PolicySettings
+    
+    /**
+     * Resolves a record whose outcome is unknown: one that is `uncertain`, or `in_progress`
+     * with an expired lease (its holder died). `cause` says who decided, recorded in the audit
+     * trail: `application` (the app's own facts; the default), `operator` (a person),
+     * `provider_confirmed`, `provider_failed` or `provider_not_found` (the provider was asked).
+     *
+     * # Errors
+     * `IDEMDB_LEASE_LIVE` while the lease has not ended (the holder may still finish);
+     * `IDEMDB_WRONG_STATE` for a record that is finished; `IDEMDB_NOT_FOUND`;
+     * `IDEMDB_UNKNOWN_NAME` for another cause; `IDEMDB_TOO_LARGE`.
+     */
+    func reconcile(scope: Scope, key: String, resolution: Resolution, cause: String) throws 
+    
+    /**
+     * [`IdemStore::reconcile`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::reconcile`].
+     */
+    func reconcileAsync(scope: Scope, key: String, resolution: Resolution, cause: String) async throws 
+    
+    /**
+     * Every record to [reconcile](IdemStore::reconcile), least recently changed first:
+     * `uncertain` records, and `in_progress` records whose lease has ended (under the default
+     * `expired_lease` policy, `uncertain`), each with its scope and key. What an app lists at
+     * start-up to find the keys a killed process left behind.
+     *
+     * # Errors
+     * `IDEMDB_CORRUPT`; storage errors.
+     */
+    func recordsNeedingReconciliation() throws  -> [ScopedRecord]
+    
+    /**
+     * [`IdemStore::records_needing_reconciliation`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::records_needing_reconciliation`].
+     */
+    func recordsNeedingReconciliationAsync() async throws  -> [ScopedRecord]
+    
+    /**
+     * Extends a lease that is still held (for work that outlasts the lease); returns the
+     * renewed lease, with a later `expires_at_ms`. Complete or fail with the renewed lease.
+     *
+     * # Errors
+     * `IDEMDB_STALE_LEASE` when a newer attempt took over; `IDEMDB_WRONG_STATE` when the
+     * record is no longer in progress; `IDEMDB_NOT_FOUND`.
+     */
+    func renew(lease: Lease) throws  -> Lease
+    
+    /**
+     * [`IdemStore::renew`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::renew`].
+     */
+    func renewAsync(lease: Lease) async throws  -> Lease
+    
+    /**
      * Abandons a pending intent with a reason (abandoning again is a no-op).
      *
      * # Errors
@@ -811,10 +887,12 @@ public protocol IdemStoreProtocol: AnyObject, Sendable {
     func abandonIntentAsync(scope: Scope, key: String, reason: String) async throws  -> Intent
     
     /**
-     * Closes the store: later calls fail with `IDEMDB_CLOSED`. The file is released when the
-     * calls already running have returned; closing twice is a no-op. Named `close_store` in the
-     * bindings (`closeStore()` in Kotlin and Swift), beside Kotlin's `AutoCloseable.close()`,
-     * which frees the handle (and so closes the store too).
+     * Closes the store: later calls fail with `IDEMDB_CLOSED` (`is_closed` still answers).
+     * The file is released when the calls already running have returned; closing twice is a
+     * no-op. Named `close_store` in the bindings (`closeStore()` in Kotlin and Swift), beside
+     * Kotlin's `AutoCloseable.close()`, which this crate's `uniffi-bindgen` makes call it too
+     * (UniFFI's would free the handle, and every later call, `isClosed()` included, would throw
+     * an untyped `IllegalStateException`).
      */
     func closeStore() 
     
@@ -910,6 +988,14 @@ public protocol IdemStoreProtocol: AnyObject, Sendable {
     func intentsNeedingAttention() throws  -> [Intent]
     
     /**
+     * [`IdemStore::intents_needing_attention`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::intents_needing_attention`].
+     */
+    func intentsNeedingAttentionAsync() async throws  -> [Intent]
+    
+    /**
      * Whether [`IdemStore::close`] was called.
      */
     func isClosed()  -> Bool
@@ -925,6 +1011,14 @@ public protocol IdemStoreProtocol: AnyObject, Sendable {
      * when it is completed, abandoned or needs attention for another cause; `IDEMDB_TOO_LARGE`.
      */
     func markNeedsAttention(scope: Scope, key: String, cause: String, response: IntentResponse?) throws  -> Intent
+    
+    /**
+     * [`IdemStore::mark_needs_attention`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::mark_needs_attention`].
+     */
+    func markNeedsAttentionAsync(scope: Scope, key: String, cause: String, response: IntentResponse?) async throws  -> Intent
     
     /**
      * The file's path (`None` for a store in memory).
@@ -993,6 +1087,14 @@ public protocol IdemStoreProtocol: AnyObject, Sendable {
      * `IDEMDB_NOT_FOUND`; `IDEMDB_INTENT_FINISHED` when it is completed or abandoned.
      */
     func reopenIntent(scope: Scope, key: String) throws  -> Intent
+    
+    /**
+     * [`IdemStore::reopen_intent`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::reopen_intent`].
+     */
+    func reopenIntentAsync(scope: Scope, key: String) async throws  -> Intent
     
     /**
      * Reserves `(scope, key)` for a request with `fingerprint` (64 hex digits, from
@@ -1089,9 +1191,11 @@ public static func inMemory()throws  -> IdemStore  {
      * `Context.getFilesDir()`, on iOS and macOS under `Application Support`.
      *
      * # Errors
-     * `IDEMDB_STORE_BUSY` when the file is open elsewhere; `IDEMDB_NOT_A_STORE`,
-     * `IDEMDB_FOREIGN`, `IDEMDB_NEWER_FORMAT` for a file that is not a store this version
-     * reads; `IDEMDB_STORAGE` for I/O errors.
+     * `IDEMDB_INVALID_ARGUMENT` for an empty path; `IDEMDB_STORE_BUSY` when the file is open
+     * elsewhere; `IDEMDB_NOT_A_STORE`, `IDEMDB_FOREIGN`, `IDEMDB_NEWER_FORMAT` for a file that
+     * is not a store this version reads; `IDEMDB_CORRUPT` for a store whose journal of
+     * acknowledged commits is lost (see `StoreOptions.discard_lost_journal`);
+     * `IDEMDB_STORAGE` for I/O errors.
      */
 public static func `open`(path: String)throws  -> IdemStore  {
     return try  FfiConverterTypeIdemStore_lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
@@ -1102,7 +1206,184 @@ public static func `open`(path: String)throws  -> IdemStore  {
 })
 }
     
+    /**
+     * [`IdemStore::open`] with policies (per operation, or a default) and the choice to give
+     * up a lost journal.
+     *
+     * # Errors
+     * As [`IdemStore::open`]; `IDEMDB_INVALID_POLICY` (a zero lease, a result limit of zero
+     * or over the core's limit); `IDEMDB_UNKNOWN_NAME` for an `expired_lease` rule the core
+     * does not know.
+     */
+public static func openWith(path: String, options: StoreOptions)throws  -> IdemStore  {
+    return try  FfiConverterTypeIdemStore_lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_constructor_idemstore_open_with(
+        FfiConverterString.lower(path),
+        FfiConverterTypeStoreOptions_lower(options),uniffiCallStatus
+    )
+})
+}
+    
 
+    
+    /**
+     * What the open did with the store's journal: commits replayed after a crash, commits
+     * given up (only with `discard_lost_journal`), journal files set aside. `None` for a store
+     * in memory.
+     *
+     * # Errors
+     * `IDEMDB_CLOSED`.
+     */
+open func journalRecovery()throws  -> JournalRecovery?  {
+    return try  FfiConverterOptionTypeJournalRecovery.lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_method_idemstore_journal_recovery(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * The policy the store applies to `operation`, every field set.
+     *
+     * # Errors
+     * `IDEMDB_CLOSED`.
+     */
+open func policy(operation: String)throws  -> PolicySettings  {
+    return try  FfiConverterTypePolicySettings_lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_method_idemstore_policy(
+            self.uniffiCloneHandle(),
+        FfiConverterString.lower(operation),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Resolves a record whose outcome is unknown: one that is `uncertain`, or `in_progress`
+     * with an expired lease (its holder died). `cause` says who decided, recorded in the audit
+     * trail: `application` (the app's own facts; the default), `operator` (a person),
+     * `provider_confirmed`, `provider_failed` or `provider_not_found` (the provider was asked).
+     *
+     * # Errors
+     * `IDEMDB_LEASE_LIVE` while the lease has not ended (the holder may still finish);
+     * `IDEMDB_WRONG_STATE` for a record that is finished; `IDEMDB_NOT_FOUND`;
+     * `IDEMDB_UNKNOWN_NAME` for another cause; `IDEMDB_TOO_LARGE`.
+     */
+open func reconcile(scope: Scope, key: String, resolution: Resolution, cause: String = "application")throws   {try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_method_idemstore_reconcile(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeScope_lower(scope),
+        FfiConverterString.lower(key),
+        FfiConverterTypeResolution_lower(resolution),
+        FfiConverterString.lower(cause),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * [`IdemStore::reconcile`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::reconcile`].
+     */
+open func reconcileAsync(scope: Scope, key: String, resolution: Resolution, cause: String = "application")async throws   {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_idemdb_uniffi_fn_method_idemstore_reconcile_async(
+                        self.uniffiCloneHandle(),FfiConverterTypeScope_lower(scope),FfiConverterString.lower(key),FfiConverterTypeResolution_lower(resolution),FfiConverterString.lower(cause)
+                )
+            },
+            pollFunc: ffi_idemdb_uniffi_rust_future_poll_void,
+            completeFunc: ffi_idemdb_uniffi_rust_future_complete_void,
+            freeFunc: ffi_idemdb_uniffi_rust_future_free_void,
+            liftFunc: { $0 },
+            errorHandler: FfiConverterTypeIdemdbError_lift
+        )
+}
+    
+    /**
+     * Every record to [reconcile](IdemStore::reconcile), least recently changed first:
+     * `uncertain` records, and `in_progress` records whose lease has ended (under the default
+     * `expired_lease` policy, `uncertain`), each with its scope and key. What an app lists at
+     * start-up to find the keys a killed process left behind.
+     *
+     * # Errors
+     * `IDEMDB_CORRUPT`; storage errors.
+     */
+open func recordsNeedingReconciliation()throws  -> [ScopedRecord]  {
+    return try  FfiConverterSequenceTypeScopedRecord.lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_method_idemstore_records_needing_reconciliation(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * [`IdemStore::records_needing_reconciliation`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::records_needing_reconciliation`].
+     */
+open func recordsNeedingReconciliationAsync()async throws  -> [ScopedRecord]  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_idemdb_uniffi_fn_method_idemstore_records_needing_reconciliation_async(
+                        self.uniffiCloneHandle()
+                )
+            },
+            pollFunc: ffi_idemdb_uniffi_rust_future_poll_rust_buffer,
+            completeFunc: ffi_idemdb_uniffi_rust_future_complete_rust_buffer,
+            freeFunc: ffi_idemdb_uniffi_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterSequenceTypeScopedRecord.lift,
+            errorHandler: FfiConverterTypeIdemdbError_lift
+        )
+}
+    
+    /**
+     * Extends a lease that is still held (for work that outlasts the lease); returns the
+     * renewed lease, with a later `expires_at_ms`. Complete or fail with the renewed lease.
+     *
+     * # Errors
+     * `IDEMDB_STALE_LEASE` when a newer attempt took over; `IDEMDB_WRONG_STATE` when the
+     * record is no longer in progress; `IDEMDB_NOT_FOUND`.
+     */
+open func renew(lease: Lease)throws  -> Lease  {
+    return try  FfiConverterTypeLease_lift(try rustCallWithError(FfiConverterTypeIdemdbError_lift) {
+        uniffiCallStatus in
+    uniffi_idemdb_uniffi_fn_method_idemstore_renew(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeLease_lower(lease),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * [`IdemStore::renew`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::renew`].
+     */
+open func renewAsync(lease: Lease)async throws  -> Lease  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_idemdb_uniffi_fn_method_idemstore_renew_async(
+                        self.uniffiCloneHandle(),FfiConverterTypeLease_lower(lease)
+                )
+            },
+            pollFunc: ffi_idemdb_uniffi_rust_future_poll_rust_buffer,
+            completeFunc: ffi_idemdb_uniffi_rust_future_complete_rust_buffer,
+            freeFunc: ffi_idemdb_uniffi_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterTypeLease_lift,
+            errorHandler: FfiConverterTypeIdemdbError_lift
+        )
+}
     
     /**
      * Abandons a pending intent with a reason (abandoning again is a no-op).
@@ -1146,10 +1427,12 @@ open func abandonIntentAsync(scope: Scope, key: String, reason: String)async thr
 }
     
     /**
-     * Closes the store: later calls fail with `IDEMDB_CLOSED`. The file is released when the
-     * calls already running have returned; closing twice is a no-op. Named `close_store` in the
-     * bindings (`closeStore()` in Kotlin and Swift), beside Kotlin's `AutoCloseable.close()`,
-     * which frees the handle (and so closes the store too).
+     * Closes the store: later calls fail with `IDEMDB_CLOSED` (`is_closed` still answers).
+     * The file is released when the calls already running have returned; closing twice is a
+     * no-op. Named `close_store` in the bindings (`closeStore()` in Kotlin and Swift), beside
+     * Kotlin's `AutoCloseable.close()`, which this crate's `uniffi-bindgen` makes call it too
+     * (UniFFI's would free the handle, and every later call, `isClosed()` included, would throw
+     * an untyped `IllegalStateException`).
      */
 open func closeStore()  {try! rustCall() {
         uniffiCallStatus in
@@ -1373,6 +1656,28 @@ open func intentsNeedingAttention()throws  -> [Intent]  {
 }
     
     /**
+     * [`IdemStore::intents_needing_attention`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::intents_needing_attention`].
+     */
+open func intentsNeedingAttentionAsync()async throws  -> [Intent]  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_idemdb_uniffi_fn_method_idemstore_intents_needing_attention_async(
+                        self.uniffiCloneHandle()
+                )
+            },
+            pollFunc: ffi_idemdb_uniffi_rust_future_poll_rust_buffer,
+            completeFunc: ffi_idemdb_uniffi_rust_future_complete_rust_buffer,
+            freeFunc: ffi_idemdb_uniffi_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterSequenceTypeIntent.lift,
+            errorHandler: FfiConverterTypeIdemdbError_lift
+        )
+}
+    
+    /**
      * Whether [`IdemStore::close`] was called.
      */
 open func isClosed() -> Bool  {
@@ -1405,6 +1710,28 @@ open func markNeedsAttention(scope: Scope, key: String, cause: String, response:
         FfiConverterOptionTypeIntentResponse.lower(response),uniffiCallStatus
     )
 })
+}
+    
+    /**
+     * [`IdemStore::mark_needs_attention`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::mark_needs_attention`].
+     */
+open func markNeedsAttentionAsync(scope: Scope, key: String, cause: String, response: IntentResponse?)async throws  -> Intent  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_idemdb_uniffi_fn_method_idemstore_mark_needs_attention_async(
+                        self.uniffiCloneHandle(),FfiConverterTypeScope_lower(scope),FfiConverterString.lower(key),FfiConverterString.lower(cause),FfiConverterOptionTypeIntentResponse.lower(response)
+                )
+            },
+            pollFunc: ffi_idemdb_uniffi_rust_future_poll_rust_buffer,
+            completeFunc: ffi_idemdb_uniffi_rust_future_complete_rust_buffer,
+            freeFunc: ffi_idemdb_uniffi_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterTypeIntent_lift,
+            errorHandler: FfiConverterTypeIdemdbError_lift
+        )
 }
     
     /**
@@ -1558,6 +1885,28 @@ open func reopenIntent(scope: Scope, key: String)throws  -> Intent  {
         FfiConverterString.lower(key),uniffiCallStatus
     )
 })
+}
+    
+    /**
+     * [`IdemStore::reopen_intent`] off the caller's thread.
+     *
+     * # Errors
+     * As [`IdemStore::reopen_intent`].
+     */
+open func reopenIntentAsync(scope: Scope, key: String)async throws  -> Intent  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_idemdb_uniffi_fn_method_idemstore_reopen_intent_async(
+                        self.uniffiCloneHandle(),FfiConverterTypeScope_lower(scope),FfiConverterString.lower(key)
+                )
+            },
+            pollFunc: ffi_idemdb_uniffi_rust_future_poll_rust_buffer,
+            completeFunc: ffi_idemdb_uniffi_rust_future_complete_rust_buffer,
+            freeFunc: ffi_idemdb_uniffi_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterTypeIntent_lift,
+            errorHandler: FfiConverterTypeIdemdbError_lift
+        )
 }
     
     /**
@@ -1720,7 +2069,8 @@ public func FfiConverterTypeFieldNormaliser_lower(_ value: FieldNormaliser) -> R
 
 
 /**
- * One response header.
+ * One response header: the name an HTTP token, the value without control characters (a tab
+ * aside).
  */
 public struct Header: Equatable, Hashable {
     /**
@@ -1999,7 +2349,7 @@ public func FfiConverterTypeIntent_lower(_ value: Intent) -> RustBuffer {
  */
 public struct IntentResponse: Equatable, Hashable {
     /**
-     * The HTTP status.
+     * The HTTP status (100 to 599).
      */
     public var status: UInt16
     /**
@@ -2015,7 +2365,7 @@ public struct IntentResponse: Equatable, Hashable {
     // declare one manually.
     public init(
         /**
-         * The HTTP status.
+         * The HTTP status (100 to 599).
          */status: UInt16, 
         /**
          * Headers worth keeping.
@@ -2070,6 +2420,204 @@ public func FfiConverterTypeIntentResponse_lift(_ buf: RustBuffer) throws -> Int
 #endif
 public func FfiConverterTypeIntentResponse_lower(_ value: IntentResponse) -> RustBuffer {
     return FfiConverterTypeIntentResponse.lower(value)
+}
+
+
+/**
+ * What the open of a store file did with its journal.
+ */
+public struct JournalRecovery: Equatable, Hashable {
+    /**
+     * Commits replayed into the store file (a crash had left them only in the journal).
+     */
+    public var applied: UInt64
+    /**
+     * The journal they were read from.
+     */
+    public var readFrom: String?
+    /**
+     * Whether the open gave up commits (only with `StoreOptions.discard_lost_journal`).
+     */
+    public var discarded: Bool
+    /**
+     * Intact commits given up after a damaged one (they are still in the set-aside file).
+     */
+    public var givenUp: UInt64
+    /**
+     * Where the journal stopped being readable, when it stopped before its end.
+     */
+    public var stoppedBy: String?
+    /**
+     * Journal files moved aside.
+     */
+    public var setAside: [JournalSetAside]
+    /**
+     * The store's earlier journal, removed once its commits were applied.
+     */
+    public var removed: String?
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Commits replayed into the store file (a crash had left them only in the journal).
+         */applied: UInt64, 
+        /**
+         * The journal they were read from.
+         */readFrom: String?, 
+        /**
+         * Whether the open gave up commits (only with `StoreOptions.discard_lost_journal`).
+         */discarded: Bool, 
+        /**
+         * Intact commits given up after a damaged one (they are still in the set-aside file).
+         */givenUp: UInt64, 
+        /**
+         * Where the journal stopped being readable, when it stopped before its end.
+         */stoppedBy: String?, 
+        /**
+         * Journal files moved aside.
+         */setAside: [JournalSetAside], 
+        /**
+         * The store's earlier journal, removed once its commits were applied.
+         */removed: String?) {
+        self.applied = applied
+        self.readFrom = readFrom
+        self.discarded = discarded
+        self.givenUp = givenUp
+        self.stoppedBy = stoppedBy
+        self.setAside = setAside
+        self.removed = removed
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension JournalRecovery: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeJournalRecovery: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> JournalRecovery {
+        return
+            try JournalRecovery(
+                applied: FfiConverterUInt64.read(from: &buf), 
+                readFrom: FfiConverterOptionString.read(from: &buf), 
+                discarded: FfiConverterBool.read(from: &buf), 
+                givenUp: FfiConverterUInt64.read(from: &buf), 
+                stoppedBy: FfiConverterOptionString.read(from: &buf), 
+                setAside: FfiConverterSequenceTypeJournalSetAside.read(from: &buf), 
+                removed: FfiConverterOptionString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: JournalRecovery, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.applied, into: &buf)
+        FfiConverterOptionString.write(value.readFrom, into: &buf)
+        FfiConverterBool.write(value.discarded, into: &buf)
+        FfiConverterUInt64.write(value.givenUp, into: &buf)
+        FfiConverterOptionString.write(value.stoppedBy, into: &buf)
+        FfiConverterSequenceTypeJournalSetAside.write(value.setAside, into: &buf)
+        FfiConverterOptionString.write(value.removed, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeJournalRecovery_lift(_ buf: RustBuffer) throws -> JournalRecovery {
+    return try FfiConverterTypeJournalRecovery.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeJournalRecovery_lower(_ value: JournalRecovery) -> RustBuffer {
+    return FfiConverterTypeJournalRecovery.lower(value)
+}
+
+
+/**
+ * One journal file an open moved aside instead of writing over it.
+ */
+public struct JournalSetAside: Equatable, Hashable {
+    /**
+     * Where the journal was.
+     */
+    public var from: String
+    /**
+     * Where it is now (the file is kept: what it holds can still be read back).
+     */
+    public var to: String
+    /**
+     * Why, for people.
+     */
+    public var reason: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Where the journal was.
+         */from: String, 
+        /**
+         * Where it is now (the file is kept: what it holds can still be read back).
+         */to: String, 
+        /**
+         * Why, for people.
+         */reason: String) {
+        self.from = from
+        self.to = to
+        self.reason = reason
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension JournalSetAside: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeJournalSetAside: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> JournalSetAside {
+        return
+            try JournalSetAside(
+                from: FfiConverterString.read(from: &buf), 
+                to: FfiConverterString.read(from: &buf), 
+                reason: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: JournalSetAside, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.from, into: &buf)
+        FfiConverterString.write(value.to, into: &buf)
+        FfiConverterString.write(value.reason, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeJournalSetAside_lift(_ buf: RustBuffer) throws -> JournalSetAside {
+    return try FfiConverterTypeJournalSetAside.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeJournalSetAside_lower(_ value: JournalSetAside) -> RustBuffer {
+    return FfiConverterTypeJournalSetAside.lower(value)
 }
 
 
@@ -2174,6 +2722,112 @@ public func FfiConverterTypeLease_lower(_ value: Lease) -> RustBuffer {
 
 
 /**
+ * The policy of an operation; a field left out (`null` / `None`) keeps the core's default
+ * (a 60 s lease, 30 days of replay, a year of tombstone, 1 MiB results, `uncertain`).
+ */
+public struct PolicySettings: Equatable, Hashable {
+    /**
+     * How long a lease lasts before it must be [renewed](crate::IdemStore::renew), in
+     * milliseconds (at least 1).
+     */
+    public var leaseTtlMs: UInt64?
+    /**
+     * How long a completed or definitively failed result is replayed, in milliseconds.
+     */
+    public var responseTtlMs: UInt64?
+    /**
+     * How long the tombstone is kept after the response expires, in milliseconds.
+     */
+    public var tombstoneTtlMs: UInt64?
+    /**
+     * The largest result or failure body that may be stored, in bytes.
+     */
+    public var maxResultBytes: UInt64?
+    /**
+     * What a retry that finds an expired lease means: `uncertain` (the default: the holder may
+     * have had an effect, so the record waits to be reconciled) or `takeover` (only for
+     * operations whose effects are local and transactional).
+     */
+    public var expiredLease: String?
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * How long a lease lasts before it must be [renewed](crate::IdemStore::renew), in
+         * milliseconds (at least 1).
+         */leaseTtlMs: UInt64? = nil, 
+        /**
+         * How long a completed or definitively failed result is replayed, in milliseconds.
+         */responseTtlMs: UInt64? = nil, 
+        /**
+         * How long the tombstone is kept after the response expires, in milliseconds.
+         */tombstoneTtlMs: UInt64? = nil, 
+        /**
+         * The largest result or failure body that may be stored, in bytes.
+         */maxResultBytes: UInt64? = nil, 
+        /**
+         * What a retry that finds an expired lease means: `uncertain` (the default: the holder may
+         * have had an effect, so the record waits to be reconciled) or `takeover` (only for
+         * operations whose effects are local and transactional).
+         */expiredLease: String? = nil) {
+        self.leaseTtlMs = leaseTtlMs
+        self.responseTtlMs = responseTtlMs
+        self.tombstoneTtlMs = tombstoneTtlMs
+        self.maxResultBytes = maxResultBytes
+        self.expiredLease = expiredLease
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension PolicySettings: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypePolicySettings: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> PolicySettings {
+        return
+            try PolicySettings(
+                leaseTtlMs: FfiConverterOptionUInt64.read(from: &buf), 
+                responseTtlMs: FfiConverterOptionUInt64.read(from: &buf), 
+                tombstoneTtlMs: FfiConverterOptionUInt64.read(from: &buf), 
+                maxResultBytes: FfiConverterOptionUInt64.read(from: &buf), 
+                expiredLease: FfiConverterOptionString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: PolicySettings, into buf: inout [UInt8]) {
+        FfiConverterOptionUInt64.write(value.leaseTtlMs, into: &buf)
+        FfiConverterOptionUInt64.write(value.responseTtlMs, into: &buf)
+        FfiConverterOptionUInt64.write(value.tombstoneTtlMs, into: &buf)
+        FfiConverterOptionUInt64.write(value.maxResultBytes, into: &buf)
+        FfiConverterOptionString.write(value.expiredLease, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypePolicySettings_lift(_ buf: RustBuffer) throws -> PolicySettings {
+    return try FfiConverterTypePolicySettings.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypePolicySettings_lower(_ value: PolicySettings) -> RustBuffer {
+    return FfiConverterTypePolicySettings.lower(value)
+}
+
+
+/**
  * A stored record, as [`crate::IdemStore::get`] reads it.
  */
 public struct RecordInfo: Equatable, Hashable {
@@ -2193,6 +2847,17 @@ public struct RecordInfo: Equatable, Hashable {
      * Leases issued since the key was bound.
      */
     public var attempts: UInt32
+    /**
+     * When the lease of an `in_progress` record ends (milliseconds since the Unix epoch, store
+     * time): past it, a holder that died leaves the record to be
+     * [reconciled](crate::IdemStore::reconcile).
+     */
+    public var leaseExpiresAtMs: UInt64?
+    /**
+     * Why an `uncertain` record is uncertain: `lease_expired` (its holder never finished) or
+     * `reported` (it failed as uncertain).
+     */
+    public var uncertainCause: String?
     /**
      * When the key was bound (milliseconds since the Unix epoch).
      */
@@ -2218,6 +2883,15 @@ public struct RecordInfo: Equatable, Hashable {
          * Leases issued since the key was bound.
          */attempts: UInt32, 
         /**
+         * When the lease of an `in_progress` record ends (milliseconds since the Unix epoch, store
+         * time): past it, a holder that died leaves the record to be
+         * [reconciled](crate::IdemStore::reconcile).
+         */leaseExpiresAtMs: UInt64?, 
+        /**
+         * Why an `uncertain` record is uncertain: `lease_expired` (its holder never finished) or
+         * `reported` (it failed as uncertain).
+         */uncertainCause: String?, 
+        /**
          * When the key was bound (milliseconds since the Unix epoch).
          */createdAtMs: UInt64, 
         /**
@@ -2227,6 +2901,8 @@ public struct RecordInfo: Equatable, Hashable {
         self.fingerprint = fingerprint
         self.fence = fence
         self.attempts = attempts
+        self.leaseExpiresAtMs = leaseExpiresAtMs
+        self.uncertainCause = uncertainCause
         self.createdAtMs = createdAtMs
         self.updatedAtMs = updatedAtMs
     }
@@ -2251,6 +2927,8 @@ public struct FfiConverterTypeRecordInfo: FfiConverterRustBuffer {
                 fingerprint: FfiConverterString.read(from: &buf), 
                 fence: FfiConverterUInt64.read(from: &buf), 
                 attempts: FfiConverterUInt32.read(from: &buf), 
+                leaseExpiresAtMs: FfiConverterOptionUInt64.read(from: &buf), 
+                uncertainCause: FfiConverterOptionString.read(from: &buf), 
                 createdAtMs: FfiConverterUInt64.read(from: &buf), 
                 updatedAtMs: FfiConverterUInt64.read(from: &buf)
         )
@@ -2261,6 +2939,8 @@ public struct FfiConverterTypeRecordInfo: FfiConverterRustBuffer {
         FfiConverterString.write(value.fingerprint, into: &buf)
         FfiConverterUInt64.write(value.fence, into: &buf)
         FfiConverterUInt32.write(value.attempts, into: &buf)
+        FfiConverterOptionUInt64.write(value.leaseExpiresAtMs, into: &buf)
+        FfiConverterOptionString.write(value.uncertainCause, into: &buf)
         FfiConverterUInt64.write(value.createdAtMs, into: &buf)
         FfiConverterUInt64.write(value.updatedAtMs, into: &buf)
     }
@@ -2352,6 +3032,175 @@ public func FfiConverterTypeScope_lower(_ value: Scope) -> RustBuffer {
 
 
 /**
+ * A stored record with its scope and key, as [`IdemStore::records_needing_reconciliation`]
+ * lists them.
+ */
+public struct ScopedRecord: Equatable, Hashable {
+    /**
+     * The scope.
+     */
+    public var scope: Scope
+    /**
+     * The idempotency key.
+     */
+    public var key: String
+    /**
+     * The record.
+     */
+    public var record: RecordInfo
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The scope.
+         */scope: Scope, 
+        /**
+         * The idempotency key.
+         */key: String, 
+        /**
+         * The record.
+         */record: RecordInfo) {
+        self.scope = scope
+        self.key = key
+        self.record = record
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension ScopedRecord: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeScopedRecord: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ScopedRecord {
+        return
+            try ScopedRecord(
+                scope: FfiConverterTypeScope.read(from: &buf), 
+                key: FfiConverterString.read(from: &buf), 
+                record: FfiConverterTypeRecordInfo.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: ScopedRecord, into buf: inout [UInt8]) {
+        FfiConverterTypeScope.write(value.scope, into: &buf)
+        FfiConverterString.write(value.key, into: &buf)
+        FfiConverterTypeRecordInfo.write(value.record, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeScopedRecord_lift(_ buf: RustBuffer) throws -> ScopedRecord {
+    return try FfiConverterTypeScopedRecord.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeScopedRecord_lower(_ value: ScopedRecord) -> RustBuffer {
+    return FfiConverterTypeScopedRecord.lower(value)
+}
+
+
+/**
+ * How [`crate::IdemStore::open_with`] opens a store. Every field may be left out.
+ */
+public struct StoreOptions: Equatable, Hashable {
+    /**
+     * The policy of operations without their own.
+     */
+    public var defaultPolicy: PolicySettings?
+    /**
+     * The policy of each named operation (`create_payment` → its settings).
+     */
+    public var policies: [String: PolicySettings]
+    /**
+     * Opens a store whose journal should hold acknowledged commits but is missing, damaged or
+     * another store's, **giving up the commits it held** (the store opens at its last
+     * checkpoint; [`crate::IdemStore::journal_recovery`] says what was given up and where the
+     * old journal was set aside). Off by default: without it such a store is refused with
+     * `IDEMDB_CORRUPT`, and nothing is lost. A decision for a person, after the journal could
+     * not be put back.
+     */
+    public var discardLostJournal: Bool
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The policy of operations without their own.
+         */defaultPolicy: PolicySettings? = nil, 
+        /**
+         * The policy of each named operation (`create_payment` → its settings).
+         */policies: [String: PolicySettings] = [:], 
+        /**
+         * Opens a store whose journal should hold acknowledged commits but is missing, damaged or
+         * another store's, **giving up the commits it held** (the store opens at its last
+         * checkpoint; [`crate::IdemStore::journal_recovery`] says what was given up and where the
+         * old journal was set aside). Off by default: without it such a store is refused with
+         * `IDEMDB_CORRUPT`, and nothing is lost. A decision for a person, after the journal could
+         * not be put back.
+         */discardLostJournal: Bool = false) {
+        self.defaultPolicy = defaultPolicy
+        self.policies = policies
+        self.discardLostJournal = discardLostJournal
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension StoreOptions: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeStoreOptions: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> StoreOptions {
+        return
+            try StoreOptions(
+                defaultPolicy: FfiConverterOptionTypePolicySettings.read(from: &buf), 
+                policies: FfiConverterDictionaryStringTypePolicySettings.read(from: &buf), 
+                discardLostJournal: FfiConverterBool.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: StoreOptions, into buf: inout [UInt8]) {
+        FfiConverterOptionTypePolicySettings.write(value.defaultPolicy, into: &buf)
+        FfiConverterDictionaryStringTypePolicySettings.write(value.policies, into: &buf)
+        FfiConverterBool.write(value.discardLostJournal, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeStoreOptions_lift(_ buf: RustBuffer) throws -> StoreOptions {
+    return try FfiConverterTypeStoreOptions.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeStoreOptions_lower(_ value: StoreOptions) -> RustBuffer {
+    return FfiConverterTypeStoreOptions.lower(value)
+}
+
+
+/**
  * The outcome of one attempt to send an intent.
  */
 
@@ -2366,7 +3215,7 @@ public enum AttemptOutcome: Equatable, Hashable {
      */
     case status(
         /**
-         * The HTTP status.
+         * The HTTP status (100 to 599).
          */code: UInt16
     )
     /**
@@ -3807,6 +4656,103 @@ public func FfiConverterTypeReservation_lower(_ value: Reservation) -> RustBuffe
 }
 
 
+
+/**
+ * How a record whose outcome is unknown is resolved.
+ */
+
+public enum Resolution: Equatable, Hashable {
+    
+    /**
+     * The effect happened: store this result; retries replay it.
+     */
+    case completed(
+        /**
+         * The result body.
+         */body: Data
+    )
+    /**
+     * The effect did not happen and will not: store this failure; retries replay it.
+     */
+    case failed(
+        /**
+         * The failure body.
+         */body: Data
+    )
+    /**
+     * The effect did not happen: release the key, so the same request may run again.
+     */
+    case released
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension Resolution: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeResolution: FfiConverterRustBuffer {
+    typealias SwiftType = Resolution
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Resolution {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .completed(body: try FfiConverterData.read(from: &buf)
+        )
+        
+        case 2: return .failed(body: try FfiConverterData.read(from: &buf)
+        )
+        
+        case 3: return .released
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: Resolution, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case let .completed(body):
+            writeInt(&buf, Int32(1))
+            FfiConverterData.write(body, into: &buf)
+            
+        
+        case let .failed(body):
+            writeInt(&buf, Int32(2))
+            FfiConverterData.write(body, into: &buf)
+            
+        
+        case .released:
+            writeInt(&buf, Int32(3))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeResolution_lift(_ buf: RustBuffer) throws -> Resolution {
+    return try FfiConverterTypeResolution.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeResolution_lower(_ value: Resolution) -> RustBuffer {
+    return FfiConverterTypeResolution.lower(value)
+}
+
+
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
@@ -3922,6 +4868,54 @@ fileprivate struct FfiConverterOptionTypeIntentResponse: FfiConverterRustBuffer 
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeIntentResponse.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeJournalRecovery: FfiConverterRustBuffer {
+    typealias SwiftType = JournalRecovery?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeJournalRecovery.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeJournalRecovery.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypePolicySettings: FfiConverterRustBuffer {
+    typealias SwiftType = PolicySettings?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypePolicySettings.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypePolicySettings.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }
@@ -4050,6 +5044,82 @@ fileprivate struct FfiConverterSequenceTypeIntent: FfiConverterRustBuffer {
         return seq
     }
 }
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeJournalSetAside: FfiConverterRustBuffer {
+    typealias SwiftType = [JournalSetAside]
+
+    public static func write(_ value: [JournalSetAside], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeJournalSetAside.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [JournalSetAside] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [JournalSetAside]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeJournalSetAside.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeScopedRecord: FfiConverterRustBuffer {
+    typealias SwiftType = [ScopedRecord]
+
+    public static func write(_ value: [ScopedRecord], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeScopedRecord.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [ScopedRecord] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [ScopedRecord]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeScopedRecord.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterDictionaryStringTypePolicySettings: FfiConverterRustBuffer {
+    public static func write(_ value: [String: PolicySettings], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for (key, value) in value {
+            FfiConverterString.write(key, into: &buf)
+            FfiConverterTypePolicySettings.write(value, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [String: PolicySettings] {
+        let len: Int32 = try readInt(&buf)
+        var dict = [String: PolicySettings]()
+        dict.reserveCapacity(Int(len))
+        for _ in 0..<len {
+            let key = try FfiConverterString.read(from: &buf)
+            let value = try FfiConverterTypePolicySettings.read(from: &buf)
+            dict[key] = value
+        }
+        return dict
+    }
+}
 private let UNIFFI_RUST_FUTURE_POLL_READY: Int8 = 0
 private let UNIFFI_RUST_FUTURE_POLL_WAKE: Int8 = 1
 
@@ -4155,6 +5225,26 @@ public func openStoreAsync(path: String)async throws  -> IdemStore  {
             errorHandler: FfiConverterTypeIdemdbError_lift
         )
 }
+/**
+ * [`IdemStore::open_with`] without blocking the caller's thread.
+ *
+ * # Errors
+ * As [`IdemStore::open_with`].
+ */
+public func openStoreWithAsync(path: String, options: StoreOptions)async throws  -> IdemStore  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_idemdb_uniffi_fn_func_open_store_with_async(FfiConverterString.lower(path),FfiConverterTypeStoreOptions_lower(options)
+                )
+            },
+            pollFunc: ffi_idemdb_uniffi_rust_future_poll_u64,
+            completeFunc: ffi_idemdb_uniffi_rust_future_complete_u64,
+            freeFunc: ffi_idemdb_uniffi_rust_future_free_u64,
+            liftFunc: FfiConverterTypeIdemStore_lift,
+            errorHandler: FfiConverterTypeIdemdbError_lift
+        )
+}
 
 private enum InitializationResult {
     case ok
@@ -4183,10 +5273,37 @@ private let initializationResult: InitializationResult = {
     if (uniffi_idemdb_uniffi_checksum_func_open_store_async() != 44302) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_idemdb_uniffi_checksum_func_open_store_with_async() != 251) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_idemdb_uniffi_checksum_method_canonicalizer_canonicalize() != 8080) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_canonicalizer_fingerprint() != 64063) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_journal_recovery() != 59466) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_policy() != 10345) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_reconcile() != 25480) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_reconcile_async() != 3559) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_records_needing_reconciliation() != 59557) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_records_needing_reconciliation_async() != 6997) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_renew() != 22303) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_renew_async() != 39959) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_abandon_intent() != 28422) {
@@ -4195,7 +5312,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_abandon_intent_async() != 61995) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_idemdb_uniffi_checksum_method_idemstore_close_store() != 960) {
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_close_store() != 45870) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_complete() != 49710) {
@@ -4231,10 +5348,16 @@ private let initializationResult: InitializationResult = {
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_intents_needing_attention() != 32767) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_intents_needing_attention_async() != 2000) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_is_closed() != 49450) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_mark_needs_attention() != 20427) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_mark_needs_attention_async() != 638) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_path() != 19322) {
@@ -4261,6 +5384,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_reopen_intent() != 32131) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_idemdb_uniffi_checksum_method_idemstore_reopen_intent_async() != 48907) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_idemdb_uniffi_checksum_method_idemstore_reserve() != 7899) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -4273,7 +5399,10 @@ private let initializationResult: InitializationResult = {
     if (uniffi_idemdb_uniffi_checksum_constructor_idemstore_in_memory() != 39865) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_idemdb_uniffi_checksum_constructor_idemstore_open() != 15275) {
+    if (uniffi_idemdb_uniffi_checksum_constructor_idemstore_open() != 50911) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_idemdb_uniffi_checksum_constructor_idemstore_open_with() != 41380) {
         return InitializationResult.apiChecksumMismatch
     }
 
