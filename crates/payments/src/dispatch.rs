@@ -60,6 +60,8 @@ impl<B: Backend> Dispatcher<B> {
             for claim in claims {
                 let app = Arc::clone(&app);
                 tokio::spawn(async move {
+                    // The answer of the payment comes with this dispatch: its key is held here.
+                    let _held = app.charges.held.hold(app.backend.store().key_hash(&claim.scope, &claim.key));
                     let answer = dispatch(&app, &claim).await;
                     app.charges.dispatched(&claim, answer.as_ref());
                 });

@@ -138,7 +138,7 @@ pub fn router_with<B: Backend>(
         .route(Method::POST, PAYMENTS_PATH, payment_operation())
         .only_listed_routes();
     let idempotency = if backend.shared() { idempotency.shared_store() } else { idempotency };
-    let charges = Charges::new(backend.shared())?;
+    let charges = Charges::new(backend.shared(), idempotency.held_keys())?;
     let app = Arc::new(App { backend, provider, charges, admin, webhooks });
     let router = Router::new()
         .route(PAYMENTS_PATH, post(create::create::<B>))

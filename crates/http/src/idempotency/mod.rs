@@ -41,6 +41,7 @@ pub use config::{
 };
 pub use error::HandleError;
 pub use future::ResponseFuture;
+pub use holders::{HeldKeys, KeyHold};
 pub use handle::LeaseHandle;
 pub use layer::IdempotencyLayer;
 pub use service::IdempotencyService;

@@ -11,4 +11,5 @@ mod edges;
 mod payments;
 mod postgres;
 mod readme;
+mod retry_after;
 mod support;
