@@ -54,7 +54,8 @@ async fn an_operator_completes_or_releases_an_uncertain_key() {
     assert_eq!(queue.status, StatusCode::OK);
     let entries = queue.json()["entries"].as_array().cloned().unwrap();
     assert_eq!(entries.len(), 2, "{:?}", queue.json());
-    assert!(entries.iter().all(|e| e["kind"] == "record" && e["state"] == "uncertain" && e["tenant"] == "acme"));
+    let acme = store.tenant_hash("acme").to_string();
+    assert!(entries.iter().all(|e| e["kind"] == "record" && e["state"] == "uncertain" && e["tenant_hash"] == acme.as_str()));
     let view = admin(&router, Method::GET, "/record?tenant=acme&operation=pay&key=k-done", None).await;
     assert_eq!(view.json()["record"]["cause"], "reported", "{:?}", view.json());
     let kinds: Vec<String> =
