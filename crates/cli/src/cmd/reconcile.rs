@@ -170,7 +170,10 @@ fn target(args: &ReconcileArgs) -> Result<Target, CliError> {
     if let Some(hash) = &args.key_hash {
         let hash = hash.trim().to_ascii_lowercase();
         if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(CliError::usage_msg("--key-hash", "a key hash is 32 hexadecimal digits (as the listing shows it)"));
+            return Err(CliError::usage_msg(
+                "--key-hash",
+                "a key hash is 32 hexadecimal digits (as the listing shows it)",
+            ));
         }
         return Ok(Target::Hash(hash));
     }
@@ -339,12 +342,14 @@ fn postgres(
                 .reconciliation_queue(0)
                 .await
                 .map_err(|e| CliError::runtime_target(&target, "cannot read the queue", &e))?;
-            let hashes = |scope: &Scope, key: &IdempotencyKey| (store.key_hash(scope, key), store.tenant_hash(scope.tenant()));
+            let hashes =
+                |scope: &Scope, key: &IdempotencyKey| (store.key_hash(scope, key), store.tenant_hash(scope.tenant()));
             let entries = queue.iter().map(|entry| entry_json_of(entry, hashes, args.show_keys)).collect();
             return list(&target, "database", entries, json);
         };
         let item = |item: &idemdb::OutboxItem| {
-            let (key_hash, tenant_hash) = (store.key_hash(&item.scope, &item.key), store.tenant_hash(item.scope.tenant()));
+            let (key_hash, tenant_hash) =
+                (store.key_hash(&item.scope, &item.key), store.tenant_hash(item.scope.tenant()));
             idemdb_http::admin::effect_json(item, key_hash, tenant_hash, args.show_keys)
         };
         let done = match action {
@@ -383,7 +388,8 @@ fn list(source: &str, source_kind: &str, entries: Vec<Value>, json: bool) -> Res
     // In clear where the entries carry it (--show-keys), else the store's keyed hash.
     let clear = |name: &str| entries.iter().any(|entry| entry.get(name).is_some());
     let (tenant, tenant_header) = if clear("tenant") { ("tenant", "tenant") } else { ("tenant_hash", "tenant hash") };
-    let (key, key_header) = if clear("idempotency_key") { ("idempotency_key", "key") } else { ("key_hash", "key hash") };
+    let (key, key_header) =
+        if clear("idempotency_key") { ("idempotency_key", "key") } else { ("key_hash", "key hash") };
     let mut table = Table::new(&[
         ("since", Align::Left),
         ("kind", Align::Left),

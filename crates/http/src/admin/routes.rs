@@ -526,7 +526,11 @@ async fn ask<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
     let effect = EffectName::new(effect).map_err(|error| invalid(&format!("invalid effect: {error}")))?;
     let item = effect_of(&api.store, &scope, &key, &effect).await?;
     let fact = api.hook.lookup(&api.store, &item).await.map_err(|error| {
-        refuse(ErrorCode::OperationFailed, StatusCode::BAD_GATEWAY, &format!("the provider could not be asked: {error}"))
+        refuse(
+            ErrorCode::OperationFailed,
+            StatusCode::BAD_GATEWAY,
+            &format!("the provider could not be asked: {error}"),
+        )
     })?;
     Ok(match fact {
         Some(ProviderFact::Made { reference }) => ok(json!({ "provider": "confirmed", "reference": reference })),

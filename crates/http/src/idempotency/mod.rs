@@ -41,8 +41,8 @@ pub use config::{
 };
 pub use error::HandleError;
 pub use future::ResponseFuture;
-pub use holders::{HeldKeys, KeyHold};
 pub use handle::LeaseHandle;
+pub use holders::{HeldKeys, KeyHold};
 pub use layer::IdempotencyLayer;
 pub use service::IdempotencyService;
 pub use tenant::{SingleTenant, TenantSource};

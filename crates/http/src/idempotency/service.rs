@@ -243,8 +243,7 @@ where
                 other => {
                     let config = &self.ctx.config;
                     let holder_gone = !config.shared_store && !config.holders.holds(&key_hash);
-                    let gone_holder =
-                        holder_gone.then(|| self.ctx.store.policy(scope.operation()).lease_ttl());
+                    let gone_holder = holder_gone.then(|| self.ctx.store.policy(scope.operation()).lease_ttl());
                     Ok(self.ctx.refuse(refusal(&other, &operation.operation, gone_holder)))
                 }
             }
