@@ -8,6 +8,7 @@
 mod admin_api;
 mod backup;
 mod edges;
+mod metrics;
 mod payments;
 mod postgres;
 mod readme;
