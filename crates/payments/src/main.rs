@@ -198,7 +198,15 @@ async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Erro
         Some(secret) => {
             Some(idemdb_http::WebhookVerifier::new(&secret).map_err(|error| format!("--webhook-secret: {error}"))?)
         }
-        None => None,
+        None => {
+            // Anyone who can reach the service could then post a provider's event.
+            eprintln!(
+                "payments-example: WARNING: webhooks are UNVERIFIED: no --webhook-secret (or \
+                 PAYMENTS_WEBHOOK_SECRET), so POST /v1/webhooks/provider accepts unsigned deliveries; set the \
+                 provider's signing key in production"
+            );
+            None
+        }
     };
     let timeouts = payments_example::ReadTimeouts {
         headers: Duration::from_secs(args.header_read_timeout_secs.max(1)),

@@ -8,6 +8,7 @@
 mod admin_api;
 mod backup;
 mod edges;
+mod headers;
 mod metrics;
 mod payments;
 mod postgres;
