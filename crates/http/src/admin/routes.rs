@@ -353,8 +353,9 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
     request: &Value,
 ) -> Result<Response, Response> {
     let store = &api.store;
-    let field = |name| text(request, name).map_err(answer);
-    let (scope, key) = named(store, field("tenant")?, field("operation")?, field("key")?, field("key_hash")?).await?;
+    let (tenant, operation) = (text(request, "tenant").map_err(answer)?, text(request, "operation").map_err(answer)?);
+    let (key, key_hash) = (text(request, "key").map_err(answer)?, text(request, "key_hash").map_err(answer)?);
+    let (scope, key) = named(store, tenant, operation, key, key_hash).await?;
     let note = text(request, "note").map_err(answer)?.unwrap_or_default();
     let key_hash = store.key_hash(&scope, &key);
     let effect = text(request, "effect").map_err(answer)?;

@@ -114,11 +114,11 @@ impl<S: IdempotencyStore> LeaseHandle<S> {
         self.claim(Settled::Uncertain)?;
         let lease = self.lease();
         let marked = metrics::timed_only("fail", self.inner.store.fail(&lease, Failure::Uncertain)).await;
-        if let Err(error) = marked {
-            if !(error.code() == ErrorCode::WrongState && self.uncertain_already(&lease).await) {
-                metrics::store_error("fail", error.code());
-                return Err(HandleError::store(error));
-            }
+        if let Err(error) = marked
+            && !(error.code() == ErrorCode::WrongState && self.uncertain_already(&lease).await)
+        {
+            metrics::store_error("fail", error.code());
+            return Err(HandleError::store(error));
         }
         metrics::settled(lease.scope().operation(), Settlement::Uncertain);
         Ok(())
