@@ -1284,6 +1284,16 @@ fn reconcile_resolves_an_uncertain_record_without_an_effect() {
     assert!(records[0].get("what").is_none(), "{queue}");
     let table = idemdb(["reconcile", file]).code(0).stdout;
     assert!(table.contains("record uncertain"), "{table}");
+    assert!(!table.contains("unsure") && !table.contains("acme"), "keys and tenants hidden by default: {table}");
+    // Old code printed the key's hash and the tenant whatever --show-keys said.
+    let shown = idemdb(["reconcile", file, "--show-keys"]).code(0).stdout;
+    assert!(shown.contains("unsure") && shown.contains("acme"), "--show-keys shows them: {shown}");
+    let queue_shown = idemdb(["reconcile", file, "--show-keys", "--json"]).code(0).json();
+    let entry = queue_shown["entries"].as_array().expect("entries").iter().find(|e| e["kind"] == "record").cloned();
+    let entry = entry.expect("the uncertain record");
+    assert_eq!((entry["tenant"].as_str(), entry["idempotency_key"].as_str()), (Some("acme"), Some("unsure")));
+    // A key hash names an entry through a service's admin API only.
+    idemdb(["reconcile", file, "--key-hash", "00000000000000000000000000000000", "--resolve", "released"]).code(2);
     let resolve = ["reconcile", file, "--tenant", "acme", "--operation", "create_payment", "--key"];
     // Only uncertain records are reconciled; the completed one is refused.
     idemdb(resolve.iter().chain(&["paid", "--resolve", "failed"])).code(4);

@@ -94,8 +94,9 @@ mod webhook;
 
 pub use deadline::{BodyDeadlineElapsed, DeadlineBody};
 pub use idempotency::{
-    DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, EffectPayload, HandleError, IdempotencyLayer,
-    IdempotencyService, LeaseHandle, OnResponse, Operation, ResponseFuture, ResponsePolicy, SingleTenant, TenantSource,
+    DEFAULT_IN_PROGRESS_RETRY_AFTER, DEFAULT_MAX_BODY_BYTES, EffectPayload, HandleError, HeldKeys, IdempotencyLayer,
+    IdempotencyService, KeyHold, LeaseHandle, OnResponse, Operation, ResponseFuture, ResponsePolicy, SingleTenant,
+    TenantSource,
 };
 pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, KeyForms, KeyHeaderError, key_header_value, parse_key_header};
 pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON, ProblemTypes};

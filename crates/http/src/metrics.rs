@@ -22,12 +22,21 @@
 //! | [`STORE_ERRORS`] | counter | `call`, `code` | store calls that failed, by error code |
 //!
 //! [`describe`] registers the descriptions and units with the installed recorder (call it
-//! once after installing one; optional).
+//! once after installing one; optional). [`publish`] registers every series at zero, so the first scrape, before any request, already has them: a
+//! `rate()` or an alert on a series that does not exist yet says nothing.
+//!
+//! [`STORE_SECONDS`] is a histogram: give the exporter [`STORE_SECONDS_BUCKETS`] so it is
+//! rendered with buckets (Prometheus: `_bucket{le=…}`, `_sum`, `_count`) rather than as a
+//! summary, whose quantiles cannot be added up across the instances of a fleet.
+//!
+//! A record the handler marks uncertain counts as a settlement `uncertain` once, whoever
+//! marked it first: a payment whose provider answer was lost is made uncertain by the outbox's
+//! report, and the handler's own mark then finds it so (not a store error).
 
 use std::future::Future;
 use std::time::Instant;
 
-use idemdb_core::{Coded, Reservation};
+use idemdb_core::{Coded, ErrorCode, Reservation, ReservationKind};
 
 /// Reservation answers, by operation and answer.
 pub const ANSWERS: &str = "idemdb_http_answers_total";
@@ -42,6 +51,36 @@ pub const STORE_SECONDS: &str = "idemdb_http_store_call_seconds";
 /// Store calls that failed, by call and error code.
 pub const STORE_ERRORS: &str = "idemdb_http_store_errors_total";
 
+/// The buckets of [`STORE_SECONDS`], in seconds: from a local commit (under a millisecond) to
+/// a database across a network under load (ten seconds).
+pub const STORE_SECONDS_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// The store calls the layer times.
+const CALLS: [&str; 3] = ["reserve", "complete", "fail"];
+
+/// The codes a store call fails with that [`publish`] shows at zero: storage trouble, an
+/// unknown commit outcome, a busy or unreachable store, and the refusals of a record that
+/// moved on (another attempt took over, or it was settled).
+const STORE_ERROR_CODES: [ErrorCode; 7] = [
+    ErrorCode::Storage,
+    ErrorCode::CommitUnknown,
+    ErrorCode::StoreBusy,
+    ErrorCode::Unavailable,
+    ErrorCode::Closed,
+    ErrorCode::StaleLease,
+    ErrorCode::WrongState,
+];
+
+/// The codes the layer refuses a request with before a reservation, besides a failed store.
+const REFUSAL_CODES: [ErrorCode; 5] = [
+    ErrorCode::KeyMissing,
+    ErrorCode::InvalidKey,
+    ErrorCode::Unauthenticated,
+    ErrorCode::TooLarge,
+    ErrorCode::InvalidRequest,
+];
+
 /// Registers the descriptions and units of the layer's metrics with the installed recorder.
 pub fn describe() {
     metrics::describe_counter!(ANSWERS, "reservation answers by operation and answer");
@@ -50,6 +89,33 @@ pub fn describe() {
     metrics::describe_counter!(SETTLEMENTS, "how reserved requests ended, by operation and outcome");
     metrics::describe_histogram!(STORE_SECONDS, metrics::Unit::Seconds, "store call latency as the layer sees it");
     metrics::describe_counter!(STORE_ERRORS, "failed store calls, by call and error code");
+}
+
+/// Registers every series of the layer at zero: for each of `operations` its answers (every
+/// [`ReservationKind`]), takeovers and settlements (every outcome); the refusals by code;
+/// and per store call its latency histogram and errors by code. Idempotent: a series that has
+/// counted keeps its count.
+pub fn publish(operations: &[&str]) {
+    for operation in operations {
+        for kind in ReservationKind::ALL {
+            metrics::counter!(ANSWERS, "operation" => operation.to_string(), "answer" => kind.as_str()).increment(0);
+        }
+        metrics::counter!(TAKEOVERS, "operation" => operation.to_string()).increment(0);
+        for settlement in Settlement::ALL {
+            metrics::counter!(SETTLEMENTS, "operation" => operation.to_string(), "outcome" => settlement.name())
+                .increment(0);
+        }
+    }
+    for code in REFUSAL_CODES.iter().chain(&STORE_ERROR_CODES) {
+        metrics::counter!(REFUSALS, "code" => code.as_str()).increment(0);
+    }
+    for call in CALLS {
+        // Registered, not recorded: the histogram has no sample yet.
+        let _ = metrics::histogram!(STORE_SECONDS, "call" => call);
+        for code in STORE_ERROR_CODES {
+            metrics::counter!(STORE_ERRORS, "call" => call, "code" => code.as_str()).increment(0);
+        }
+    }
 }
 
 /// How a reserved request ended, as [`SETTLEMENTS`] labels it.
@@ -62,6 +128,9 @@ pub(crate) enum Settlement {
 }
 
 impl Settlement {
+    const ALL: [Settlement; 4] =
+        [Settlement::Completed, Settlement::Failed, Settlement::Released, Settlement::Uncertain];
+
     fn name(self) -> &'static str {
         match self {
             Settlement::Completed => "completed",
@@ -92,11 +161,23 @@ pub(crate) fn settled(operation: &str, settlement: Settlement) {
 
 /// Awaits a store call, recording its time and, when it fails, its error code.
 pub(crate) async fn timed<T, E: Coded>(call: &'static str, future: impl Future<Output = Result<T, E>>) -> Result<T, E> {
+    let result = timed_only(call, future).await;
+    if let Err(error) = &result {
+        store_error(call, error.code());
+    }
+    result
+}
+
+/// Awaits a store call, recording its time only: the caller decides whether a failure is a
+/// store error ([`store_error`]).
+pub(crate) async fn timed_only<T, E>(call: &'static str, future: impl Future<Output = Result<T, E>>) -> Result<T, E> {
     let started = Instant::now();
     let result = future.await;
     metrics::histogram!(STORE_SECONDS, "call" => call).record(started.elapsed().as_secs_f64());
-    if let Err(error) = &result {
-        metrics::counter!(STORE_ERRORS, "call" => call, "code" => error.code().as_str()).increment(1);
-    }
     result
+}
+
+/// Counts a failed store call.
+pub(crate) fn store_error(call: &'static str, code: ErrorCode) {
+    metrics::counter!(STORE_ERRORS, "call" => call, "code" => code.as_str()).increment(1);
 }

@@ -27,8 +27,8 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | [`QUEUE_DEPTH`] | gauge | | entries the last round found (at most its budget) |
-//! | [`LEFT`] | gauge | | of those, the entries no fact decided: a person's queue |
+//! | [`QUEUE_DEPTH`] | gauge | | entries in the queue when the last round read it (all of them, whatever the budget) |
+//! | [`LEFT`] | gauge | | of those, the entries no fact decided (or past the round's budget) |
 //! | [`RESOLUTIONS`] | counter | `cause` | `confirmed`, `not_found`, `released` |
 //! | [`LEFT_BY_REASON`] | counter | `reason` | entries left, by [`Left`] (`effect_in_flight`, `undecided`, `not_declared`, `store_unavailable`, `for_a_person`) |
 //!
@@ -132,7 +132,7 @@ pub trait EffectLookup<S: WorkflowStore>: Send + Sync + 'static {
 /// What one round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Round {
-    /// Entries the round took from the queue.
+    /// Entries the round found in the queue (all of them; it decides at most its budget).
     pub found: usize,
     /// Effects the lookup confirmed (their records completed).
     pub confirmed: usize,
@@ -140,7 +140,7 @@ pub struct Round {
     pub not_found: usize,
     /// Uncertain records with no effect enqueued, released so their retry runs.
     pub released: usize,
-    /// Entries no fact decided this round.
+    /// Entries no fact decided this round, and those past its budget.
     pub left: usize,
     /// Those, by why they were left.
     pub left_by: LeftBy,
@@ -248,7 +248,8 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
     /// One round (see the [module docs](self)).
     pub async fn round(&self) -> Round {
         let mut round = Round::default();
-        let queue = match self.store.reconciliation_queue(self.budget).await {
+        // The whole queue, for its true depth; the round decides at most `budget` of it.
+        let queue = match self.store.reconciliation_queue(0).await {
             Ok(queue) => queue,
             Err(error) => {
                 tracing::warn!(target: "idemdb_http", %error, "the reconciliation queue could not be read");
@@ -256,7 +257,7 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
             }
         };
         round.found = queue.len();
-        for attention in queue {
+        for attention in queue.into_iter().take(self.budget) {
             let left = match &attention {
                 Attention::Effect { item, .. } => match self.lookup.decide(&self.store, item).await {
                     EffectDecision::Confirmed => {
@@ -290,6 +291,8 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
                 self.left(scope, key, left);
             }
         }
+        // What the round did not reach is left too, for the next round or a person.
+        round.left += round.found.saturating_sub(self.budget);
         metrics::gauge!(QUEUE_DEPTH).set(round.found as f64);
         metrics::gauge!(LEFT).set(round.left as f64);
         round
@@ -332,8 +335,21 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
 
 /// Registers the descriptions of the reconciler's metrics with the installed recorder.
 pub fn describe() {
-    metrics::describe_gauge!(QUEUE_DEPTH, "entries the last reconciliation round found");
+    metrics::describe_gauge!(QUEUE_DEPTH, "entries in the reconciliation queue at the last round");
     metrics::describe_gauge!(LEFT, "entries the last round left for a person");
     metrics::describe_counter!(RESOLUTIONS, "reconciler resolutions by cause");
     metrics::describe_counter!(LEFT_BY_REASON, "entries reconciliation rounds left, by reason");
+}
+
+/// The causes [`RESOLUTIONS`] counts.
+const CAUSES: [&str; 3] = ["confirmed", "not_found", "released"];
+
+/// Registers the reconciler's series at zero (the gauges and every cause), so the first
+/// scrape, before any round, has them. A later round sets the gauges.
+pub fn publish() {
+    metrics::gauge!(QUEUE_DEPTH).set(0.0);
+    metrics::gauge!(LEFT).set(0.0);
+    for cause in CAUSES {
+        metrics::counter!(RESOLUTIONS, "cause" => cause).increment(0);
+    }
 }

@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use idemdb_http::admin::ProviderFact;
 use serde_json::json;
 
 use crate::app::{Admin, App};
@@ -129,9 +130,11 @@ async fn operators_only(
     next.run(request).await
 }
 
-/// An operator's confirmed charge: the payment row and the resolution in one commit, as the
-/// reconciler writes them, so the retry replays the payment's `201` and the ledger has its
-/// row.
+/// The payments' part in operator resolutions: a confirmed charge writes the payment row and
+/// the resolution in one commit, as the reconciler does, so the retry replays the payment's
+/// `201` and the ledger has its row; every operator's fact about a charge is checked against
+/// the provider's lookup by the charge's provider key first; and the page shows a charge by
+/// its amount, currency and destination.
 struct PaymentRow<B> {
     app: Arc<App<B>>,
 }
@@ -160,5 +163,32 @@ impl<B: Backend> idemdb_http::admin::ConfirmHook<B::Store> for PaymentRow<B> {
         .await
         .map_err(|error| idemdb_http::admin::HookError(error.to_string()))?;
         Ok(true)
+    }
+
+    async fn lookup(
+        &self,
+        _store: &B::Store,
+        item: &idemdb_core::OutboxItem,
+    ) -> Result<Option<ProviderFact>, idemdb_http::admin::HookError> {
+        if item.effect != self.app.charges.effect {
+            return Ok(None);
+        }
+        let found = self.app.provider.find(item.scope.tenant(), item.provider_key.as_str()).await;
+        match found.map_err(|error| idemdb_http::admin::HookError(error.to_string()))? {
+            None => Ok(Some(ProviderFact::NotMade)),
+            Some(charge) => match charge["id"].as_str() {
+                Some(reference) => Ok(Some(ProviderFact::Made { reference: reference.to_string() })),
+                None => Err(idemdb_http::admin::HookError("the provider's charge has no id".into())),
+            },
+        }
+    }
+
+    fn describe(&self, item: &idemdb_core::OutboxItem) -> Option<serde_json::Value> {
+        if item.effect != self.app.charges.effect {
+            return None;
+        }
+        let order = crate::charge::ChargeOrder::from_payload(&item.payload).ok()?;
+        let payment = &order.payment;
+        Some(json!({ "amount": payment.amount, "currency": payment.currency, "destination": payment.destination }))
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
 use idemdb_core::{EffectName, KeyError, OutboxItem, OutboxStateKind, ScopedKey};
-use idemdb_http::{StoredResponse, WebhookVerifier};
+use idemdb_http::{HeldKeys, StoredResponse, WebhookVerifier};
 use idemdb_interface::WorkflowStore;
 use tokio::sync::{Notify, oneshot};
 
@@ -75,12 +75,17 @@ impl Admin {
 }
 
 /// What a payment's handler and the dispatcher share: the effect's name, a wake-up for the
-/// dispatcher, and the handlers waiting for a charge, each handed by the dispatcher (through a
-/// channel of its own) the response the payment's record was finished with.
+/// dispatcher, the handlers waiting for a charge, each handed by the dispatcher (through a
+/// channel of its own) the response the payment's record was finished with, and the layer's
+/// register of the keys this process works on.
 #[derive(Debug)]
 pub(crate) struct Charges {
     pub(crate) effect: EffectName,
     pub(crate) wake: Notify,
+    /// The idempotency layer's register of held keys: the dispatcher holds a payment's key
+    /// while it sends its charge, so a retry meanwhile is told to come back in a second; after
+    /// a restart, a key nothing holds is told when its charge is due again.
+    pub(crate) held: HeldKeys,
     /// Waiting handlers by the encoded `(scope, key)` of their charge.
     waiting: Mutex<HashMap<Vec<u8>, Vec<Waiter>>>,
     /// Whether another instance's dispatcher may dispatch a charge (a shared store): it tells
@@ -106,8 +111,9 @@ pub(crate) enum Settled {
 }
 
 impl Charges {
-    pub(crate) fn new(shared: bool) -> Result<Charges, KeyError> {
-        Ok(Charges { effect: EffectName::new(CHARGE_EFFECT)?, wake: Notify::new(), waiting: Mutex::default(), shared })
+    pub(crate) fn new(shared: bool, held: HeldKeys) -> Result<Charges, KeyError> {
+        let effect = EffectName::new(CHARGE_EFFECT)?;
+        Ok(Charges { effect, wake: Notify::new(), held, waiting: Mutex::default(), shared })
     }
 
     fn waiting(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Vec<Waiter>>> {
@@ -192,6 +198,13 @@ mod tests {
     use idemdb_interface::IdempotencyStore;
     use std::sync::Arc;
 
+    /// The charges of a service over an unshared (`false`) or shared store.
+    fn test_charges(shared: bool) -> Charges {
+        let store = idemdb::Store::in_memory().unwrap().asynchronous();
+        let layer = idemdb_http::IdempotencyLayer::new(store, idemdb_http::SingleTenant::new("acme"));
+        Charges::new(shared, layer.held_keys()).unwrap()
+    }
+
     /// A store holding one claimed charge, and that claim.
     async fn claimed_charge(charges: &Charges) -> (idemdb::AsyncStore, OutboxItem) {
         let store = idemdb::Store::in_memory().unwrap().asynchronous();
@@ -234,7 +247,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_handler_is_handed_the_dispatchers_response_and_the_waiting_list_empties() {
-        let charges = Arc::new(Charges::new(false).unwrap());
+        let charges = Arc::new(test_charges(false));
         let (store, claim) = claimed_charge(&charges).await;
         // A limit no test run reaches: only the dispatcher's word ends this wait.
         let waiter = waiting_handler(&charges, &store, &claim, Duration::from_secs(3_600)).await;
@@ -248,7 +261,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dispatch_that_did_not_finish_the_record_sends_the_handler_to_the_store() {
-        let charges = Arc::new(Charges::new(false).unwrap());
+        let charges = Arc::new(test_charges(false));
         let (store, claim) = claimed_charge(&charges).await;
         let waiter = waiting_handler(&charges, &store, &claim, Duration::from_secs(3_600)).await;
         // The provider's answer was lost: the charge is uncertain, the record not finished.
@@ -262,7 +275,7 @@ mod tests {
     /// Reports `claim` confirmed behind the handlers' back (no `dispatched`) once a handler
     /// waits for it; the handler's answer and how long it waited.
     async fn settled_unannounced(shared: bool, limit: Duration) -> (Settled, Duration) {
-        let charges = Arc::new(Charges::new(shared).unwrap());
+        let charges = Arc::new(test_charges(shared));
         let (store, claim) = claimed_charge(&charges).await;
         let started = tokio::time::Instant::now();
         let waiter = waiting_handler(&charges, &store, &claim, limit).await;

@@ -69,6 +69,8 @@ impl<B: Backend> Dispatcher<B> {
             for claim in &claims {
                 let (app, item) = (Arc::clone(&app), claim.clone());
                 let task = running.spawn(async move {
+                    // The answer of the payment comes with this dispatch: its key is held here.
+                    let _held = app.charges.held.hold(app.backend.store().key_hash(&item.scope, &item.key));
                     let answer = dispatch(&app, &item).await;
                     app.charges.dispatched(&item, answer.as_ref());
                 });

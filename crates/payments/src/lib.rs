@@ -68,6 +68,7 @@ pub use policy::{POLICY_PATH, published_policy};
 pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
 pub use purge::{DEFAULT_PURGE_BATCH, DEFAULT_PURGE_INTERVAL, Purging, purge_postgres, purge_rounds};
 pub use reconcile::{ChargeLookup, RECONCILIATION_PATH, Reconciler};
+pub use refusals::{HYPER_MAX_HEADER_BYTES, HYPER_MAX_HEADERS, MAX_HEADER_BYTES, MAX_HEADERS};
 pub use serve::{Drained, ReadTimeouts, serve};
 pub use webhook::{MAX_VERSION_STEP, MAX_WEBHOOK_BYTES, WEBHOOK_PATH, WEBHOOK_SOURCE, parse_delivery};
 
@@ -138,7 +139,7 @@ pub fn router_with<B: Backend>(
         .route(Method::POST, PAYMENTS_PATH, payment_operation())
         .only_listed_routes();
     let idempotency = if backend.shared() { idempotency.shared_store() } else { idempotency };
-    let charges = Charges::new(backend.shared())?;
+    let charges = Charges::new(backend.shared(), idempotency.held_keys())?;
     let app = Arc::new(App { backend, provider, charges, admin, webhooks });
     let router = Router::new()
         .route(PAYMENTS_PATH, post(create::create::<B>))
@@ -151,6 +152,7 @@ pub fn router_with<B: Backend>(
         .fallback(refusals::not_found)
         .layer(idempotency)
         .layer(axum::middleware::map_response(refusals::as_problem))
+        .layer(axum::middleware::from_fn(refusals::header_limits))
         .with_state(Arc::clone(&app));
     Ok((router, Dispatcher { app }))
 }

@@ -289,6 +289,15 @@ async fn serve<B: Backend>(
     webhooks: Option<idemdb_http::WebhookVerifier>,
     timeouts: payments_example::ReadTimeouts,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    if webhooks.is_none() {
+        // Said once the service is about to serve: anyone who can reach it could post a
+        // provider's event.
+        eprintln!(
+            "payments-example: WARNING: webhooks are UNVERIFIED: no --webhook-secret (or \
+             PAYMENTS_WEBHOOK_SECRET), so POST /v1/webhooks/provider accepts unsigned deliveries; set the \
+             provider's signing key in production"
+        );
+    }
     let (router, dispatcher) = router_with(backend, provider, admin, webhooks)?;
     let listener = tokio::net::TcpListener::bind(&args.addr).await?;
     let reconciler = dispatcher.reconciler().interval(Duration::from_secs(args.reconcile_interval_secs.max(1)));

@@ -26,7 +26,8 @@ pub const RECONCILIATION_PATH: &str = "/v1/reconciliation";
 /// One entry as JSON (the admin API's spelling), or `None` for another tenant's.
 fn entry<S: IdempotencyStore>(store: &S, tenant: &str, attention: &Attention) -> Option<Value> {
     let (scope, key) = attention.scoped_key();
-    (scope.tenant() == tenant).then(|| attention_json(attention, store.key_hash(scope, key), true))
+    (scope.tenant() == tenant)
+        .then(|| attention_json(attention, store.key_hash(scope, key), store.tenant_hash(scope.tenant()), true))
 }
 
 /// The handler.

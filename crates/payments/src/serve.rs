@@ -87,6 +87,9 @@ pub async fn serve(
         let service = TowerToHyperService::new(service);
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(timeouts.headers);
+        // Above the service's own header limits, which answer 431 as a problem: hyper's own
+        // answer past these is a bare status line (see `refusals`).
+        builder.max_header_size(crate::HYPER_MAX_HEADER_BYTES).max_headers(crate::HYPER_MAX_HEADERS);
         let connection = connections.watch(builder.serve_connection(TokioIo::new(stream), service));
         // A connection's end (the client left, a timeout) is not the server's error.
         tokio::spawn(async move { drop(connection.await) });

@@ -57,9 +57,14 @@ pub(crate) struct ReconcileArgs {
     /// With `--postgres`: the schema of idemdb's tables (default `public`).
     #[arg(long, value_name = "NAME", requires = "postgres")]
     schema: Option<String>,
-    /// Show idempotency keys (and provider keys) in clear in the listing.
+    /// Show idempotency keys (and provider keys) in clear in the listing, and the tenant of a
+    /// file's or a database's entries (a service's admin API gives only the tenant's hash).
     #[arg(long)]
     show_keys: bool,
+    /// With `--url`: the entry to resolve, by the `key_hash` the listing shows (the admin API
+    /// never spells the tenant), instead of --tenant, --operation and --key.
+    #[arg(long, value_name = "HASH", requires = "url", conflicts_with_all = ["tenant", "operation", "key"])]
+    key_hash: Option<String>,
     /// Tenant of the entry to resolve.
     #[arg(long, requires_all = ["operation", "key"])]
     tenant: Option<String>,
@@ -70,10 +75,10 @@ pub(crate) struct ReconcileArgs {
     #[arg(long, requires_all = ["tenant", "operation"])]
     key: Option<String>,
     /// Resolve an uncertain record: completed, failed or released.
-    #[arg(long, value_name = "RESOLUTION", requires = "key", conflicts_with = "effect", value_parser = parse_name::<ResolutionKind>)]
+    #[arg(long, value_name = "RESOLUTION", conflicts_with = "effect", value_parser = parse_name::<ResolutionKind>)]
     resolve: Option<ResolutionKind>,
     /// The effect (outbox item) to resolve or retry.
-    #[arg(long, value_name = "NAME", requires = "key")]
+    #[arg(long, value_name = "NAME")]
     effect: Option<String>,
     /// What the provider says of the effect: confirmed, failed or not_found.
     #[arg(long, value_name = "STATE", requires = "effect", value_parser = parse_name::<ProviderStateKind>)]
@@ -115,6 +120,13 @@ fn parse_name<T: Named + Send + Sync>(name: &str) -> Result<T, String> {
     T::parse_name(name).map_err(|error| error.to_string())
 }
 
+/// The entry an action is for: by its identity, or (through a service's admin API) by the
+/// key hash its listing shows.
+enum Target {
+    Named(Scope, IdempotencyKey),
+    Hash(String),
+}
+
 /// What to do with the entry.
 enum Action {
     Record(ResolutionKind),
@@ -153,26 +165,42 @@ fn result_bytes(args: &ReconcileArgs, success: bool) -> Result<Vec<u8>, CliError
         .map_err(|e| CliError::usage("--content-type", &e))
 }
 
-fn action(args: &ReconcileArgs) -> Result<Option<(Scope, IdempotencyKey, Action)>, CliError> {
-    if args.resolve.is_none() && args.provider.is_none() && !args.retry {
-        if args.key.is_some() {
-            return Err(CliError::usage_msg("--key", "needs an action: --resolve, --provider or --retry"));
+/// The entry an action names: `--tenant --operation --key`, or `--key-hash` (with `--url`).
+fn target(args: &ReconcileArgs) -> Result<Target, CliError> {
+    if let Some(hash) = &args.key_hash {
+        let hash = hash.trim().to_ascii_lowercase();
+        if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(CliError::usage_msg(
+                "--key-hash",
+                "a key hash is 32 hexadecimal digits (as the listing shows it)",
+            ));
         }
-        return Ok(None);
+        return Ok(Target::Hash(hash));
     }
     let (Some(tenant), Some(operation), Some(key)) = (&args.tenant, &args.operation, &args.key) else {
-        return Err(CliError::usage_msg("--key", "an action needs --tenant, --operation and --key"));
+        return Err(CliError::usage_msg("--key", "an action needs --tenant, --operation and --key (or --key-hash)"));
     };
     let scope =
         Scope::new(tenant.as_str(), operation.as_str()).map_err(|e| CliError::usage("--tenant/--operation", &e))?;
     let key = IdempotencyKey::new(key.as_str()).map_err(|e| CliError::usage("--key", &e))?;
+    Ok(Target::Named(scope, key))
+}
+
+fn action(args: &ReconcileArgs) -> Result<Option<(Target, Action)>, CliError> {
+    if args.resolve.is_none() && args.provider.is_none() && !args.retry {
+        if args.key.is_some() || args.key_hash.is_some() || args.effect.is_some() {
+            return Err(CliError::usage_msg("--key", "needs an action: --resolve, --provider or --retry"));
+        }
+        return Ok(None);
+    }
+    let target = target(args)?;
     if let Some(kind) = args.resolve {
-        return Ok(Some((scope, key, Action::Record(kind))));
+        return Ok(Some((target, Action::Record(kind))));
     }
     let effect = args.effect.as_deref().unwrap_or_default();
     let effect = EffectName::new(effect).map_err(|e| CliError::usage("--effect", &e))?;
     if args.retry {
-        return Ok(Some((scope, key, Action::Retry(effect))));
+        return Ok(Some((target, Action::Retry(effect))));
     }
     let provider = match args.provider {
         Some(ProviderStateKind::Confirmed) => {
@@ -192,7 +220,19 @@ fn action(args: &ReconcileArgs) -> Result<Option<(Scope, IdempotencyKey, Action)
             return Err(CliError::usage_msg("--provider", &format!("`{got}`: one of {}", all.join(", "))));
         }
     };
-    Ok(Some((scope, key, Action::Provider(effect, provider))))
+    Ok(Some((target, Action::Provider(effect, provider))))
+}
+
+/// The identity of a local action (a file or a database): a key hash names an entry only
+/// through a service's admin API.
+fn named(action: Option<(Target, Action)>) -> Result<Option<(Scope, IdempotencyKey, Action)>, CliError> {
+    match action {
+        None => Ok(None),
+        Some((Target::Named(scope, key), action)) => Ok(Some((scope, key, action))),
+        Some((Target::Hash(_), _)) => {
+            Err(CliError::usage_msg("--key-hash", "is for --url; give --tenant, --operation and --key"))
+        }
+    }
 }
 
 /// The store-side form of an action: what `reconcile` or `resolve_effect` is called with.
@@ -219,6 +259,7 @@ pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
     if let Some(url) = &args.url {
         return remote::run(args, url, action, json);
     }
+    let action = named(action)?;
     if let Some(url) = &args.postgres {
         return postgres(args, url, action, json);
     }
@@ -301,14 +342,15 @@ fn postgres(
                 .reconciliation_queue(0)
                 .await
                 .map_err(|e| CliError::runtime_target(&target, "cannot read the queue", &e))?;
-            let entries = queue
-                .iter()
-                .map(|entry| entry_json_of(entry, |scope, key| store.key_hash(scope, key), args.show_keys))
-                .collect();
+            let hashes =
+                |scope: &Scope, key: &IdempotencyKey| (store.key_hash(scope, key), store.tenant_hash(scope.tenant()));
+            let entries = queue.iter().map(|entry| entry_json_of(entry, hashes, args.show_keys)).collect();
             return list(&target, "database", entries, json);
         };
         let item = |item: &idemdb::OutboxItem| {
-            idemdb_http::admin::effect_json(item, store.key_hash(&item.scope, &item.key), args.show_keys)
+            let (key_hash, tenant_hash) =
+                (store.key_hash(&item.scope, &item.key), store.tenant_hash(item.scope.tenant()));
+            idemdb_http::admin::effect_json(item, key_hash, tenant_hash, args.show_keys)
         };
         let done = match action {
             Action::Record(kind) => {
@@ -343,12 +385,17 @@ fn list(source: &str, source_kind: &str, entries: Vec<Value>, json: bool) -> Res
         output::print_json(&json!({ source_kind: source, "entries": entries }));
         return Ok(Exit::Ok);
     }
+    // In clear where the entries carry it (--show-keys), else the store's keyed hash.
+    let clear = |name: &str| entries.iter().any(|entry| entry.get(name).is_some());
+    let (tenant, tenant_header) = if clear("tenant") { ("tenant", "tenant") } else { ("tenant_hash", "tenant hash") };
+    let (key, key_header) =
+        if clear("idempotency_key") { ("idempotency_key", "key") } else { ("key_hash", "key hash") };
     let mut table = Table::new(&[
         ("since", Align::Left),
         ("kind", Align::Left),
-        ("tenant", Align::Left),
+        (tenant_header, Align::Left),
         ("operation", Align::Left),
-        ("key hash", Align::Left),
+        (key_header, Align::Left),
         ("what", Align::Left),
     ]);
     for value in &entries {
@@ -356,9 +403,9 @@ fn list(source: &str, source_kind: &str, entries: Vec<Value>, json: bool) -> Res
         table.row(vec![
             output::time(value["since_ms"].as_u64().unwrap_or_default()),
             text("kind"),
-            text("tenant"),
+            text(tenant),
             text("operation"),
-            text("key_hash"),
+            text(key),
             output::terminal_safe(&what(value)),
         ]);
     }
@@ -371,13 +418,24 @@ fn list(source: &str, source_kind: &str, entries: Vec<Value>, json: bool) -> Res
 }
 
 fn entry_json(store: &idemdb::Store, entry: &Attention, show_keys: bool) -> Value {
-    entry_json_of(entry, |scope, key| store.key_hash(scope, key), show_keys)
+    entry_json_of(entry, |scope, key| (store.key_hash(scope, key), store.tenant_hash(scope.tenant())), show_keys)
 }
 
-/// The admin API's spelling of an entry ([`idemdb_http::admin::attention_json`]), as it is.
-fn entry_json_of(entry: &Attention, hash: impl Fn(&Scope, &IdempotencyKey) -> KeyHash, show_keys: bool) -> Value {
+/// The admin API's spelling of an entry ([`idemdb_http::admin::attention_json`]); with
+/// `show_keys` also the tenant in clear, which an operator resolving from a file or a database
+/// names (`--tenant`). `hashes` gives the key's and the tenant's keyed hashes.
+fn entry_json_of(
+    entry: &Attention,
+    hashes: impl Fn(&Scope, &IdempotencyKey) -> (KeyHash, KeyHash),
+    show_keys: bool,
+) -> Value {
     let (scope, key) = entry.scoped_key();
-    idemdb_http::admin::attention_json(entry, hash(scope, key), show_keys)
+    let (key_hash, tenant_hash) = hashes(scope, key);
+    let mut out = idemdb_http::admin::attention_json(entry, key_hash, tenant_hash, show_keys);
+    if show_keys {
+        out["tenant"] = json!(scope.tenant());
+    }
+    out
 }
 
 /// The table's `what` of an entry: "record uncertain", "effect charge (uncertain)".
@@ -431,12 +489,12 @@ mod remote {
     pub(super) fn run(
         args: &ReconcileArgs,
         url: &str,
-        action: Option<(Scope, IdempotencyKey, Action)>,
+        action: Option<(Target, Action)>,
         json: bool,
     ) -> Result<Exit, CliError> {
         let base = base(url)?;
         let token = token(args)?;
-        let request = action.as_ref().map(|(scope, key, action)| body(args, scope, key, action));
+        let request = action.as_ref().map(|(target, action)| body(args, target, action));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -496,8 +554,13 @@ mod remote {
     }
 
     /// The JSON body of `POST /resolve`: the service encodes the response it stores.
-    fn body(args: &ReconcileArgs, scope: &Scope, key: &IdempotencyKey, action: &Action) -> Value {
-        let mut body = json!({ "tenant": scope.tenant(), "operation": scope.operation(), "key": key.as_str() });
+    fn body(args: &ReconcileArgs, target: &Target, action: &Action) -> Value {
+        let mut body = match target {
+            Target::Named(scope, key) => {
+                json!({ "tenant": scope.tenant(), "operation": scope.operation(), "key": key.as_str() })
+            }
+            Target::Hash(hash) => json!({ "key_hash": hash }),
+        };
         match action {
             Action::Record(kind) => body["resolution"] = json!(kind.as_str()),
             Action::Retry(effect) => {

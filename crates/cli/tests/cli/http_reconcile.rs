@@ -173,6 +173,13 @@ fn reconcile_url_lists_and_resolves_on_a_running_service() {
         assert!(entries[0].get("idempotency_key").is_none(), "keys hidden by default");
         let table = cli(with_file(&["--show-keys"]), vec![]).await.expect("cli").code(0);
         assert!(table.stdout.contains("effect charge (uncertain)"), "{}", table.stdout);
+        // Old code printed the key's hash whatever --show-keys said.
+        assert!(table.stdout.contains("order-900"), "--show-keys shows the key: {}", table.stdout);
+        let hidden = cli(with_file(&[]), vec![]).await.expect("cli").code(0);
+        assert!(!hidden.stdout.contains("order-900"), "keys hidden by default: {}", hidden.stdout);
+        // The service never spells the tenant (the client's bearer token): its hash only.
+        assert!(!listed.stdout.contains("acme") && !table.stdout.contains("acme"), "{}", table.stdout);
+        let key_hash = entries[0]["key_hash"].as_str().expect("key hash").to_string();
         let locked =
             cli(vec!["reconcile".into(), arg(&dir.path().join("idemdb.redb")).into()], vec![]).await.expect("cli");
         assert_eq!(locked.code, 3, "the file is the service's while it runs: {}", locked.stderr);
@@ -193,13 +200,10 @@ fn reconcile_url_lists_and_resolves_on_a_running_service() {
 
         let (_, charges) = ledger(&url).await;
         let charge = charges[0]["id"].as_str().expect("charge id").to_string();
+        // Named by the key hash the listing shows.
         let resolve = with_file(&[
-            "--tenant",
-            "acme",
-            "--operation",
-            "create_payment",
-            "--key",
-            "order-900",
+            "--key-hash",
+            &key_hash,
             "--effect",
             "charge",
             "--provider",
@@ -217,9 +221,9 @@ fn reconcile_url_lists_and_resolves_on_a_running_service() {
         for run in [&listed, &table, &from_env] {
             assert!(!run.stdout.contains(TOKEN) && !run.stderr.contains(TOKEN), "the token is never printed");
         }
-        // Again: the core refuses, exit 4, nothing changes.
+        // Again: the entry has left the queue, so its hash names nothing; exit 4, nothing changes.
         let again = cli(resolve, vec![]).await.expect("cli").code(4);
-        assert!(again.stderr.contains("IDEMDB_WRONG_STATE"), "{}", again.stderr);
+        assert!(again.stderr.contains("IDEMDB_NOT_FOUND"), "{}", again.stderr);
 
         let retry = pay(&url, "order-900").await;
         assert_eq!((retry.status, retry.replayed), (201, true), "{:?}", retry.body);

@@ -2,6 +2,12 @@
 //! admin API, the payments example's `GET /v1/reconciliation` and the `idemdb` CLI all use
 //! these. Times are milliseconds since the Unix epoch (`*_ms`); names are the core's
 //! (`StateKind`, `OutboxStateKind`, `EffectDoubt`, `AuditKind`, `DeliveryOutcomeKind`).
+//!
+//! The tenant is never spelled in clear: it is often a credential or a customer's identity
+//! (the payments example's tenant is the client's bearer token), so every spelling carries
+//! its keyed hash, `tenant_hash` ([`IdempotencyStore::tenant_hash`]), as the logs do.
+//!
+//! [`IdempotencyStore::tenant_hash`]: idemdb_interface::IdempotencyStore::tenant_hash
 
 use idemdb_core::{Attention, AuditEvent, KeyHash, OutboxItem, OutboxState, Record, ScopedKey, State, UncertainCause};
 use idemdb_interface::ListedDelivery;
@@ -10,17 +16,17 @@ use serde_json::{Value, json};
 use crate::StoredResponse;
 
 /// One entry of the reconciliation queue: `kind` ([`AttentionKind`]: `"effect"` or
-/// `"record"`), `tenant`, `operation`, `key_hash`, `idempotency_key` (with `show_key`), `state`,
+/// `"record"`), `tenant_hash`, `operation`, `key_hash`, `idempotency_key` (with `show_key`), `state`,
 /// `cause`, `since_ms`; an effect adds `effect`, `provider_key` (with `show_key`),
 /// `dispatches`, `last_reason`, `first_sent_at_ms`. The one spelling of an entry: the admin
 /// API, the payments example and the CLI print it as it is.
 ///
 /// [`AttentionKind`]: idemdb_core::AttentionKind
-pub fn attention_json(entry: &Attention, key_hash: KeyHash, show_key: bool) -> Value {
+pub fn attention_json(entry: &Attention, key_hash: KeyHash, tenant_hash: KeyHash, show_key: bool) -> Value {
     let (scope, key) = entry.scoped_key();
     let mut out = json!({
         "kind": entry.kind().as_str(),
-        "tenant": scope.tenant(),
+        "tenant_hash": tenant_hash.to_string(),
         "operation": scope.operation(),
         "key_hash": key_hash.to_string(),
         "since_ms": entry.since().as_millis(),
@@ -63,17 +69,17 @@ fn record_cause(state: &State) -> Option<&'static str> {
     }
 }
 
-/// One outbox item: `tenant`, `operation`, `key_hash`, `effect`, `version`, `state`,
+/// One outbox item: `tenant_hash`, `operation`, `key_hash`, `effect`, `version`, `state`,
 /// `reference` (confirmed), `cause` (uncertain), `dispatches`, `in_doubt`, `last_reason`,
 /// `first_sent_at_ms`, `created_at_ms`, `updated_at_ms`, `payload_bytes`; with `show_key`
 /// also `idempotency_key` and `provider_key`.
-pub fn effect_json(item: &OutboxItem, key_hash: KeyHash, show_key: bool) -> Value {
+pub fn effect_json(item: &OutboxItem, key_hash: KeyHash, tenant_hash: KeyHash, show_key: bool) -> Value {
     let reference = match &item.state {
         OutboxState::Confirmed { reference } => Some(reference.as_str()),
         _ => None,
     };
     let mut out = json!({
-        "tenant": item.scope.tenant(),
+        "tenant_hash": tenant_hash.to_string(),
         "operation": item.scope.operation(),
         "key_hash": key_hash.to_string(),
         "effect": item.effect.as_str(),
@@ -96,12 +102,12 @@ pub fn effect_json(item: &OutboxItem, key_hash: KeyHash, show_key: bool) -> Valu
     out
 }
 
-/// One record: `tenant`, `operation`, `key_hash`, `idempotency_key`, `state`, `cause`,
+/// One record: `tenant_hash`, `operation`, `key_hash`, `idempotency_key`, `state`, `cause`,
 /// `fingerprint` (64 hex digits), `fence`, `attempts`, `created_at_ms`, `updated_at_ms`,
 /// `lease_expires_at_ms` (in progress), `expires_at_ms` (completed, failed), `stored_bytes`,
 /// and `response` (`status`, `headers`, `body` as text) when the stored result is an HTTP
 /// response of the layer.
-pub fn record_json(scoped: &ScopedKey, record: &Record, key_hash: KeyHash) -> Value {
+pub fn record_json(scoped: &ScopedKey, record: &Record, key_hash: KeyHash, tenant_hash: KeyHash) -> Value {
     let (stored, expires_at, lease_expires_at) = match &record.state {
         State::Completed { result, expires_at, .. } => (Some(result), Some(expires_at.as_millis()), None),
         State::Failed { error, expires_at, .. } => (Some(error), Some(expires_at.as_millis()), None),
@@ -121,7 +127,7 @@ pub fn record_json(scoped: &ScopedKey, record: &Record, key_hash: KeyHash) -> Va
         })
     });
     json!({
-        "tenant": scoped.scope.tenant(),
+        "tenant_hash": tenant_hash.to_string(),
         "operation": scoped.scope.operation(),
         "key_hash": key_hash.to_string(),
         "idempotency_key": scoped.key.as_str(),

@@ -73,5 +73,5 @@ mod api;
 mod json;
 mod routes;
 
-pub use api::{AdminApi, ConfirmHook, HookError, NoHook};
+pub use api::{AdminApi, ConfirmHook, HookError, NoHook, ProviderFact};
 pub use json::{attention_json, delivery_json, effect_json, event_json, record_json};

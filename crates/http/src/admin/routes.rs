@@ -12,10 +12,10 @@ use idemdb_core::{
     Attention, Coded, EffectName, ErrorCode, IdempotencyKey, OutboxStateKind, ProviderState, Resolution,
     ResolutionCause, ResolutionKind, Scope, ScopedKey,
 };
-use idemdb_interface::{IdempotencyStore, InspectStore};
+use idemdb_interface::InspectStore;
 use serde_json::{Value, json};
 
-use super::api::{AdminApi, ConfirmHook};
+use super::api::{AdminApi, ConfirmHook, ProviderFact};
 use super::json::{attention_json, delivery_json, effect_json, event_json, record_json};
 use crate::StoredResponse;
 use crate::problem::{Problem, ProblemTypes};
@@ -47,6 +47,7 @@ fn router<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(api: Api<S, H>) 
         .route("/reconciliation", get(queue::<S, H>))
         .route("/record", get(record::<S, H>))
         .route("/resolve", post(resolve::<S, H>))
+        .route("/lookup", get(lookup::<S, H>))
         .route("/effects", get(effects::<S, H>))
         .route("/deliveries", get(deliveries::<S, H>))
         .with_state(api)
@@ -142,17 +143,44 @@ async fn queue<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
     };
     match api.store.reconciliation_queue(limit).await {
         Ok(queue) => {
-            let entries: Vec<Value> =
-                queue.iter().map(|entry| attention_json(entry, hash(&api.store, entry), true)).collect();
+            let entries: Vec<Value> = queue
+                .iter()
+                .map(|entry| {
+                    let (scope, key) = entry.scoped_key();
+                    attention_json(entry, api.store.key_hash(scope, key), api.store.tenant_hash(scope.tenant()), true)
+                })
+                .collect();
             ok(json!({ "entries": entries, "limit": limit }))
         }
         Err(error) => store_failed(&error),
     }
 }
 
-fn hash<S: IdempotencyStore>(store: &S, entry: &Attention) -> idemdb_core::KeyHash {
-    let (scope, key) = entry.scoped_key();
-    store.key_hash(scope, key)
+/// The record a query or body names: by `tenant`, `operation` and `key`, or by `key_hash`
+/// alone, as the listings give it (they never spell the tenant in clear) — the entry of the
+/// reconciliation queue with that hash.
+async fn named<S: InspectStore>(
+    store: &S,
+    tenant: Option<&str>,
+    operation: Option<&str>,
+    key: Option<&str>,
+    key_hash: Option<&str>,
+) -> Result<(Scope, IdempotencyKey), Response> {
+    let Some(key_hash) = key_hash else { return identity(tenant, operation, key).map_err(answer) };
+    if tenant.is_some() || operation.is_some() || key.is_some() {
+        return Err(invalid("give `key_hash`, or `tenant`, `operation` and `key`, not both"));
+    }
+    let queue = store.reconciliation_queue(0).await.map_err(|e| store_failed(&e))?;
+    queue
+        .iter()
+        .map(Attention::scoped_key)
+        .find(|(scope, key)| store.key_hash(scope, key).to_string() == key_hash)
+        .map(|(scope, key)| (scope.clone(), key.clone()))
+        .ok_or_else(|| {
+            let detail = "no entry of the reconciliation queue has this `key_hash`; name the record by `tenant`, \
+                          `operation` and `key`";
+            refuse(ErrorCode::NotFound, StatusCode::NOT_FOUND, detail)
+        })
 }
 
 /// `tenant`, `operation` and `key` of a query or body, validated.
@@ -173,31 +201,38 @@ async fn record<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
     State(api): State<Api<S, H>>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
-    let (scope, key) = match identity(param(&query, "tenant"), param(&query, "operation"), param(&query, "key")) {
+    let name = |field| param(&query, field);
+    let (scope, key) = match named(&api.store, name("tenant"), name("operation"), name("key"), name("key_hash")).await {
         Ok(identity) => identity,
-        Err(refusal) => return answer(refusal),
+        Err(refusal) => return refusal,
     };
-    match record_view(&api.store, &scope, &key).await {
+    match record_view(&api, &scope, &key).await {
         Ok(Some(view)) => ok(view),
         Ok(None) => refuse(ErrorCode::NotFound, StatusCode::NOT_FOUND, "no record for this tenant, operation and key"),
         Err(refusal) => refusal,
     }
 }
 
-/// A record with its effects and history; `None` when there is neither a record nor an effect.
-async fn record_view<S: InspectStore>(
-    store: &S,
+/// A record with its effects (each with the application's `summary`, when it gives one) and
+/// history; `None` when there is neither a record nor an effect.
+async fn record_view<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
+    api: &AdminApi<S, H>,
     scope: &Scope,
     key: &IdempotencyKey,
 ) -> Result<Option<Value>, Response> {
-    let key_hash = store.key_hash(scope, key);
+    let store = &api.store;
+    let (key_hash, tenant_hash) = (store.key_hash(scope, key), store.tenant_hash(scope.tenant()));
     let record = store.get(scope, key).await.map_err(|e| store_failed(&e))?;
     let effects = store.list_effects(None, 0).await.map_err(|e| store_failed(&e))?;
     let effects: Option<Vec<Value>> = effects.map(|items| {
         items
             .iter()
             .filter(|item| item.scope == *scope && item.key == *key)
-            .map(|item| effect_json(item, key_hash, true))
+            .map(|item| {
+                let mut effect = effect_json(item, key_hash, tenant_hash, true);
+                effect["summary"] = api.hook.describe(item).unwrap_or(Value::Null);
+                effect
+            })
             .collect()
     });
     if record.is_none() && effects.as_ref().is_none_or(Vec::is_empty) {
@@ -206,11 +241,11 @@ async fn record_view<S: InspectStore>(
     let history = store.key_history(scope, key, HISTORY_WINDOW).await.map_err(|e| store_failed(&e))?;
     let scoped = ScopedKey::new(scope.clone(), key.clone());
     Ok(Some(json!({
-        "tenant": scope.tenant(),
+        "tenant_hash": tenant_hash.to_string(),
         "operation": scope.operation(),
         "idempotency_key": key.as_str(),
         "key_hash": key_hash.to_string(),
-        "record": record.map(|record| record_json(&scoped, &record, key_hash)),
+        "record": record.map(|record| record_json(&scoped, &record, key_hash, tenant_hash)),
         "effects": effects,
         "history": history.map(|events| events.iter().map(event_json).collect::<Vec<_>>()),
     })))
@@ -231,8 +266,13 @@ async fn effects<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
     };
     match api.store.list_effects(state, limit).await {
         Ok(Some(items)) => {
-            let items: Vec<Value> =
-                items.iter().map(|item| effect_json(item, api.store.key_hash(&item.scope, &item.key), true)).collect();
+            let items: Vec<Value> = items
+                .iter()
+                .map(|item| {
+                    let key_hash = api.store.key_hash(&item.scope, &item.key);
+                    effect_json(item, key_hash, api.store.tenant_hash(item.scope.tenant()), true)
+                })
+                .collect();
             ok(json!({ "items": items, "limit": limit }))
         }
         Ok(None) => unsupported("its outbox"),
@@ -313,12 +353,9 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
     request: &Value,
 ) -> Result<Response, Response> {
     let store = &api.store;
-    let (scope, key) = identity(
-        text(request, "tenant").map_err(answer)?,
-        text(request, "operation").map_err(answer)?,
-        text(request, "key").map_err(answer)?,
-    )
-    .map_err(answer)?;
+    let (tenant, operation) = (text(request, "tenant").map_err(answer)?, text(request, "operation").map_err(answer)?);
+    let (key, key_hash) = (text(request, "key").map_err(answer)?, text(request, "key_hash").map_err(answer)?);
+    let (scope, key) = named(store, tenant, operation, key, key_hash).await?;
     let note = text(request, "note").map_err(answer)?.unwrap_or_default();
     let key_hash = store.key_hash(&scope, &key);
     let effect = text(request, "effect").map_err(answer)?;
@@ -363,6 +400,7 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                         let detail = format!("the effect is {}, not uncertain", item.state.kind().as_str());
                         return Err(refuse(ErrorCode::WrongState, StatusCode::CONFLICT, &detail));
                     }
+                    check_fact(api, &item, &Claim::Confirmed(reference)).await?;
                     let handled = api.hook.confirmed(store, &item, reference).await.map_err(|error| {
                         refuse(ErrorCode::OperationFailed, StatusCode::BAD_GATEWAY, &error.to_string())
                     })?;
@@ -379,6 +417,7 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                     format!("effect {effect} confirmed")
                 }
                 (Some("failed"), false) => {
+                    check_fact(api, &effect_of(store, &scope, &key, &effect).await?, &Claim::Failed).await?;
                     let state = ProviderState::Failed { body: stored(request, 500).map_err(answer)? };
                     store
                         .resolve_effect(&scope, &key, &effect, state, ResolutionCause::Operator)
@@ -387,6 +426,7 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                     format!("effect {effect} failed")
                 }
                 (Some("not_found"), false) => {
+                    check_fact(api, &effect_of(store, &scope, &key, &effect).await?, &Claim::NotFound).await?;
                     store
                         .resolve_effect(&scope, &key, &effect, ProviderState::NotFound, ResolutionCause::Operator)
                         .await
@@ -402,13 +442,100 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
     tracing::info!(
         target: "idemdb_http::admin",
         cause = "operator",
-        tenant = scope.tenant(),
+        tenant_hash = %store.tenant_hash(scope.tenant()),
         operation = scope.operation(),
         key_hash = %key_hash,
         resolved = what.as_str(),
         note,
         "resolved by an operator"
     );
-    let view = record_view(store, &scope, &key).await?;
+    let view = record_view(api, &scope, &key).await?;
     Ok(ok(json!({ "resolved": what, "cause": "operator", "note": note, "now": view })))
+}
+
+/// The effect `effect` of `(scope, key)`, or a 404 problem.
+async fn effect_of<S: InspectStore>(
+    store: &S,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    effect: &EffectName,
+) -> Result<idemdb_core::OutboxItem, Response> {
+    match store.effect(scope, key, effect).await {
+        Ok(Some(item)) => Ok(item),
+        Ok(None) => Err(refuse(ErrorCode::NotFound, StatusCode::NOT_FOUND, "no such effect")),
+        Err(error) => Err(store_failed(&error)),
+    }
+}
+
+/// What an operator says the provider did with an effect.
+enum Claim<'a> {
+    Confirmed(&'a str),
+    Failed,
+    NotFound,
+}
+
+/// Checks an operator's `claim` about `item` against the provider, when the application can
+/// ask it ([`ConfirmHook::lookup`]): a claim the provider contradicts is refused (422) with
+/// what the provider says, and nothing changes; a provider that cannot be asked is a 502.
+async fn check_fact<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
+    api: &AdminApi<S, H>,
+    item: &idemdb_core::OutboxItem,
+    claim: &Claim<'_>,
+) -> Result<(), Response> {
+    let fact = api.hook.lookup(&api.store, item).await.map_err(|error| {
+        let detail = format!("the provider could not be asked, nothing changed: {error}");
+        refuse(ErrorCode::OperationFailed, StatusCode::BAD_GATEWAY, &detail)
+    })?;
+    let contradiction = match (claim, fact) {
+        (_, None) => None,
+        (Claim::Confirmed(given), Some(ProviderFact::Made { reference })) if *given != reference => {
+            Some(format!("the provider made this effect under reference {reference}, not {given}"))
+        }
+        (Claim::Confirmed(_), Some(ProviderFact::NotMade)) => {
+            Some("the provider has no trace of this effect: resolve it not_found, so it is sent again".to_string())
+        }
+        (Claim::Failed | Claim::NotFound, Some(ProviderFact::Made { reference })) => {
+            Some(format!("the provider made this effect (reference {reference}): resolve it confirmed"))
+        }
+        _ => None,
+    };
+    match contradiction {
+        Some(detail) => Err(refuse(ErrorCode::InvalidArgument, StatusCode::UNPROCESSABLE_ENTITY, &detail)),
+        None => Ok(()),
+    }
+}
+
+/// `GET /lookup?key_hash=&effect=` (or `tenant`, `operation`, `key`): what the provider says
+/// of the effect — `{"provider": "confirmed", "reference": REF}` or `{"provider":
+/// "not_found"}` — through the application's lookup; `501` where it has none.
+async fn lookup<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
+    State(api): State<Api<S, H>>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    match ask(&api, &query).await {
+        Ok(response) | Err(response) => response,
+    }
+}
+
+async fn ask<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
+    api: &AdminApi<S, H>,
+    query: &[(String, String)],
+) -> Result<Response, Response> {
+    let name = |field| param(query, field);
+    let (scope, key) = named(&api.store, name("tenant"), name("operation"), name("key"), name("key_hash")).await?;
+    let Some(effect) = name("effect") else { return Err(invalid("`effect` is required")) };
+    let effect = EffectName::new(effect).map_err(|error| invalid(&format!("invalid effect: {error}")))?;
+    let item = effect_of(&api.store, &scope, &key, &effect).await?;
+    let fact = api.hook.lookup(&api.store, &item).await.map_err(|error| {
+        refuse(
+            ErrorCode::OperationFailed,
+            StatusCode::BAD_GATEWAY,
+            &format!("the provider could not be asked: {error}"),
+        )
+    })?;
+    Ok(match fact {
+        Some(ProviderFact::Made { reference }) => ok(json!({ "provider": "confirmed", "reference": reference })),
+        Some(ProviderFact::NotMade) => ok(json!({ "provider": "not_found", "reference": null })),
+        None => refuse(ErrorCode::Unsupported, StatusCode::NOT_IMPLEMENTED, "this service has no provider lookup"),
+    })
 }

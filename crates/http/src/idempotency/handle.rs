@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use idemdb_core::{Failure, IdempotencyKey, KeyHash, Lease, Scope};
+use idemdb_core::{Coded, ErrorCode, Failure, IdempotencyKey, KeyHash, Lease, Scope, StateKind};
 use idemdb_interface::IdempotencyStore;
 
 use super::error::HandleError;
@@ -103,15 +103,31 @@ impl<S: IdempotencyStore> LeaseHandle<S> {
     /// Retries get 409 with the problem type `needs-reconciliation` until the record is
     /// reconciled; the layer stores no response.
     ///
+    /// A record that is uncertain already, under this lease's attempt, is not an error: the
+    /// outbox's report of an effect whose answer was lost makes the record uncertain in its
+    /// own commit, before the handler hears of it. It counts as one uncertain settlement.
+    ///
     /// # Errors
     /// The store's error, or a settled handle. If the store failed, the layer still stores
     /// nothing: the record stays in progress and becomes uncertain when its lease expires.
     pub async fn mark_uncertain(&self) -> Result<(), HandleError> {
         self.claim(Settled::Uncertain)?;
         let lease = self.lease();
-        metrics::timed("fail", self.inner.store.fail(&lease, Failure::Uncertain)).await.map_err(HandleError::store)?;
+        let marked = metrics::timed_only("fail", self.inner.store.fail(&lease, Failure::Uncertain)).await;
+        if let Err(error) = marked
+            && !(error.code() == ErrorCode::WrongState && self.uncertain_already(&lease).await)
+        {
+            metrics::store_error("fail", error.code());
+            return Err(HandleError::store(error));
+        }
         metrics::settled(lease.scope().operation(), Settlement::Uncertain);
         Ok(())
+    }
+
+    /// Whether the record is uncertain under `lease`'s attempt (its fence).
+    async fn uncertain_already(&self, lease: &Lease) -> bool {
+        let record = self.inner.store.get(lease.scope(), lease.key()).await;
+        matches!(record, Ok(Some(record)) if record.fence == lease.fence() && record.state.kind() == StateKind::Uncertain)
     }
 
     /// Releases the key: the request failed before any effect, and a retry of the same

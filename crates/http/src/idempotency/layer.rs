@@ -7,6 +7,7 @@ use idemdb_interface::IdempotencyStore;
 use tower_layer::Layer;
 
 use super::config::{Config, Operation, Resolved};
+use super::holders::HeldKeys;
 use super::service::IdempotencyService;
 use super::tenant::TenantSource;
 use crate::problem::ProblemTypes;
@@ -139,6 +140,15 @@ impl<S: IdempotencyStore + Clone, T: TenantSource> IdempotencyLayer<S, T> {
     #[must_use]
     pub fn shared_store(self) -> Self {
         self.edit(|config| config.shared_store = true)
+    }
+
+    /// The register of keys this process works on, shared with every clone of this layer: a
+    /// service whose dispatcher finishes records (sending the effect a request enqueued with
+    /// its reservation) holds each key there while it dispatches, so that a duplicate meanwhile
+    /// is told the operation's short `Retry-After` rather than the time a dead holder's lease
+    /// would need.
+    pub fn held_keys(&self) -> HeldKeys {
+        HeldKeys { holders: Arc::clone(&self.config.holders) }
     }
 }
 

@@ -42,6 +42,7 @@ pub use config::{
 pub use error::HandleError;
 pub use future::ResponseFuture;
 pub use handle::LeaseHandle;
+pub use holders::{HeldKeys, KeyHold};
 pub use layer::IdempotencyLayer;
 pub use service::IdempotencyService;
 pub use tenant::{SingleTenant, TenantSource};

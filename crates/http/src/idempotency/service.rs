@@ -243,7 +243,8 @@ where
                 other => {
                     let config = &self.ctx.config;
                     let holder_gone = !config.shared_store && !config.holders.holds(&key_hash);
-                    Ok(self.ctx.refuse(refusal(&other, &operation.operation, holder_gone)))
+                    let gone_holder = holder_gone.then(|| self.ctx.store.policy(scope.operation()).lease_ttl());
+                    Ok(self.ctx.refuse(refusal(&other, &operation.operation, gone_holder)))
                 }
             }
         }

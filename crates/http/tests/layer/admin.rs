@@ -5,8 +5,9 @@
 use axum::body::Body;
 use http::{Method, Request, Response, StatusCode};
 use idemdb::StateKind;
+use idemdb::{OutboxItem, Reservation};
 use idemdb_http::LeaseHandle;
-use idemdb_http::admin::AdminApi;
+use idemdb_http::admin::{AdminApi, ConfirmHook, HookError, ProviderFact};
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -54,7 +55,10 @@ async fn an_operator_completes_or_releases_an_uncertain_key() {
     assert_eq!(queue.status, StatusCode::OK);
     let entries = queue.json()["entries"].as_array().cloned().unwrap();
     assert_eq!(entries.len(), 2, "{:?}", queue.json());
-    assert!(entries.iter().all(|e| e["kind"] == "record" && e["state"] == "uncertain" && e["tenant"] == "acme"));
+    let acme = store.tenant_hash("acme").to_string();
+    assert!(
+        entries.iter().all(|e| e["kind"] == "record" && e["state"] == "uncertain" && e["tenant_hash"] == acme.as_str())
+    );
     let view = admin(&router, Method::GET, "/record?tenant=acme&operation=pay&key=k-done", None).await;
     assert_eq!(view.json()["record"]["cause"], "reported", "{:?}", view.json());
     let kinds: Vec<String> =
@@ -108,4 +112,83 @@ async fn an_operator_completes_or_releases_an_uncertain_key() {
     assert_eq!(effects.count(), 3, "refusals run nothing");
     let page = admin(&router, Method::GET, "/", None).await;
     assert!(page.headers["content-security-policy"].to_str().unwrap().contains("default-src 'none'"));
+}
+
+/// A provider the test decides the facts of.
+struct Provider(Option<ProviderFact>);
+
+impl ConfirmHook<idemdb::AsyncStore> for Provider {
+    async fn confirmed(&self, _: &idemdb::AsyncStore, _: &OutboxItem, _: &str) -> Result<bool, HookError> {
+        Ok(false)
+    }
+
+    async fn lookup(&self, _: &idemdb::AsyncStore, _: &OutboxItem) -> Result<Option<ProviderFact>, HookError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// A store with one charge whose provider answer was lost (uncertain), under tenant acme,
+/// operation pay, key k-lost.
+fn lost_charge() -> idemdb::Store {
+    let (store, _) = store();
+    let (scope, key) = (idemdb::Scope::new("acme", "pay").unwrap(), idemdb::IdempotencyKey::new("k-lost").unwrap());
+    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &idemdb::Fingerprint::from_bytes([1; 32])).unwrap()
+    else {
+        panic!("a new key is acquired")
+    };
+    store.enqueue_effect(&lease, &idemdb::EffectName::new("charge").unwrap(), 1, b"{}".to_vec()).unwrap();
+    let claim = store.claim_effects(1).unwrap().pop().unwrap();
+    store.report_effect(&claim, idemdb::EffectReport::Unknown { reason: "timeout".into() }).unwrap();
+    store
+}
+
+/// With a provider lookup, an operator's fact is checked before anything changes: a charge
+/// the provider never made cannot be confirmed, one it made cannot be failed or sent again
+/// as not found, and another reference is refused. Old code stored every such fact.
+#[tokio::test]
+async fn an_operator_fact_the_provider_contradicts_is_refused_and_changes_nothing() {
+    let charge = json!({"tenant": "acme", "operation": "pay", "key": "k-lost", "effect": "charge"});
+    let claim = |extra: serde_json::Value| {
+        let mut body = charge.clone();
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let made = || Some(ProviderFact::Made { reference: "ch_real".into() });
+    for (fact, said, says) in [
+        (Some(ProviderFact::NotMade), json!({"provider": "confirmed", "reference": "ch_1"}), "no trace"),
+        (made(), json!({"provider": "confirmed", "reference": "ch_1"}), "ch_real, not ch_1"),
+        (made(), json!({"provider": "failed"}), "resolve it confirmed"),
+        (made(), json!({"provider": "not_found"}), "resolve it confirmed"),
+    ] {
+        let store = lost_charge();
+        let router = AdminApi::new(store.asynchronous()).hook(Provider(fact.clone())).router();
+        let refused = admin(&router, Method::POST, "/resolve", Some(claim(said.clone()))).await;
+        assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{fact:?} {said}: {:?}", refused.json());
+        assert!(refused.json()["detail"].as_str().unwrap().contains(says), "{:?}", refused.json());
+        let item = store
+            .effect(
+                &idemdb::Scope::new("acme", "pay").unwrap(),
+                &idemdb::IdempotencyKey::new("k-lost").unwrap(),
+                &idemdb::EffectName::new("charge").unwrap(),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(item.state.kind(), idemdb::OutboxStateKind::Uncertain, "nothing changed");
+    }
+    // What the provider says is asked from the page with `GET /lookup`; facts that agree go
+    // through.
+    let store = lost_charge();
+    let router = AdminApi::new(store.asynchronous()).hook(Provider(made())).router();
+    let asked = admin(&router, Method::GET, "/lookup?tenant=acme&operation=pay&key=k-lost&effect=charge", None).await;
+    assert_eq!(asked.json(), json!({"provider": "confirmed", "reference": "ch_real"}));
+    let agreed =
+        admin(&router, Method::POST, "/resolve", Some(claim(json!({"provider": "confirmed", "reference": "ch_real"}))))
+            .await;
+    assert_eq!(agreed.status, StatusCode::OK, "{:?}", agreed.json());
+    // Without a lookup the operator's word is taken, and `/lookup` says there is none.
+    let router = AdminApi::new(lost_charge().asynchronous()).router();
+    let none = admin(&router, Method::GET, "/lookup?tenant=acme&operation=pay&key=k-lost&effect=charge", None).await;
+    assert_eq!(none.status, StatusCode::NOT_IMPLEMENTED);
+    let taken = admin(&router, Method::POST, "/resolve", Some(claim(json!({"provider": "failed"})))).await;
+    assert_eq!(taken.status, StatusCode::OK, "{:?}", taken.json());
 }

@@ -95,3 +95,64 @@ async fn with_the_audit_trail_off_decisions_still_reach_a_listening_subscriber()
     assert!(lines.iter().any(|line| line.contains("replayed")), "the replay is logged: {lines:?}");
     assert!(store.audit_events(100).unwrap().is_empty(), "the audit trail is off: nothing is stored");
 }
+
+/// An operator's resolution is logged with the tenant's keyed hash, and the admin API's JSON
+/// never spells the tenant (in the payments example it is the client's bearer token); the
+/// operator names the entry by the key hash the queue lists. Old code: `tenant=<raw>` in the
+/// resolution's log line and `"tenant": <raw>` in the queue and the record view.
+#[tokio::test]
+async fn operator_resolutions_and_the_admin_views_name_the_tenant_by_its_hash_only() {
+    use axum::body::Body;
+    use http::{Method, Request, Response};
+    use http_body_util::BodyExt;
+    use idemdb_http::LeaseHandle;
+    use tower::ServiceExt;
+
+    let captured = captured();
+    let (store, _) = store();
+    let tenant = "sk_live_bearer_6d0e41";
+    let handler = |request: Request<Body>| async move {
+        let handle = request.extensions().get::<LeaseHandle<idemdb::AsyncStore>>().cloned().unwrap();
+        handle.mark_uncertain().await.unwrap();
+        Response::builder().status(502).body(Body::from("provider timed out")).unwrap()
+    };
+    let svc = service(layer(store.asynchronous(), Operation::named("pay")), handler);
+    let mut request = post("/pay", Some("k-hashed"), r#"{"a":1}"#);
+    request.headers_mut().insert("x-test-tenant", tenant.parse().unwrap());
+    assert_eq!(send(&svc, request).await.status, StatusCode::BAD_GATEWAY);
+
+    let router = idemdb_http::admin::AdminApi::new(store.asynchronous()).router();
+    let call = |method: Method, uri: String, body: Option<serde_json::Value>| {
+        let router = router.clone();
+        async move {
+            let body = Body::from(body.map(|b| b.to_string()).unwrap_or_default());
+            let request = Request::builder().method(method).uri(uri).body(body).unwrap();
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status();
+            let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+            (status, text)
+        }
+    };
+    let (status, queue) = call(Method::GET, "/reconciliation".into(), None).await;
+    assert_eq!(status, StatusCode::OK, "{queue}");
+    let tenant_hash = store.tenant_hash(tenant).to_string();
+    let entry = serde_json::from_str::<serde_json::Value>(&queue).unwrap()["entries"][0].clone();
+    assert_eq!(entry["tenant_hash"], tenant_hash.as_str(), "{queue}");
+    let key_hash = entry["key_hash"].as_str().expect(&queue).to_string();
+    let (status, view) = call(Method::GET, format!("/record?key_hash={key_hash}"), None).await;
+    assert_eq!(status, StatusCode::OK, "the queue's key hash names the record: {view}");
+    let (_, effects) = call(Method::GET, "/effects".into(), None).await;
+    let resolve = serde_json::json!({ "key_hash": key_hash, "resolution": "released", "note": "checked" });
+    let (status, resolved) = call(Method::POST, "/resolve".into(), Some(resolve)).await;
+    assert_eq!(status, StatusCode::OK, "{resolved}");
+    let released = store.get(&Scope::new(tenant, "pay").unwrap(), &IdempotencyKey::new("k-hashed").unwrap()).unwrap();
+    assert_eq!(released.unwrap().state.kind(), idemdb::StateKind::Released);
+    for (what, text) in [("queue", &queue), ("record", &view), ("effects", &effects), ("resolution", &resolved)] {
+        assert!(!text.contains(tenant), "the {what} spells the tenant: {text}");
+    }
+
+    let logs = captured.text();
+    let line = logs.lines().find(|line| line.contains("resolved by an operator")).expect("the resolution is logged");
+    assert!(line.contains(&format!("tenant_hash={tenant_hash}")), "{line}");
+    assert!(!logs.contains(tenant), "the raw tenant is never logged: {logs}");
+}

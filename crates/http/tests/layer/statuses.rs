@@ -248,6 +248,44 @@ async fn a_key_whose_holder_is_gone_gets_the_lease_s_remaining_time_as_retry_aft
     assert_eq!(effects.count(), 1, "no duplicate ran");
 }
 
+/// The process that reserved a key enqueued its effect and died while the effect was being
+/// dispatched: the store holds the record until the claim expires **plus one lease** (the time
+/// the next dispatch may take), but the answer comes with that next dispatch. Old code told the
+/// restarted service's clients the whole 120 s; the answer came at about 60 s.
+#[tokio::test]
+async fn a_gone_holder_s_key_waiting_for_its_effect_gets_the_time_to_the_next_dispatch_as_retry_after() {
+    let (store, clock) = store();
+    let effects = Effects::default();
+    let (handler, entered, release) = gated(effects.clone());
+    let charge = idemdb::EffectName::new("charge").unwrap();
+    let op = || Operation::named("op").enqueue_on_reserve(charge.clone(), 1, |_, _| Some(b"charge".to_vec()));
+    let before = service(layer(store.asynchronous(), op()), handler);
+    let first = tokio::spawn({
+        let svc = before.clone();
+        async move { send(&svc, post("/things", Some("k-1"), BODY)).await }
+    });
+    entered.notified().await;
+    // The dispatcher claims the charge (its claim lasts one lease, 60 s): the record is held
+    // until the claim has expired and a new dispatch has had a lease to finish, 120 s.
+    assert_eq!(store.claim_effects(1).unwrap().len(), 1);
+    let restarted = layer(store.asynchronous(), op());
+    let after = service(restarted.clone(), created(effects.clone()));
+    let refused = send(&after, post("/things", Some("k-1"), BODY)).await;
+    assert_eq!(refused.problem(), "urn:idemdb:problem:in-progress");
+    assert_eq!(refused.headers["retry-after"], "60", "the claim expires in 60 s and the next dispatch answers");
+    clock.advance(Duration::from_secs(20));
+    assert_eq!(send(&after, post("/things", Some("k-1"), BODY)).await.headers["retry-after"], "40");
+    // The restarted service's dispatcher holds the key while it sends the effect again: the
+    // answer is a dispatch away, so the cap applies.
+    let scope = Scope::new("acme", "op").unwrap();
+    let dispatching = restarted.held_keys().hold(store.key_hash(&scope, &IdempotencyKey::new("k-1").unwrap()));
+    assert_eq!(send(&after, post("/things", Some("k-1"), BODY)).await.headers["retry-after"], "1");
+    drop(dispatching);
+    release.notify_one();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(effects.count(), 1, "no duplicate ran");
+}
+
 #[tokio::test]
 async fn with_a_bounded_wait_the_duplicate_gets_the_first_response() {
     let (store, _) = store();

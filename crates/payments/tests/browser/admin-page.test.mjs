@@ -1,7 +1,9 @@
 // The operator's page of the payments example in headless Chromium: a charge whose provider
 // answer was lost waits in the queue; the operator opens the page, enters the admin token,
-// opens the entry, enters the provider's charge id and confirms. The retry of the key then
-// replays the 201 and the ledger has exactly one payment and one provider call.
+// opens the entry, reads the charge's amount and destination, asks the provider (which fills
+// in the charge id) and confirms. The retry of the key then replays the 201 and the ledger has
+// exactly one payment and one provider call. The page never shows the tenant (here the
+// client's bearer token), shows readable times, and fits a 360 px wide phone.
 //
 //   node --test crates/payments/tests/browser/admin-page.test.mjs
 //
@@ -24,6 +26,8 @@ const { chromium } = createRequire(join(repo, 'bindings', 'npm', 'package.json')
 const executablePath = process.env.IDEMDB_CHROMIUM ?? '/usr/bin/chromium';
 const binary = process.env.PAYMENTS_EXAMPLE ?? join(repo, 'target', 'debug', 'payments-example');
 const TOKEN = 'operator-secret-0123456789';
+// The tenant is the client's bearer token: a credential the page must never show.
+const TENANT = 'sk_tenant_bearer_5c2e91';
 const FLAGS = [
   '--headless',
   '--no-sandbox',
@@ -55,14 +59,14 @@ function startService(data) {
 async function pay(url, key) {
   const response = await fetch(`${url}/v1/payments`, {
     method: 'POST',
-    headers: { authorization: 'Bearer acme', 'idempotency-key': `"${key}"`, 'content-type': 'application/json' },
+    headers: { authorization: `Bearer ${TENANT}`, 'idempotency-key': `"${key}"`, 'content-type': 'application/json' },
     body: JSON.stringify({ amount: '20.00', currency: 'BRL', destination: 'acct_lost' }),
   });
   return { status: response.status, replayed: response.headers.get('idempotent-replayed') === 'true', body: await response.json() };
 }
 
 async function ledger(url) {
-  const response = await fetch(`${url}/v1/ledger`, { headers: { authorization: 'Bearer acme' } });
+  const response = await fetch(`${url}/v1/ledger`, { headers: { authorization: `Bearer ${TENANT}` } });
   assert.equal(response.status, 200);
   return response.json();
 }
@@ -101,7 +105,29 @@ test('an operator resolves a lost charge from the page', { timeout: 120_000 }, a
     await page.locator('#detail').waitFor();
     assert.match(await page.locator('#detail-record').textContent(), /"state": "uncertain"/);
     await page.locator('#history tr', { hasText: 'effect_reported' }).waitFor();
-    await page.fill('#reference', chargeId);
+    // The charge in the business's words, and times as people read them (old page: raw JSON
+    // with millisecond timestamps, no amount or destination).
+    const facts = await page.locator('#detail-facts').innerText();
+    const effect = await page.locator('#detail-effects').innerText();
+    assert.match(effect, /20\.00 BRL/);
+    assert.match(effect, /acct_lost/);
+    // (A fence may be as long as a timestamp: only the history's times are checked there.)
+    const at = (await page.locator('#history tr td:first-child').allInnerTexts()).join('\n');
+    for (const text of [facts, effect, at]) {
+      assert.doesNotMatch(text, /\b1\d{12}\b/, `no millisecond timestamps: ${text}`);
+    }
+    assert.match(facts, /created\s+\S+/);
+    // The tenant is never on the page (old page: in the queue and the record).
+    assert.ok(!(await page.content()).includes(TENANT), 'the tenant is not on the page');
+    // Ask the provider: it made the charge, and its id fills the reference (old page: no button).
+    await page.click('#ask');
+    await page.locator('#provider-says', { hasText: chargeId }).waitFor();
+    assert.equal(await page.inputValue('#reference'), chargeId);
+    // A phone: nothing is wider than 360 px (old page: the queue table and the raw record overflowed).
+    await page.setViewportSize({ width: 360, height: 740 });
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(overflow <= 360, `the page is ${overflow} px wide at 360`);
+    await page.setViewportSize({ width: 1280, height: 800 });
     await page.fill('#note', 'seen on the provider dashboard');
     await page.click('#buttons button[data-action="confirmed"]');
     await page.locator('#status.ok', { hasText: 'resolved: effect charge confirmed' }).waitFor();

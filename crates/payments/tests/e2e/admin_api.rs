@@ -53,7 +53,9 @@ async fn an_operator_resolves_a_lost_charge(db: &Db) -> Value {
         (Some("effect"), Some("charge"), Some("uncertain"))
     );
     assert_eq!(entry["idempotency_key"], "order-900");
-    assert_eq!(entry["tenant"], "acme");
+    // The tenant (here the client's bearer token) is never spelled: its keyed hash is.
+    assert!(entry.get("tenant").is_none() && entry["tenant_hash"].as_str().map(str::len) == Some(32), "{entry}");
+    assert!(!queue.to_string().contains("acme"), "{queue}");
     // The tenant's own queue speaks the same JSON.
     let tenant_queue = crate::support::reconciliation(&http, &url, "acme").await;
     assert_eq!(tenant_queue, entries.clone(), "one spelling of an entry");
@@ -67,6 +69,11 @@ async fn an_operator_resolves_a_lost_charge(db: &Db) -> Value {
     let (status, missing) =
         admin_get(&http, &url, "/record?tenant=acme&operation=create_payment&key=nope", Some(TOKEN)).await;
     assert_eq!((status, missing["code"].as_str()), (404, Some("IDEMDB_NOT_FOUND")));
+
+    // The page's view of the charge: what it charges, in the business's words.
+    let summary = &view["effects"][0]["summary"];
+    assert_eq!((summary["amount"].as_str(), summary["destination"].as_str()), (Some("20.00"), Some("acct_lost")));
+    assert!(!view.to_string().contains("acme"), "the record view never spells the tenant: {view}");
 
     // The record cannot be settled by hand while its charge is unresolved: a made-up answer
     // would be replayed while the ledger says otherwise. (It used to be accepted: retries then
@@ -89,9 +96,36 @@ async fn an_operator_resolves_a_lost_charge(db: &Db) -> Value {
     let retry = pay(&http, &url, "acme", "order-900", LOST).await.unwrap();
     assert_eq!((retry.status, retry.problem.as_deref()), (409, Some("urn:idemdb:problem:needs-reconciliation")));
 
-    // The provider made the charge: its id is the reference.
+    // The provider made the charge: its id is the reference, as the provider's lookup says.
     let charge = effects(&http, &url, "acme").await.charges_of("order-900").to_vec();
     assert_eq!(charge.len(), 1, "the provider charged once");
+    let key_hash = entry["key_hash"].as_str().unwrap();
+    let (status, asked) =
+        admin_get(&http, &url, &format!("/lookup?key_hash={key_hash}&effect=charge"), Some(TOKEN)).await;
+    assert_eq!(
+        (status, asked["provider"].as_str(), asked["reference"].as_str()),
+        (200, Some("confirmed"), Some(charge[0].as_str()))
+    );
+    // Facts the provider contradicts are refused with its word, and change nothing. Old code
+    // stored the wrong reference, or failed the payment of a charge that was made.
+    let named = json!({ "tenant": "acme", "operation": "create_payment", "key": "order-900", "effect": "charge" });
+    let with = |extra: Value| {
+        let mut body = named.clone();
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    for (claim, says) in [
+        (json!({"provider": "confirmed", "reference": "ch_wrong"}), charge[0].as_str()),
+        (json!({"provider": "failed"}), "resolve it confirmed"),
+        (json!({"provider": "not_found"}), "resolve it confirmed"),
+    ] {
+        let (status, refused) = admin_resolve(&http, &url, &with(claim.clone())).await;
+        assert_eq!((status, refused["code"].as_str()), (422, Some("IDEMDB_INVALID_ARGUMENT")), "{claim}: {refused}");
+        assert!(refused["detail"].as_str().unwrap().contains(says), "{claim}: {refused}");
+    }
+    let (_, still) = admin_get(&http, &url, "/reconciliation", Some(TOKEN)).await;
+    assert_eq!(still["entries"][0]["state"], "uncertain", "nothing changed: {still}");
+    assert_eq!(effects(&http, &url, "acme").await.payments_of("order-900"), 0, "no payment row was written");
     let resolve = json!({
         "tenant": "acme", "operation": "create_payment", "key": "order-900",
         "effect": "charge", "provider": "confirmed", "reference": charge[0], "note": "provider dashboard"

@@ -8,8 +8,11 @@
 mod admin_api;
 mod backup;
 mod edges;
+mod headers;
+mod metrics;
 mod payments;
 mod postgres;
 mod promises;
 mod readme;
+mod retry_after;
 mod support;
