@@ -69,7 +69,31 @@ pub(crate) struct Inner {
     pub(crate) begin: String,
     /// The row tables this store made or used (`rows.rs`): made once, then taken as there.
     pub(crate) row_tables: std::sync::Mutex<std::collections::HashSet<idemdb_core::RowTable>>,
+    /// The server process behind each pooled connection, read once per connection.
+    backends: std::sync::Mutex<std::collections::HashMap<deadpool_postgres::ObjectId, Backend>>,
 }
+
+/// A server process: what tells whether a statement it ran can still commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backend {
+    pid: i32,
+    /// `backend_start` in µs: with the pid, this process and no later one.
+    started: i64,
+    /// `pg_postmaster_start_time()` in µs: a restart ends every process.
+    server_start: i64,
+}
+
+/// Whether a [`Backend`] can still commit what it was running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BackendState {
+    /// It is gone (ended, or the server restarted): whatever it ran is committed or not, for good.
+    Gone,
+    /// It still runs (for example a commit waiting for a synchronous standby, its client gone).
+    Running,
+}
+
+/// At most this many connections' processes are remembered (then the map starts again).
+const MAX_BACKENDS: usize = 1024;
 
 /// How far the database's clock may be from the predicted decision time of a new key's
 /// one-statement reservation; further, the statement inserts nothing and the locked path
@@ -99,7 +123,68 @@ impl Inner {
             floor: AtomicU64::new(0),
             audit: Buffer::default(),
             row_tables: std::sync::Mutex::default(),
+            backends: std::sync::Mutex::default(),
         }
+    }
+
+    /// The server process behind `connection` (read once per connection, one round trip), or
+    /// `None` under transaction pooling (each transaction may run on another process) or when
+    /// it cannot be read.
+    pub(crate) async fn backend_of(&self, connection: &Conn) -> Option<Backend> {
+        if self.statements.is_unnamed() {
+            return None;
+        }
+        let id = deadpool_postgres::Object::id(connection);
+        let known = self.backends.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&id).copied();
+        if known.is_some() {
+            return known;
+        }
+        let row = self
+            .io(connection, async {
+                self.statements.query_opt(connection, crate::schema::BACKEND, &[]).await.map_err(Error::from_driver)
+            })
+            .await
+            .ok()??;
+        let backend =
+            Backend { pid: row.try_get(0).ok()?, started: row.try_get(1).ok()?, server_start: row.try_get(2).ok()? };
+        let mut backends = self.backends.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if backends.len() >= MAX_BACKENDS {
+            backends.clear();
+        }
+        backends.insert(id, backend);
+        Some(backend)
+    }
+
+    /// Whether `backend` still runs, asked on another connection; a running one is asked to
+    /// end (`pg_terminate_backend`: its client is gone, and what it was committing then lands
+    /// or rolls back for good), so a later question finds it gone.
+    pub(crate) async fn end_backend(&self, backend: Backend) -> Result<BackendState, Error> {
+        let connection = self.connection().await?;
+        let row = self
+            .io(&connection, async {
+                let params: [&(dyn ToSql + Sync); 2] = [&backend.pid, &backend.started];
+                let rows = self
+                    .statements
+                    .query(&connection, crate::schema::BACKEND_STATE, &params)
+                    .await
+                    .map_err(Error::from_driver)?;
+                rows.into_iter().next().ok_or(Error::Refused(idemdb_core::Refusal::NotFound))
+            })
+            .await?;
+        let server_start: i64 = row.try_get(0).map_err(Error::from_driver)?;
+        let running: bool = row.try_get(1).map_err(Error::from_driver)?;
+        if server_start != backend.server_start || !running {
+            return Ok(BackendState::Gone);
+        }
+        self.io(&connection, async {
+            let params: [&(dyn ToSql + Sync); 2] = [&backend.pid, &backend.started];
+            self.statements
+                .query(&connection, crate::schema::TERMINATE_BACKEND, &params)
+                .await
+                .map_err(Error::from_driver)
+        })
+        .await?;
+        Ok(BackendState::Running)
     }
 
     fn elapsed_ms(&self) -> i64 {

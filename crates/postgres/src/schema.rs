@@ -360,9 +360,24 @@ impl Sql {
             &wf.job_purge,
             TXID_STATUS,
             TERMINATE,
+            BACKEND,
+            BACKEND_STATE,
+            TERMINATE_BACKEND,
         ]
     }
 }
+
+/// The connection's server process: its pid, when it started (µs) and the server's start time
+/// (µs); together they name the process even after its pid is reused.
+pub(crate) const BACKEND: &str = "SELECT pg_backend_pid(), \
+     (SELECT (extract(epoch FROM backend_start) * 1000000)::bigint FROM pg_stat_activity WHERE pid = pg_backend_pid()), \
+     (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+/// The server's start time (µs) and whether the process `$1` that started at `$2` (µs) runs.
+pub(crate) const BACKEND_STATE: &str = "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint, \
+     EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2)";
+/// Terminates the process `$1` that started at `$2` (µs), if it still runs.
+pub(crate) const TERMINATE_BACKEND: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+     WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2";
 
 /// Statements that do not depend on the schema.
 pub(crate) const TXID_STATUS: &str =

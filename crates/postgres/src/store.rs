@@ -257,7 +257,9 @@ impl PgStore {
         );
         let (kind, key_hash, prefix, correlation_column) = audit::columns(&row);
         let audit_on = inner.settings.audit;
-        let sent = tokio::time::Instant::now();
+        // Who runs the statement: if its answer is lost, only that process's end makes "no
+        // row" a fact (a commit may wait for a synchronous standby long after any timeout).
+        let backend = inner.backend_of(&connection).await;
         let reply = inner
             .io(&connection, async {
                 let params: [&(dyn ToSql + Sync); 14] = [
@@ -283,17 +285,23 @@ impl PgStore {
             Ok(Ok(Some(reply))) => reply,
             // The statement selects from the metadata row: it always returns one row.
             Ok(Ok(None)) => return Err(Error::Database(DbError::schema("the idemdb_meta row is missing"))),
-            // The server refused the statement: it was rolled back as a whole.
-            Ok(Err(db)) if db.sqlstate().is_some() => return Err(Error::from_driver(db)),
+            // The server refused the statement: it was rolled back as a whole. Except a statement
+            // cancelled or ended by the operator's class of errors (57: a statement timeout,
+            // a terminated process): that may have interrupted its commit's wait for a
+            // synchronous standby, and such a commit stands. Those are learnt like a lost answer.
+            Ok(Err(db)) if db.sqlstate().is_some_and(|state| !state.starts_with("57")) => {
+                return Err(Error::from_driver(db));
+            }
             // The connection failed or the deadline passed with the statement perhaps applied.
             Ok(Err(db)) => {
+                connection.discard();
                 return self
-                    .resolve_lost_insert(scope, key, &bytes, sent, Error::from_driver(db))
+                    .resolve_lost_insert(scope, key, &bytes, backend, Error::from_driver(db))
                     .await
                     .map(|()| Some(fresh.answer));
             }
             Err(error) => {
-                return self.resolve_lost_insert(scope, key, &bytes, sent, error).await.map(|()| Some(fresh.answer));
+                return self.resolve_lost_insert(scope, key, &bytes, backend, error).await.map(|()| Some(fresh.answer));
             }
         };
         drop(connection);
@@ -329,32 +337,44 @@ impl PgStore {
 
     /// Learns whether a one-statement reservation whose answer was lost inserted its row:
     /// `Ok(())` when the row holds exactly the bytes it wrote; the original error (nothing
-    /// changed) when another row is there, or when no row is there and the statement can no
-    /// longer run (its statement timeout has passed since it was sent);
-    /// [`Error::CommitUnknown`] when that cannot be learnt by the call's deadline.
+    /// changed) when another row is there, or when no row is there once the process that ran
+    /// the statement (`backend`) is gone — a running one is terminated, since its client is
+    /// gone — so the statement can no longer commit; [`Error::CommitUnknown`] when that cannot
+    /// be learnt by the call's deadline (always so without a known process: under transaction
+    /// pooling, where no timeout proves anything, a commit waiting for a synchronous standby
+    /// being the case in point).
     async fn resolve_lost_insert(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         bytes: &[u8],
-        sent: tokio::time::Instant,
+        backend: Option<crate::inner::Backend>,
         error: Error,
     ) -> Result<(), Error> {
         let inner = &self.inner;
-        let settled = sent + inner.settings.statement_timeout + Duration::from_secs(1);
+        let read = || async {
+            let connection = inner.connection().await?;
+            let row = inner.query_keyed(&connection, &inner.sql.get, scope, key).await?;
+            row.map(|row| row.try_get::<_, Vec<u8>>(0)).transpose().map_err(Error::from_driver)
+        };
         let mut pause = Duration::from_millis(20);
         while tokio::time::Instant::now() < inner.deadline() {
-            let found = async {
-                let connection = inner.connection().await?;
-                let row = inner.query_keyed(&connection, &inner.sql.get, scope, key).await?;
-                row.map(|row| row.try_get::<_, Vec<u8>>(0)).transpose().map_err(Error::from_driver)
-            }
-            .await;
-            match found {
+            match read().await {
                 Ok(Some(current)) if current == bytes => return Ok(()),
                 Ok(Some(_)) => return Err(error),
-                Ok(None) if tokio::time::Instant::now() >= settled => return Err(error),
-                Ok(None) | Err(_) => {}
+                Ok(None) => {
+                    if let Some(backend) = backend
+                        && let Ok(crate::inner::BackendState::Gone) = inner.end_backend(backend).await
+                    {
+                        // Gone before this read: what it ran is decided for good.
+                        match read().await {
+                            Ok(Some(current)) if current == bytes => return Ok(()),
+                            Ok(_) => return Err(error),
+                            Err(_) => {}
+                        }
+                    }
+                }
+                Err(_) => {}
             }
             tokio::time::sleep(pause.min(inner.deadline().saturating_duration_since(tokio::time::Instant::now())))
                 .await;

@@ -35,6 +35,10 @@ const TESTS: &[(&str, Test)] = &[
     ("killed_connections_and_a_restart_lose_nothing_and_double_nothing", faults::run),
     ("a_transaction_killed_before_commit_is_rolled_back_and_repeats_safely", faults::killed_mid_transaction),
     ("unreachable_database_and_lost_commits_are_typed", proxy::run),
+    (
+        "a_commit_waiting_for_a_standby_is_never_taken_for_nothing_changed",
+        proxy::a_commit_waiting_for_a_standby_is_never_taken_for_nothing_changed,
+    ),
     ("a_locked_table_ends_each_call_at_its_deadline", deadline::locked_table),
     ("instances_with_clocks_an_hour_apart_agree", clocks::run),
     ("migrations_are_versioned_and_checked_at_connect", basics::migrations),

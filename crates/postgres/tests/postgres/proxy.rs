@@ -26,7 +26,7 @@ use idemdb_postgres::{
 };
 use libtest_mimic::Failed;
 
-use crate::support::{Env, admin, block_on, fresh_schema};
+use crate::support::{Env, admin, block_on, count, fresh_schema};
 
 const PASS: u8 = 0;
 const CUT_BEFORE_COMMIT: u8 = 1;
@@ -312,6 +312,81 @@ pub fn run(env: &Env) -> Result<(), Failed> {
         pg.complete(&lease, b"late".to_vec()).await.expect("the repeat succeeds once the row is free");
         let record = pg.get(&scope, &key("k-locked")).await.expect("get").expect("record");
         assert!(matches!(record.state, State::Completed { .. }));
+    });
+    Ok(())
+}
+
+/// Sets `synchronous_standby_names` for the whole server (`""`: none) and waits for the reload.
+async fn standby(admin: &idemdb_postgres::tokio_postgres::Client, names: &str) {
+    admin.batch_execute("SET synchronous_commit = local").await.expect("a local commit for this session");
+    admin
+        .batch_execute(&format!("ALTER SYSTEM SET synchronous_standby_names = '{names}'"))
+        .await
+        .expect("set synchronous_standby_names");
+    admin.batch_execute("SELECT pg_reload_conf()").await.expect("reload");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// A new key's reservation whose commit waits for a synchronous standby that is not there,
+/// and whose connection is lost meanwhile: no row is visible, and no timeout proves it never
+/// will be. The adapter ends the process that runs the statement (its client is gone), and
+/// only then reads what is stored: here the commit lands, and the reservation is acquired. It
+/// used to answer "nothing changed" (`Unavailable`) a statement timeout after sending, while
+/// the commit landed later, leaving a record in progress whose handler never ran.
+pub fn a_commit_waiting_for_a_standby_is_never_taken_for_nothing_changed(env: &Env) -> Result<(), Failed> {
+    const STALLED: &str = "idemdb_stalled_commit";
+    block_on(async {
+        fresh_schema(&env.url, STALLED).await;
+        let proxy = Proxy::start(server_addr(&env.url)).await;
+        let pg = PgStore::builder(proxy.url())
+            .schema(STALLED)
+            .pool_size(2)
+            .operation_timeout(Duration::from_secs(8))
+            .statement_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .expect("connect through the proxy");
+        let scope = Scope::new("acme", "create_payment").expect("scope");
+        let fp = Fingerprint::from_bytes([7; 32]);
+        pg.reserve(&scope, &key("warm"), &fp).await.expect("a reservation before the standby is required");
+
+        let admin = admin(&env.url).await;
+        standby(&admin, "idemdb_no_such_standby").await;
+        // The stalled reservation runs on a task of its own: whatever it does (a panic
+        // included), the standby requirement is lifted before anything else runs.
+        let stalled = {
+            let (pg, scope) = (pg.clone(), scope.clone());
+            tokio::spawn(async move {
+                let reserving = tokio::spawn(async move { pg.reserve(&scope, &key("k-standby"), &fp).await });
+                // The statement has inserted and waits for the standby; its connection is lost.
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                proxy.down();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                proxy.up();
+                reserving.await
+            })
+        };
+        let outcome = stalled.await;
+        standby(&admin, "").await;
+        let outcome = match outcome {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(panicked)) | Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),
+        };
+        let stored = count(
+            &admin,
+            &format!("SELECT count(*) FROM \"{STALLED}\".idemdb_records WHERE key = 'k-standby'"),
+        )
+        .await;
+        match &outcome {
+            Ok(Reservation::Acquired(_)) => assert_eq!(stored, 1, "acquired, and the row is there"),
+            Err(error) if error.code() == ErrorCode::CommitUnknown => {}
+            Err(error) => assert_eq!(stored, 0, "told \"{error}\" ({:?}), but the row committed", error.code()),
+            Ok(other) => panic!("a new key: {other:?}"),
+        }
+        assert!(
+            matches!(outcome, Ok(Reservation::Acquired(_))),
+            "the stalled commit is learnt, not guessed: {outcome:?} (row stored: {stored})"
+        );
     });
     Ok(())
 }
