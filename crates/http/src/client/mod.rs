@@ -12,7 +12,9 @@
 //!   says retrying cannot help, with the status idemdb answers it with (`needs-reconciliation`
 //!   409, `expired` 410, `provider-key-expired` 409, `corrupt` and `newer-format` 500; the
 //!   type read in full, see [`IdempotentClient::problem_base`]), or the intent's attempt budget
-//!   ([`Retry::attempts_per_intent`], counted across resumes) running out. The
+//!   ([`Retry::attempts_per_intent`], counted across resumes, a refused connection charged
+//!   once per outage) or its time ([`Retry::max_pending`]) running out, or a final answer too
+//!   large for the store (`unreadable`, sent once; the error carries it whole). The
 //!   [`on_needs_attention`](IdempotentClient::on_needs_attention) callback tells the app; a
 //!   person reopens it after a reconciliation ([`Store::reopen_intent`]) or abandons it
 //!   ([`Store::abandon_intent`]);
@@ -516,7 +518,7 @@ impl IdempotentClient {
             }
             let response = match self.http.execute(request).await {
                 Ok(response) => response,
-                Err(error) if error.is_connect() && !error.is_timeout() => {
+                Err(error) if error.is_connect() => {
                     // Not at the server: not charged. The first send of an outage closes its marker.
                     tracing::debug!(target: "idemdb_http", attempt, "the server was not reached");
                     last_error = Some(error);
