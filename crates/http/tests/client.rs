@@ -13,17 +13,34 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use idemdb::{AttentionCause, ErrorCode, IntentState, IntentStateKind, Scope, Store};
+use idemdb::{
+    AttentionCause, Canonicalizer, ErrorCode, IdempotencyKey, IntentState, IntentStateKind, ManualClock, Scope, Store,
+};
 use idemdb_http::client::{IdempotentClient, IntentRequest, Retry};
 
+/// What the service received: requests per path, the headers and bodies of each, and the
+/// requests per idempotency key (the first of a key is its one effect; the others replays).
 #[derive(Clone, Default)]
-struct Hits(Arc<Mutex<HashMap<String, u32>>>, Arc<Mutex<Vec<HeaderMap>>>);
+struct Hits(
+    Arc<Mutex<HashMap<String, u32>>>,
+    Arc<Mutex<Vec<HeaderMap>>>,
+    Arc<Mutex<Vec<String>>>,
+    Arc<Mutex<HashMap<String, u32>>>,
+);
 
 impl Hits {
     fn of(&self, path: &str) -> u32 {
         self.0.lock().unwrap().get(path).copied().unwrap_or(0)
     }
+
+    /// The effects: keys the service received at least once.
+    fn effects(&self) -> usize {
+        self.3.lock().unwrap().len()
+    }
 }
+
+/// The size of the answer of `/huge`: over the store's 1 MiB result limit.
+const HUGE: usize = (1 << 20) + 1024;
 
 fn problem(status: u16, slug: &str) -> Response {
     let body = format!(r#"{{"type":"urn:idemdb:problem:{slug}","title":"t","status":{status}}}"#);
@@ -35,10 +52,25 @@ fn foreign_problem(status: u16, type_uri: &str) -> Response {
     (StatusCode::from_u16(status).unwrap(), [("content-type", "application/problem+json")], body).into_response()
 }
 
-async fn answer(State(hits): State<Hits>, Path(path): Path<String>, headers: HeaderMap) -> Response {
+async fn answer(State(hits): State<Hits>, Path(path): Path<String>, headers: HeaderMap, body: String) -> Response {
     *hits.0.lock().unwrap().entry(path.clone()).or_default() += 1;
+    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let replay = {
+        let mut keys = hits.3.lock().unwrap();
+        let sends = keys.entry(key).or_default();
+        *sends += 1;
+        *sends > 1
+    };
     hits.1.lock().unwrap().push(headers);
+    hits.2.lock().unwrap().push(body);
     match path.as_str() {
+        // An effect that takes a while; a key seen before is answered as a replay.
+        "slow" => {
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..8))).await;
+            let replayed = if replay { "true" } else { "false" };
+            (StatusCode::CREATED, [("idempotent-replayed", replayed)], "done").into_response()
+        }
+        "huge" => (StatusCode::CREATED, "x".repeat(HUGE)).into_response(),
         "replayed-500" => {
             (StatusCode::INTERNAL_SERVER_ERROR, [("idempotent-replayed", "true")], "stored failure").into_response()
         }
@@ -60,12 +92,16 @@ async fn answer(State(hits): State<Hits>, Path(path): Path<String>, headers: Hea
 }
 
 async fn serve() -> (String, Hits) {
-    let hits = Hits::default();
-    let app = Router::new().route("/{path}", post(answer)).with_state(hits.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
+    (format!("http://{address}"), serve_on(listener))
+}
+
+fn serve_on(listener: tokio::net::TcpListener) -> Hits {
+    let hits = Hits::default();
+    let app = Router::new().route("/{path}", post(answer)).with_state(hits.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{address}"), hits)
+    hits
 }
 
 fn fast() -> Retry {
@@ -225,4 +261,163 @@ async fn a_secret_header_reaches_the_server_and_never_the_store_file() {
         );
     }
     assert!(bytes.windows(10).any(|w| w == b"text/plain"), "the allowed header is stored");
+}
+
+/// A field excluded from the fingerprint was dropped from the request sent: the stored
+/// request was the canonical one. Exclusion is about the fingerprint only. Old code: the server
+/// received `{"amount":"10.50"}`, without `trace_id`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_excluded_from_the_fingerprint_is_still_sent() {
+    let (base, hits) = serve().await;
+    let store = Store::in_memory().unwrap();
+    let client = IdempotentClient::new(store.clone(), reqwest::Client::new())
+        .base_url(base.parse().unwrap())
+        .canonicalizer(Canonicalizer::new().exclude("/body/trace_id").unwrap());
+    let scope = Scope::new("me", "pay").unwrap();
+    let key = IdempotencyKey::new("k-trace").unwrap();
+    let request =
+        |trace: &str| IntentRequest::post("/ok").json(serde_json::json!({"amount": "10.50", "trace_id": trace}));
+    let answer = client.send_with_key(&scope, &key, request("t-1")).await.unwrap();
+    assert_eq!(answer.status, StatusCode::CREATED);
+    let sent: serde_json::Value = serde_json::from_str(&hits.2.lock().unwrap()[0]).unwrap();
+    assert_eq!(
+        sent,
+        serde_json::json!({"amount": "10.50", "trace_id": "t-1"}),
+        "the excluded field reaches the server"
+    );
+
+    // Another trace id is the same intent: its recorded answer, nothing sent.
+    let again = client.send_with_key(&scope, &key, request("t-2")).await.unwrap();
+    assert_eq!(again, answer);
+    assert_eq!(hits.of("ok"), 1);
+    // A field that is not excluded still tells two requests apart.
+    let other = IntentRequest::post("/ok").json(serde_json::json!({"amount": "99", "trace_id": "t-1"}));
+    let error = client.send_with_key(&scope, &key, other).await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::KeyMismatch);
+    assert_eq!(hits.of("ok"), 1);
+}
+
+/// A final answer over the store's result limit (1 MiB) was never recorded: the store refused
+/// it, the intent stayed pending and every resume sent it again. Old code: the call failed with
+/// the store's `IDEMDB_TOO_LARGE`, and each resume was one more send (2 sends after one resume).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_answer_too_large_to_store_needs_attention_at_once_and_is_not_resent() {
+    let (base, hits) = serve().await;
+    let store = Store::in_memory().unwrap();
+    let noticed = Arc::new(Mutex::new(0));
+    let seen = noticed.clone();
+    let client = IdempotentClient::new(store.clone(), reqwest::Client::new())
+        .base_url(base.parse().unwrap())
+        .retry(fast())
+        .on_needs_attention(move |_| *seen.lock().unwrap() += 1);
+    let scope = Scope::new("me", "pay").unwrap();
+    let error = client.send(&scope, IntentRequest::post("/huge").text("x")).await.unwrap_err();
+    assert_eq!(error.needs_attention(), Some(AttentionCause::Unreadable), "{error}");
+    let answer = error.answer().unwrap();
+    assert_eq!((answer.status, answer.body.len()), (StatusCode::CREATED, HUGE), "the caller gets the answer whole");
+    assert_eq!(*noticed.lock().unwrap(), 1);
+    assert!(client.resume_pending().await.unwrap().is_empty());
+    assert_eq!(hits.of("huge"), 1, "sent once");
+    let intent = &store.all_intents().unwrap()[0];
+    let IntentState::NeedsAttention { response: Some(kept), .. } = &intent.state else { panic!("{intent:?}") };
+    assert_eq!((kept.status, kept.body.len()), (201, 0), "its status and headers are kept, not the body");
+}
+
+/// An outage spent the whole budget: each refused connection was an attempt, so an intent
+/// that never reached the server came to need attention and was not sent when the server came
+/// back. Old code: after 4 calls against the stopped server the intent needed attention
+/// (retries_exhausted, 4 attempts charged) and the server never received it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_charges_one_attempt_and_the_intent_is_sent_once_the_server_is_back() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener); // nothing listens: each connection is refused
+    let store = Store::in_memory().unwrap();
+    let client = IdempotentClient::new(store.clone(), reqwest::Client::new())
+        .base_url(format!("http://{address}").parse().unwrap())
+        .retry(fast().max_attempts(3).attempts_per_intent(4));
+    let scope = Scope::new("me", "pay").unwrap();
+    let error = client.send(&scope, IntentRequest::post("/ok").text("x")).await.unwrap_err();
+    assert!(error.is_retries_exhausted(), "{error}");
+    for _ in 0..3 {
+        let resumed = client.resume_pending().await.unwrap();
+        assert!(resumed[0].result.as_ref().unwrap_err().is_retries_exhausted());
+    }
+    let waiting = store.pending_intents().unwrap();
+    assert_eq!(waiting[0].attempts, 1, "12 refused sends, the first of the outage charged");
+
+    let hits = serve_on(tokio::net::TcpListener::bind(address).await.unwrap());
+    let resumed = client.resume_pending().await.unwrap();
+    assert_eq!(resumed[0].result.as_ref().unwrap().status, StatusCode::CREATED);
+    assert_eq!(hits.of("ok"), 1, "sent once the server is back");
+    let done = store.intent(&scope, &waiting[0].key).unwrap().unwrap();
+    assert_eq!(done.attempts, 2, "the send that reached it is charged");
+}
+
+/// The budget is time as well as count: an intent sent without a final answer for longer than
+/// `Retry::max_pending` needs attention instead of being sent again. Old code had no time
+/// budget: the resume below sent it a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_pending_longer_than_its_time_budget_needs_attention_and_is_not_resent() {
+    let (base, hits) = serve().await;
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = Store::builder().clock(clock.clone()).in_memory().unwrap();
+    let client = IdempotentClient::new(store.clone(), reqwest::Client::new())
+        .base_url(base.parse().unwrap())
+        .retry(fast().max_attempts(1).attempts_per_intent(100).max_pending(Duration::from_secs(3600)));
+    let scope = Scope::new("me", "pay").unwrap();
+    assert!(client.send(&scope, IntentRequest::post("/busy")).await.unwrap_err().is_retries_exhausted());
+    clock.advance(Duration::from_secs(3600));
+    let resumed = client.resume_pending().await.unwrap();
+    let error = resumed[0].result.as_ref().unwrap_err();
+    assert_eq!(error.needs_attention(), Some(AttentionCause::RetriesExhausted), "{error}");
+    assert_eq!(hits.of("busy"), 1, "not sent after its time ran out");
+    // Reopened by a person, it gets a new budget and is sent.
+    store.reopen_intent(&scope, &resumed[0].intent.key).unwrap();
+    client.resume_pending().await.unwrap();
+    assert_eq!(hits.of("busy"), 2);
+}
+
+/// A call dropped at any point (a timeout around it firing mid-call) leaves its intent absent,
+/// pending or final, never in a state nobody resumes: a resume then completes each one, and the
+/// service sees one effect per intent and no key the store does not know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_at_any_point_is_completed_once_by_a_resume() {
+    let (base, hits) = serve().await;
+    let store = Store::in_memory().unwrap();
+    let client =
+        IdempotentClient::new(store.clone(), reqwest::Client::new()).base_url(base.parse().unwrap()).retry(fast());
+    let scope = Scope::new("me", "pay").unwrap();
+    let mut rng = fastrand::Rng::with_seed(38);
+    let mut delivered = HashMap::new();
+    for i in 0..100 {
+        let limit = Duration::from_micros(rng.u64(0..12_000));
+        let key = IdempotencyKey::new(format!("k-{i}")).unwrap();
+        let call = client.send_with_key(&scope, &key, IntentRequest::post("/slow").text(format!("{i}")));
+        if let Ok(result) = tokio::time::timeout(limit, call).await {
+            delivered.insert(key, result.unwrap());
+        }
+    }
+    // A store call under way when its call was dropped still commits: wait until every intent
+    // is final, resuming what is pending.
+    for _ in 0..50 {
+        client.resume_pending().await.unwrap();
+        if store.pending_intents().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let intents = store.all_intents().unwrap();
+    assert!(intents.iter().all(|i| i.state.kind() == IntentStateKind::Completed), "every intent completed");
+    let keys: std::collections::HashSet<String> = intents.iter().map(|i| format!("\"{}\"", i.key.as_str())).collect();
+    let received = hits.3.lock().unwrap().clone();
+    assert!(received.keys().all(|key| keys.contains(key)), "no send without its intent stored");
+    assert_eq!(hits.effects(), intents.len(), "each stored intent took effect once");
+    for intent in &intents {
+        let IntentState::Completed { response } = &intent.state else { unreachable!() };
+        if let Some(answer) = delivered.get(&intent.key) {
+            assert_eq!(answer.status.as_u16(), response.status, "a delivered answer is the recorded one");
+        }
+    }
+    assert!(delivered.len() < 100 && intents.len() > delivered.len(), "some calls were cancelled: {}", delivered.len());
 }

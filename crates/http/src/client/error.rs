@@ -1,7 +1,7 @@
 //! [`ClientError`]: why an intent has no final answer, or a refused one.
 
 use http::StatusCode;
-use idemdb::{AttentionCause, Coded, ErrorCode, IdempotencyKey, IntentError};
+use idemdb::{AttentionCause, Coded, ErrorCode, IdempotencyKey, IntentError, IntentRefusal};
 
 use super::Answer;
 
@@ -31,7 +31,7 @@ enum Kind {
     /// The intent was abandoned.
     Abandoned { reason: String },
     /// The intent needs a person; the last answer, when there was one.
-    NeedsAttention { key: IdempotencyKey, cause: AttentionCause, answer: Option<Box<Answer>> },
+    NeedsAttention { key: IdempotencyKey, cause: AttentionCause, answer: Option<Box<Answer>>, why: Option<String> },
     /// The intent store failed (or refused the request).
     Store(IntentError),
     /// The request cannot be built or sent as stored (a bad URL, method or header).
@@ -57,7 +57,22 @@ impl ClientError {
     }
 
     pub(crate) fn attention(key: IdempotencyKey, cause: AttentionCause, answer: Option<Answer>) -> Self {
-        ClientError { kind: Kind::NeedsAttention { key, cause, answer: answer.map(Box::new) } }
+        ClientError { kind: Kind::NeedsAttention { key, cause, answer: answer.map(Box::new), why: None } }
+    }
+
+    /// Says why an intent came to need attention, when the cause alone does not (a time
+    /// budget spent, an answer too large to store).
+    pub(crate) fn because(mut self, reason: Option<String>) -> Self {
+        if let Kind::NeedsAttention { why, .. } = &mut self.kind {
+            *why = reason;
+        }
+        self
+    }
+
+    /// Whether the store refused an answer over its size limit (the operation's
+    /// `max_result_bytes`).
+    pub(crate) fn is_too_large(&self) -> bool {
+        matches!(self.kind, Kind::Store(IntentError::Refused(IntentRefusal::ResponseTooLarge { .. })))
     }
 
     pub(crate) fn invalid(reason: impl Into<String>) -> Self {
@@ -131,10 +146,13 @@ impl std::fmt::Display for ClientError {
                 f.write_str("; it stays pending and is resumed later")
             }
             Kind::Abandoned { reason } => write!(f, "the intent was abandoned: {reason}"),
-            Kind::NeedsAttention { key, cause, answer } => {
+            Kind::NeedsAttention { key, cause, answer, why } => {
                 write!(f, "the intent with key {} needs attention ({cause})", KeyLen(key))?;
                 if let Some(answer) = answer {
                     write!(f, " after status {}", answer.status)?;
+                }
+                if let Some(why) = why {
+                    write!(f, ": {why}")?;
                 }
                 f.write_str("; it is not sent again until reopened or abandoned")
             }

@@ -12,7 +12,9 @@
 //!   says retrying cannot help, with the status idemdb answers it with (`needs-reconciliation`
 //!   409, `expired` 410, `provider-key-expired` 409, `corrupt` and `newer-format` 500; the
 //!   type read in full, see [`IdempotentClient::problem_base`]), or the intent's attempt budget
-//!   ([`Retry::attempts_per_intent`], counted across resumes) running out. The
+//!   ([`Retry::attempts_per_intent`], counted across resumes, a refused connection charged
+//!   once per outage) or its time ([`Retry::max_pending`]) running out, or a final answer too
+//!   large for the store (`unreadable`, sent once; the error carries it whole). The
 //!   [`on_needs_attention`](IdempotentClient::on_needs_attention) callback tells the app; a
 //!   person reopens it after a reconciliation ([`Store::reopen_intent`]) or abandons it
 //!   ([`Store::abandon_intent`]);
@@ -64,8 +66,8 @@
 mod error;
 mod retry;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -81,7 +83,7 @@ use idemdb_core::{
 use serde_json::Value;
 
 pub use error::ClientError;
-pub use retry::{Retry, retryable};
+pub use retry::{DEFAULT_MAX_PENDING, Retry, retryable};
 
 /// The request headers an intent stores by default (with its fingerprint): those that say
 /// what the request means. Every other header — credentials, cookies, API keys, tracing — is
@@ -246,6 +248,37 @@ pub struct IdempotentClient {
     key_form: KeyForm,
     problem_base: Option<String>,
     stored_response_headers: Vec<String>,
+    unreached: Unreached,
+}
+
+/// The intents whose last send provably never reached the server (the connection was refused
+/// or never made, the name did not resolve: [`reqwest::Error::is_connect`]). Their next send
+/// is recorded only once it is known to have reached the server (answered, or failed after
+/// connecting), not before it leaves: refused again, it leaves no trace and charges nothing.
+/// So an outage charges its first refused send only. Kept in memory, shared by the clones of a
+/// client: after a restart the first send of an outage is charged again, and a crash in the
+/// middle of such a send leaves it uncounted (the key, not the count, keeps it from running
+/// twice).
+#[derive(Clone, Default)]
+struct Unreached(Arc<Mutex<HashSet<(Scope, IdempotencyKey)>>>);
+
+impl Unreached {
+    fn id(intent: &Intent) -> (Scope, IdempotencyKey) {
+        (intent.scope.clone(), intent.key.clone())
+    }
+
+    fn contains(&self, intent: &Intent) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).contains(&Self::id(intent))
+    }
+
+    fn set(&self, intent: &Intent, unreached: bool) {
+        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if unreached {
+            set.insert(Self::id(intent));
+        } else {
+            set.remove(&Self::id(intent));
+        }
+    }
 }
 
 impl std::fmt::Debug for IdempotentClient {
@@ -272,6 +305,7 @@ impl IdempotentClient {
             key_form: KeyForm::SfString,
             problem_base: None,
             stored_response_headers: STORED_RESPONSE_HEADERS.iter().map(|name| name.to_string()).collect(),
+            unreached: Unreached::default(),
         }
     }
 
@@ -334,8 +368,10 @@ impl IdempotentClient {
         self
     }
 
-    /// The canonicaliser of stored requests; its pointers address the descriptor
-    /// (`/body/trace_id`, `/headers/x-client-time`).
+    /// What makes two requests the same intent; its pointers address the descriptor
+    /// (`/body/trace_id`, `/headers/x-client-time`). An excluded field (a trace id) may differ
+    /// and a normalised one be written another way under one key. It decides only that: the
+    /// request is stored and sent with every field, as given; its body limit applies.
     #[must_use]
     pub fn canonicalizer(mut self, canonicalizer: Canonicalizer) -> Self {
         self.canonicalizer = canonicalizer;
@@ -380,9 +416,38 @@ impl IdempotentClient {
     ) -> Result<Answer, ClientError> {
         let (descriptor, transport) = request.descriptor(&self.stored_headers);
         let descriptor = serde_json::to_vec(&descriptor).map_err(|e| ClientError::invalid(e.to_string()))?;
-        let (scope, key, canon) = (scope.clone(), key.clone(), self.canonicalizer.clone());
-        let intent = self.blocking(move |store| store.create_intent(&scope, &key, &descriptor, &canon)).await?;
+        let intent = self.store_intent(scope, key, descriptor).await?;
         self.send_intent(intent, &transport).await
+    }
+
+    /// Stores the intent with the request as it is sent, every field included: the client's
+    /// canonicaliser decides only whether an intent already stored under `key` is the same
+    /// request (a field it excludes, such as a trace id, may differ; a field it normalises may
+    /// be written another way), and its limits and checks apply to the request first.
+    async fn store_intent(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        descriptor: Vec<u8>,
+    ) -> Result<Intent, ClientError> {
+        let wanted = self.canonicalizer.fingerprint(&descriptor).map_err(IntentError::from)?;
+        let (scope, key, canon) = (scope.clone(), key.clone(), self.canonicalizer.clone());
+        self.blocking(move |store| {
+            // Checked above against the client's limit; stored whole.
+            let whole = Canonicalizer::new().max_body_bytes(usize::MAX);
+            match store.create_intent(&scope, &key, &descriptor, &whole) {
+                Err(IntentError::Refused(IntentRefusal::KeyMismatch)) => {
+                    let stored = store.intent(&scope, &key)?;
+                    match stored {
+                        Some(stored) if canon.fingerprint(&stored.request).ok() == Some(wanted) => Ok(stored),
+                        _ => Err(IntentError::Refused(IntentRefusal::KeyMismatch)),
+                    }
+                }
+                other => other,
+            }
+        })
+        .await
+        .map_err(ClientError::from)
     }
 
     /// Sends every pending intent again with its own key, oldest first, one at a time.
@@ -407,9 +472,12 @@ impl IdempotentClient {
         let mut last_status = None;
         let mut last_error = None;
         let mut last_answer: Option<IntentResponse> = None;
+        let mut why = None;
+        let mut whole = None;
         for attempt in 1.. {
             match &intent.state {
                 IntentState::Completed { response } => {
+                    self.unreached.set(&intent, false);
                     let answer = Answer::of(intent.key.clone(), response);
                     return if answer.status == StatusCode::UNPROCESSABLE_ENTITY && !answer.replayed() {
                         Err(ClientError::conflict(answer))
@@ -419,42 +487,72 @@ impl IdempotentClient {
                 }
                 IntentState::Abandoned { reason } => return Err(ClientError::abandoned(reason.clone())),
                 IntentState::NeedsAttention { cause, response } => {
-                    let answer = response.as_ref().map(|response| Answer::of(intent.key.clone(), response));
-                    return Err(ClientError::attention(intent.key.clone(), *cause, answer));
+                    self.unreached.set(&intent, false);
+                    let answer =
+                        whole.or_else(|| response.as_ref().map(|response| Answer::of(intent.key.clone(), response)));
+                    return Err(ClientError::attention(intent.key.clone(), *cause, answer).because(why));
                 }
                 _ => {}
             }
             if intent.budget_used() >= self.retry.intent_attempts() {
-                let cause = AttentionCause::RetriesExhausted;
-                intent = self.record(&intent, Update::Attention(cause, last_answer.take())).await?;
+                intent = self.attention(&intent, AttentionCause::RetriesExhausted, last_answer.take()).await?;
+                continue;
+            }
+            if self.pending_too_long(&intent) {
+                why = Some(format!("pending for more than {:?} since it was created", self.retry.pending_limit()));
+                intent = self.attention(&intent, AttentionCause::RetriesExhausted, last_answer.take()).await?;
                 continue;
             }
             if attempt > self.retry.attempts() {
                 return Err(ClientError::exhausted(intent.key, self.retry.attempts(), last_status, last_error));
             }
             let request = self.build(&intent, extra)?;
-            // Durable before the request leaves: a crash mid-send is seen as an attempt.
-            intent = self.record(&intent, Update::Attempt(AttemptOutcome::Sent)).await?;
-            if intent.state != IntentState::Pending {
-                continue;
+            // Durable before the request leaves: a crash mid-send is seen as an attempt. Not
+            // after a send that never reached the server (see `Unreached`).
+            let marked = !self.unreached.contains(&intent);
+            if marked {
+                intent = self.record(&intent, Update::Attempt(AttemptOutcome::Sent)).await?;
+                if intent.state != IntentState::Pending {
+                    continue;
+                }
             }
-            // The backoff grows with the intent's attempts, across resumes.
-            let backoff = self.retry.backoff(intent.budget_used(), fastrand::f64());
             let response = match self.http.execute(request).await {
                 Ok(response) => response,
+                Err(error) if error.is_connect() => {
+                    // Not at the server: not charged. The first send of an outage closes its marker.
+                    tracing::debug!(target: "idemdb_http", attempt, "the server was not reached");
+                    last_error = Some(error);
+                    if marked {
+                        intent = self.record(&intent, Update::Attempt(AttemptOutcome::NetworkError)).await?;
+                    }
+                    self.unreached.set(&intent, true);
+                    self.pause(self.retry.backoff(attempt, fastrand::f64())).await;
+                    continue;
+                }
                 Err(error) => {
+                    // It may have reached the server: charged (an outcome alone counts as a send).
+                    self.unreached.set(&intent, false);
                     let outcome =
                         if error.is_timeout() { AttemptOutcome::Timeout } else { AttemptOutcome::NetworkError };
                     tracing::debug!(target: "idemdb_http", attempt, timeout = error.is_timeout(), "attempt failed");
                     last_error = Some(error);
                     intent = self.record(&intent, Update::Attempt(outcome)).await?;
-                    self.pause(backoff).await;
+                    self.pause(self.backoff(&intent)).await;
                     continue;
                 }
             };
+            if !marked {
+                // It reached the server after an unreached one: recorded (and charged) now.
+                self.unreached.set(&intent, false);
+                intent = self.record(&intent, Update::Attempt(AttemptOutcome::Sent)).await?;
+                if intent.state != IntentState::Pending {
+                    continue;
+                }
+            }
             let status = response.status();
             last_status = Some(status);
-            let wait = self.retry.retry_after(response.headers(), SystemTime::now()).unwrap_or(backoff);
+            // The backoff grows with the intent's attempts, across resumes.
+            let wait = self.retry.retry_after(response.headers(), SystemTime::now()).unwrap_or(self.backoff(&intent));
             let headers = kept_headers(response.headers(), &self.stored_response_headers);
             let body = match response.bytes().await {
                 Ok(body) => body,
@@ -462,7 +560,7 @@ impl IdempotentClient {
                     // The server answered, but the body was lost in transit: ask again.
                     last_error = Some(error);
                     intent = self.record(&intent, Update::Attempt(AttemptOutcome::NetworkError)).await?;
-                    self.pause(backoff).await;
+                    self.pause(self.backoff(&intent)).await;
                     continue;
                 }
             };
@@ -473,13 +571,53 @@ impl IdempotentClient {
                     last_answer = Some(answer);
                     self.pause(wait).await;
                 }
-                AnswerClass::NeedsAttention(cause) => {
-                    intent = self.record(&intent, Update::Attention(cause, Some(answer))).await?;
-                }
-                _ => intent = self.record(&intent, Update::Response(answer)).await?,
+                AnswerClass::NeedsAttention(cause) => intent = self.attention(&intent, cause, Some(answer)).await?,
+                _ => match self.record(&intent, Update::Response(answer.clone())).await {
+                    Err(refusal) if refusal.is_too_large() => {
+                        // Sending again would only bring the same answer: the intent needs
+                        // attention at once (its status and headers kept), and the caller gets
+                        // the answer whole.
+                        why = Some(format!(
+                            "its final answer is too large to store ({refusal}); it is not sent again: raise the operation's max_result_bytes policy for such answers"
+                        ));
+                        whole = Some(Answer::of(intent.key.clone(), &answer));
+                        intent = self.attention(&intent, AttentionCause::Unreadable, Some(answer)).await?;
+                    }
+                    recorded => intent = recorded?,
+                },
             }
         }
         Err(ClientError::exhausted(intent.key, self.retry.attempts(), last_status, last_error))
+    }
+
+    /// A backoff delay after the intent's attempts, with full jitter.
+    fn backoff(&self, intent: &Intent) -> std::time::Duration {
+        self.retry.backoff(intent.budget_used(), fastrand::f64())
+    }
+
+    /// Whether the intent's time is spent: it has been sent, is still without a final answer
+    /// [`Retry::max_pending`] after its creation (store time), and was never reopened (a
+    /// reopened one got a new budget).
+    fn pending_too_long(&self, intent: &Intent) -> bool {
+        intent.attempts > 0
+            && intent.budget_start == 0
+            && self.store.now().saturating_since(intent.created_at) >= self.retry.pending_limit()
+    }
+
+    /// Puts the intent in needs-attention with `cause` and the last answer; an answer too large
+    /// to keep is kept without its body, so that it does not keep the intent from needing
+    /// attention.
+    async fn attention(
+        &self,
+        intent: &Intent,
+        cause: AttentionCause,
+        answer: Option<IntentResponse>,
+    ) -> Result<Intent, ClientError> {
+        let without_body = answer.as_ref().map(|answer| IntentResponse { body: Vec::new(), ..answer.clone() });
+        match self.record(intent, Update::Attention(cause, answer)).await {
+            Err(error) if error.is_too_large() => self.record(intent, Update::Attention(cause, without_body)).await,
+            recorded => recorded,
+        }
     }
 
     /// The request of one attempt, rebuilt from the stored descriptor.
@@ -533,21 +671,29 @@ impl IdempotentClient {
 
     /// Records an attempt or the final response. Another sender (an overlapping resume) may
     /// have finished the intent meanwhile: then its record is the answer.
+    ///
+    /// The app's [`on_needs_attention`](IdempotentClient::on_needs_attention) callback runs
+    /// with the commit, on the same thread: a call dropped while the commit is under way (a
+    /// timeout around it) still tells the app.
     async fn record(&self, intent: &Intent, update: Update) -> Result<Intent, ClientError> {
-        let (scope, key) = (intent.scope.clone(), intent.key.clone());
+        let (scope, key, was_pending) = (intent.scope.clone(), intent.key.clone(), intent.is_pending());
+        let callback = self.attention.clone();
         let result = self
-            .blocking(move |store| match update {
-                Update::Attempt(outcome) => store.record_attempt(&scope, &key, outcome),
-                Update::Response(response) => store.record_response(&scope, &key, response),
-                Update::Attention(cause, response) => store.mark_needs_attention(&scope, &key, cause, response),
+            .blocking(move |store| {
+                let result = match update {
+                    Update::Attempt(outcome) => store.record_attempt(&scope, &key, outcome),
+                    Update::Response(response) => store.record_response(&scope, &key, response),
+                    Update::Attention(cause, response) => store.mark_needs_attention(&scope, &key, cause, response),
+                };
+                if let (Ok(stored), Some(callback)) = (&result, callback)
+                    && matches!(stored.state, IntentState::NeedsAttention { .. })
+                    && was_pending
+                {
+                    callback(stored);
+                }
+                result
             })
             .await;
-        if let (Ok(stored), Some(callback)) = (&result, &self.attention)
-            && matches!(stored.state, IntentState::NeedsAttention { .. })
-            && intent.is_pending()
-        {
-            callback(stored);
-        }
         match result {
             Err(IntentError::Refused(IntentRefusal::Finished { .. })) => {
                 let (scope, key) = (intent.scope.clone(), intent.key.clone());

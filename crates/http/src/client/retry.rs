@@ -27,12 +27,17 @@ pub struct Retry {
     base_delay: Duration,
     max_delay: Duration,
     timeout: Duration,
+    max_pending: Duration,
 }
+
+/// [`Retry::max_pending`] by default: 7 days, well within a server's 30 days of replays (the
+/// npm package's `retry.maxPendingMs`).
+pub const DEFAULT_MAX_PENDING: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Default for Retry {
     /// The core's defaults: 5 attempts per call and 20 over the intent's life (across
     /// resumes); backoff from 250 ms doubling up to 30 s (also the cap on `Retry-After`), with
-    /// full jitter; 15 s per attempt.
+    /// full jitter; 15 s per attempt; 7 days pending at most ([`DEFAULT_MAX_PENDING`]).
     fn default() -> Self {
         Retry {
             max_attempts: DEFAULT_ATTEMPTS_PER_CALL,
@@ -40,6 +45,7 @@ impl Default for Retry {
             base_delay: DEFAULT_BASE_DELAY,
             max_delay: DEFAULT_MAX_DELAY,
             timeout: DEFAULT_ATTEMPT_TIMEOUT,
+            max_pending: DEFAULT_MAX_PENDING,
         }
     }
 }
@@ -55,9 +61,20 @@ impl Retry {
 
     /// Attempts over the intent's life, counted across resumes (at least 1). When they run out
     /// the intent [needs attention](idemdb::IntentState::NeedsAttention) and is not resumed.
+    /// Only sends that may have reached the server count: in an outage (connection refused,
+    /// name not resolved) only the first refused send is charged.
     #[must_use]
     pub fn attempts_per_intent(mut self, attempts: u32) -> Self {
         self.per_intent = attempts.max(1);
+        self
+    }
+
+    /// How long an intent that has been sent may stay without a final answer, from its
+    /// creation in store time (default [`DEFAULT_MAX_PENDING`]); then it needs attention
+    /// (`retries_exhausted`) instead of being sent again. A reopened intent is not timed again.
+    #[must_use]
+    pub fn max_pending(mut self, max: Duration) -> Self {
+        self.max_pending = max;
         self
     }
 
@@ -95,6 +112,11 @@ impl Retry {
     /// The per-attempt timeout.
     pub fn attempt_timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// How long a sent intent may stay pending.
+    pub fn pending_limit(&self) -> Duration {
+        self.max_pending
     }
 
     /// The ceiling of the backoff after attempt `attempt` (see [`idemdb_core::backoff_ceiling`]).
