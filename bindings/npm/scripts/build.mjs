@@ -14,7 +14,7 @@ import { gzipSync } from 'node:zlib';
  * the size the levers that paid reach (README "Size"), with a little room; raised from 316,000
  * once, for the engine's shared refusal types and its write transaction's split (README "Size").
  */
-const WASM_GZIP_BUDGET = 325_000;
+const WASM_GZIP_BUDGET = 330_000;
 
 const pkgDir = join(dirname(fileURLToPath(import.meta.url)), '..');
 const root = join(pkgDir, '..', '..');

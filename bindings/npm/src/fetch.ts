@@ -538,14 +538,14 @@ async function deliver(
         intent = await record(() => store.recordResponse(scope, intent.key, answer));
       } catch (error) {
         if (!tooLarge(error)) throw error;
-        intent = await attention('unreadable', answer);
+        intent = await attention('answer_too_large', answer);
         if (intent.state !== 'needs_attention') continue;
         // Sending again would only bring the same answer: the caller gets it whole, now.
         throw new NeedsAttentionError(
           `intent ${intent.key} got its final answer (${answer.status}, ${bytes.length} bytes), too large to store (${(error as Error).message}): ` +
             "it needs attention (its status and headers are kept) and is not sent again; raise the operation's maxResultBytes policy for such answers",
           intent.key,
-          'unreadable',
+          'answer_too_large',
           responseOf(answer),
         );
       }

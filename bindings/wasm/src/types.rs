@@ -102,7 +102,7 @@ interface IntentBase {
 }
 
 /** Why an intent needs a person before anything else is sent. */
-export type AttentionCause = 'needs_reconciliation' | 'expired' | 'provider_key_expired' | 'unreadable' | 'retries_exhausted';
+export type AttentionCause = 'needs_reconciliation' | 'expired' | 'provider_key_expired' | 'unreadable' | 'retries_exhausted' | 'answer_too_large';
 
 /** A client intent, as stored. */
 export type Intent =

@@ -147,6 +147,10 @@ pub enum AttentionCause {
     Unreadable,
     /// Every attempt of the intent's budget failed without a final answer.
     RetriesExhausted,
+    /// The final answer arrived but is over the operation's result limit, so it could not be
+    /// stored: the intent keeps its status and headers and is not sent again (raise the
+    /// operation's `max_result_bytes` for such answers).
+    AnswerTooLarge,
 }
 
 crate::names!(AttentionCause, "attention cause", {
@@ -155,6 +159,7 @@ crate::names!(AttentionCause, "attention cause", {
     ProviderKeyExpired => "provider_key_expired",
     Unreadable => "unreadable",
     RetriesExhausted => "retries_exhausted",
+    AnswerTooLarge => "answer_too_large",
 });
 
 impl AttentionCause {

@@ -312,7 +312,7 @@ async fn a_final_answer_too_large_to_store_needs_attention_at_once_and_is_not_re
         .on_needs_attention(move |_| *seen.lock().unwrap() += 1);
     let scope = Scope::new("me", "pay").unwrap();
     let error = client.send(&scope, IntentRequest::post("/huge").text("x")).await.unwrap_err();
-    assert_eq!(error.needs_attention(), Some(AttentionCause::Unreadable), "{error}");
+    assert_eq!(error.needs_attention(), Some(AttentionCause::AnswerTooLarge), "{error}");
     let answer = error.answer().unwrap();
     assert_eq!((answer.status, answer.body.len()), (StatusCode::CREATED, HUGE), "the caller gets the answer whole");
     assert_eq!(*noticed.lock().unwrap(), 1);

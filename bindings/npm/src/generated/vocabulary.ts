@@ -162,6 +162,7 @@ export const ATTENTION_CAUSES = [
   'provider_key_expired',
   'unreadable',
   'retries_exhausted',
+  'answer_too_large',
 ] as const;
 /** Why an intent needs a person before anything else is sent. */
 export type AttentionCause = (typeof ATTENTION_CAUSES)[number];

@@ -132,7 +132,7 @@ describe('an answer too large to store', () => {
       (e) => e,
     );
     assert.ok(error instanceof NeedsAttentionError, `${error.name}: ${error.message}`);
-    assert.equal(error.cause, 'unreadable');
+    assert.equal(error.cause, 'answer_too_large');
     assert.match(error.message, /too large to store/);
     assert.equal(error.response.status, 201, 'the answer is handed to the caller');
     assert.equal((await error.response.arrayBuffer()).byteLength, ONE_MIB + 2, 'with its whole body');
@@ -141,7 +141,7 @@ describe('an answer too large to store', () => {
     assert.equal(service.state.effects - effects, 1, 'one effect');
     const [intent] = store.listIntents();
     assert.equal(intent.state, 'needs_attention');
-    assert.equal(intent.cause, 'unreadable');
+    assert.equal(intent.cause, 'answer_too_large');
     assert.equal(intent.response.status, 201, 'the status and headers are kept');
     assert.equal(intent.response.body.length, 0, 'the body is not');
     // An operation whose answers are that large raises its limit.

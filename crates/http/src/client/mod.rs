@@ -581,7 +581,7 @@ impl IdempotentClient {
                             "its final answer is too large to store ({refusal}); it is not sent again: raise the operation's max_result_bytes policy for such answers"
                         ));
                         whole = Some(Answer::of(intent.key.clone(), &answer));
-                        intent = self.attention(&intent, AttentionCause::Unreadable, Some(answer)).await?;
+                        intent = self.attention(&intent, AttentionCause::AnswerTooLarge, Some(answer)).await?;
                     }
                     recorded => intent = recorded?,
                 },
