@@ -58,7 +58,11 @@ pub(crate) async fn create<B: Backend>(
             // in progress if even that fails), the record is completed by the dispatcher's
             // report, or released by the reconciler if no charge was enqueued.
             let _ = handle.mark_uncertain().await;
-            return problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "the payment's state could not be read");
+            return problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "the payment's state could not be read",
+            );
         }
     };
     let item = match enqueued {

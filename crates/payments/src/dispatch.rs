@@ -225,7 +225,9 @@ async fn earlier_charge<B: Backend>(app: &App<B>, claim: &OutboxItem) -> Earlier
     match app.provider.find(claim.scope.tenant(), claim.provider_key.as_str()).await {
         Ok(Some(charge)) => Earlier::Found(charge),
         Ok(None) => Earlier::None,
-        Err(error) => Earlier::Unknown(format!("an earlier dispatch is in doubt and the provider could not be asked: {error}")),
+        Err(error) => {
+            Earlier::Unknown(format!("an earlier dispatch is in doubt and the provider could not be asked: {error}"))
+        }
     }
 }
 

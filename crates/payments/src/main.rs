@@ -306,9 +306,9 @@ async fn serve<B: Backend>(
     // dispatcher runs on while requests drain (they wait for its answers), then stops claiming
     // and lets its provider calls report.
     let (stop_dispatching, stopped) = tokio::sync::oneshot::channel();
-    let dispatcher = tokio::spawn(dispatcher.run_until(async move {
-        stopped.await.unwrap_or_else(|_| tokio::time::Instant::now())
-    }));
+    let dispatcher = tokio::spawn(
+        dispatcher.run_until(async move { stopped.await.unwrap_or_else(|_| tokio::time::Instant::now()) }),
+    );
     println!("listening on http://{}", listener.local_addr()?);
     // One drain limit for both: requests finishing, then the dispatcher's calls reporting.
     let drain = Duration::from_secs(args.drain_secs);

@@ -66,10 +66,7 @@ struct Faults {
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Provider")
-            .field("latency", &self.latency)
-            .field("faults", &self.faults)
-            .finish_non_exhaustive()
+        f.debug_struct("Provider").field("latency", &self.latency).field("faults", &self.faults).finish_non_exhaustive()
     }
 }
 
@@ -94,11 +91,7 @@ impl Provider {
     /// The database could not be opened.
     pub fn open(path: &Path, latency: Duration) -> Result<Provider, ProviderError> {
         let db = Database::create(path).map_err(ProviderError::of)?;
-        Ok(Provider {
-            storage: Storage::Redb(Arc::new(db)),
-            latency,
-            faults: Faults::default(),
-        })
+        Ok(Provider { storage: Storage::Redb(Arc::new(db)), latency, faults: Faults::default() })
     }
 
     /// A provider that keeps its charges in memory (lost when it is dropped); each call takes
@@ -110,11 +103,7 @@ impl Provider {
         let db = Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .map_err(ProviderError::of)?;
-        Ok(Provider {
-            storage: Storage::Redb(Arc::new(db)),
-            latency,
-            faults: Faults::default(),
-        })
+        Ok(Provider { storage: Storage::Redb(Arc::new(db)), latency, faults: Faults::default() })
     }
 
     /// The provider in table [`PG_PROVIDER_TABLE`] of `store`'s schema (created if missing),

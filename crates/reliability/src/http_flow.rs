@@ -22,12 +22,11 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::http_wire::{Ledger, Mode, Service, client, exchange, payment_request};
 use crate::rng::Rng;
 
 /// What the section is given.
@@ -96,7 +95,9 @@ impl HttpFlowReport {
     }
 }
 
-const TENANT: &str = "reliability";
+/// The service's arguments: a 1 s lease, a reconciler every second, a fast provider.
+const SERVICE_ARGS: [&str; 6] =
+    ["--lease-ttl-secs", "1", "--reconcile-interval-secs", "1", "--provider-latency-ms", "2"];
 /// The bound on a key's final answer after its round: the lease, one reconciler interval and
 /// a generous margin for a loaded machine.
 const FINAL_WITHIN: Duration = Duration::from_secs(20);
@@ -112,7 +113,7 @@ pub fn run(config: &HttpFlowConfig) -> Result<HttpFlowReport, String> {
     } else {
         config.store_args.clone()
     };
-    let start = || Service::start(&config.service, &store_args);
+    let start = || Service::start(&config.service, &store_args, &SERVICE_ARGS);
     let mut rng = Rng::new(config.seed ^ 0x4854_5450);
     let mut report = HttpFlowReport::default();
     let mut service = start()?;
@@ -171,7 +172,7 @@ pub fn run(config: &HttpFlowConfig) -> Result<HttpFlowReport, String> {
 fn settle(addr: SocketAddr, key: &str, acknowledged: Option<&Vec<u8>>, report: &mut HttpFlowReport) {
     let started = Instant::now();
     loop {
-        match exchange(addr, &request(key)) {
+        match exchange(addr, &payment_request(key)) {
             Ok(answer) if answer.status == 201 => {
                 if answer.replayed {
                     report.replayed_on_retry += 1;
@@ -211,195 +212,23 @@ fn settle(addr: SocketAddr, key: &str, acknowledged: Option<&Vec<u8>>, report: &
 /// Reads the ledger and counts keys with more than one payment or charge, and keys without
 /// a payment although they ended in `201`.
 fn count_effects(addr: SocketAddr, keys: u64, report: &mut HttpFlowReport) -> Result<(), String> {
-    let raw = format!(
-        "GET /v1/ledger HTTP/1.1\r\nhost: reliability\r\nauthorization: Bearer {TENANT}\r\nconnection: close\r\n\r\n"
-    );
-    let answer = exchange(addr, raw.as_bytes()).map_err(|e| format!("reading the ledger: {e}"))?;
-    if answer.status != 200 {
-        return Err(format!("reading the ledger: status {}", answer.status));
-    }
-    let ledger: serde_json::Value =
-        serde_json::from_slice(&answer.body).map_err(|e| format!("the ledger is not JSON: {e}"))?;
-    let mut payments: BTreeMap<String, u64> = BTreeMap::new();
-    for payment in ledger["payments"].as_array().into_iter().flatten() {
-        let key = payment["idempotency_key"].as_str().unwrap_or_default().to_string();
-        *payments.entry(key).or_default() += 1;
-    }
-    let mut charges: BTreeMap<String, u64> = BTreeMap::new();
-    for charge in ledger["provider_charges"].as_array().into_iter().flatten() {
-        let provider_key = charge["provider_key"].as_str().unwrap_or_default();
-        let key = provider_key.strip_suffix(":charge-v1").unwrap_or(provider_key).to_string();
-        *charges.entry(key).or_default() += 1;
-    }
-    for (key, count) in payments.iter().chain(charges.iter()) {
-        if *count > 1 {
+    let ledger = Ledger::read(addr)?;
+    for (key, count) in ledger
+        .payments
+        .iter()
+        .map(|(key, rows)| (key, rows.len()))
+        .chain(ledger.charges.iter().map(|(key, charges)| (key, charges.len())))
+    {
+        if count > 1 {
             report.double += 1;
             report.note(format!("{key}: {count} effects"));
         }
     }
     // Every key ended in 201, so every key that was not left unresolved has its payment.
-    let paid = payments.len() as u64;
+    let paid = ledger.payments.len() as u64;
     if paid + report.unresolved + report.unexpected < keys {
         report.lost += keys - paid - report.unresolved - report.unexpected;
         report.note(format!("{} keys answered 201 without a payment in the ledger", keys - paid));
     }
     Ok(())
-}
-
-/// What a client does with its request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Wait,
-    CutRequest,
-    HangUp,
-    CutAnswer,
-}
-
-impl Mode {
-    fn pick(rng: &mut Rng) -> Mode {
-        match rng.below(4) {
-            0 => Mode::Wait,
-            1 => Mode::CutRequest,
-            2 => Mode::HangUp,
-            _ => Mode::CutAnswer,
-        }
-    }
-}
-
-/// One client's first request; the answer when it waited for one and got it whole.
-fn client(addr: SocketAddr, key: &str, mode: Mode, salt: u64) -> Option<Answer> {
-    let raw = request(key);
-    match mode {
-        Mode::Wait => exchange(addr, &raw).ok(),
-        Mode::CutRequest => {
-            let mut stream = TcpStream::connect(addr).ok()?;
-            let cut = usize::try_from(salt % raw.len() as u64).unwrap_or(0);
-            let _ = stream.write_all(&raw[..cut]);
-            let _ = stream.shutdown(Shutdown::Both);
-            None
-        }
-        Mode::HangUp => {
-            let mut stream = TcpStream::connect(addr).ok()?;
-            let _ = stream.write_all(&raw);
-            std::thread::sleep(Duration::from_micros(salt % 5_000));
-            let _ = stream.shutdown(Shutdown::Both);
-            None
-        }
-        Mode::CutAnswer => {
-            let mut stream = TcpStream::connect(addr).ok()?;
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-            let _ = stream.write_all(&raw);
-            let mut some = vec![0; 1 + usize::try_from(salt % 64).unwrap_or(0)];
-            let _ = stream.read(&mut some);
-            let _ = stream.shutdown(Shutdown::Both);
-            None
-        }
-    }
-}
-
-/// The payment request for `key`, whole.
-fn request(key: &str) -> Vec<u8> {
-    let body = r#"{"amount":"10.50","currency":"BRL","destination":"acct_x"}"#;
-    format!(
-        "POST /v1/payments HTTP/1.1\r\nhost: reliability\r\nauthorization: Bearer {TENANT}\r\nidempotency-key: \"{key}\"\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
-/// An answer read whole.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    replayed: bool,
-    body: Vec<u8>,
-}
-
-/// Sends `raw` and reads the whole answer (the request asks the server to close).
-fn exchange(addr: SocketAddr, raw: &[u8]) -> std::io::Result<Answer> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    stream.write_all(raw)?;
-    let mut bytes = Vec::new();
-    stream.read_to_end(&mut bytes)?;
-    let split =
-        bytes.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    let head = String::from_utf8_lossy(&bytes[..split]).to_ascii_lowercase();
-    let status =
-        head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other("no status"))?;
-    let replayed = head.lines().any(|line| line.trim() == "idempotent-replayed: true");
-    let body = bytes[split + 4..].to_vec();
-    if head.lines().any(|line| line.starts_with("transfer-encoding:") && line.contains("chunked")) {
-        return Ok(Answer { status, replayed, body: dechunk(&body) });
-    }
-    Ok(Answer { status, replayed, body })
-}
-
-/// The payload of a chunked body.
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16).unwrap_or(0);
-        let start = line_end + 2;
-        if size == 0 || body.len() < start + size {
-            break;
-        }
-        out.extend_from_slice(&body[start..start + size]);
-        body = &body[(start + size + 2).min(body.len())..];
-    }
-    out
-}
-
-/// The service process.
-struct Service {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Service {
-    /// Starts the service on the store `store_args` name and waits for its address.
-    fn start(executable: &std::path::Path, store_args: &[OsString]) -> Result<Service, String> {
-        let mut child = Command::new(executable)
-            .args(store_args)
-            .args([
-                "--addr",
-                "127.0.0.1:0",
-                "--lease-ttl-secs",
-                "1",
-                "--reconcile-interval-secs",
-                "1",
-                "--provider-latency-ms",
-                "2",
-            ])
-            .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", executable.display()))?;
-        let stdout = child.stdout.take().ok_or("the service has no stdout")?;
-        let mut line = String::new();
-        let mut reader = BufReader::new(stdout);
-        reader.read_line(&mut line).map_err(|e| format!("reading the service's address: {e}"))?;
-        // Whatever else it prints is drained, so its stdout never breaks.
-        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .and_then(|addr| addr.parse().ok())
-            .ok_or_else(|| format!("the service did not say where it listens: {line:?}"))?;
-        Ok(Service { child, addr })
-    }
-
-    /// SIGKILL, and reap.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }

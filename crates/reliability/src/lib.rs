@@ -17,6 +17,9 @@
 //! * [`http_flow`]: the payments example served as a process, with clients hanging up at
 //!   random points and the service killed with requests in flight; every key must reach a
 //!   final answer without an operator;
+//! * [`http_edges`]: the same service with a provider slower than the lease, duplicate
+//!   requests sent at once while answers are lost, an operator's resolutions racing the
+//!   dispatcher, and SIGTERM under load; every answer checked against the service's ledger;
 //! * [`live_backup`]: backups taken by a writer process at random moments while it writes and
 //!   is killed, each opened alone, verified and checked against what was acknowledged before it;
 //! * [`races`]: threads racing on shared keys over file and memory stores;
@@ -57,7 +60,9 @@ pub mod clock_faults;
 pub mod concurrent;
 pub mod fault;
 pub mod fuzzing;
+pub mod http_edges;
 pub mod http_flow;
+mod http_wire;
 pub mod journal_aliases;
 pub mod journal_damage;
 pub mod journal_replace;

@@ -152,6 +152,39 @@ pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
         print_notes("http flow", &http.notes);
     }
 
+    // 2c. The HTTP edges: a slow provider, doubles, operators racing the dispatcher, SIGTERM.
+    let mut edges = idemdb_reliability::http_edges::HttpEdgesReport::default();
+    let mut edge_keys = 0;
+    if runs("http-edges") {
+        let t = Instant::now();
+        let config =
+            idemdb_reliability::http_edges::HttpEdgesConfig::scaled(build_payments()?, seed, size.http_edges_scale);
+        edge_keys = config.keys();
+        edges = idemdb_reliability::http_edges::run(&config).map_err(|e| format!("http edges: {e}"))?;
+        timings.push(("http edges", t.elapsed()));
+        println!(
+            "  http edges: {} keys, {} payment requests, {} provider calls counted, {} charges, {} payments; unresolved {} double {} disagreements {} inconsistent {} unexpected {} over the call bound {} unclean exits {} in {:.1?}",
+            group(edges.keys),
+            group(edges.requests()),
+            group(edges.calls()),
+            group(edges.charges()),
+            group(edges.payments()),
+            edges.unresolved,
+            edges.double,
+            edges.disagreements,
+            edges.inconsistent,
+            edges.unexpected,
+            edges.slow.over_bound,
+            edges.sigterm.unclean,
+            t.elapsed()
+        );
+        for line in edges.lines() {
+            println!("    {line}");
+        }
+        print_notes("http edges", &edges.notes);
+        println!("  http edges: {}", if edges.clean() && edges.keys >= edge_keys { "PASS" } else { "FAIL" });
+    }
+
     // 3. Races.
     let mut races = RaceReport::default();
     if runs("races") {
@@ -468,6 +501,19 @@ pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
     push(runs("http"), row("HTTP double effects", http.double, zero(http.double)));
     push(runs("http"), row("HTTP acknowledged answers lost", http.lost, zero(http.lost)));
     push(runs("http"), row("HTTP unexpected answers", http.unexpected, zero(http.unexpected)));
+    push(
+        runs("http-edges"),
+        row("HTTP edge keys", edges.keys, Some((&at_least(edge_keys), edge_keys > 0 && edges.keys >= edge_keys))),
+    );
+    push(runs("http-edges"), row("HTTP edge keys without answer", edges.unresolved, zero(edges.unresolved)));
+    push(runs("http-edges"), row("HTTP edge double effects", edges.double, zero(edges.double)));
+    push(runs("http-edges"), row("HTTP edge disagreements", edges.disagreements, zero(edges.disagreements)));
+    push(runs("http-edges"), row("operator actions vs ledger", edges.inconsistent, zero(edges.inconsistent)));
+    push(runs("http-edges"), row("HTTP edge unexpected answers", edges.unexpected, zero(edges.unexpected)));
+    let over = edges.slow.over_bound;
+    let bound = format!("0 (<= {} calls a key)", idemdb_reliability::http_edges::SLOW_CALL_BOUND);
+    push(runs("http-edges"), row("slow provider, keys over bound", over, Some((&bound, over == 0))));
+    push(runs("http-edges"), row("unclean exits after SIGTERM", edges.sigterm.unclean, zero(edges.sigterm.unclean)));
     let backups_ok = backups.backups >= size.backups && backups.clean() && backups.completions_checked > 0;
     push(
         runs("backup"),

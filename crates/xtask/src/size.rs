@@ -23,6 +23,8 @@ pub(crate) struct Size {
     pub(crate) audit_kills: u64,
     /// Rounds of the HTTP flow (40 keys each: a run per key).
     pub(crate) http_rounds: u64,
+    /// The scale of the HTTP edges (`HttpEdgesConfig::scaled`; 1: 105 keys in ~40 s).
+    pub(crate) http_edges_scale: u64,
 }
 
 pub(crate) const QUICK: Size = Size {
@@ -45,6 +47,7 @@ pub(crate) const QUICK: Size = Size {
     atomicity_rounds: 20,
     audit_kills: 5,
     http_rounds: 25,
+    http_edges_scale: 1,
 };
 pub(crate) const FULL: Size = Size {
     name: "full",
@@ -66,14 +69,16 @@ pub(crate) const FULL: Size = Size {
     atomicity_rounds: 500,
     audit_kills: 150,
     http_rounds: 500,
+    http_edges_scale: 6,
 };
 
 /// The sections of a run, in the order they run.
-pub(crate) const SECTIONS: [&str; 18] = [
+pub(crate) const SECTIONS: [&str; 19] = [
     "sweep",
     "concurrent",
     "kill",
     "http",
+    "http-edges",
     "races",
     "clock",
     "operators",

@@ -90,7 +90,8 @@ async fn a_provider_slower_than_the_lease_is_called_once_and_the_key_reaches_its
 /// call used to outlive its claim: every claim sent the charge again, each report was refused
 /// as stale, and the key answered `409 needs-reconciliation` for good.)
 pub async fn slow_provider(db: &Db) {
-    let server = db.start(&["--lease-ttl-secs", "2", "--provider-latency-ms", "2500", "--reconcile-interval-secs", "4"]);
+    let server =
+        db.start(&["--lease-ttl-secs", "2", "--provider-latency-ms", "2500", "--reconcile-interval-secs", "4"]);
     let http = http();
     let body = payment("14.00");
     let replies = retry_until_paid(&http, &server.url, "slow-1", &body, Duration::from_secs(25)).await;

@@ -372,11 +372,8 @@ pub fn a_commit_waiting_for_a_standby_is_never_taken_for_nothing_changed(env: &E
             Ok(Ok(outcome)) => outcome,
             Ok(Err(panicked)) | Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),
         };
-        let stored = count(
-            &admin,
-            &format!("SELECT count(*) FROM \"{STALLED}\".idemdb_records WHERE key = 'k-standby'"),
-        )
-        .await;
+        let stored =
+            count(&admin, &format!("SELECT count(*) FROM \"{STALLED}\".idemdb_records WHERE key = 'k-standby'")).await;
         match &outcome {
             Ok(Reservation::Acquired(_)) => assert_eq!(stored, 1, "acquired, and the row is there"),
             Err(error) if error.code() == ErrorCode::CommitUnknown => {}
