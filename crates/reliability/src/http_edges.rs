@@ -974,7 +974,7 @@ fn operators(config: &HttpEdgesConfig) -> Result<(OperatorsReport, Checks), Stri
                 again.status
             ));
         } else {
-            checks.final_answer(&ledger, key, &again, &[last.body.clone()]);
+            checks.final_answer(&ledger, key, &again, std::slice::from_ref(&last.body));
         }
         report.failed_by_operator += u64::from(again.status != 201);
         report.calls += ledger.calls_of(key);
