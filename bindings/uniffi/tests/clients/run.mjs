@@ -1,0 +1,189 @@
+// The cross-runtime client test: one lossy service (server.mjs) answers the npm, Rust, Kotlin
+// and Python clients in turn; each is killed with SIGKILL once after some sends and started
+// again on the same store file. Then, per client: every intent has a final answer (a result, a
+// final refusal, or needs attention), the service performed at most one effect per key and per
+// payment, exactly one for every intent whose final answer is a 201, none for a refused one,
+// and no key was sent more than a sane number of times.
+//
+//   node run.mjs --seed S --intents N --client 'NAME=["cmd", "arg", ...]' [--client ...]
+//
+// Each client command is run with STORE BASE_URL N NAME appended, and must end with a line
+// "report <json>" ({ intents: [{ key, state, status, cause, attempts }] }). Prints a table and
+// "clients: P passed, F failed"; exits 1 on any failure.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const args = process.argv.slice(2);
+const option = (name, fallback) => {
+  const at = args.indexOf(`--${name}`);
+  return at >= 0 ? args[at + 1] : fallback;
+};
+const seed = option('seed', '1');
+const intents = Number(option('intents', '25'));
+const clients = args.flatMap((arg, i) => (arg === '--client' ? [args[i + 1]] : [])).map((spec) => {
+  const at = spec.indexOf('=');
+  return { name: spec.slice(0, at), command: JSON.parse(spec.slice(at + 1)) };
+});
+/** Sends of one key beyond which a client is not sane: the attempt budget (20), with room for a restart. */
+const MAX_SENDS_PER_KEY = 24;
+/** A client run that takes longer hangs. */
+const RUN_LIMIT_MS = 120_000;
+/** Sends of a run after which its first process is killed. */
+const KILL_AFTER_SENDS = Math.max(3, Math.floor(intents / 3));
+
+const here = fileURLToPath(new URL('.', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'idemdb-clients-'));
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// The service.
+const server = spawn(process.execPath, [join(here, 'server.mjs'), seed], { stdio: ['ignore', 'pipe', 'inherit'] });
+const [port, controlPort] = await new Promise((resolve, reject) => {
+  let out = '';
+  server.stdout.on('data', (chunk) => {
+    out += chunk;
+    const found = /port (\d+) control (\d+)/.exec(out);
+    if (found) resolve([found[1], found[2]]);
+  });
+  server.on('exit', (code) => reject(new Error(`the server exited (${code}) before listening`)));
+});
+const base = `http://127.0.0.1:${port}`;
+const control = async (path) => {
+  const response = await fetch(`http://127.0.0.1:${controlPort}${path}`);
+  return response.status === 204 ? null : response.json();
+};
+
+/** Starts a client process; resolves with its exit and output. */
+function start(client, store) {
+  const [cmd, ...rest] = client.command;
+  const child = spawn(cmd, [...rest, store, base, String(intents), client.name], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (chunk) => (out += chunk));
+  child.stderr.on('data', (chunk) => (out += chunk));
+  const done = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal, out })));
+  return { child, done };
+}
+
+const sendsOf = (stats) => Object.values(stats.keys).reduce((sum, k) => sum + k.sends, 0);
+
+async function runClient(client) {
+  const store = join(dir, `${client.name}.idemdb`);
+  const problems = [];
+  await control('/reset');
+  const started = Date.now();
+  // First process: killed with SIGKILL once the service has seen KILL_AFTER_SENDS of its sends.
+  let restarts = 0;
+  const first = start(client, store);
+  let exited = null;
+  first.done.then((result) => (exited = result));
+  while (!exited) {
+    if (sendsOf(await control(`/stats?run=${client.name}`)) >= KILL_AFTER_SENDS) {
+      first.child.kill('SIGKILL');
+      restarts += 1;
+      break;
+    }
+    await sleep(20);
+  }
+  const firstResult = await first.done;
+  if (restarts === 0) {
+    problems.push(`its first process ended (code ${firstResult.code}) before ${KILL_AFTER_SENDS} sends, so it was never killed:\n${firstResult.out}`);
+  }
+  // Second process: the same store file, to its end.
+  const second = start(client, store);
+  const timer = setTimeout(() => second.child.kill('SIGKILL'), RUN_LIMIT_MS);
+  const result = await second.done;
+  clearTimeout(timer);
+  const seconds = (Date.now() - started) / 1000;
+  if (result.code !== 0) problems.push(`the resumed process ended with ${result.signal ?? `code ${result.code}`}${result.signal ? ` (over ${RUN_LIMIT_MS / 1000} s: hangs)` : ''}:\n${result.out}`);
+  const line = result.out.split('\n').find((l) => l.startsWith('report '));
+  const report = line ? JSON.parse(line.slice('report '.length)) : { intents: [] };
+  if (!line && result.code === 0) problems.push(`no report line:\n${result.out}`);
+  const stats = await control(`/stats?run=${client.name}`);
+
+  const kinds = { created: 0, conflict: 0, refused: 0, attention: 0, other: 0, unfinished: 0 };
+  let effects = 0;
+  let doubles = 0;
+  const mine = new Set(report.intents.map((intent) => intent.key));
+  for (const [key, k] of Object.entries(stats.keys)) {
+    effects += k.effects;
+    if (k.effects > 1) problems.push(`${key} was performed ${k.effects} times`);
+    if (!mine.has(key)) problems.push(`the service saw key ${key}, which is no intent of the client`);
+    if (k.sends > MAX_SENDS_PER_KEY) problems.push(`${key} was sent ${k.sends} times (more than ${MAX_SENDS_PER_KEY})`);
+  }
+  // A payment performed twice, under one key or two: a double.
+  for (const [ref, n] of Object.entries(stats.refs)) {
+    if (n > 1) {
+      doubles += 1;
+      problems.push(`payment ${ref} was performed ${n} times`);
+    }
+  }
+  if (report.intents.length !== intents) problems.push(`the report lists ${report.intents.length} intents, not ${intents}`);
+  for (const intent of report.intents) {
+    const effectsOfKey = stats.keys[intent.key]?.effects ?? 0;
+    if (intent.state === 'completed' && intent.status === 201) {
+      kinds.created += 1;
+      if (effectsOfKey !== 1) problems.push(`${intent.key} completed 201 with ${effectsOfKey} effects`);
+    } else if (intent.state === 'completed' && intent.status === 422) {
+      kinds.conflict += 1;
+      if (effectsOfKey !== 0) problems.push(`${intent.key} refused 422 with ${effectsOfKey} effects`);
+    } else if (intent.state === 'completed' && intent.status === 400) {
+      kinds.refused += 1;
+      if (effectsOfKey !== 0) problems.push(`${intent.key} refused 400 with ${effectsOfKey} effects`);
+    } else if (intent.state === 'needs_attention') {
+      kinds.attention += 1;
+      if (effectsOfKey > 1) problems.push(`${intent.key} needs attention after ${effectsOfKey} effects`);
+    } else if (intent.state === 'completed') {
+      kinds.other += 1;
+      problems.push(`${intent.key} completed with status ${intent.status}, which this service never answers finally`);
+    } else {
+      kinds.unfinished += 1;
+      problems.push(`${intent.key} has no final answer (${intent.state}, ${intent.attempts} attempts)`);
+    }
+  }
+  const attention = report.intents.filter((i) => i.state === 'needs_attention').map((i) => i.cause);
+  return {
+    name: client.name,
+    intents: report.intents.length,
+    sends: sendsOf(stats),
+    attempts: report.intents.reduce((sum, i) => sum + i.attempts, 0),
+    refusedConnections: stats.refused,
+    effects,
+    doubles,
+    kinds,
+    attention,
+    restarts,
+    seconds,
+    problems,
+  };
+}
+
+const rows = [];
+let failed = 0;
+try {
+  for (const client of clients) {
+    const row = await runClient(client);
+    rows.push(row);
+    if (row.problems.length > 0) {
+      failed += 1;
+      console.log(`FAIL ${row.name} (seed ${seed}):`);
+      for (const problem of row.problems) console.log(`  ${problem}`);
+    }
+  }
+} finally {
+  server.kill();
+  rmSync(dir, { recursive: true, force: true });
+}
+
+const header = ['client', 'intents', 'sends', 'conns refused', 'effects', 'doubles', '201', '422', '400 other service', 'needs attention', 'no final answer', 'restarts', 'seconds'];
+const table = [header, ...rows.map((r) => [
+  r.name, r.intents, r.sends, r.refusedConnections, r.effects, r.doubles, r.kinds.created, r.kinds.conflict, r.kinds.refused,
+  r.kinds.attention, r.kinds.unfinished + r.kinds.other, r.restarts, r.seconds.toFixed(1),
+].map(String))];
+const widths = header.map((_, c) => Math.max(...table.map((row) => row[c].length)));
+console.log(`seed ${seed}, ${intents} intents per client, killed with SIGKILL after ${KILL_AFTER_SENDS} sends and restarted on the same store`);
+for (const row of table) console.log(`| ${row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c]))).join(' | ')} |`);
+for (const r of rows) if (r.attention.length > 0) console.log(`${r.name}: needs attention: ${r.attention.join(', ')}`);
+console.log(`clients: ${rows.length - failed} passed, ${failed + (clients.length - rows.length)} failed`);
+process.exit(failed === 0 && rows.length === clients.length && clients.length > 0 ? 0 : 1);
