@@ -142,6 +142,10 @@ async function runClient(client) {
       problems.push(`${intent.key} has no final answer (${intent.state}, ${intent.attempts} attempts)`);
     }
   }
+  const faults = {};
+  for (const k of Object.values(stats.keys)) {
+    for (const fault of ['lost', 'busy', 'stalled', 'inProgress', 'foreign', 'mismatch', 'reconcile']) faults[fault] = (faults[fault] ?? 0) + k[fault];
+  }
   const attention = report.intents.filter((i) => i.state === 'needs_attention').map((i) => i.cause);
   return {
     name: client.name,
@@ -149,6 +153,7 @@ async function runClient(client) {
     sends: sendsOf(stats),
     attempts: report.intents.reduce((sum, i) => sum + i.attempts, 0),
     refusedConnections: stats.refused,
+    faults,
     effects,
     doubles,
     kinds,
@@ -176,9 +181,13 @@ try {
   rmSync(dir, { recursive: true, force: true });
 }
 
-const header = ['client', 'intents', 'sends', 'conns refused', 'effects', 'doubles', '201', '422', '400 other service', 'needs attention', 'no final answer', 'restarts', 'seconds'];
+const header = [
+  'client', 'intents', 'sends', 'attempts', 'refused conns', 'lost answers', '503', '409 in progress', 'effects', 'doubles',
+  '201', '422', '400 other service', 'needs attention', 'no final answer', 'restarts', 'seconds',
+];
 const table = [header, ...rows.map((r) => [
-  r.name, r.intents, r.sends, r.refusedConnections, r.effects, r.doubles, r.kinds.created, r.kinds.conflict, r.kinds.refused,
+  r.name, r.intents, r.sends, r.attempts, r.refusedConnections, r.faults.lost, r.faults.busy, r.faults.inProgress,
+  r.effects, r.doubles, r.kinds.created, r.kinds.conflict, r.kinds.refused,
   r.kinds.attention, r.kinds.unfinished + r.kinds.other, r.restarts, r.seconds.toFixed(1),
 ].map(String))];
 const widths = header.map((_, c) => Math.max(...table.map((row) => row[c].length)));

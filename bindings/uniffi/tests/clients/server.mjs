@@ -34,7 +34,7 @@ const STALL_MS = 1500; // longer than the clients' 800 ms per-attempt timeout
 
 /** key -> { fingerprint, state: 'running' | 'done' | 'uncertain', status, body } */
 const records = new Map();
-/** key -> { sends, effects, answered } */
+/** key -> { sends, effects, answered, and per fault: lost, busy, stalled, inProgress, foreign, mismatch, reconcile } */
 const perKey = new Map();
 /** ref -> effects */
 const perRef = new Map();
@@ -44,7 +44,10 @@ let refused = 0;
 
 const stats = (key) => {
   let entry = perKey.get(key);
-  if (!entry) perKey.set(key, (entry = { sends: 0, effects: 0, answered: 0 }));
+  if (!entry) {
+    entry = { sends: 0, effects: 0, answered: 0, lost: 0, busy: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
+    perKey.set(key, entry);
+  }
   return entry;
 };
 
@@ -86,31 +89,42 @@ async function pay(req, res, raw) {
   const record = records.get(key);
   if (record) {
     if (record.fingerprint !== fingerprint) {
+      entry.mismatch += 1;
       return problem(res, 422, 'urn:idemdb:problem:key-mismatch', 'this key was used with another request');
     }
     if (record.state === 'running') {
+      entry.inProgress += 1;
       return problem(res, 409, 'urn:idemdb:problem:in-progress', 'the first request with this key is still running', { 'retry-after': '1' });
     }
     if (record.state === 'uncertain') {
+      entry.reconcile += 1;
       return problem(res, 409, 'urn:idemdb:problem:needs-reconciliation', 'the outcome of this key is unknown: reconcile first');
     }
-    if (draw(key, n, 'lost') < RATES.lost) return req.socket.destroy(); // the replay is lost too
+    if (draw(key, n, 'lost') < RATES.lost) {
+      entry.lost += 1;
+      return req.socket.destroy(); // the replay is lost too
+    }
     entry.answered += 1;
     res.writeHead(record.status, { 'content-type': 'application/json', 'idempotent-replayed': 'true' });
     return res.end(record.body);
   }
   // Before any effect: busy, or another service's problem in front of this one.
   if (draw(key, n, 'busy') < RATES.busy) {
+    entry.busy += 1;
     res.writeHead(503, { 'retry-after': '0', 'content-type': 'text/plain' });
     return res.end('busy, try again');
   }
   if (n === 1 && draw(key, 'foreign') < RATES.foreign) {
+    entry.foreign += 1;
     return problem(res, 400, 'https://gateway.example/problems/unavailable', 'the gateway refuses this payment');
   }
   const running = { fingerprint, state: 'running' };
   records.set(key, running);
   // Once per chosen key: the first send runs longer than the client waits (it retries into 409).
-  if (n === 1 && draw(key, 'stall') < RATES.stall) await sleep(STALL_MS);
+  if (n === 1 && draw(key, 'stall') < RATES.stall) {
+    entry.stalled += 1;
+    await sleep(STALL_MS);
+  }
   // The effect.
   effects += 1;
   entry.effects += 1;
@@ -119,10 +133,14 @@ async function pay(req, res, raw) {
   const result = JSON.stringify({ payment: `pay_${effects}`, amount: body?.amount, ref });
   if (draw(key, 'uncertain') < RATES.uncertain) {
     running.state = 'uncertain';
+    entry.lost += 1;
     return req.socket.destroy();
   }
   Object.assign(running, { state: 'done', status: 201, body: result });
-  if (draw(key, n, 'lost') < RATES.lost) return req.socket.destroy(); // the effect happened; its answer is lost
+  if (draw(key, n, 'lost') < RATES.lost) {
+    entry.lost += 1;
+    return req.socket.destroy(); // the effect happened; its answer is lost
+  }
   entry.answered += 1;
   res.writeHead(201, { 'content-type': 'application/json' });
   res.end(result);
