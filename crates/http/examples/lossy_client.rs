@@ -56,20 +56,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..count {
         let key = key_of(i)?;
         let intent = client.store().intent(&scope, &key)?;
-        let (state, status, cause) = match intent.as_ref().map(|intent| &intent.state) {
+        let (state, response, cause) = match intent.as_ref().map(|intent| &intent.state) {
             None => ("missing", None, None),
-            Some(IntentState::Completed { response }) => ("completed", Some(response.status), None),
+            Some(IntentState::Completed { response }) => ("completed", Some(response), None),
             Some(IntentState::NeedsAttention { cause, response }) => {
-                ("needs_attention", response.as_ref().map(|r| r.status), Some(cause.as_str()))
+                ("needs_attention", response.as_ref(), Some(cause.as_str()))
             }
             Some(state) => (state.name(), None, None),
         };
         report.push(json!({
             "key": key.as_str(),
             "state": state,
-            "status": status,
+            "status": response.map(|r| r.status),
             "cause": cause,
-            "attempts": intent.map_or(0, |intent| intent.attempts),
+            "attempts": intent.as_ref().map_or(0, |intent| intent.attempts),
+            "body": response.map(|r| String::from_utf8_lossy(&r.body).into_owned()),
         }));
     }
     println!("report {}", json!({ "intents": report }));

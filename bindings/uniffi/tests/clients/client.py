@@ -138,6 +138,7 @@ def main():
             "status": intent.response.status if intent and intent.response else None,
             "cause": intent.attention_cause if intent else None,
             "attempts": intent.attempts if intent else 0,
+            "body": intent.response.body.decode("utf-8", "replace") if intent and intent.response else None,
         })
     store.close_store()
     print("report " + json.dumps({"intents": report}), flush=True)

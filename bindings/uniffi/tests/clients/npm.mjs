@@ -52,6 +52,7 @@ for (let i = 0; i < Number(count); i++) {
     status: intent?.response?.status ?? null,
     cause: intent?.cause ?? null,
     attempts: intent?.attempts ?? 0,
+    body: intent?.response ? new TextDecoder().decode(intent.response.body) : null,
   });
 }
 store.close();

@@ -8,9 +8,11 @@
 //   node run.mjs --seed S --intents N --client 'NAME=["cmd", "arg", ...]' [--client ...]
 //
 // Each client command is run with STORE BASE_URL N NAME appended, and must end with a line
-// "report <json>" ({ intents: [{ key, state, status, cause, attempts }] }). Prints a table and
+// "report <json>" ({ intents: [{ key, state, status, cause, attempts, body }] }, body: the
+// recorded answer's body as text). Prints a table and
 // "clients: P passed, F failed"; exits 1 on any failure.
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -31,8 +33,14 @@ const clients = args.flatMap((arg, i) => (arg === '--client' ? [args[i + 1]] : [
 const MAX_SENDS_PER_KEY = 24;
 /** A client run that takes longer hangs. */
 const RUN_LIMIT_MS = 120_000;
-/** Sends of a run after which its first process is killed. */
-const KILL_AFTER_SENDS = Math.max(3, Math.floor(intents / 3));
+/**
+ * Sends of a run after which its first process is killed: drawn from the seed per client,
+ * between a fifth and a half of the intents (at least 3), so that the kill lands elsewhere.
+ */
+const killAfter = (name) => {
+  const unit = createHash('sha256').update(`${seed}\u0000${name}\u0000kill`).digest().readUInt32BE(0) / 2 ** 32;
+  return Math.max(3, Math.floor(intents / 5 + unit * (intents / 2 - intents / 5)));
+};
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'idemdb-clients-'));
@@ -75,11 +83,12 @@ async function runClient(client) {
   const started = Date.now();
   // First process: killed with SIGKILL once the service has seen KILL_AFTER_SENDS of its sends.
   let restarts = 0;
+  const kill = killAfter(client.name);
   const first = start(client, store);
   let exited = null;
   first.done.then((result) => (exited = result));
   while (!exited) {
-    if (sendsOf(await control(`/stats?run=${client.name}`)) >= KILL_AFTER_SENDS) {
+    if (sendsOf(await control(`/stats?run=${client.name}`)) >= kill) {
       first.child.kill('SIGKILL');
       restarts += 1;
       break;
@@ -88,7 +97,7 @@ async function runClient(client) {
   }
   const firstResult = await first.done;
   if (restarts === 0) {
-    problems.push(`its first process ended (code ${firstResult.code}) before ${KILL_AFTER_SENDS} sends, so it was never killed:\n${firstResult.out}`);
+    problems.push(`its first process ended (code ${firstResult.code}) before ${kill} sends, so it was never killed:\n${firstResult.out}`);
   }
   // Second process: the same store file, to its end.
   const second = start(client, store);
@@ -119,12 +128,23 @@ async function runClient(client) {
       problems.push(`payment ${ref} was performed ${n} times`);
     }
   }
+  // Every send that reached the service was recorded in the store first (an attempt).
+  const attempts = report.intents.reduce((sum, i) => sum + i.attempts, 0);
+  if (attempts < sendsOf(stats)) problems.push(`the service saw ${sendsOf(stats)} sends, the store recorded ${attempts} attempts`);
   if (report.intents.length !== intents) problems.push(`the report lists ${report.intents.length} intents, not ${intents}`);
   for (const intent of report.intents) {
     const effectsOfKey = stats.keys[intent.key]?.effects ?? 0;
     if (intent.state === 'completed' && intent.status === 201) {
       kinds.created += 1;
       if (effectsOfKey !== 1) problems.push(`${intent.key} completed 201 with ${effectsOfKey} effects`);
+      // The answer recorded is this key's, read whole.
+      let ref;
+      try {
+        ref = JSON.parse(intent.body).ref;
+      } catch {
+        // not JSON: a truncated body
+      }
+      if (ref !== intent.key) problems.push(`${intent.key} recorded a 201 whose body is not its answer: ${JSON.stringify(intent.body)}`);
     } else if (intent.state === 'completed' && intent.status === 422) {
       kinds.conflict += 1;
       if (effectsOfKey !== 0) problems.push(`${intent.key} refused 422 with ${effectsOfKey} effects`);
@@ -144,14 +164,14 @@ async function runClient(client) {
   }
   const faults = {};
   for (const k of Object.values(stats.keys)) {
-    for (const fault of ['lost', 'busy', 'stalled', 'inProgress', 'foreign', 'mismatch', 'reconcile']) faults[fault] = (faults[fault] ?? 0) + k[fault];
+    for (const fault of ['lost', 'cut', 'busy', 'stalled', 'inProgress', 'foreign', 'mismatch', 'reconcile']) faults[fault] = (faults[fault] ?? 0) + k[fault];
   }
   const attention = report.intents.filter((i) => i.state === 'needs_attention').map((i) => i.cause);
   return {
     name: client.name,
     intents: report.intents.length,
     sends: sendsOf(stats),
-    attempts: report.intents.reduce((sum, i) => sum + i.attempts, 0),
+    attempts,
     refusedConnections: stats.refused,
     faults,
     effects,
@@ -159,6 +179,8 @@ async function runClient(client) {
     kinds,
     attention,
     restarts,
+    killedAfter: kill,
+    maxSends: Math.max(0, ...Object.values(stats.keys).map((k) => k.sends)),
     seconds,
     problems,
   };
@@ -182,16 +204,16 @@ try {
 }
 
 const header = [
-  'client', 'intents', 'sends', 'attempts', 'refused conns', 'lost answers', '503', '409 in progress', 'effects', 'doubles',
-  '201', '422', '400 other service', 'needs attention', 'no final answer', 'restarts', 'seconds',
+  'client', 'intents', 'sends', 'max sends/key', 'attempts', 'refused conns', 'lost answers', 'cut answers', '503', '409 in progress', 'effects', 'doubles',
+  '201', '422', '400 other service', 'needs attention', 'no final answer', 'restarts (after sends)', 'seconds',
 ];
 const table = [header, ...rows.map((r) => [
-  r.name, r.intents, r.sends, r.attempts, r.refusedConnections, r.faults.lost, r.faults.busy, r.faults.inProgress,
+  r.name, r.intents, r.sends, r.maxSends, r.attempts, r.refusedConnections, r.faults.lost, r.faults.cut, r.faults.busy, r.faults.inProgress,
   r.effects, r.doubles, r.kinds.created, r.kinds.conflict, r.kinds.refused,
-  r.kinds.attention, r.kinds.unfinished + r.kinds.other, r.restarts, r.seconds.toFixed(1),
+  r.kinds.attention, r.kinds.unfinished + r.kinds.other, `${r.restarts} (${r.killedAfter})`, r.seconds.toFixed(1),
 ].map(String))];
 const widths = header.map((_, c) => Math.max(...table.map((row) => row[c].length)));
-console.log(`seed ${seed}, ${intents} intents per client, killed with SIGKILL after ${KILL_AFTER_SENDS} sends and restarted on the same store`);
+console.log(`seed ${seed}, ${intents} intents per client; each client killed with SIGKILL once (after the sends shown) and restarted on the same store`);
 for (const row of table) console.log(`| ${row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c]))).join(' | ')} |`);
 for (const r of rows) if (r.attention.length > 0) console.log(`${r.name}: needs attention: ${r.attention.join(', ')}`);
 console.log(`clients: ${rows.length - failed} passed, ${failed + (clients.length - rows.length)} failed`);

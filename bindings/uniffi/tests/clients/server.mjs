@@ -13,9 +13,13 @@
 // What goes wrong, per key and per send (a hash of seed, key, send number and what):
 //   - refused: a share of connections is closed before anything is read (never reached)
 //   - busy: 503 with Retry-After: 0 before any effect
+//   - down: for a few keys, 503 with Retry-After: 0 on every send (the clients' attempt budget
+//     ends it: the intent needs attention, `retries_exhausted`)
 //   - foreign: another service's problem (400, type .../unavailable) before any effect, final
 //   - slow: a short delay; or, once per chosen key, a delay longer than the clients' timeout
 //   - lost: the effect is performed, then the socket is destroyed without an answer
+//   - cut: the answer's status and headers are sent, then half its body, then the socket is
+//     destroyed (a client must not record a 201 it did not read whole)
 //   - taken: the key was bound to another body before the client came (422 on every send)
 //   - uncertain: the effect is performed, the answer lost, and every later send is told 409
 //     `needs-reconciliation` (what an idemdb service says of a record it cannot settle)
@@ -29,12 +33,12 @@ const seed = process.argv[2] ?? '1';
 /** A number in [0, 1) drawn from the seed and `parts`: the same on every run with this seed. */
 const draw = (...parts) => createHash('sha256').update([seed, ...parts].join('\u0000')).digest().readUInt32BE(0) / 2 ** 32;
 
-const RATES = { refused: 0.1, busy: 0.15, foreign: 0.06, slow: 0.2, stall: 0.08, lost: 0.2, taken: 0.06, uncertain: 0.04 };
+const RATES = { refused: 0.1, down: 0.03, busy: 0.15, foreign: 0.06, slow: 0.2, stall: 0.08, lost: 0.2, cut: 0.08, taken: 0.06, uncertain: 0.04 };
 const STALL_MS = 1500; // longer than the clients' 800 ms per-attempt timeout
 
 /** key -> { fingerprint, state: 'running' | 'done' | 'uncertain', status, body } */
 const records = new Map();
-/** key -> { sends, effects, answered, and per fault: lost, busy, stalled, inProgress, foreign, mismatch, reconcile } */
+/** key -> { sends, effects, answered, and per fault: lost, cut, busy, stalled, inProgress, foreign, mismatch, reconcile } */
 const perKey = new Map();
 /** ref -> effects */
 const perRef = new Map();
@@ -45,7 +49,7 @@ let refused = 0;
 const stats = (key) => {
   let entry = perKey.get(key);
   if (!entry) {
-    entry = { sends: 0, effects: 0, answered: 0, lost: 0, busy: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
+    entry = { sends: 0, effects: 0, answered: 0, lost: 0, cut: 0, busy: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
     perKey.set(key, entry);
   }
   return entry;
@@ -64,6 +68,20 @@ const problem = (res, status, type, title, headers = {}) => {
   res.writeHead(status, { 'content-type': 'application/problem+json', ...headers });
   res.end(JSON.stringify({ type, title, status }));
 };
+
+/** Answers `body` with `status`, or, when the draw says so, cuts it off halfway. */
+function answer(res, entry, key, n, status, headers, body) {
+  if (draw(key, n, 'cut') < RATES.cut) {
+    entry.cut += 1;
+    res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body) });
+    res.write(body.slice(0, Math.floor(body.length / 2)));
+    setTimeout(() => res.socket?.destroy(), 10);
+    return;
+  }
+  entry.answered += 1;
+  res.writeHead(status, headers);
+  res.end(body);
+}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -104,12 +122,10 @@ async function pay(req, res, raw) {
       entry.lost += 1;
       return req.socket.destroy(); // the replay is lost too
     }
-    entry.answered += 1;
-    res.writeHead(record.status, { 'content-type': 'application/json', 'idempotent-replayed': 'true' });
-    return res.end(record.body);
+    return answer(res, entry, key, n, record.status, { 'content-type': 'application/json', 'idempotent-replayed': 'true' }, record.body);
   }
   // Before any effect: busy, or another service's problem in front of this one.
-  if (draw(key, n, 'busy') < RATES.busy) {
+  if (draw(key, 'down') < RATES.down || draw(key, n, 'busy') < RATES.busy) {
     entry.busy += 1;
     res.writeHead(503, { 'retry-after': '0', 'content-type': 'text/plain' });
     return res.end('busy, try again');
@@ -141,9 +157,7 @@ async function pay(req, res, raw) {
     entry.lost += 1;
     return req.socket.destroy(); // the effect happened; its answer is lost
   }
-  entry.answered += 1;
-  res.writeHead(201, { 'content-type': 'application/json' });
-  res.end(result);
+  answer(res, entry, key, n, 201, { 'content-type': 'application/json' }, result);
 }
 
 // The control port (the driver's GET /stats and /reset): never refused, never delayed.

@@ -126,7 +126,8 @@ fun main(args: Array<String>) {
     val report = (0 until count.toInt()).joinToString(",", "[", "]") { i ->
         val intent = store.intent(scope, keyOf(i))
         """{"key":"${keyOf(i)}","state":${jsonString(intent?.state ?: "missing")},"status":${intent?.response?.status ?: "null"},""" +
-            """"cause":${jsonString(intent?.attentionCause)},"attempts":${intent?.attempts ?: 0u}}"""
+            """"cause":${jsonString(intent?.attentionCause)},"attempts":${intent?.attempts ?: 0u},""" +
+            """"body":${jsonString(intent?.response?.body?.let { String(it, Charsets.UTF_8) })}}"""
     }
     store.closeStore()
     println("report {\"intents\":$report}")
