@@ -1,11 +1,11 @@
 // The cross-runtime client test: one lossy service (server.mjs) answers the npm, Rust, Kotlin
-// and Python clients in turn; each is killed with SIGKILL once after some sends and started
-// again on the same store file. Then, per client: every intent has a final answer (a result, a
+// and Python clients in turn; each is killed with SIGKILL after some sends and started again on
+// the same store file, twice (--kills). Then, per client: every intent has a final answer (a result, a
 // final refusal, or needs attention), the service performed at most one effect per key and per
 // payment, exactly one for every intent whose final answer is a 201, none for a refused one,
 // and no key was sent more than a sane number of times.
 //
-//   node run.mjs --seed S --intents N --client 'NAME=["cmd", "arg", ...]' [--client ...]
+//   node run.mjs --seed S --intents N [--kills K] --client 'NAME=["cmd", "arg", ...]' [--client ...]
 //
 // Each client command is run with STORE BASE_URL N NAME appended, and must end with a line
 // "report <json>" ({ intents: [{ key, state, status, cause, attempts, body }] }, body: the
@@ -33,13 +33,16 @@ const clients = args.flatMap((arg, i) => (arg === '--client' ? [args[i + 1]] : [
 const MAX_SENDS_PER_KEY = 24;
 /** A client run that takes longer hangs. */
 const RUN_LIMIT_MS = 120_000;
+/** How many times each client is killed with SIGKILL and started again. */
+const KILLS = Number(option('kills', '2'));
 /**
- * Sends of a run after which its first process is killed: drawn from the seed per client,
- * between a fifth and a half of the intents (at least 3), so that the kill lands elsewhere.
+ * Sends after which the `k`th process of a client is killed: drawn from the seed per client,
+ * between a sixth and a third of the intents (at least 3), so that the kills land elsewhere and
+ * all of them before the last intent is sent.
  */
-const killAfter = (name) => {
-  const unit = createHash('sha256').update(`${seed}\u0000${name}\u0000kill`).digest().readUInt32BE(0) / 2 ** 32;
-  return Math.max(3, Math.floor(intents / 5 + unit * (intents / 2 - intents / 5)));
+const killAfter = (name, k) => {
+  const unit = createHash('sha256').update(`${seed}\u0000${name}\u0000kill ${k}`).digest().readUInt32BE(0) / 2 ** 32;
+  return Math.max(3, Math.floor(intents / 6 + unit * (intents / 3 - intents / 6)));
 };
 
 const here = fileURLToPath(new URL('.', import.meta.url));
@@ -81,25 +84,31 @@ async function runClient(client) {
   const problems = [];
   await control('/reset');
   const started = Date.now();
-  // First process: killed with SIGKILL once the service has seen KILL_AFTER_SENDS of its sends.
+  // Processes killed with SIGKILL once the service has seen `kill` of the run's sends, each
+  // started again on the same store file.
   let restarts = 0;
-  const kill = killAfter(client.name);
-  const first = start(client, store);
-  let exited = null;
-  first.done.then((result) => (exited = result));
-  while (!exited) {
-    if (sendsOf(await control(`/stats?run=${client.name}`)) >= kill) {
-      first.child.kill('SIGKILL');
-      restarts += 1;
+  const kills = [];
+  for (let k = 1; k <= KILLS; k++) {
+    const kill = sendsOf(await control(`/stats?run=${client.name}`)) + killAfter(client.name, k);
+    kills.push(kill);
+    const killed = start(client, store);
+    let exited = null;
+    killed.done.then((result) => (exited = result));
+    while (!exited) {
+      if (sendsOf(await control(`/stats?run=${client.name}`)) >= kill) {
+        killed.child.kill('SIGKILL');
+        restarts += 1;
+        break;
+      }
+      await sleep(20);
+    }
+    const result = await killed.done;
+    if (result.signal !== 'SIGKILL') {
+      problems.push(`its process ${k} ended (code ${result.code}) before ${kill} sends, so it was never killed:\n${result.out}`);
       break;
     }
-    await sleep(20);
   }
-  const firstResult = await first.done;
-  if (restarts === 0) {
-    problems.push(`its first process ended (code ${firstResult.code}) before ${kill} sends, so it was never killed:\n${firstResult.out}`);
-  }
-  // Second process: the same store file, to its end.
+  // The last process: the same store file, to its end.
   const second = start(client, store);
   const timer = setTimeout(() => second.child.kill('SIGKILL'), RUN_LIMIT_MS);
   const result = await second.done;
@@ -162,6 +171,10 @@ async function runClient(client) {
       problems.push(`${intent.key} has no final answer (${intent.state}, ${intent.attempts} attempts)`);
     }
   }
+  // A key sent again after its final answer went out whole: only a client killed between the
+  // answer and its record may do that, once per kill.
+  const afterFinal = Object.values(stats.keys).reduce((sum, k) => sum + k.afterFinal, 0);
+  if (afterFinal > restarts) problems.push(`${afterFinal} sends after a final answer had been delivered (${restarts} kills)`);
   const faults = {};
   for (const k of Object.values(stats.keys)) {
     for (const fault of ['lost', 'cut', 'busy', 'stalled', 'inProgress', 'foreign', 'mismatch', 'reconcile']) faults[fault] = (faults[fault] ?? 0) + k[fault];
@@ -172,6 +185,7 @@ async function runClient(client) {
     intents: report.intents.length,
     sends: sendsOf(stats),
     attempts,
+    afterFinal,
     refusedConnections: stats.refused,
     faults,
     effects,
@@ -179,7 +193,7 @@ async function runClient(client) {
     kinds,
     attention,
     restarts,
-    killedAfter: kill,
+    kills,
     maxSends: Math.max(0, ...Object.values(stats.keys).map((k) => k.sends)),
     seconds,
     problems,
@@ -204,16 +218,16 @@ try {
 }
 
 const header = [
-  'client', 'intents', 'sends', 'max sends/key', 'attempts', 'refused conns', 'lost answers', 'cut answers', '503', '409 in progress', 'effects', 'doubles',
-  '201', '422', '400 other service', 'needs attention', 'no final answer', 'restarts (after sends)', 'seconds',
+  'client', 'intents', 'sends', 'max sends/key', 'attempts', 'refused conns', 'lost answers', 'cut answers', '503', '409 in progress', 'effects', 'doubles', 'sent after final',
+  '201', '422', '400 other service', 'needs attention', 'no final answer', 'kills (after sends)', 'seconds',
 ];
 const table = [header, ...rows.map((r) => [
   r.name, r.intents, r.sends, r.maxSends, r.attempts, r.refusedConnections, r.faults.lost, r.faults.cut, r.faults.busy, r.faults.inProgress,
-  r.effects, r.doubles, r.kinds.created, r.kinds.conflict, r.kinds.refused,
-  r.kinds.attention, r.kinds.unfinished + r.kinds.other, `${r.restarts} (${r.killedAfter})`, r.seconds.toFixed(1),
+  r.effects, r.doubles, r.afterFinal, r.kinds.created, r.kinds.conflict, r.kinds.refused,
+  r.kinds.attention, r.kinds.unfinished + r.kinds.other, `${r.restarts} (${r.kills.join(', ')})`, r.seconds.toFixed(1),
 ].map(String))];
 const widths = header.map((_, c) => Math.max(...table.map((row) => row[c].length)));
-console.log(`seed ${seed}, ${intents} intents per client; each client killed with SIGKILL once (after the sends shown) and restarted on the same store`);
+console.log(`seed ${seed}, ${intents} intents per client; each client killed with SIGKILL ${KILLS} times (once the service had seen the sends shown) and restarted on the same store`);
 for (const row of table) console.log(`| ${row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]) : cell.padStart(widths[c]))).join(' | ')} |`);
 for (const r of rows) if (r.attention.length > 0) console.log(`${r.name}: needs attention: ${r.attention.join(', ')}`);
 console.log(`clients: ${rows.length - failed} passed, ${failed + (clients.length - rows.length)} failed`);

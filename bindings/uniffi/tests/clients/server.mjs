@@ -38,7 +38,7 @@ const STALL_MS = 1500; // longer than the clients' 800 ms per-attempt timeout
 
 /** key -> { fingerprint, state: 'running' | 'done' | 'uncertain', status, body } */
 const records = new Map();
-/** key -> { sends, effects, answered, and per fault: lost, cut, busy, stalled, inProgress, foreign, mismatch, reconcile } */
+/** key -> { sends, effects, answered, afterFinal (sends after a final answer went out whole), and per fault: lost, cut, busy, stalled, inProgress, foreign, mismatch, reconcile } */
 const perKey = new Map();
 /** ref -> effects */
 const perRef = new Map();
@@ -49,7 +49,7 @@ let refused = 0;
 const stats = (key) => {
   let entry = perKey.get(key);
   if (!entry) {
-    entry = { sends: 0, effects: 0, answered: 0, lost: 0, cut: 0, busy: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
+    entry = { sends: 0, effects: 0, answered: 0, afterFinal: 0, delivered: false, lost: 0, cut: 0, busy: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
     perKey.set(key, entry);
   }
   return entry;
@@ -69,6 +69,17 @@ const problem = (res, status, type, title, headers = {}) => {
   res.end(JSON.stringify({ type, title, status }));
 };
 
+/**
+ * Once a final answer (one a client must not send again after: 201, 422, 400, 409
+ * needs-reconciliation) has been written out whole, a later send of its key is a resend after a
+ * final answer: allowed only to a client killed before it recorded that answer.
+ */
+function delivered(res, entry) {
+  res.on('finish', () => {
+    entry.delivered = true;
+  });
+}
+
 /** Answers `body` with `status`, or, when the draw says so, cuts it off halfway. */
 function answer(res, entry, key, n, status, headers, body) {
   if (draw(key, n, 'cut') < RATES.cut) {
@@ -79,6 +90,7 @@ function answer(res, entry, key, n, status, headers, body) {
     return;
   }
   entry.answered += 1;
+  delivered(res, entry);
   res.writeHead(status, headers);
   res.end(body);
 }
@@ -98,6 +110,7 @@ async function pay(req, res, raw) {
   const fingerprint = createHash('sha256').update(canonical(body)).digest('hex');
   const entry = stats(key);
   entry.sends += 1;
+  if (entry.delivered) entry.afterFinal += 1;
   const n = entry.sends;
   // A key another request took before this client came: bound to another body.
   if (draw(key, 'taken') < RATES.taken && !records.has(key)) {
@@ -108,6 +121,7 @@ async function pay(req, res, raw) {
   if (record) {
     if (record.fingerprint !== fingerprint) {
       entry.mismatch += 1;
+      delivered(res, entry);
       return problem(res, 422, 'urn:idemdb:problem:key-mismatch', 'this key was used with another request');
     }
     if (record.state === 'running') {
@@ -116,6 +130,7 @@ async function pay(req, res, raw) {
     }
     if (record.state === 'uncertain') {
       entry.reconcile += 1;
+      delivered(res, entry);
       return problem(res, 409, 'urn:idemdb:problem:needs-reconciliation', 'the outcome of this key is unknown: reconcile first');
     }
     if (draw(key, n, 'lost') < RATES.lost) {
@@ -132,6 +147,7 @@ async function pay(req, res, raw) {
   }
   if (n === 1 && draw(key, 'foreign') < RATES.foreign) {
     entry.foreign += 1;
+    delivered(res, entry);
     return problem(res, 400, 'https://gateway.example/problems/unavailable', 'the gateway refuses this payment');
   }
   const running = { fingerprint, state: 'running' };
