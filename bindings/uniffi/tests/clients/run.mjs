@@ -177,7 +177,7 @@ async function runClient(client) {
   if (afterFinal > restarts) problems.push(`${afterFinal} sends after a final answer had been delivered (${restarts} kills)`);
   const faults = {};
   for (const k of Object.values(stats.keys)) {
-    for (const fault of ['lost', 'cut', 'busy', 'stalled', 'inProgress', 'foreign', 'mismatch', 'reconcile']) faults[fault] = (faults[fault] ?? 0) + k[fault];
+    for (const fault of ['lost', 'cut', 'busy', 'throttled', 'stalled', 'inProgress', 'foreign', 'mismatch', 'reconcile']) faults[fault] = (faults[fault] ?? 0) + k[fault];
   }
   const attention = report.intents.filter((i) => i.state === 'needs_attention').map((i) => i.cause);
   return {
@@ -218,11 +218,11 @@ try {
 }
 
 const header = [
-  'client', 'intents', 'sends', 'max sends/key', 'attempts', 'refused conns', 'lost answers', 'cut answers', '503', '409 in progress', 'effects', 'doubles', 'sent after final',
+  'client', 'intents', 'sends', 'max sends/key', 'attempts', 'refused conns', 'lost answers', 'cut answers', '503', '429', '409 in progress', 'effects', 'doubles', 'sent after final',
   '201', '422', '400 other service', 'needs attention', 'no final answer', 'kills (after sends)', 'seconds',
 ];
 const table = [header, ...rows.map((r) => [
-  r.name, r.intents, r.sends, r.maxSends, r.attempts, r.refusedConnections, r.faults.lost, r.faults.cut, r.faults.busy, r.faults.inProgress,
+  r.name, r.intents, r.sends, r.maxSends, r.attempts, r.refusedConnections, r.faults.lost, r.faults.cut, r.faults.busy, r.faults.throttled, r.faults.inProgress,
   r.effects, r.doubles, r.afterFinal, r.kinds.created, r.kinds.conflict, r.kinds.refused,
   r.kinds.attention, r.kinds.unfinished + r.kinds.other, `${r.restarts} (${r.kills.join(', ')})`, r.seconds.toFixed(1),
 ].map(String))];

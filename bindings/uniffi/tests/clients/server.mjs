@@ -13,6 +13,8 @@
 // What goes wrong, per key and per send (a hash of seed, key, send number and what):
 //   - refused: a share of connections is closed before anything is read (never reached)
 //   - busy: 503 with Retry-After: 0 before any effect
+//   - throttled: 429 with Retry-After: 120 before any effect (the clients cap the wait at their
+//     largest delay; one that waited two minutes would be taken for hung)
 //   - down: for a few keys, 503 with Retry-After: 0 on every send (the clients' attempt budget
 //     ends it: the intent needs attention, `retries_exhausted`)
 //   - foreign: another service's problem (400, type .../unavailable) before any effect, final
@@ -33,12 +35,12 @@ const seed = process.argv[2] ?? '1';
 /** A number in [0, 1) drawn from the seed and `parts`: the same on every run with this seed. */
 const draw = (...parts) => createHash('sha256').update([seed, ...parts].join('\u0000')).digest().readUInt32BE(0) / 2 ** 32;
 
-const RATES = { refused: 0.1, down: 0.03, busy: 0.15, foreign: 0.06, slow: 0.2, stall: 0.08, lost: 0.2, cut: 0.08, taken: 0.06, uncertain: 0.04 };
+const RATES = { refused: 0.1, down: 0.03, busy: 0.15, throttled: 0.04, foreign: 0.06, slow: 0.2, stall: 0.08, lost: 0.2, cut: 0.08, taken: 0.06, uncertain: 0.04 };
 const STALL_MS = 1500; // longer than the clients' 800 ms per-attempt timeout
 
 /** key -> { fingerprint, state: 'running' | 'done' | 'uncertain', status, body } */
 const records = new Map();
-/** key -> { sends, effects, answered, afterFinal (sends after a final answer went out whole), and per fault: lost, cut, busy, stalled, inProgress, foreign, mismatch, reconcile } */
+/** key -> { sends, effects, answered, afterFinal (sends after a final answer went out whole), and per fault: lost, cut, busy, throttled, stalled, inProgress, foreign, mismatch, reconcile } */
 const perKey = new Map();
 /** ref -> effects */
 const perRef = new Map();
@@ -49,7 +51,7 @@ let refused = 0;
 const stats = (key) => {
   let entry = perKey.get(key);
   if (!entry) {
-    entry = { sends: 0, effects: 0, answered: 0, afterFinal: 0, delivered: false, lost: 0, cut: 0, busy: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
+    entry = { sends: 0, effects: 0, answered: 0, afterFinal: 0, delivered: false, lost: 0, cut: 0, busy: 0, throttled: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
     perKey.set(key, entry);
   }
   return entry;
@@ -144,6 +146,10 @@ async function pay(req, res, raw) {
     entry.busy += 1;
     res.writeHead(503, { 'retry-after': '0', 'content-type': 'text/plain' });
     return res.end('busy, try again');
+  }
+  if (draw(key, n, 'throttled') < RATES.throttled) {
+    entry.throttled += 1;
+    return problem(res, 429, 'urn:idemdb:problem:rate-limited', 'slow down', { 'retry-after': '120' });
   }
   if (n === 1 && draw(key, 'foreign') < RATES.foreign) {
     entry.foreign += 1;
