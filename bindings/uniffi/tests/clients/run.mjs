@@ -94,15 +94,22 @@ async function runClient(client) {
     const killed = start(client, store);
     let exited = null;
     killed.done.then((result) => (exited = result));
+    const since = Date.now();
+    let hung = false;
     while (!exited) {
-      if (sendsOf(await control(`/stats?run=${client.name}`)) >= kill) {
+      hung = Date.now() - since > RUN_LIMIT_MS;
+      if (hung || sendsOf(await control(`/stats?run=${client.name}`)) >= kill) {
         killed.child.kill('SIGKILL');
-        restarts += 1;
+        restarts += hung ? 0 : 1;
         break;
       }
       await sleep(20);
     }
     const result = await killed.done;
+    if (hung) {
+      problems.push(`its process ${k} made fewer than ${kill} sends in ${RUN_LIMIT_MS / 1000} s (hangs):\n${result.out}`);
+      break;
+    }
     if (result.signal !== 'SIGKILL') {
       problems.push(`its process ${k} ended (code ${result.code}) before ${kill} sends, so it was never killed:\n${result.out}`);
       break;
@@ -130,6 +137,7 @@ async function runClient(client) {
     if (!mine.has(key)) problems.push(`the service saw key ${key}, which is no intent of the client`);
     if (k.sends > MAX_SENDS_PER_KEY) problems.push(`${key} was sent ${k.sends} times (more than ${MAX_SENDS_PER_KEY})`);
   }
+  if (stats.unkeyed > 0) problems.push(`${stats.unkeyed} sends came without an Idempotency-Key`);
   // A payment performed twice, under one key or two: a double.
   for (const [ref, n] of Object.entries(stats.refs)) {
     if (n > 1) {
@@ -157,11 +165,19 @@ async function runClient(client) {
     } else if (intent.state === 'completed' && intent.status === 422) {
       kinds.conflict += 1;
       if (effectsOfKey !== 0) problems.push(`${intent.key} refused 422 with ${effectsOfKey} effects`);
+      if (!stats.keys[intent.key]?.mismatch) problems.push(`${intent.key} recorded a 422 the service never sent it`);
     } else if (intent.state === 'completed' && intent.status === 400) {
       kinds.refused += 1;
       if (effectsOfKey !== 0) problems.push(`${intent.key} refused 400 with ${effectsOfKey} effects`);
+      // Only the other service's 400 is expected: a 400 of this service's (no key sent) is not.
+      if (!stats.keys[intent.key]?.foreign) problems.push(`${intent.key} recorded a 400 that is not the other service's: ${intent.body}`);
     } else if (intent.state === 'needs_attention') {
       kinds.attention += 1;
+      const k = stats.keys[intent.key];
+      if (intent.cause === 'needs_reconciliation' && !k?.reconcile) problems.push(`${intent.key} needs reconciliation, which the service never said`);
+      if (intent.cause === 'retries_exhausted' && (k?.sends ?? 0) + stats.refused < 20 - KILLS) {
+        problems.push(`${intent.key} gave up after ${k?.sends ?? 0} sends`);
+      }
       if (effectsOfKey > 1) problems.push(`${intent.key} needs attention after ${effectsOfKey} effects`);
     } else if (intent.state === 'completed') {
       kinds.other += 1;
@@ -175,9 +191,9 @@ async function runClient(client) {
   // answer and its record may do that, once per kill.
   const afterFinal = Object.values(stats.keys).reduce((sum, k) => sum + k.afterFinal, 0);
   if (afterFinal > restarts) problems.push(`${afterFinal} sends after a final answer had been delivered (${restarts} kills)`);
-  const faults = {};
+  const faults = { lost: 0, cut: 0, busy: 0, throttled: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
   for (const k of Object.values(stats.keys)) {
-    for (const fault of ['lost', 'cut', 'busy', 'throttled', 'stalled', 'inProgress', 'foreign', 'mismatch', 'reconcile']) faults[fault] = (faults[fault] ?? 0) + k[fault];
+    for (const fault of Object.keys(faults)) faults[fault] += k[fault];
   }
   const attention = report.intents.filter((i) => i.state === 'needs_attention').map((i) => i.cause);
   return {

@@ -26,8 +26,8 @@
 //   - uncertain: the effect is performed, the answer lost, and every later send is told 409
 //     `needs-reconciliation` (what an idemdb service says of a record it cannot settle)
 // On the control port, GET /stats?run=NAME: sends and effects per key whose name starts with
-// NAME-, effects per payment `ref`, connections refused since the last GET /reset (which clears
-// that count; the clients run one after the other).
+// NAME-, effects per payment `ref`, connections refused and sends without a key since the last
+// GET /reset (which clears those counts; the clients run one after the other).
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 
@@ -47,6 +47,8 @@ const perRef = new Map();
 let effects = 0;
 let connections = 0;
 let refused = 0;
+/** Sends without an `Idempotency-Key` since the last GET /reset. */
+let unkeyed = 0;
 
 const stats = (key) => {
   let entry = perKey.get(key);
@@ -101,7 +103,10 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function pay(req, res, raw) {
   const header = req.headers['idempotency-key'];
-  if (!header) return problem(res, 400, 'urn:idemdb:problem:invalid-request', 'Idempotency-Key required');
+  if (!header) {
+    unkeyed += 1;
+    return problem(res, 400, 'urn:idemdb:problem:invalid-request', 'Idempotency-Key required');
+  }
   const key = header.startsWith('"') ? header.slice(1, -1).replace(/\\(.)/g, '$1') : header;
   let body;
   try {
@@ -190,10 +195,11 @@ const control = createServer((req, res) => {
     const keys = Object.fromEntries([...perKey].filter(([key]) => key.startsWith(`${run}-`)));
     const refs = Object.fromEntries([...perRef].filter(([ref]) => ref.startsWith(`${run}-`)));
     res.writeHead(200, { 'content-type': 'application/json' });
-    return res.end(JSON.stringify({ keys, refs, refused }));
+    return res.end(JSON.stringify({ keys, refs, refused, unkeyed }));
   }
   if (url.pathname === '/reset') {
     refused = 0;
+    unkeyed = 0;
     res.writeHead(204);
     return res.end();
   }
