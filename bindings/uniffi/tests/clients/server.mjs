@@ -45,15 +45,23 @@ const perKey = new Map();
 /** ref -> effects */
 const perRef = new Map();
 let effects = 0;
+/** Sends with a key, of every run. */
+let sendsSeen = 0;
 let connections = 0;
 let refused = 0;
 /** Sends without an `Idempotency-Key` since the last GET /reset. */
 let unkeyed = 0;
 
+/** Counts `what` for the key and keeps it in the key's history (send number: what). */
+const note = (entry, what) => {
+  entry[what] += 1;
+  entry.history.push(`${entry.sends}:${what}`);
+};
+
 const stats = (key) => {
   let entry = perKey.get(key);
   if (!entry) {
-    entry = { sends: 0, effects: 0, answered: 0, afterFinal: 0, delivered: false, lost: 0, cut: 0, busy: 0, throttled: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
+    entry = { sends: 0, effects: 0, answered: 0, afterFinal: 0, delivered: false, history: [], lost: 0, cut: 0, busy: 0, throttled: 0, stalled: 0, inProgress: 0, foreign: 0, mismatch: 0, reconcile: 0 };
     perKey.set(key, entry);
   }
   return entry;
@@ -81,19 +89,20 @@ const problem = (res, status, type, title, headers = {}) => {
 function delivered(res, entry) {
   res.on('finish', () => {
     entry.delivered = true;
+    entry.history.push(`${entry.sends}:delivered`);
   });
 }
 
 /** Answers `body` with `status`, or, when the draw says so, cuts it off halfway. */
 function answer(res, entry, key, n, status, headers, body) {
   if (draw(key, n, 'cut') < RATES.cut) {
-    entry.cut += 1;
+    note(entry, 'cut');
     res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body) });
     res.write(body.slice(0, Math.floor(body.length / 2)));
     setTimeout(() => res.socket?.destroy(), 10);
     return;
   }
-  entry.answered += 1;
+  note(entry, 'answered');
   delivered(res, entry);
   res.writeHead(status, headers);
   res.end(body);
@@ -117,6 +126,8 @@ async function pay(req, res, raw) {
   const fingerprint = createHash('sha256').update(canonical(body)).digest('hex');
   const entry = stats(key);
   entry.sends += 1;
+  sendsSeen += 1;
+  entry.history.push(`${entry.sends}:sent(#${sendsSeen} of all)`);
   if (entry.delivered) entry.afterFinal += 1;
   const n = entry.sends;
   // A key another request took before this client came: bound to another body.
@@ -127,37 +138,37 @@ async function pay(req, res, raw) {
   const record = records.get(key);
   if (record) {
     if (record.fingerprint !== fingerprint) {
-      entry.mismatch += 1;
+      note(entry, 'mismatch');
       delivered(res, entry);
       return problem(res, 422, 'urn:idemdb:problem:key-mismatch', 'this key was used with another request');
     }
     if (record.state === 'running') {
-      entry.inProgress += 1;
+      note(entry, 'inProgress');
       return problem(res, 409, 'urn:idemdb:problem:in-progress', 'the first request with this key is still running', { 'retry-after': '1' });
     }
     if (record.state === 'uncertain') {
-      entry.reconcile += 1;
+      note(entry, 'reconcile');
       delivered(res, entry);
       return problem(res, 409, 'urn:idemdb:problem:needs-reconciliation', 'the outcome of this key is unknown: reconcile first');
     }
     if (draw(key, n, 'lost') < RATES.lost) {
-      entry.lost += 1;
+      note(entry, 'lost');
       return req.socket.destroy(); // the replay is lost too
     }
     return answer(res, entry, key, n, record.status, { 'content-type': 'application/json', 'idempotent-replayed': 'true' }, record.body);
   }
   // Before any effect: busy, or another service's problem in front of this one.
   if (draw(key, 'down') < RATES.down || draw(key, n, 'busy') < RATES.busy) {
-    entry.busy += 1;
+    note(entry, 'busy');
     res.writeHead(503, { 'retry-after': '0', 'content-type': 'text/plain' });
     return res.end('busy, try again');
   }
   if (draw(key, n, 'throttled') < RATES.throttled) {
-    entry.throttled += 1;
+    note(entry, 'throttled');
     return problem(res, 429, 'urn:idemdb:problem:rate-limited', 'slow down', { 'retry-after': '120' });
   }
   if (n === 1 && draw(key, 'foreign') < RATES.foreign) {
-    entry.foreign += 1;
+    note(entry, 'foreign');
     delivered(res, entry);
     return problem(res, 400, 'https://gateway.example/problems/unavailable', 'the gateway refuses this payment');
   }
@@ -165,23 +176,23 @@ async function pay(req, res, raw) {
   records.set(key, running);
   // Once per chosen key: the first send runs longer than the client waits (it retries into 409).
   if (n === 1 && draw(key, 'stall') < RATES.stall) {
-    entry.stalled += 1;
+    note(entry, 'stalled');
     await sleep(STALL_MS);
   }
   // The effect.
   effects += 1;
-  entry.effects += 1;
+  note(entry, 'effects');
   const ref = String(body?.ref);
   perRef.set(ref, (perRef.get(ref) ?? 0) + 1);
   const result = JSON.stringify({ payment: `pay_${effects}`, amount: body?.amount, ref });
   if (draw(key, 'uncertain') < RATES.uncertain) {
     running.state = 'uncertain';
-    entry.lost += 1;
+    note(entry, 'lost');
     return req.socket.destroy();
   }
   Object.assign(running, { state: 'done', status: 201, body: result });
   if (draw(key, n, 'lost') < RATES.lost) {
-    entry.lost += 1;
+    note(entry, 'lost');
     return req.socket.destroy(); // the effect happened; its answer is lost
   }
   answer(res, entry, key, n, 201, { 'content-type': 'application/json' }, result);
