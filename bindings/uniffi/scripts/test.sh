@@ -3,11 +3,13 @@
 # Python and Swift sources from it, compiles the Kotlin tests with a real Kotlin compiler and
 # runs them on the JVM against the host library through JNA, runs the Python tests (ctypes),
 # checks the shipped Swift sources are current (and runs `swift test` where a toolchain is),
-# builds the Android libraries and checks their 16 KB page alignment, and reads stores across
-# runtimes (Kotlin, the CLI, Node, Rust).
+# builds the Android libraries and checks their 16 KB page alignment, reads stores across
+# runtimes (Kotlin, the CLI, Node, Rust), and runs the npm, Rust, Kotlin and Python clients
+# against one lossy service (part clients).
 #
 #   bash bindings/uniffi/scripts/test.sh            # everything
-#   bash bindings/uniffi/scripts/test.sh kotlin     # one part: kotlin, python, swift, android, cross
+#   bash bindings/uniffi/scripts/test.sh kotlin     # one part: kotlin, python, swift, android, cross, clients
+#   IDEMDB_CLIENTS_SEED=7 IDEMDB_CLIENTS_INTENTS=25 bash bindings/uniffi/scripts/test.sh clients
 #
 # Installs what it needs once, skipping what is there: Debian's libjna-java (JNA 5.13) and the
 # npm package kotlin-compiler (2.4.x, kept under target/uniffi-tools). The coroutines jar is
@@ -23,7 +25,7 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 CRATE=$ROOT/bindings/uniffi
 TOOLS=$TARGET/uniffi-tools
 GEN=$TARGET/uniffi-gen
-PARTS=${*:-kotlin python swift android cross}
+PARTS=${*:-kotlin python swift android cross clients}
 STATUS=0
 fail() { echo "uniffi: $*"; STATUS=1; }
 want() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -48,7 +50,7 @@ for language in kotlin python swift; do
     || fail "bindgen for $language"
 done
 
-if want kotlin || want cross; then
+if want kotlin || want cross || want clients; then
   step "Kotlin toolchain: JDK, JNA, kotlin-compiler $KOTLIN_VERSION"
   command -v java >/dev/null || fail "no JDK (apt-get install openjdk-17-jdk-headless)"
   if [ ! -f /usr/share/java/jna.jar ]; then
@@ -226,6 +228,42 @@ if want cross; then
   rm -rf "$X"
   echo "cross: $passed passed, $failed failed"
   [ "$failed" -eq 0 ] || STATUS=1
+fi
+
+if want clients; then
+  step "One lossy service, four clients: npm, Rust, Kotlin, Python (killed once, resumed)"
+  # tests/clients/run.mjs: each client sends its payments to server.mjs, which loses answers
+  # after the effect, refuses connections, answers 503, stalls into 409 in-progress, answers
+  # another service's 400 and binds some keys to another request (422); each client is killed
+  # with SIGKILL once after some sends and resumed on the same store file. Checks one effect per
+  # intent answered 201, none for a refused one, at most one per key and per payment, a final
+  # answer (or needs attention) for every intent.
+  SEED=${IDEMDB_CLIENTS_SEED:-$RANDOM}
+  NODE_ENTRY=$ROOT/bindings/npm/dist/esm/node.js
+  clients_ok=1
+  command -v node >/dev/null || { echo "no node (Node 20+ runs the service and the npm client)"; clients_ok=0; }
+  if [ ! -f "$NODE_ENTRY" ]; then
+    echo "the npm package is not built ($NODE_ENTRY missing): run bash bindings/npm/scripts/test-all.sh (scripts/test-all.sh runs it first) or npm run build in bindings/npm"
+    clients_ok=0
+  fi
+  [ -f "${KJAR:-}" ] || { echo "the Kotlin tests jar is missing (kotlinc failed above)"; clients_ok=0; }
+  if ! quiet_cargo cargo build -p idemdb-http --features client --example lossy_client; then
+    echo "cargo build --example lossy_client failed"; clients_ok=0
+  fi
+  cp "$LIB" "$GEN/python/"
+  if [ "$clients_ok" = 1 ]; then
+    as_json() { python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@"; }
+    echo "seed $SEED (IDEMDB_CLIENTS_SEED=$SEED reproduces the service's answers)"
+    node "$CRATE/tests/clients/run.mjs" --seed "$SEED" --intents "${IDEMDB_CLIENTS_INTENTS:-25}" \
+      --client "npm=$(as_json node "$CRATE/tests/clients/npm.mjs" "$NODE_ENTRY")" \
+      --client "rust=$(as_json "$TARGET/debug/examples/lossy_client")" \
+      --client "kotlin=$(as_json "${KRUN[@]}" idemdb.test.ClientsKt)" \
+      --client "python=$(as_json env "PYTHONPATH=$GEN/python" python3 "$CRATE/tests/clients/client.py")" \
+      || STATUS=1
+  else
+    echo "clients: 0 passed, 1 failed"
+    STATUS=1
+  fi
 fi
 
 exit $STATUS
