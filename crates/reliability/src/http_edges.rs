@@ -486,6 +486,17 @@ impl Checks {
     /// `earlier` (`201`s the key got before): one payment and one charge at most; a `201` is
     /// the key's one payment row and names its one charge, and every `201` is the same bytes;
     /// any other final answer has no payment and no charge.
+    /// Every key's final answer checked against the ledger; without an operator, it is a 201.
+    fn finals_without_operator(&mut self, ledger: &Ledger, finals: &[(String, Answer, Vec<Vec<u8>>)]) {
+        for (key, answer, earlier) in finals {
+            self.final_answer(ledger, key, answer, earlier);
+            if answer.status != 201 {
+                self.unexpected += 1;
+                self.note(format!("{key}: a final {} without an operator", answer.status));
+            }
+        }
+    }
+
     fn final_answer(&mut self, ledger: &Ledger, key: &str, last: &Answer, earlier: &[Vec<u8>]) {
         let (payments, charges) = (ledger.payments_of(key), ledger.charges_of(key));
         if payments.len() > 1 || charges.len() > 1 {
@@ -761,16 +772,8 @@ fn doubles(config: &HttpEdgesConfig) -> Result<(DoublesReport, Checks), String> 
     let ledger = Ledger::read(addr)?;
     service.kill();
     checks.keys = report.keys;
-    for (key, answer, earlier) in &finals {
-        checks.final_answer(&ledger, key, answer, earlier);
-        if answer.status != 201 {
-            checks.unexpected += 1;
-            checks.note(format!("{key}: a final {} without an operator", answer.status));
-        }
-    }
-    report.calls = ledger.charges.keys().map(|key| ledger.calls_of(key)).sum();
-    report.charges = ledger.charges.values().map(|c| c.len() as u64).sum();
-    report.payments = ledger.payments.values().map(|p| p.len() as u64).sum();
+    checks.finals_without_operator(&ledger, &finals);
+    (report.calls, report.charges, report.payments) = totals(&ledger);
     report.took = started.elapsed();
     Ok((report, checks))
 }
@@ -1137,18 +1140,18 @@ fn sigterm(config: &HttpEdgesConfig) -> Result<(SigtermReport, Checks), String> 
     if let Some(mut service) = last_service {
         let ledger = Ledger::read(service.addr)?;
         stop(&mut service, &mut report, &mut checks)?;
-        for (key, answer, earlier) in &finals {
-            checks.final_answer(&ledger, key, answer, earlier);
-            if answer.status != 201 {
-                checks.unexpected += 1;
-                checks.note(format!("{key}: a final {} without an operator", answer.status));
-            }
-        }
-        report.calls = ledger.charges.keys().map(|key| ledger.calls_of(key)).sum();
-        report.charges = ledger.charges.values().map(|c| c.len() as u64).sum();
-        report.payments = ledger.payments.values().map(|p| p.len() as u64).sum();
+        checks.finals_without_operator(&ledger, &finals);
+        (report.calls, report.charges, report.payments) = totals(&ledger);
     }
     checks.keys = report.keys;
     report.took = started.elapsed();
     Ok((report, checks))
+}
+
+/// Provider calls, charges and payments in the ledger, all keys together.
+fn totals(ledger: &Ledger) -> (u64, u64, u64) {
+    let calls = ledger.charges.keys().map(|key| ledger.calls_of(key)).sum();
+    let charges = ledger.charges.values().map(|c| c.len() as u64).sum();
+    let payments = ledger.payments.values().map(|p| p.len() as u64).sum();
+    (calls, charges, payments)
 }
