@@ -577,6 +577,16 @@ struct Retried {
 
 /// Sends `key`'s payment, again every `pause` on `409`, `502`, `503` or a refused connection
 /// (as a client retries), until its answer is final or `within` has passed.
+/// Every key retried at once, one thread each, until its final answer.
+fn all_until_final(addr: SocketAddr, keys: &[String], pause: Duration, who: &str) -> Result<Vec<Retried>, String> {
+    std::thread::scope(|scope| {
+        let threads: Vec<_> =
+            keys.iter().map(|key| scope.spawn(move || until_final(addr, key, pause, FINAL_WITHIN))).collect();
+        threads.into_iter().map(|thread| thread.join()).collect::<Result<_, _>>()
+    })
+    .map_err(|_| format!("{who} panicked"))
+}
+
 fn until_final(addr: SocketAddr, key: &str, pause: Duration, within: Duration) -> Retried {
     let started = Instant::now();
     let (mut sends, mut first) = (0, None);
@@ -649,14 +659,7 @@ fn slow_provider(
     let mut service = Service::start(&config.service, &store, &args)?;
     let addr = service.addr;
     let keys: Vec<String> = (0..keys).map(|i| format!("{prefix}-k{i}")).collect();
-    let retried: Vec<Retried> = std::thread::scope(|scope| {
-        let clients: Vec<_> = keys
-            .iter()
-            .map(|key| scope.spawn(move || until_final(addr, key, Duration::from_millis(250), FINAL_WITHIN)))
-            .collect();
-        clients.into_iter().map(|client| client.join()).collect::<Result<_, _>>()
-    })
-    .map_err(|_| "a slow-provider client panicked".to_string())?;
+    let retried = all_until_final(addr, &keys, Duration::from_millis(250), "a slow-provider client")?;
     // Calls still on their way when the last key was paid land within the latency.
     std::thread::sleep(Duration::from_millis(SLOW_PROVIDER_MS + 500));
     let ledger = Ledger::read(addr)?;
@@ -1111,14 +1114,7 @@ fn sigterm(config: &HttpEdgesConfig) -> Result<(SigtermReport, Checks), String> 
         // Started again on the same files: every key retried to its final answer.
         let mut restarted = Service::start(&config.service, &store, &steady)?;
         let addr = restarted.addr;
-        let retried: Vec<Retried> = std::thread::scope(|scope| {
-            let threads: Vec<_> = keys
-                .iter()
-                .map(|key| scope.spawn(move || until_final(addr, key, Duration::from_millis(100), FINAL_WITHIN)))
-                .collect();
-            threads.into_iter().map(|thread| thread.join()).collect::<Result<_, _>>()
-        })
-        .map_err(|_| "a SIGTERM retrier panicked".to_string())?;
+        let retried = all_until_final(addr, &keys, Duration::from_millis(100), "a SIGTERM retrier")?;
         for (key, retried) in keys.iter().zip(retried) {
             report.requests += retried.sends;
             if let Some(answer) = checks.outcome(key, retried) {
