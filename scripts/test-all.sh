@@ -132,13 +132,17 @@ run_logged uniffi uniffi_tests
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$LOG" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ passed; [0-9]+ failed' "$LOG" | awk '{s+=$3} END {print s+0}')
 # The bindings' runners print "kotlin: ", "python: ", "swift: ", "android: " and "cross: " lines.
-RUNNER_LINE='^((js|kotlin|python|swift|android|cross): )?[0-9]+ passed, [0-9]+ failed'
+RUNNER_LINE='^((js|kotlin|python|swift|android|cross|clients): )?[0-9]+ passed, [0-9]+ failed'
 js_passed=$(grep -E "$RUNNER_LINE" "$LOG" | sed -E 's/^[a-z]+: //' | awk '{s+=$1} END {print s+0}')
 js_failed=$(grep -E "$RUNNER_LINE" "$LOG" | sed -E 's/^[a-z]+: //' | awk '{s+=$3} END {print s+0}')
 passed=$((passed + js_passed))
 failed=$((failed + js_failed))
 echo
 if [ ${#FAILED_STEPS[@]} -gt 0 ]; then
+  # What failed, again at the end where a truncated log still shows it: failed tests, the
+  # reliability report's MISS rows and failed sections, compiler and runner errors.
+  echo "what failed (from the log above):"
+  grep -E '^test .* FAILED$|^---- .* stdout ----$|\| MISS +\|$|: FAIL$|^RESULT: FAIL|^  MISS: |^error(\[|:)|^not ok |^FAIL |^xtask reliability: ' "$LOG" | tail -n 60 || true
   echo "failed steps: ${FAILED_STEPS[*]}"
   [ "$failed" -gt 0 ] || failed=${#FAILED_STEPS[@]}
 fi

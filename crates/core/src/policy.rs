@@ -13,6 +13,12 @@ pub const DEFAULT_MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// Default provider key-retention window: 24 hours (what common payment providers keep an
 /// idempotency key for; set the real figure of each provider's contract per operation).
 pub const DEFAULT_PROVIDER_KEY_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Default settle time of a provider call: 60 seconds. A call may still be applied by the
+/// provider after its caller stopped waiting (a timeout, a dropped connection); this is how long
+/// after a dispatch the provider may still apply it. 60 s is the request timeout most HTTP
+/// front ends (load balancers, reverse proxies) enforce; set each provider's real figure per
+/// operation with [`Policy::with_provider_settle_time`].
+pub const DEFAULT_PROVIDER_SETTLE_TIME: Duration = Duration::from_secs(60);
 /// Default first backoff of a retryable dispatch: 1 second, doubled per dispatch.
 pub const DEFAULT_DISPATCH_BACKOFF: Duration = Duration::from_secs(1);
 /// Default longest backoff of a retryable dispatch: 1 hour.
@@ -126,6 +132,7 @@ pub struct Policy {
     expired_lease: ExpiredLease,
     max_result_bytes: usize,
     provider_key_retention: Duration,
+    provider_settle_time: Duration,
     dispatch_backoff: Duration,
     max_dispatch_backoff: Duration,
 }
@@ -139,6 +146,7 @@ impl Default for Policy {
             expired_lease: ExpiredLease::Uncertain,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             provider_key_retention: DEFAULT_PROVIDER_KEY_RETENTION,
+            provider_settle_time: DEFAULT_PROVIDER_SETTLE_TIME,
             dispatch_backoff: DEFAULT_DISPATCH_BACKOFF,
             max_dispatch_backoff: DEFAULT_MAX_DISPATCH_BACKOFF,
         }
@@ -190,6 +198,28 @@ impl Policy {
         self
     }
 
+    /// Sets how long after a dispatch the provider of this operation's effects may still apply
+    /// it (its contract says; [`DEFAULT_PROVIDER_SETTLE_TIME`] otherwise). Until that long has
+    /// passed since an effect's last dispatch, a provider lookup that finds nothing cannot tell
+    /// "not made" from "not yet": the effect cannot be resolved
+    /// [`Failed`](crate::ProviderState::Failed) (it is refused with
+    /// [`OutboxRefusal::MayStillLand`](crate::OutboxRefusal::MayStillLand)), and a reconciler
+    /// waits before it asks. Zero suits a provider that applies a call before it answers and
+    /// never after (an in-process one).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idemdb_core::Policy;
+    /// let policy = Policy::default().with_provider_settle_time(Duration::from_secs(5));
+    /// assert_eq!(policy.provider_settle_time(), Duration::from_secs(5));
+    /// assert_eq!(Policy::default().provider_settle_time(), idemdb_core::DEFAULT_PROVIDER_SETTLE_TIME);
+    /// ```
+    #[must_use]
+    pub fn with_provider_settle_time(mut self, settle: Duration) -> Self {
+        self.provider_settle_time = settle;
+        self
+    }
+
     /// Sets the backoff of retryable outbox dispatches: `first`, doubled per dispatch, at most
     /// `max`.
     #[must_use]
@@ -235,6 +265,12 @@ impl Policy {
     /// The provider's key-retention window.
     pub fn provider_key_retention(&self) -> Duration {
         self.provider_key_retention
+    }
+
+    /// How long after a dispatch the provider may still apply it
+    /// ([`with_provider_settle_time`](Self::with_provider_settle_time)).
+    pub fn provider_settle_time(&self) -> Duration {
+        self.provider_settle_time
     }
 
     /// The first and the longest backoff of retryable outbox dispatches.

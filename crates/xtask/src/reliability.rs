@@ -684,6 +684,10 @@ pub(crate) fn reliability(args: &[String]) -> Result<bool, String> {
     println!();
     let times: Vec<String> = timings.iter().map(|(name, d)| format!("{name} {:.0?}", d)).collect();
     println!("time: {} — total {:.0?}", times.join(", "), started.elapsed());
+    // The rows that failed, once more on their own (a log cut short keeps its end).
+    for r in rows.iter().filter(|r| r.pass == Some(false)) {
+        println!("  MISS: {} = {} (target {})", r.name, group(r.value), r.target);
+    }
     println!("{}", if ok { "RESULT: PASS" } else { "RESULT: FAIL" });
     Ok(ok)
 }

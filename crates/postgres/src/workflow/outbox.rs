@@ -319,7 +319,9 @@ impl PgTxn {
     ) -> Result<OutboxItem, Error> {
         let result = state.result();
         let kind = (AuditKind::EffectResolved, Some(cause));
-        self.change_effect((scope, key, effect), kind, result, |item, now| item.resolve(state, now)).await
+        let inner = self.inner_arc();
+        let policy = inner.policy(scope.operation());
+        self.change_effect((scope, key, effect), kind, result, |item, now| item.resolve(state, now, policy)).await
     }
 }
 

@@ -176,7 +176,8 @@ impl Txn<'_> {
         let storage_key = OutboxItem::key_of(scope, key, effect);
         let result = state.result();
         let kind = (AuditKind::EffectResolved, Some(cause));
-        self.change_effect(&storage_key, kind, result, |item, now| item.resolve(state, now))
+        let policy = self.engine().policy(scope.operation()).clone();
+        self.change_effect(&storage_key, kind, result, |item, now| item.resolve(state, now, &policy))
     }
 
     /// Applies `change` to the stored item of `(scope, key, effect)`, writes it, and moves the

@@ -303,6 +303,18 @@ pub enum OutboxRefusal {
         /// When the provider's retention ended.
         window_ended: Timestamp,
     },
+    /// An earlier dispatch may still be applied by the provider until `until` (the last
+    /// dispatch plus the policy's [provider settle time](Policy::provider_settle_time)): a
+    /// lookup that finds nothing before then cannot tell "not made" from "not yet", so the
+    /// effect is not resolved failed. Ask again after `until`, or resolve it confirmed when the
+    /// provider shows it.
+    #[error(
+        "an earlier dispatch may still be applied by the provider until {until} (the provider's settle time after the last dispatch); resolve it failed only after that, or confirmed when the provider shows it"
+    )]
+    MayStillLand {
+        /// When no earlier dispatch can land any more.
+        until: Timestamp,
+    },
     /// A provider reference was empty or over [`MAX_REFERENCE_LEN`] bytes.
     #[error("provider reference must be 1..={max} bytes (got {len})")]
     InvalidReference {
@@ -323,7 +335,7 @@ impl OutboxRefusal {
             OutboxRefusal::NotFound => ErrorCode::NotFound,
             OutboxRefusal::PayloadMismatch => ErrorCode::KeyMismatch,
             OutboxRefusal::StaleClaim { .. } => ErrorCode::StaleLease,
-            OutboxRefusal::WrongState { .. } => ErrorCode::WrongState,
+            OutboxRefusal::WrongState { .. } | OutboxRefusal::MayStillLand { .. } => ErrorCode::WrongState,
             OutboxRefusal::ProviderKeyExpired { .. } => ErrorCode::ProviderKeyExpired,
             OutboxRefusal::InvalidReference { .. } => ErrorCode::InvalidArgument,
             OutboxRefusal::Record(record) => record.code(),
@@ -571,14 +583,39 @@ impl OutboxItem {
         Ok(OutboxItem { state: OutboxState::Pending { due_at: now }, updated_at: now, ..self.clone() })
     }
 
+    /// Until when a dispatch of this item may still be applied by the provider: its last
+    /// dispatch plus the policy's [provider settle time](Policy::provider_settle_time), for an
+    /// item being dispatched or uncertain (`None` otherwise: nothing of it is on its way). The
+    /// item does not keep the moment it was sent; its last change (the report of an uncertain
+    /// item, or the end of a claim's lease) comes after it, so the bound errs late, never early.
+    pub fn may_still_land_until(&self, policy: &Policy) -> Option<Timestamp> {
+        let last_dispatch = match self.state {
+            OutboxState::Dispatching { lease_expires_at } => lease_expires_at.max(self.updated_at),
+            OutboxState::Uncertain { .. } if self.dispatches > 0 => self.updated_at,
+            _ => return None,
+        };
+        Some(last_dispatch.saturating_add(policy.provider_settle_time()))
+    }
+
     /// Records what the provider says about an uncertain item (query first, then resolve).
+    ///
+    /// A provider's "confirmed" is a fact at once; its "not found" sends the item again under
+    /// the same provider key (which the provider answers with the first effect if an earlier
+    /// dispatch lands after all); "failed" answers the intent for good, so it is refused while
+    /// an earlier dispatch [may still land](Self::may_still_land_until).
     ///
     /// # Errors
     /// [`OutboxRefusal::WrongState`] when the item is not uncertain,
+    /// [`OutboxRefusal::MayStillLand`] for "failed" within the provider's settle time,
     /// [`OutboxRefusal::InvalidReference`].
-    pub fn resolve(&self, state: ProviderState, now: Timestamp) -> Result<OutboxItem, OutboxRefusal> {
+    pub fn resolve(&self, state: ProviderState, now: Timestamp, policy: &Policy) -> Result<OutboxItem, OutboxRefusal> {
         if !self.needs_reconciliation() {
             return Err(OutboxRefusal::WrongState { state: self.state.kind(), action: "resolve" });
+        }
+        if let (ProviderState::Failed { .. }, Some(until)) = (&state, self.may_still_land_until(policy))
+            && now < until
+        {
+            return Err(OutboxRefusal::MayStillLand { until });
         }
         let now = now.max(self.updated_at);
         let mut next = OutboxItem { updated_at: now, ..self.clone() };

@@ -117,12 +117,43 @@ fn an_unknown_outcome_is_retried_only_inside_the_provider_window() {
         Err(OutboxRefusal::ProviderKeyExpired { first_sent_at: at(0), window_ended: at(100) })
     );
     // Past the window, only what the provider says resolves it.
-    let resent = uncertain.resolve(ProviderState::NotFound, at(150)).unwrap();
+    let resent = uncertain.resolve(ProviderState::NotFound, at(150), &policy()).unwrap();
     assert_eq!((resent.in_doubt, resent.first_sent_at), (false, None));
     let again = claimed(&resent, at(150));
     assert_eq!(again.first_sent_at, Some(at(150)), "a new window");
-    let failed = uncertain.resolve(ProviderState::Failed { body: b"declined".to_vec() }, at(150)).unwrap();
+    let failed = uncertain.resolve(ProviderState::Failed { body: b"declined".to_vec() }, at(150), &policy()).unwrap();
     assert_eq!(failed.state.kind(), OutboxStateKind::Failed);
+}
+
+#[test]
+fn failed_is_refused_while_an_earlier_dispatch_may_still_land() {
+    // A provider that may apply a call up to 30 s after it was sent (its settle time).
+    let policy = policy().with_provider_settle_time(Duration::from_secs(30));
+    let dispatching = claimed(&item(), at(0));
+    assert_eq!(dispatching.may_still_land_until(&policy), Some(at(40)), "the claim's lease end, plus 30 s");
+    let uncertain =
+        dispatching.report(1, EffectReport::Unknown { reason: "timeout".into() }, at(5), &policy).unwrap();
+    assert_eq!(uncertain.may_still_land_until(&policy), Some(at(35)), "the report, plus 30 s");
+    let declined = || ProviderState::Failed { body: b"declined".to_vec() };
+    // A lookup that finds nothing at 10 s cannot tell "not made" from "not yet".
+    for now in [at(5), at(10), at(34)] {
+        assert_eq!(uncertain.resolve(declined(), now, &policy), Err(OutboxRefusal::MayStillLand { until: at(35) }));
+    }
+    let refusal = uncertain.resolve(declined(), at(10), &policy).unwrap_err();
+    assert_eq!(refusal.code(), crate::ErrorCode::WrongState);
+    assert!(refusal.to_string().contains("may still be applied by the provider until"), "{refusal}");
+    // Confirmed is a fact at once; not found sends it again under the same provider key.
+    let confirmed =
+        uncertain.resolve(ProviderState::Confirmed { reference: "ch_1".into(), result: vec![] }, at(6), &policy);
+    assert_eq!(confirmed.unwrap().state.kind(), OutboxStateKind::Confirmed);
+    assert_eq!(uncertain.resolve(ProviderState::NotFound, at(6), &policy).unwrap().state.kind(), OutboxStateKind::Pending);
+    // Once nothing can land any more, failed is taken.
+    assert_eq!(uncertain.resolve(declined(), at(35), &policy).unwrap().state.kind(), OutboxStateKind::Failed);
+    // A provider that applies a call before it answers (settle time zero): failed at once.
+    let synchronous = policy.clone().with_provider_settle_time(Duration::ZERO);
+    assert_eq!(uncertain.resolve(declined(), at(5), &synchronous).unwrap().state.kind(), OutboxStateKind::Failed);
+    // Nothing of a pending item is on its way.
+    assert_eq!(item().may_still_land_until(&policy), None);
 }
 
 #[test]
@@ -170,7 +201,7 @@ fn the_intent_record_follows_its_effect() {
     let uncertain = unknown.record_after(&held, None, at(2), &policy).unwrap().unwrap();
     assert_eq!(uncertain.state, State::Uncertain { cause: UncertainCause::Reported });
     let resolved =
-        unknown.resolve(ProviderState::Confirmed { reference: "a".into(), result: b"q".to_vec() }, at(3)).unwrap();
+        unknown.resolve(ProviderState::Confirmed { reference: "a".into(), result: b"q".to_vec() }, at(3), &policy).unwrap();
     let reconciled = resolved.record_after(&uncertain, Some(b"q".to_vec()), at(3), &policy).unwrap().unwrap();
     assert!(matches!(reconciled.state, State::Completed { ref result, .. } if result == b"q"));
     // A record taken over by a newer attempt is left alone.
