@@ -5,7 +5,11 @@
 //! Every `interval` (5 s by default) a round takes up to `budget` entries (64 by default) of
 //! [`WorkflowStore::reconciliation_queue`], oldest first, and for each:
 //!
-//! * an **uncertain effect** (the outbox lost the provider's answer) goes to the application's
+//! * an **uncertain effect** (the outbox lost the provider's answer), once no earlier dispatch
+//!   of it can land any more — the policy's
+//!   [provider settle time](idemdb_core::Policy::provider_settle_time) after the round first
+//!   found it uncertain: before then a provider that has no trace of it may still apply it, so
+//!   "not found" would not be a fact — goes to the application's
 //!   [`EffectLookup`], which asks where the effect happened — the provider, by the effect's
 //!   provider key — and resolves it through the store: confirmed (the application writes its
 //!   business row and completes the record with a response retries replay, in one commit), or
@@ -18,8 +22,8 @@
 //!   record is in progress, so an uncertain record with none never gets one), and the retry runs;
 //! * anything else is left, and the round says why ([`Left`], in the log with the key's hash
 //!   and in [`LEFT_BY_REASON`]): an effect still pending or being dispatched (its dispatcher
-//!   settles it; a call that outlives its deadline is reported unknown and asked about), a
-//!   lookup with no fact this round, an operation not declared (or whose policy keeps expired
+//!   settles it; a call that outlives its deadline is reported unknown and asked about), an
+//!   uncertain effect whose last dispatch may still land, a lookup with no fact this round, an operation not declared (or whose policy keeps expired
 //!   leases for a person), or a store that could not be read.
 //!
 //! Every resolution is in the store's audit trail (`effect_resolved`, `reconciled`), in the log
@@ -30,7 +34,7 @@
 //! | [`QUEUE_DEPTH`] | gauge | | entries in the queue when the last round read it (all of them, whatever the budget) |
 //! | [`LEFT`] | gauge | | of those, the entries no fact decided (or past the round's budget) |
 //! | [`RESOLUTIONS`] | counter | `cause` | `confirmed`, `not_found`, `released` |
-//! | [`LEFT_BY_REASON`] | counter | `reason` | entries left, by [`Left`] (`effect_in_flight`, `undecided`, `not_declared`, `store_unavailable`, `for_a_person`) |
+//! | [`LEFT_BY_REASON`] | counter | `reason` | entries left, by [`Left`] (`effect_in_flight`, `may_still_land`, `undecided`, `not_declared`, `store_unavailable`, `for_a_person`) |
 //!
 //! ```no_run
 //! # async fn run(store: idemdb::Store) {
@@ -53,9 +57,12 @@
 //! # }
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use idemdb_core::{
     Attention, EffectName, ExpiredLease, IdempotencyKey, OutboxItem, Resolution, ResolutionCause, Scope, State,
@@ -83,6 +90,11 @@ pub enum Left {
     /// The record's effect is still pending or being dispatched: its dispatcher reports the
     /// outcome (a call that outlives its deadline is reported unknown, then asked about).
     EffectInFlight,
+    /// The effect is uncertain and its last dispatch may still be applied by the provider:
+    /// the round first found it less than the policy's
+    /// [provider settle time](idemdb_core::Policy::provider_settle_time) ago. It is asked about
+    /// once that has passed (a lookup before then cannot tell "not made" from "not yet").
+    MayStillLand,
     /// The application's lookup found no fact this round (the provider could not be asked).
     Undecided,
     /// The operation is not [declared](Reconciler::declare), or its policy keeps expired
@@ -99,6 +111,7 @@ impl Left {
     pub fn as_str(self) -> &'static str {
         match self {
             Left::EffectInFlight => "effect_in_flight",
+            Left::MayStillLand => "may_still_land",
             Left::Undecided => "undecided",
             Left::NotDeclared => "not_declared",
             Left::StoreUnavailable => "store_unavailable",
@@ -151,6 +164,8 @@ pub struct Round {
 pub struct LeftBy {
     /// [`Left::EffectInFlight`].
     pub effect_in_flight: usize,
+    /// [`Left::MayStillLand`].
+    pub may_still_land: usize,
     /// [`Left::Undecided`].
     pub undecided: usize,
     /// [`Left::NotDeclared`].
@@ -165,6 +180,7 @@ impl LeftBy {
     fn add(&mut self, left: Left) {
         let count = match left {
             Left::EffectInFlight => &mut self.effect_in_flight,
+            Left::MayStillLand => &mut self.may_still_land,
             Left::Undecided => &mut self.undecided,
             Left::NotDeclared => &mut self.not_declared,
             Left::StoreUnavailable => &mut self.store_unavailable,
@@ -183,6 +199,9 @@ pub struct Reconciler<S, L> {
     budget: usize,
     /// Operations whose effects all go through the outbox, with those effects' names.
     declared: BTreeMap<String, Vec<EffectName>>,
+    /// When a round first found each uncertain effect (by its outbox key and claim fence): it
+    /// became uncertain no later, so its last dispatch is settled a settle time after this.
+    first_found: Mutex<HashMap<(Vec<u8>, u64), Instant>>,
 }
 
 impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
@@ -194,6 +213,7 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
             interval: DEFAULT_RECONCILE_INTERVAL,
             budget: DEFAULT_RECONCILE_BUDGET,
             declared: BTreeMap::new(),
+            first_found: Mutex::new(HashMap::new()),
         }
     }
 
@@ -257,8 +277,10 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
             }
         };
         round.found = queue.len();
-        for attention in queue.into_iter().take(self.budget) {
+        let settled = self.settled_effects(&queue);
+        for (attention, settled) in queue.into_iter().zip(settled).take(self.budget) {
             let left = match &attention {
+                Attention::Effect { .. } if !settled => Some(Left::MayStillLand),
                 Attention::Effect { item, .. } => match self.lookup.decide(&self.store, item).await {
                     EffectDecision::Confirmed => {
                         self.resolved(&item.scope, &item.key, "confirmed");
@@ -296,6 +318,28 @@ impl<S: WorkflowStore + Clone + 'static, L: EffectLookup<S>> Reconciler<S, L> {
         metrics::gauge!(QUEUE_DEPTH).set(round.found as f64);
         metrics::gauge!(LEFT).set(round.left as f64);
         round
+    }
+
+    /// For each entry of `queue`: whether it is not an uncertain effect whose last dispatch may
+    /// still land (see [`Left::MayStillLand`]). Remembers when each uncertain effect was first
+    /// found, and forgets those no longer in the queue.
+    fn settled_effects(&self, queue: &[Attention]) -> Vec<bool> {
+        let now = Instant::now();
+        let mut first_found = self.first_found.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut seen = HashMap::with_capacity(queue.len());
+        let settled = queue
+            .iter()
+            .map(|attention| {
+                let Attention::Effect { item, .. } = attention else { return true };
+                let id = (OutboxItem::key_of(&item.scope, &item.key, &item.effect), item.fence);
+                let found = first_found.get(&id).copied().unwrap_or(now);
+                seen.insert(id, found);
+                let settle = self.store.policy(item.scope.operation()).provider_settle_time();
+                now.saturating_duration_since(found) >= settle
+            })
+            .collect();
+        *first_found = seen;
+        settled
     }
 
     fn resolved(&self, scope: &Scope, key: &IdempotencyKey, cause: &'static str) {

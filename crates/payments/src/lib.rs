@@ -65,7 +65,7 @@ pub use metrics::METRICS_PATH;
 pub use payment::{PAYMENTS_PATH, PaymentRequest, payment_operation_name};
 pub use pg_backend::{PgBackend, SAFETY_POLL};
 pub use policy::{POLICY_PATH, published_policy};
-pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError};
+pub use provider::{ChargeRequest, PG_PROVIDER_TABLE, Provider, ProviderError, SETTLE_MARGIN};
 pub use purge::{DEFAULT_PURGE_BATCH, DEFAULT_PURGE_INTERVAL, Purging, purge_postgres, purge_rounds};
 pub use reconcile::{ChargeLookup, RECONCILIATION_PATH, Reconciler};
 pub use refusals::{HYPER_MAX_HEADER_BYTES, HYPER_MAX_HEADERS, MAX_HEADER_BYTES, MAX_HEADERS};

@@ -60,6 +60,13 @@ struct Args {
     /// How long each call to the simulated provider takes, in milliseconds.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     provider_latency_ms: u64,
+    /// How long after a call the simulated provider may still apply it, in milliseconds: it
+    /// applies a call within this time of its arrival or drops it, uncharged. The payment
+    /// policy's provider settle time: before it has passed since a charge's last call, the
+    /// provider's "no such charge" is not a fact, so the charge is neither resolved failed nor
+    /// asked about by the reconciler. Default: the latency plus 1000.
+    #[arg(long, value_name = "MS")]
+    provider_settle_ms: Option<u64>,
     /// The lease of a payment in progress, in seconds: after it, a retry finds the outcome
     /// uncertain (409, reconcile first) instead of waiting.
     #[arg(long, default_value_t = 60, value_name = "SECS")]
@@ -191,6 +198,7 @@ fn destination_and_count(value: &str) -> Result<(String, u32), String> {
 
 async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Error>> {
     let latency = Duration::from_millis(args.provider_latency_ms);
+    let settle = args.provider_settle_ms.map_or(latency + payments_example::SETTLE_MARGIN, Duration::from_millis);
     // The charge is the payment's only external effect, and it goes through the outbox: an
     // attempt whose lease ran out before it enqueued the charge (the process died in between)
     // provably charged nothing, so its retry runs instead of waiting for an operator.
@@ -198,8 +206,10 @@ async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Erro
         .with_lease_ttl(Duration::from_secs(args.lease_ttl_secs.max(1)))
         .with_response_ttl(Duration::from_secs(args.response_ttl_secs.max(1)))
         .with_tombstone_ttl(Duration::from_secs(args.tombstone_ttl_secs.max(1)))
-        .with_expired_lease(ExpiredLease::TakeoverIfNoEffect);
+        .with_expired_lease(ExpiredLease::TakeoverIfNoEffect)
+        .with_provider_settle_time(settle);
     let faults = |provider: Provider| {
+        let provider = provider.settle_within(settle);
         let provider = match &args.provider_lose_responses_to {
             Some(destination) => provider.lose_responses_to(destination.clone()),
             None => provider,

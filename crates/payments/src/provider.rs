@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use idemdb_postgres::PgStore;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -52,8 +52,15 @@ pub struct ChargeRequest {
 pub struct Provider {
     storage: Storage,
     latency: Duration,
+    /// A call is applied within this long of its arrival or never (see
+    /// [`settle_within`](Provider::settle_within)).
+    settle: Duration,
     faults: Faults,
 }
+
+/// How long after its arrival the provider may still apply a call, by default: its latency
+/// plus this.
+pub const SETTLE_MARGIN: Duration = Duration::from_secs(1);
 
 /// Faults injected to show recovery (none by default).
 #[derive(Debug, Clone, Default)]
@@ -66,7 +73,11 @@ struct Faults {
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Provider").field("latency", &self.latency).field("faults", &self.faults).finish_non_exhaustive()
+        f.debug_struct("Provider")
+            .field("latency", &self.latency)
+            .field("settle", &self.settle)
+            .field("faults", &self.faults)
+            .finish_non_exhaustive()
     }
 }
 
@@ -91,7 +102,12 @@ impl Provider {
     /// The database could not be opened.
     pub fn open(path: &Path, latency: Duration) -> Result<Provider, ProviderError> {
         let db = Database::create(path).map_err(ProviderError::of)?;
-        Ok(Provider { storage: Storage::Redb(Arc::new(db)), latency, faults: Faults::default() })
+        Ok(Provider {
+            storage: Storage::Redb(Arc::new(db)),
+            latency,
+            settle: latency + SETTLE_MARGIN,
+            faults: Faults::default(),
+        })
     }
 
     /// A provider that keeps its charges in memory (lost when it is dropped); each call takes
@@ -103,7 +119,12 @@ impl Provider {
         let db = Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .map_err(ProviderError::of)?;
-        Ok(Provider { storage: Storage::Redb(Arc::new(db)), latency, faults: Faults::default() })
+        Ok(Provider {
+            storage: Storage::Redb(Arc::new(db)),
+            latency,
+            settle: latency + SETTLE_MARGIN,
+            faults: Faults::default(),
+        })
     }
 
     /// The provider in table [`PG_PROVIDER_TABLE`] of `store`'s schema (created if missing),
@@ -131,7 +152,24 @@ impl Provider {
         );
         let list = format!("SELECT charge::text, calls FROM {table} WHERE tenant = $1 ORDER BY provider_key");
         let storage = Storage::Postgres(Arc::new(PgCharges { store, charge, list }));
-        Ok(Provider { storage, latency, faults: Faults::default() })
+        Ok(Provider { storage, latency, settle: latency + SETTLE_MARGIN, faults: Faults::default() })
+    }
+
+    /// The provider's settle time: a call is applied within `settle` of its arrival or never
+    /// (a call still waiting for the provider's storage then is dropped, uncharged, and its
+    /// caller gets an error). Its latency plus [`SETTLE_MARGIN`] by default. This is what makes
+    /// the provider's "no such charge" a fact once `settle` has passed since a call: the
+    /// service's policy says the same
+    /// ([`Policy::with_provider_settle_time`](idemdb_core::Policy::with_provider_settle_time)),
+    /// and an effect is not resolved failed, nor asked about by the reconciler, before it.
+    pub fn settle_within(mut self, settle: Duration) -> Provider {
+        self.settle = settle;
+        self
+    }
+
+    /// The provider's settle time ([`settle_within`](Provider::settle_within)).
+    pub fn settle_time(&self) -> Duration {
+        self.settle
     }
 
     /// A fault to show reconciliation: charges to `destination` are made (and counted), then
@@ -191,14 +229,18 @@ impl Provider {
 
     /// The provider's side of one call: after the latency, the charge is made (or found).
     async fn process(&self, request: ChargeRequest) -> Result<Value, ProviderError> {
+        let apply_by = Instant::now() + self.settle;
         tokio::time::sleep(self.latency).await;
         let lost = self.faults.lose_responses_to.as_deref() == Some(request.payment.destination.as_str());
         let charge = match &self.storage {
             Storage::Redb(db) => {
                 let db = Arc::clone(db);
-                blocking::unblock(move || charge(&db, &request)).await?
+                blocking::unblock(move || charge(&db, &request, apply_by)).await?
             }
-            Storage::Postgres(pg) => pg.charge(&request).await?,
+            Storage::Postgres(pg) => {
+                in_time(apply_by)?;
+                pg.charge(&request).await?
+            }
         };
         if lost {
             return Err(ProviderError("the connection closed before the provider's answer arrived".into()));
@@ -292,8 +334,20 @@ fn charges(db: &Database, tenant: &str) -> Result<Vec<Value>, ProviderError> {
     Ok(charges)
 }
 
-fn charge(db: &Database, request: &ChargeRequest) -> Result<Value, ProviderError> {
+/// Refuses a call whose settle time has passed: it is dropped, never applied.
+fn in_time(apply_by: Instant) -> Result<(), ProviderError> {
+    if Instant::now() > apply_by {
+        return Err(ProviderError(
+            "the call waited past the provider's settle time; it was dropped and nothing was charged".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn charge(db: &Database, request: &ChargeRequest, apply_by: Instant) -> Result<Value, ProviderError> {
     let tx = db.begin_write().map_err(ProviderError::of)?;
+    // Checked once this call holds the provider's writer: nothing is applied after it.
+    in_time(apply_by)?;
     let charge = {
         let mut table = tx.open_table(CHARGES).map_err(ProviderError::of)?;
         let key = (request.tenant.as_str(), request.provider_key.as_str());

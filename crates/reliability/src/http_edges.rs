@@ -6,10 +6,11 @@
 //!    deadline of three quarters of the lease, so each charge is reported unknown and looked up
 //!    at the provider before anything is sent again. Every key is retried as a client would
 //!    until its `201`; then each key has one charge and one payment, and at most
-//!    [`SLOW_CALL_BOUND`] provider calls with the reconciler at its default interval (5 s,
-//!    longer than the provider's latency). The same run with a reconciler every second (faster
-//!    than the provider) is reported beside it, its calls counted but not bounded: the
-//!    provider's "no such charge" there may be "not yet".
+//!    [`SLOW_CALL_BOUND`] provider calls, with the reconciler at its default interval (5 s,
+//!    longer than the provider's latency) and with a reconciler every second (faster than the
+//!    provider): the reconciler asks about an uncertain charge only once the provider's settle
+//!    time (its latency plus 1 s) has passed, when "no such charge" can no longer mean "not
+//!    yet".
 //! 2. **doubles**: several copies of each request (same key, same body) sent at the same moment,
 //!    most of their answers lost to hang-ups, then several retriers per key at once until each
 //!    gets a final answer: no key with two charges or two payments, none without a final
@@ -24,10 +25,10 @@
 //!    key's one payment row, naming the key's one charge (and the reference an accepted
 //!    confirmation gave); any other final answer (an operator's failure) has no payment and no
 //!    charge. A few keys also get a deliberate `failed` after their call's deadline and before
-//!    the provider makes the charge: the provider's lookup still says "no such charge", the
-//!    resolution is accepted, and the key answers a failure while the provider charges. That
-//!    known defect is counted on its own ([`OperatorsReport::charged_but_failed`]) and left out
-//!    of the verdict; any other disagreement fails the section.
+//!    the provider makes the charge, while the provider's lookup still says "no such charge":
+//!    it must be refused (the call may still land), and a key that answers a failure while the
+//!    provider charged ([`OperatorsReport::charged_but_failed`]) fails the section, as does any
+//!    other disagreement.
 //! 4. **SIGTERM under load**: clients start at random moments of a round and SIGTERM lands in
 //!    the middle of it. The service drains (`--drain-secs`): requests in progress finish, new
 //!    connections are refused. Each client is counted as answered before the signal, answered
@@ -187,8 +188,8 @@ pub struct OperatorsReport {
     /// way (after the call's deadline, before the provider made the charge).
     pub probes: u64,
     /// Keys an operator's accepted `failed` left answering a failure while the provider made
-    /// the charge (the provider's lookup said "no such charge" while the call was on its way):
-    /// a known defect, reported and not counted in the verdict (see `docs/reliability.md`).
+    /// the charge (the provider's lookup said "no such charge" while the call was on its way).
+    /// Must be zero: `failed` is refused until the provider's settle time has passed.
     pub charged_but_failed: u64,
     /// Provider calls.
     pub calls: u64,
@@ -367,7 +368,7 @@ impl HttpEdgesReport {
             if parts.is_empty() { "none".to_string() } else { parts.join(", ") }
         };
         lines.push(format!(
-            "operators racing the dispatcher: {} keys, {} requests, {} resolutions ({} of them `failed` probes while a call was on its way): {accepted} accepted ({}), {refused} refused ({}); {} keys failed by an operator, of them {} charged all the same (KNOWN DEFECT, not in the verdict), {} provider calls, {} charges, {} payments, in {:.1?}",
+            "operators racing the dispatcher: {} keys, {} requests, {} resolutions ({} of them `failed` probes while a call was on its way): {accepted} accepted ({}), {refused} refused ({}); {} keys failed by an operator, of them {} charged all the same (must be 0), {} provider calls, {} charges, {} payments, in {:.1?}",
             o.keys,
             o.requests,
             o.actions,
@@ -439,7 +440,7 @@ pub fn run(config: &HttpEdgesConfig) -> Result<HttpEdgesReport, String> {
     // The two slow-provider runs mostly wait for the provider: side by side.
     let (slow, fast) = std::thread::scope(|scope| {
         let slow = scope.spawn(|| slow_provider(config, "slow", config.slow_keys, 5, Some(SLOW_CALL_BOUND)));
-        let fast = scope.spawn(|| slow_provider(config, "fast", config.fast_reconciler_keys, 1, None));
+        let fast = scope.spawn(|| slow_provider(config, "fast", config.fast_reconciler_keys, 1, Some(SLOW_CALL_BOUND)));
         (slow.join(), fast.join())
     });
     for (part, into) in [(slow, 0), (fast, 1)] {
@@ -973,15 +974,13 @@ fn operators(config: &HttpEdgesConfig) -> Result<(OperatorsReport, Checks), Stri
         let failed_accepted = acted.iter().any(|a| a.key == *key && a.action == Action::Failed && a.refused.is_none());
         let (payments, charges) = (ledger.payments_of(key), ledger.charges_of(key));
         if again.status != 201 && failed_accepted && payments.is_empty() && charges.len() == 1 {
-            // The known defect: reported, not counted in the verdict.
             report.charged_but_failed += 1;
             checks.note(format!(
-                "{key}: KNOWN DEFECT: an operator's `failed` was accepted while the call was on its way; the key answers {} and the provider charged",
+                "{key}: an operator's `failed` was accepted while the call was on its way; the key answers {} and the provider charged",
                 again.status
             ));
-        } else {
-            checks.final_answer(&ledger, key, &again, std::slice::from_ref(&last.body));
         }
+        checks.final_answer(&ledger, key, &again, std::slice::from_ref(&last.body));
         report.failed_by_operator += u64::from(again.status != 201);
         report.calls += ledger.calls_of(key);
         report.charges += charges.len() as u64;

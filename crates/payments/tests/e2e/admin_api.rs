@@ -210,3 +210,124 @@ fn assert_operator_cause(now: &serde_json::Value) {
     assert_eq!(resolved[0]["cause"], "operator", "{history:?}");
     assert!(history.iter().filter(|e| e["kind"] != "effect_resolved").all(|e| e["cause"].is_null()), "{history:?}");
 }
+
+/// Polls the admin record view of `key` until its charge is `state` (at most 10 s).
+async fn charge_becomes(http: &reqwest::Client, url: &str, key: &str, state: &str) -> Value {
+    let path = format!("/record?tenant=acme&operation=create_payment&key={key}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, view) = admin_get(http, url, &path, Some(TOKEN)).await;
+        if status == 200 && view["effects"][0]["state"] == state {
+            return view;
+        }
+        assert!(std::time::Instant::now() < deadline, "the charge of {key} never became {state}: {view}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// An operator's `failed` while the provider call may still land is refused: the dispatcher's
+/// call outlived its deadline (750 ms under a 1 s lease), the provider takes 2.5 s, and its
+/// lookup says "no such charge" until then — "not yet", not "no". Old code accepted it: the
+/// key answered 500 for good while the provider charged the card. Once the provider's settle
+/// time has passed, "no such charge" is a fact and `failed` is taken.
+#[tokio::test]
+async fn an_operators_failed_is_refused_while_the_call_may_still_land() {
+    const SLOW: &str = r#"{"amount":"7.00","currency":"BRL","destination":"acct_slow"}"#;
+    let db = Db::redb();
+    let server = db.start(&[
+        "--admin-token",
+        TOKEN,
+        "--lease-ttl-secs",
+        "1",
+        "--provider-latency-ms",
+        "2500",
+        "--reconcile-interval-secs",
+        "3600",
+    ]);
+    let (http, url) = (http(), server.url.clone());
+    let first = pay(&http, &url, "acme", "order-slow", SLOW).await.unwrap();
+    assert_ne!(first.status, 201, "the call outlived its deadline: {:?}", String::from_utf8_lossy(&first.body));
+    charge_becomes(&http, &url, "order-slow", "uncertain").await;
+    let named = json!({"tenant": "acme", "operation": "create_payment", "key": "order-slow", "effect": "charge"});
+    let (status, asked) = admin_get(
+        &http,
+        &url,
+        "/lookup?tenant=acme&operation=create_payment&key=order-slow&effect=charge",
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(
+        (status, asked["provider"].as_str()),
+        (200, Some("not_found")),
+        "the charge is still on its way: {asked}"
+    );
+    let mut failed = named.clone();
+    failed.as_object_mut().unwrap().insert("provider".into(), json!("failed"));
+    let (status, refused) = admin_resolve(&http, &url, &failed).await;
+    assert_eq!((status, refused["code"].as_str()), (409, Some("IDEMDB_WRONG_STATE")), "{refused}");
+    assert!(
+        refused["detail"].as_str().unwrap_or_default().contains("may still be applied by the provider"),
+        "{refused}"
+    );
+    // The call lands: the provider's word now refuses `failed`, and confirms the charge.
+    let charged = loop {
+        let charges = effects(&http, &url, "acme").await.charges_of("order-slow").to_vec();
+        if !charges.is_empty() {
+            break charges;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let (status, refused) = admin_resolve(&http, &url, &failed).await;
+    assert_eq!((status, refused["code"].as_str()), (422, Some("IDEMDB_INVALID_ARGUMENT")), "{refused}");
+    let mut confirmed = named.clone();
+    confirmed
+        .as_object_mut()
+        .unwrap()
+        .extend([("provider".into(), json!("confirmed")), ("reference".into(), json!(charged[0]))]);
+    let (status, done) = admin_resolve(&http, &url, &confirmed).await;
+    assert_eq!(status, 200, "{done}");
+    let retry = pay(&http, &url, "acme", "order-slow", SLOW).await.unwrap();
+    assert_eq!(retry.status, 201, "{:?}", String::from_utf8_lossy(&retry.body));
+    let ledger = effects(&http, &url, "acme").await;
+    assert_eq!(
+        (ledger.charges_of("order-slow").len(), ledger.payments_of("order-slow"), ledger.calls_of("order-slow")),
+        (1, 1, 1)
+    );
+    drop(server);
+
+    // A provider that settles within 500 ms drops a call it could not apply by then: after
+    // that, "no such charge" is a fact, `failed` is taken, and nothing is ever charged.
+    let server = db.start(&[
+        "--admin-token",
+        TOKEN,
+        "--lease-ttl-secs",
+        "1",
+        "--provider-latency-ms",
+        "2500",
+        "--provider-settle-ms",
+        "500",
+        "--reconcile-interval-secs",
+        "3600",
+    ]);
+    let url = server.url.clone();
+    let first = pay(&http, &url, "acme", "order-dropped", SLOW).await.unwrap();
+    assert_ne!(first.status, 201);
+    charge_becomes(&http, &url, "order-dropped", "uncertain").await;
+    let mut failed = failed.clone();
+    failed["key"] = json!("order-dropped");
+    let taken = loop {
+        let (status, answer) = admin_resolve(&http, &url, &failed).await;
+        if status == 200 {
+            break answer;
+        }
+        assert_eq!((status, answer["code"].as_str()), (409, Some("IDEMDB_WRONG_STATE")), "{answer}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(taken["now"]["record"]["state"], "failed", "{taken}");
+    // The call reaches the provider's storage after its settle time: dropped, never charged.
+    tokio::time::sleep(std::time::Duration::from_millis(2_700)).await;
+    let retry = pay(&http, &url, "acme", "order-dropped", SLOW).await.unwrap();
+    assert_eq!(retry.status, 500, "the operator's failure is the key's answer");
+    let ledger = effects(&http, &url, "acme").await;
+    assert_eq!((ledger.charges_of("order-dropped").len(), ledger.payments_of("order-dropped")), (0, 0));
+}
