@@ -130,7 +130,12 @@ impl ConfirmHook<idemdb::AsyncStore> for Provider {
 /// A store with one charge whose provider answer was lost (uncertain), under tenant acme,
 /// operation pay, key k-lost.
 fn lost_charge() -> idemdb::Store {
-    let (store, _) = store();
+    lost_charge_at().0
+}
+
+/// [`lost_charge`], with the store's clock.
+fn lost_charge_at() -> (idemdb::Store, idemdb::ManualClock) {
+    let (store, clock) = store();
     let (scope, key) = (idemdb::Scope::new("acme", "pay").unwrap(), idemdb::IdempotencyKey::new("k-lost").unwrap());
     let Reservation::Acquired(lease) = store.reserve(&scope, &key, &idemdb::Fingerprint::from_bytes([1; 32])).unwrap()
     else {
@@ -139,7 +144,7 @@ fn lost_charge() -> idemdb::Store {
     store.enqueue_effect(&lease, &idemdb::EffectName::new("charge").unwrap(), 1, b"{}".to_vec()).unwrap();
     let claim = store.claim_effects(1).unwrap().pop().unwrap();
     store.report_effect(&claim, idemdb::EffectReport::Unknown { reason: "timeout".into() }).unwrap();
-    store
+    (store, clock)
 }
 
 /// With a provider lookup, an operator's fact is checked before anything changes: a charge
@@ -185,10 +190,22 @@ async fn an_operator_fact_the_provider_contradicts_is_refused_and_changes_nothin
         admin(&router, Method::POST, "/resolve", Some(claim(json!({"provider": "confirmed", "reference": "ch_real"}))))
             .await;
     assert_eq!(agreed.status, StatusCode::OK, "{:?}", agreed.json());
-    // Without a lookup the operator's word is taken, and `/lookup` says there is none.
-    let router = AdminApi::new(lost_charge().asynchronous()).router();
+    // Without a lookup the operator's word is taken, and `/lookup` says there is none; but
+    // `failed` only once the provider's settle time (60 s by default) has passed since the
+    // call: before then the call may still land, whatever anyone says.
+    let (store, clock) = lost_charge_at();
+    let router = AdminApi::new(store.asynchronous()).router();
     let none = admin(&router, Method::GET, "/lookup?tenant=acme&operation=pay&key=k-lost&effect=charge", None).await;
     assert_eq!(none.status, StatusCode::NOT_IMPLEMENTED);
+    let early = admin(&router, Method::POST, "/resolve", Some(claim(json!({"provider": "failed"})))).await;
+    assert_eq!(early.status, StatusCode::CONFLICT, "{:?}", early.json());
+    assert_eq!(early.json()["code"], "IDEMDB_WRONG_STATE");
+    assert!(
+        early.json()["detail"].as_str().unwrap().contains("may still be applied by the provider"),
+        "{:?}",
+        early.json()
+    );
+    clock.advance(idemdb::core::DEFAULT_PROVIDER_SETTLE_TIME);
     let taken = admin(&router, Method::POST, "/resolve", Some(claim(json!({"provider": "failed"})))).await;
     assert_eq!(taken.status, StatusCode::OK, "{:?}", taken.json());
 }

@@ -57,7 +57,10 @@ async fn causes(store: &Store, scope: &Scope, key: &str) -> Vec<(AuditKind, Reso
 
 #[tokio::test]
 async fn a_round_decides_what_facts_can_and_leaves_the_rest() {
-    let policy = Policy::default().with_expired_lease(ExpiredLease::TakeoverIfNoEffect);
+    // A provider that applies a call before it answers: nothing lands later (settle time 0).
+    let policy = Policy::default()
+        .with_expired_lease(ExpiredLease::TakeoverIfNoEffect)
+        .with_provider_settle_time(std::time::Duration::ZERO);
     let store = Store::builder().policy("pay", policy.clone()).policy("other", policy).in_memory().unwrap();
     let (pay, other) = (Scope::new("acme", "pay").unwrap(), Scope::new("acme", "other").unwrap());
     let charge = EffectName::new("charge").unwrap();
@@ -103,4 +106,34 @@ async fn a_round_decides_what_facts_can_and_leaves_the_rest() {
     let left_by = LeftBy { not_declared: 1, ..LeftBy::default() };
     assert_eq!(next, Round { found: 1, left: 1, left_by, ..Round::default() });
     assert_eq!(lookups.0.load(Ordering::SeqCst), 1);
+}
+
+/// An uncertain effect is not asked about while its last dispatch may still land: the round
+/// leaves it (`may_still_land`) without a lookup until the provider's settle time has passed
+/// since a round first found it. Old code asked at once, and a provider slower than the call's
+/// deadline answered "no such charge" for a charge still on its way: it was sent again.
+#[tokio::test(start_paused = true)]
+async fn an_effect_whose_call_may_still_land_is_asked_about_after_the_settle_time() {
+    let settle = std::time::Duration::from_secs(30);
+    let policy = Policy::default().with_provider_settle_time(settle);
+    let store = Store::builder().policy("pay", policy).in_memory().unwrap();
+    let pay = Scope::new("acme", "pay").unwrap();
+    let charge = EffectName::new("charge").unwrap();
+    let lease = acquire(&store, &pay, "slow-call");
+    store.enqueue_effect(&lease, &charge, 1, b"{}".to_vec()).unwrap();
+    let claimed = store.claim_effects(1).unwrap();
+    store.report_effect(&claimed[0], EffectReport::Unknown { reason: "deadline".into() }).unwrap();
+
+    let lookups = NothingCharged::default();
+    let reconciler = Reconciler::new(store.asynchronous(), lookups.clone());
+    let waiting =
+        Round { found: 1, left: 1, left_by: LeftBy { may_still_land: 1, ..LeftBy::default() }, ..Round::default() };
+    assert_eq!(reconciler.round().await, waiting);
+    tokio::time::advance(settle - std::time::Duration::from_millis(1)).await;
+    assert_eq!(reconciler.round().await, waiting, "still inside the settle time");
+    assert_eq!(lookups.0.load(Ordering::SeqCst), 0, "no lookup while the call may land");
+    tokio::time::advance(std::time::Duration::from_millis(1)).await;
+    assert_eq!(reconciler.round().await, Round { found: 1, not_found: 1, ..Round::default() });
+    assert_eq!(lookups.0.load(Ordering::SeqCst), 1, "asked once the call can no longer land");
+    assert_eq!(store.claim_effects(10).unwrap().len(), 1, "sent again under the same provider key");
 }
