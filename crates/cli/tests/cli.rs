@@ -1270,6 +1270,33 @@ fn outbox_inbox_and_reconcile_show_and_resolve_the_workflow_state() {
     }
 }
 
+/// `--provider failed` for an effect whose last dispatch may still land (within the provider's
+/// settle time, 60 s by default) is refused with exit 4 and the reason, and changes nothing; an
+/// operator whose provider settles at once says so with `--settle-secs 0`.
+#[test]
+fn reconcile_refuses_failed_while_the_call_may_still_land() {
+    let dir = TempDir::new().expect("tempdir");
+    let path = workflow_store(&dir);
+    let file = arg(&path);
+    let uncertain = ["reconcile", file, "--tenant", "acme", "--operation", "create_payment", "--key", "order-3"];
+    let refused = idemdb(uncertain.iter().chain(&["--effect", "authorize", "--provider", "failed"])).code(4);
+    assert!(refused.stderr.contains("may still be applied by the provider until"), "{}", refused.stderr);
+    let still = idemdb(["outbox", file, "--state", "uncertain", "--json"]).code(0).json();
+    assert_eq!(still["items"].as_array().map(Vec::len), Some(1), "nothing changed: {still}");
+    let done = idemdb(uncertain.iter().chain(&[
+        "--effect",
+        "authorize",
+        "--provider",
+        "failed",
+        "--settle-secs",
+        "0",
+        "--json",
+    ]))
+    .code(0)
+    .json();
+    assert_eq!(done["item"]["state"], "failed", "{done}");
+}
+
 #[test]
 fn reconcile_resolves_an_uncertain_record_without_an_effect() {
     let dir = TempDir::new().expect("tempdir");

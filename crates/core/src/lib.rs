@@ -90,9 +90,8 @@ pub use key::{
 pub use names::{Named, UnknownName, as_name};
 pub use policy::{
     DEFAULT_DISPATCH_BACKOFF, DEFAULT_LEASE_TTL, DEFAULT_MAX_DISPATCH_BACKOFF, DEFAULT_MAX_RESULT_BYTES,
-    DEFAULT_PROVIDER_KEY_RETENTION, DEFAULT_PROVIDER_SETTLE_TIME, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL, ExpiredLease,
-    InvalidPolicy,
-    MAX_RESULT_BYTES_LIMIT, Policies, Policy, PolicyError,
+    DEFAULT_PROVIDER_KEY_RETENTION, DEFAULT_PROVIDER_SETTLE_TIME, DEFAULT_RESPONSE_TTL, DEFAULT_TOMBSTONE_TTL,
+    ExpiredLease, InvalidPolicy, MAX_RESULT_BYTES_LIMIT, Policies, Policy, PolicyError,
 };
 pub use purge::PurgeReport;
 pub use record::{MAX_FENCE, OutcomeClass, Record, RecordError, Retention, State, StateKind, UncertainCause};

@@ -9,12 +9,12 @@ use serde_json::{Value, json};
 
 use idemdb::{
     Attention, AttentionKind, EffectName, IdempotencyKey, KeyHash, Named, ProviderState, ProviderStateKind, Resolution,
-    ResolutionCause, ResolutionKind, Scope,
+    ResolutionCause, ResolutionKind, Scope, Store,
 };
 
 use crate::cmd::outbox::item_json;
 use crate::error::{CliError, Exit};
-use crate::open::{open_existing, open_read_only};
+use crate::open::{open_existing_with, open_read_only};
 use crate::output::{self, Align, Table};
 
 /// The environment variable the admin token is read from when `--token-file` is not given.
@@ -35,7 +35,7 @@ http://HOST:PORT/v1/admin (a running service's admin API, which also runs the se
 writing the payments example's payment row; the token from --token-file or IDEMDB_ADMIN_TOKEN, never from the \
 command line).\n\nQuery the provider first: past its window, an effect of unknown outcome is never sent again. Exits \
 with 2 for invalid arguments, 3 when the store, database or service cannot be reached, and 4 when the resolution is \
-refused (not uncertain, past the window, no such entry).")]
+refused (not uncertain, past the window, `failed` within the provider's settle time --settle-secs, no such entry).")]
 pub(crate) struct ReconcileArgs {
     /// The store file.
     #[arg(value_name = "FILE", required_unless_present_any = ["url", "postgres"], conflicts_with_all = ["url", "postgres"])]
@@ -106,6 +106,22 @@ pub(crate) struct ReconcileArgs {
     /// Send the effect again with the same provider key.
     #[arg(long, requires = "effect")]
     retry: bool,
+    /// The provider's settle time in seconds (with a file or --postgres; a service applies its
+    /// own policy): how long after an effect's last dispatch the provider may still apply it.
+    /// `--provider failed` is refused before it has passed (exit 4). Default 60.
+    #[arg(long, value_name = "SECS", conflicts_with = "url")]
+    settle_secs: Option<u64>,
+}
+
+impl ReconcileArgs {
+    /// The policy a resolution runs under: the defaults, with `--settle-secs`.
+    fn policy(&self) -> idemdb::Policy {
+        let policy = idemdb::Policy::default();
+        match self.settle_secs {
+            Some(secs) => policy.with_provider_settle_time(std::time::Duration::from_secs(secs)),
+            None => policy,
+        }
+    }
 }
 
 fn parse_status(text: &str) -> Result<u16, String> {
@@ -273,7 +289,7 @@ pub(crate) fn run(args: &ReconcileArgs, json: bool) -> Result<Exit, CliError> {
         let entries: Vec<Value> = queue.iter().map(|entry| entry_json(&store, entry, args.show_keys)).collect();
         return list(&file.display().to_string(), "file", entries, json);
     };
-    let store = open_existing(file)?;
+    let store = open_existing_with(file, Store::builder().default_policy(args.policy()))?;
     let refused = |e: idemdb::Error| CliError::runtime_ctx(file, "the store refused the resolution", &e);
     let done = match action {
         Action::Record(kind) => {
@@ -330,7 +346,9 @@ fn postgres(
         .build()
         .map_err(|error| CliError::runtime_msg(None, format!("cannot start the async runtime: {error}")))?;
     runtime.block_on(async {
-        let mut builder = idemdb_postgres::PgStore::builder_with_config(config).application_name("idemdb-cli");
+        let mut builder = idemdb_postgres::PgStore::builder_with_config(config)
+            .application_name("idemdb-cli")
+            .default_policy(args.policy());
         if let Some(schema) = &args.schema {
             builder = builder.schema(schema.clone());
         }

@@ -131,8 +131,7 @@ fn failed_is_refused_while_an_earlier_dispatch_may_still_land() {
     let policy = policy().with_provider_settle_time(Duration::from_secs(30));
     let dispatching = claimed(&item(), at(0));
     assert_eq!(dispatching.may_still_land_until(&policy), Some(at(40)), "the claim's lease end, plus 30 s");
-    let uncertain =
-        dispatching.report(1, EffectReport::Unknown { reason: "timeout".into() }, at(5), &policy).unwrap();
+    let uncertain = dispatching.report(1, EffectReport::Unknown { reason: "timeout".into() }, at(5), &policy).unwrap();
     assert_eq!(uncertain.may_still_land_until(&policy), Some(at(35)), "the report, plus 30 s");
     let declined = || ProviderState::Failed { body: b"declined".to_vec() };
     // A lookup that finds nothing at 10 s cannot tell "not made" from "not yet".
@@ -146,7 +145,10 @@ fn failed_is_refused_while_an_earlier_dispatch_may_still_land() {
     let confirmed =
         uncertain.resolve(ProviderState::Confirmed { reference: "ch_1".into(), result: vec![] }, at(6), &policy);
     assert_eq!(confirmed.unwrap().state.kind(), OutboxStateKind::Confirmed);
-    assert_eq!(uncertain.resolve(ProviderState::NotFound, at(6), &policy).unwrap().state.kind(), OutboxStateKind::Pending);
+    assert_eq!(
+        uncertain.resolve(ProviderState::NotFound, at(6), &policy).unwrap().state.kind(),
+        OutboxStateKind::Pending
+    );
     // Once nothing can land any more, failed is taken.
     assert_eq!(uncertain.resolve(declined(), at(35), &policy).unwrap().state.kind(), OutboxStateKind::Failed);
     // A provider that applies a call before it answers (settle time zero): failed at once.
@@ -200,8 +202,9 @@ fn the_intent_record_follows_its_effect() {
     let unknown = dispatching.report(1, EffectReport::Unknown { reason: "t".into() }, at(2), &policy).unwrap();
     let uncertain = unknown.record_after(&held, None, at(2), &policy).unwrap().unwrap();
     assert_eq!(uncertain.state, State::Uncertain { cause: UncertainCause::Reported });
-    let resolved =
-        unknown.resolve(ProviderState::Confirmed { reference: "a".into(), result: b"q".to_vec() }, at(3), &policy).unwrap();
+    let resolved = unknown
+        .resolve(ProviderState::Confirmed { reference: "a".into(), result: b"q".to_vec() }, at(3), &policy)
+        .unwrap();
     let reconciled = resolved.record_after(&uncertain, Some(b"q".to_vec()), at(3), &policy).unwrap().unwrap();
     assert!(matches!(reconciled.state, State::Completed { ref result, .. } if result == b"q"));
     // A record taken over by a newer attempt is left alone.
