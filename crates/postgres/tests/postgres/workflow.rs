@@ -257,29 +257,21 @@ pub fn reconciliation_queue(env: &Env) -> Result<(), Failed> {
         assert_eq!(store.reconciliation_queue(1).await.expect("queue").len(), 1, "limit");
         // `failed` waits for the provider's settle time (60 s by default) after the report:
         // until then the call may still land.
-        let early = store
-            .resolve_effect(
-                &scope(),
-                &key("timeout"),
+        let (pay, timeout) = (scope(), key("timeout"));
+        let declined = || {
+            store.resolve_effect(
+                &pay,
+                &timeout,
                 &charge,
                 idemdb_postgres::ProviderState::Failed { body: b"declined".to_vec() },
                 idemdb_postgres::ResolutionCause::Operator,
             )
-            .await
-            .expect_err("the call may still land");
+        };
+        let early = declined().await.expect_err("the call may still land");
         assert_eq!(early.code(), idemdb_postgres::ErrorCode::WrongState, "{early}");
         assert!(early.to_string().contains("may still be applied by the provider"), "{early}");
         clock.advance(Duration::from_secs(60));
-        store
-            .resolve_effect(
-                &scope(),
-                &key("timeout"),
-                &charge,
-                idemdb_postgres::ProviderState::Failed { body: b"declined".to_vec() },
-                idemdb_postgres::ResolutionCause::Operator,
-            )
-            .await
-            .expect("resolve");
+        declined().await.expect("resolve");
         store
             .reconcile(
                 &scope(),
