@@ -226,7 +226,7 @@ async fn charge_becomes(http: &reqwest::Client, url: &str, key: &str, state: &st
 }
 
 /// An operator's `failed` while the provider call may still land is refused: the dispatcher's
-/// call outlived its deadline (750 ms under a 1 s lease), the provider takes 2.5 s, and its
+/// call outlived its deadline (750 ms under a 1 s lease), the provider takes 6 s (a margin for a loaded machine), and its
 /// lookup says "no such charge" until then — "not yet", not "no". Old code accepted it: the
 /// key answered 500 for good while the provider charged the card. Once the provider's settle
 /// time has passed, "no such charge" is a fact and `failed` is taken.
@@ -240,7 +240,7 @@ async fn an_operators_failed_is_refused_while_the_call_may_still_land() {
         "--lease-ttl-secs",
         "1",
         "--provider-latency-ms",
-        "2500",
+        "6000",
         "--reconcile-interval-secs",
         "3600",
     ]);
@@ -270,11 +270,13 @@ async fn an_operators_failed_is_refused_while_the_call_may_still_land() {
         "{refused}"
     );
     // The call lands: the provider's word now refuses `failed`, and confirms the charge.
+    let landing = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let charged = loop {
         let charges = effects(&http, &url, "acme").await.charges_of("order-slow").to_vec();
         if !charges.is_empty() {
             break charges;
         }
+        assert!(std::time::Instant::now() < landing, "the provider never made the charge");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
     let (status, refused) = admin_resolve(&http, &url, &failed).await;
@@ -315,11 +317,13 @@ async fn an_operators_failed_is_refused_while_the_call_may_still_land() {
     charge_becomes(&http, &url, "order-dropped", "uncertain").await;
     let mut failed = failed.clone();
     failed["key"] = json!("order-dropped");
+    let settled = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let taken = loop {
         let (status, answer) = admin_resolve(&http, &url, &failed).await;
         if status == 200 {
             break answer;
         }
+        assert!(std::time::Instant::now() < settled, "`failed` was never taken: {answer}");
         assert_eq!((status, answer["code"].as_str()), (409, Some("IDEMDB_WRONG_STATE")), "{answer}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
