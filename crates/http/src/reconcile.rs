@@ -23,8 +23,9 @@
 //! * anything else is left, and the round says why ([`Left`], in the log with the key's hash
 //!   and in [`LEFT_BY_REASON`]): an effect still pending or being dispatched (its dispatcher
 //!   settles it; a call that outlives its deadline is reported unknown and asked about), an
-//!   uncertain effect whose last dispatch may still land, a lookup with no fact this round, an operation not declared (or whose policy keeps expired
-//!   leases for a person), or a store that could not be read.
+//!   uncertain effect whose last dispatch may still land, a lookup with no fact this round, an
+//!   operation not declared (or whose policy keeps expired leases for a person), or a store that
+//!   could not be read.
 //!
 //! Every resolution is in the store's audit trail (`effect_resolved`, `reconciled`), in the log
 //! (target `idemdb_http`, with the key's hash) and in the metrics:

@@ -96,18 +96,19 @@ struct PgCharges {
 }
 
 impl Provider {
+    /// A provider on `storage` whose calls take `latency`, with no faults and the default
+    /// settle time.
+    fn with_storage(storage: Storage, latency: Duration) -> Provider {
+        Provider { storage, latency, settle: latency + SETTLE_MARGIN, faults: Faults::default() }
+    }
+
     /// Opens (or creates) the provider's database at `path`; each call takes `latency`.
     ///
     /// # Errors
     /// The database could not be opened.
     pub fn open(path: &Path, latency: Duration) -> Result<Provider, ProviderError> {
         let db = Database::create(path).map_err(ProviderError::of)?;
-        Ok(Provider {
-            storage: Storage::Redb(Arc::new(db)),
-            latency,
-            settle: latency + SETTLE_MARGIN,
-            faults: Faults::default(),
-        })
+        Ok(Provider::with_storage(Storage::Redb(Arc::new(db)), latency))
     }
 
     /// A provider that keeps its charges in memory (lost when it is dropped); each call takes
@@ -119,12 +120,7 @@ impl Provider {
         let db = Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .map_err(ProviderError::of)?;
-        Ok(Provider {
-            storage: Storage::Redb(Arc::new(db)),
-            latency,
-            settle: latency + SETTLE_MARGIN,
-            faults: Faults::default(),
-        })
+        Ok(Provider::with_storage(Storage::Redb(Arc::new(db)), latency))
     }
 
     /// The provider in table [`PG_PROVIDER_TABLE`] of `store`'s schema (created if missing),
@@ -152,7 +148,7 @@ impl Provider {
         );
         let list = format!("SELECT charge::text, calls FROM {table} WHERE tenant = $1 ORDER BY provider_key");
         let storage = Storage::Postgres(Arc::new(PgCharges { store, charge, list }));
-        Ok(Provider { storage, latency, settle: latency + SETTLE_MARGIN, faults: Faults::default() })
+        Ok(Provider::with_storage(storage, latency))
     }
 
     /// The provider's settle time: a call is applied within `settle` of its arrival or never
@@ -165,11 +161,6 @@ impl Provider {
     pub fn settle_within(mut self, settle: Duration) -> Provider {
         self.settle = settle;
         self
-    }
-
-    /// The provider's settle time ([`settle_within`](Provider::settle_within)).
-    pub fn settle_time(&self) -> Duration {
-        self.settle
     }
 
     /// A fault to show reconciliation: charges to `destination` are made (and counted), then

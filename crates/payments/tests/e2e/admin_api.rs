@@ -234,16 +234,14 @@ async fn charge_becomes(http: &reqwest::Client, url: &str, key: &str, state: &st
 async fn an_operators_failed_is_refused_while_the_call_may_still_land() {
     const SLOW: &str = r#"{"amount":"7.00","currency":"BRL","destination":"acct_slow"}"#;
     let db = Db::redb();
-    let server = db.start(&[
-        "--admin-token",
-        TOKEN,
-        "--lease-ttl-secs",
-        "1",
-        "--provider-latency-ms",
-        "6000",
-        "--reconcile-interval-secs",
-        "3600",
-    ]);
+    // A 1 s lease (the call's deadline is 750 ms), a slow provider, no reconciler rounds.
+    let slow = |latency: &str, extra: &[&str]| {
+        let mut args = vec!["--admin-token", TOKEN, "--lease-ttl-secs", "1", "--reconcile-interval-secs", "3600"];
+        args.extend(["--provider-latency-ms", latency]);
+        args.extend(extra);
+        db.start(&args)
+    };
+    let server = slow("6000", &[]);
     let (http, url) = (http(), server.url.clone());
     let first = pay(&http, &url, "acme", "order-slow", SLOW).await.unwrap();
     assert_ne!(first.status, 201, "the call outlived its deadline: {:?}", String::from_utf8_lossy(&first.body));
@@ -299,18 +297,7 @@ async fn an_operators_failed_is_refused_while_the_call_may_still_land() {
 
     // A provider that settles within 500 ms drops a call it could not apply by then: after
     // that, "no such charge" is a fact, `failed` is taken, and nothing is ever charged.
-    let server = db.start(&[
-        "--admin-token",
-        TOKEN,
-        "--lease-ttl-secs",
-        "1",
-        "--provider-latency-ms",
-        "2500",
-        "--provider-settle-ms",
-        "500",
-        "--reconcile-interval-secs",
-        "3600",
-    ]);
+    let server = slow("2500", &["--provider-settle-ms", "500"]);
     let url = server.url.clone();
     let first = pay(&http, &url, "acme", "order-dropped", SLOW).await.unwrap();
     assert_ne!(first.status, 201);
