@@ -42,4 +42,4 @@ pub fn snapshot(store: &Store) -> Vec<(ScopedKey, Record)> {
 /// The outside world: every effect performed, per intent (the one ledger of the demo, the
 /// reliability report and these tests). A test asserts on its counts, not only on what the
 /// store answered.
-pub use idemdb_effects::EffectLedger;
+pub use idemdb_fake_provider::EffectLedger;

@@ -12,6 +12,7 @@ use crate::durable::{Counted, JournalIo, open_store, open_store_journaled};
 use crate::env::ProcIo;
 use crate::measure::{Run, Series, Summary, ThreadRun};
 use crate::sqlite;
+use idemdb::Reserve;
 
 /// Merges the callers of one timed run into a [`Run`] (total operations over the longest
 /// caller's time).
@@ -129,7 +130,7 @@ pub(crate) fn idemdb_run(
                         let request = data::request(scope, base + ((t as u64) << 32) + j)?;
                         j += 1;
                         let t0 = Instant::now();
-                        match store.reserve(scope, &request.key, &request.fingerprint)? {
+                        match store.reserve(Reserve::new(scope, &request.key, &request.fingerprint))? {
                             idemdb::Reservation::Acquired(_) => {}
                             other => return Err(format!("expected a fresh reservation, got {}", other.name()).into()),
                         }

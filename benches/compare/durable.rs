@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use idemdb::redb::{self, ReadableDatabase, ReadableTableMetadata, TableDefinition, WriteTransaction};
-use idemdb::{Executed, Reservation, Scope, Store};
+use idemdb::{Executed, Reservation, Reserve, Scope, Store};
 use idemdb_core::encode_record;
 
 use crate::backend::{CountingBackend, Io, IoCounters};
@@ -153,7 +153,7 @@ fn acquired(reservation: Reservation) -> Res<idemdb::Lease> {
 /// The two-commit path of a same-database effect: reserve (one commit), then the application
 /// row and the completion in a second.
 fn reserve_then_write(store: &Store, scope: &Scope, r: &data::Request, body: &[u8]) -> Res<()> {
-    let lease = acquired(store.reserve(scope, &r.key, &r.fingerprint)?)?;
+    let lease = acquired(store.reserve(Reserve::new(scope, &r.key, &r.fingerprint))?)?;
     store.write(|txn| -> Result<(), idemdb::Error> {
         txn.tables_checkpointing()
             .open_table(PAYMENTS)
@@ -167,7 +167,7 @@ fn reserve_then_write(store: &Store, scope: &Scope, r: &data::Request, body: &[u
 
 /// [`reserve_then_write`] with the application row journaled (`Txn::table`).
 fn reserve_then_write_journaled(store: &Store, scope: &Scope, r: &data::Request, body: &[u8]) -> Res<()> {
-    let lease = acquired(store.reserve(scope, &r.key, &r.fingerprint)?)?;
+    let lease = acquired(store.reserve(Reserve::new(scope, &r.key, &r.fingerprint))?)?;
     store.write(|txn| -> Result<(), idemdb::Error> {
         txn.table(PAYMENTS)?.insert(r.encoded.as_slice(), &body[..64])?;
         txn.complete(&lease, body.to_vec())
@@ -175,9 +175,9 @@ fn reserve_then_write_journaled(store: &Store, scope: &Scope, r: &data::Request,
     Ok(())
 }
 
-/// [`execute_once`] with the application row journaled (`execute_journaled`, `Txn::table`).
+/// [`execute_once`] with the application row journaled (`Txn::table`).
 fn execute_once_journaled(store: &Store, scope: &Scope, r: &data::Request, body: &[u8]) -> Res<()> {
-    let executed = store.execute_journaled(scope, &r.key, &r.fingerprint, |txn| {
+    let executed = store.execute(Reserve::new(scope, &r.key, &r.fingerprint), |txn| {
         txn.table(PAYMENTS)?.insert(r.encoded.as_slice(), &body[..64])?;
         Ok::<_, idemdb::Error>(body.to_vec())
     })?;
@@ -187,10 +187,11 @@ fn execute_once_journaled(store: &Store, scope: &Scope, r: &data::Request, body:
     }
 }
 
-/// The one-commit path: `execute` with the application row.
+/// The one-commit path: `execute` with the application row written through the escape hatch
+/// (`Txn::tables_checkpointing`: a checkpoint).
 fn execute_once(store: &Store, scope: &Scope, r: &data::Request, body: &[u8]) -> Res<()> {
-    let executed = store.execute(scope, &r.key, &r.fingerprint, |tables| {
-        app_insert(tables, r.encoded.as_slice(), body)?;
+    let executed = store.execute(Reserve::new(scope, &r.key, &r.fingerprint), |txn| {
+        app_insert(txn.tables_checkpointing(), r.encoded.as_slice(), body)?;
         Ok::<_, redb::Error>(body.to_vec())
     })?;
     match executed {
@@ -279,7 +280,7 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         let mut leases = Vec::with_capacity(n);
         reserve.push(timed(n, Some(&store.counters), |i| {
             let r = &requests[i];
-            leases.push(acquired(store.inner.reserve(&scope, &r.key, &r.fingerprint)?)?);
+            leases.push(acquired(store.inner.reserve(Reserve::new(&scope, &r.key, &r.fingerprint))?)?);
             Ok(())
         })?);
         let bodies: Vec<Vec<u8>> = (0..n as u64).map(|i| data::result_body(base(2, round) + i)).collect();
@@ -291,7 +292,7 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         let requests = data::requests(&scope, base(3, round), n)?;
         reserve_no_audit.push(timed(n, Some(&store_no_audit.counters), |i| {
             let r = &requests[i];
-            acquired(store_no_audit.inner.reserve(&scope, &r.key, &r.fingerprint)?)?;
+            acquired(store_no_audit.inner.reserve(Reserve::new(&scope, &r.key, &r.fingerprint))?)?;
             Ok(())
         })?);
 
@@ -299,7 +300,7 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         let requests = data::requests(&scope, base(4, round), n)?;
         reserve_complete.push(timed(n, Some(&store.counters), |i| {
             let r = &requests[i];
-            let lease = acquired(store.inner.reserve(&scope, &r.key, &r.fingerprint)?)?;
+            let lease = acquired(store.inner.reserve(Reserve::new(&scope, &r.key, &r.fingerprint))?)?;
             store.inner.complete(&lease, bodies[i].clone())?;
             Ok(())
         })?);
@@ -319,7 +320,7 @@ pub(crate) fn run(dir: &Path, rounds: usize, n: usize) -> Res<Durable> {
         let before = JournalIo::now(&journaled);
         journal_reserve.push(timed(n, Some(&journaled.counters), |i| {
             let r = &requests[i];
-            leases.push(acquired(journaled.inner.reserve(&scope, &r.key, &r.fingerprint)?)?);
+            leases.push(acquired(journaled.inner.reserve(Reserve::new(&scope, &r.key, &r.fingerprint))?)?);
             Ok(())
         })?);
         journal_complete.push(timed(n, Some(&journaled.counters), |i| {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use idemdb::redb::{ReadableDatabase, ReadableTable};
-use idemdb::{Durability, Reservation, ScopedKey, Store};
+use idemdb::{Durability, Reservation, Reserve, ScopedKey, Store};
 use idemdb_core::encode_record;
 
 use crate::data::{self, Request, Res, Rng};
@@ -163,7 +163,7 @@ fn replay(
     store.inner.stats()?;
     let mut wrong = 0u64;
     let mut check = |r: &Request| -> Res<()> {
-        match store.inner.reserve(&scope, &r.key, &r.fingerprint)? {
+        match store.inner.reserve(Reserve::new(&scope, &r.key, &r.fingerprint))? {
             Reservation::Replay { body, .. } => {
                 std::hint::black_box(body);
             }

@@ -18,6 +18,15 @@ pub(crate) struct Results {
 
 /// Prints the tables behind the targets: raw numbers, purge, space, canonicalisation.
 pub(crate) fn print_details(results: &Results, purge_budget: usize) {
+    print_raw_numbers(results);
+    print_purges(results, purge_budget);
+    print_space(results);
+    print_canon(results);
+    print_memory(results);
+}
+
+/// The raw numbers behind the targets, and the lookups.
+fn print_raw_numbers(results: &Results) {
     println!("## Raw numbers\n");
     let mut rows: Vec<Summary> = Vec::new();
     if let Some(d) = &results.durable {
@@ -87,7 +96,10 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
         );
     }
     println!();
+}
 
+/// The purge runs.
+fn print_purges(results: &Results, purge_budget: usize) {
     if !results.purges.is_empty() {
         println!("## Purge\n");
         let purge_rows: Vec<Vec<String>> = results
@@ -124,7 +136,10 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
         );
         println!();
     }
+}
 
+/// The space each store takes.
+fn print_space(results: &Results) {
     if let Some(space) = &results.space {
         println!("## Space after compaction ({0} in-progress + {0} completed records)\n", space.records_per_kind);
         println!(
@@ -158,7 +173,10 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
         }
         println!();
     }
+}
 
+/// Canonicalisation.
+fn print_canon(results: &Results) {
     if !results.canon.is_empty() {
         println!("## Canonicalise + fingerprint\n");
         let canon_rows: Vec<Vec<String>> = results
@@ -179,7 +197,10 @@ pub(crate) fn print_details(results: &Results, purge_budget: usize) {
         );
         println!();
     }
+}
 
+/// Memory under sustained load.
+fn print_memory(results: &Results) {
     if !results.memory.is_empty() {
         println!("## Memory under sustained load (resident set, sampled every 100 ms)\n");
         let rows: Vec<Vec<String>> = results

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use idemdb::{Durability, Reservation, Store};
+use idemdb::{Durability, Reservation, Reserve, Store};
 use idemdb_core::encode_record;
 
 use crate::data::{self, Res};
@@ -84,7 +84,9 @@ fn idemdb_space(path: &Path, per_kind: u64, audit: bool) -> Res<(SpaceRow, Space
             store.write(|txn| -> Res<()> {
                 for i in chunk_start..end {
                     let request = data::request(&scope, i)?;
-                    let Reservation::Acquired(lease) = txn.reserve(&scope, &request.key, &request.fingerprint)? else {
+                    let Reservation::Acquired(lease) =
+                        txn.reserve(Reserve::new(&scope, &request.key, &request.fingerprint))?
+                    else {
                         return Err("space: expected a fresh reservation".into());
                     };
                     if i >= per_kind {

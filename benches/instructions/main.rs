@@ -24,7 +24,7 @@ use std::process::{Command, ExitCode};
 mod data;
 
 use data::Res;
-use idemdb::{Reservation, Store};
+use idemdb::{Reservation, Reserve, Store};
 use thousands::Separable;
 
 /// The environment variable that makes this binary run one workload instead of the table.
@@ -207,7 +207,9 @@ fn run_workload(spec: &str) -> Res<()> {
         Kind::Reserve | Kind::ReserveComplete => {
             let requests = data::requests(&scope, 0, ops as usize)?;
             for request in &requests {
-                let Reservation::Acquired(lease) = store.reserve(&scope, &request.key, &request.fingerprint)? else {
+                let Reservation::Acquired(lease) =
+                    store.reserve(Reserve::new(&scope, &request.key, &request.fingerprint))?
+                else {
                     return Err("a fresh key was not acquired".into());
                 };
                 if workload.kind == Kind::ReserveComplete {
@@ -218,14 +220,16 @@ fn run_workload(spec: &str) -> Res<()> {
         Kind::Replay => {
             let requests = data::requests(&scope, 0, REPLAY_SET as usize)?;
             for request in &requests {
-                let Reservation::Acquired(lease) = store.reserve(&scope, &request.key, &request.fingerprint)? else {
+                let Reservation::Acquired(lease) =
+                    store.reserve(Reserve::new(&scope, &request.key, &request.fingerprint))?
+                else {
                     return Err("a fresh key was not acquired".into());
                 };
                 store.complete(&lease, body.clone())?;
             }
             for i in 0..ops {
                 let request = &requests[(data::mix(i) % REPLAY_SET) as usize];
-                let answer = store.reserve(&scope, &request.key, &request.fingerprint)?;
+                let answer = store.reserve(Reserve::new(&scope, &request.key, &request.fingerprint))?;
                 if !matches!(answer, Reservation::Replay { .. }) {
                     return Err(format!("expected a replay, got {}", answer.name()).into());
                 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use idemdb::redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
-use idemdb::{AuditKind, ManualClock, Reservation, Store, StoreBuilder};
+use idemdb::{AuditKind, ManualClock, Reservation, Reserve, Store, StoreBuilder};
 use idemdb_tests::{T0, fp, key, scope};
 
 const AUDIT: TableDefinition<[u8; 16], &[u8]> = TableDefinition::new("idemdb_audit");
@@ -25,14 +25,15 @@ fn audit_events_are_stored_in_segments_and_every_reader_counts_events() {
         let store = builder(&clock).open(&path).expect("open");
         for i in 0..keys {
             clock.advance(Duration::from_millis(1));
-            let Reservation::Acquired(lease) = store.reserve(&scope, &key(&format!("k-{i}")), &fp(1)).expect("reserve")
+            let Reservation::Acquired(lease) =
+                store.reserve(Reserve::new(&scope, &key(&format!("k-{i}")), &fp(1))).expect("reserve")
             else {
                 panic!("key {i} was new");
             };
             store.complete(&lease, vec![7; 32]).expect("complete");
         }
         for i in 0..replays {
-            let answer = store.reserve(&scope, &key(&format!("k-{}", i % keys)), &fp(1)).expect("replay");
+            let answer = store.reserve(Reserve::new(&scope, &key(&format!("k-{}", i % keys)), &fp(1))).expect("replay");
             assert!(matches!(answer, Reservation::Replay { .. }), "replay {i}: {answer:?}");
         }
         store.flush().expect("flush");
@@ -82,7 +83,10 @@ fn audit_events_are_stored_in_segments_and_every_reader_counts_events() {
     assert_eq!(removed, (2 * keys + replays) as u64);
     assert!(store.audit_events(usize::MAX).expect("events").is_empty());
     // The records themselves are still inside their response TTL: untouched.
-    assert!(matches!(store.reserve(&scope, &key("k-0"), &fp(1)).expect("replay"), Reservation::Replay { .. }));
+    assert!(matches!(
+        store.reserve(Reserve::new(&scope, &key("k-0"), &fp(1))).expect("replay"),
+        Reservation::Replay { .. }
+    ));
 }
 
 /// A store image whose writes can be made to fail (a disk that filled up or went bad).
@@ -138,7 +142,8 @@ fn a_failing_disk_bounds_the_waiting_audit_events() {
     let scope = scope("acme", "create_payment");
     let open = || builder(&clock).open_backend_with_journal(image.clone(), disk.clone()).expect("open");
     let store = open();
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key("paid"), &fp(1)).expect("reserve") else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key("paid"), &fp(1))).expect("reserve")
+    else {
         panic!("a new key is acquired");
     };
     store.complete(&lease, b"receipt".to_vec()).expect("complete");
@@ -148,7 +153,7 @@ fn a_failing_disk_bounds_the_waiting_audit_events() {
     disk.failing.store(true, std::sync::atomic::Ordering::SeqCst);
     let answers = 3 * idemdb::core::AuditBatch::MAX_WAITING;
     for i in 0..answers {
-        let answer = store.reserve(&scope, &key("paid"), &fp(1)).expect("a replay needs no write");
+        let answer = store.reserve(Reserve::new(&scope, &key("paid"), &fp(1))).expect("a replay needs no write");
         assert!(
             matches!(&answer, Reservation::Replay { body, .. } if body == b"receipt"),
             "answer {i} on a failing disk: {answer:?}"
@@ -165,7 +170,7 @@ fn a_failing_disk_bounds_the_waiting_audit_events() {
     assert!(error.reopen_required(), "{error:?}");
     drop(store);
     let store = open();
-    let answer = store.reserve(&scope, &key("paid"), &fp(1)).expect("reserve after the reopen");
+    let answer = store.reserve(Reserve::new(&scope, &key("paid"), &fp(1))).expect("reserve after the reopen");
     assert!(matches!(&answer, Reservation::Replay { body, .. } if body == b"receipt"), "{answer:?}");
     assert_eq!(store.stats().expect("stats").audit_events_dropped, 0, "the count is of this open");
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use idemdb::redb::{self, ReadableDatabase, TableDefinition};
 use idemdb::{
-    CanonicalError, Canonicalizer, Corrupt, EffectName, Error, Failure, IdempotencyKey, KeyError, ManualClock,
-    NewEffect, Normaliser, OpenError, OutcomeClass, Policy, PolicyError, Refusal, Reservation, Resolution,
-    STORE_FORMAT, Scope, ScopedKey, StateKind, Store, StoreBuilder, TransitionError,
+    CanonicalError, Canonicalizer, Corrupt, Error, Failure, IdempotencyKey, KeyError, ManualClock, Normaliser,
+    OpenError, OutcomeClass, Policy, PolicyError, Refusal, Reservation, Reserve, Resolution, STORE_FORMAT, Scope,
+    ScopedKey, StateKind, Store, StoreBuilder, TransitionError,
 };
 use idemdb_core::{DecodeError, IdentityPart, MAX_KEY_LEN, MAX_SCOPE_PART_LEN};
 use idemdb_tests::{T0, fp, key, scope, snapshot};
@@ -32,7 +32,7 @@ fn builder(clock: &ManualClock) -> StoreBuilder {
 /// (failed), `running` (in progress), `unsure` (uncertain).
 fn populated(store: &Store) {
     let scope = scope("acme", CHARGE);
-    let lease = |name: &str| match store.reserve(&scope, &key(name), &fp(1)).expect("reserve") {
+    let lease = |name: &str| match store.reserve(Reserve::new(&scope, &key(name), &fp(1))).expect("reserve") {
         Reservation::Acquired(lease) => lease,
         other => panic!("set-up: {other:?}"),
     };
@@ -139,11 +139,10 @@ fn malformed_identity_bytes_are_refused_on_decode() {
 }
 
 #[test]
-fn an_invalid_correlation_id_is_refused_and_nothing_is_reserved() {
+fn an_invalid_correlation_id_is_refused_where_the_request_is_built() {
     let store = builder(&ManualClock::new(T0)).in_memory().expect("store");
     populated(&store);
-    let before = snapshot(&store);
-    let (scope, fresh) = (scope("acme", CHARGE), key("fresh"));
+    let (scope, fresh, fingerprint) = (scope("acme", CHARGE), key("fresh"), fp(1));
     let part = IdentityPart::Correlation;
     let long = "c".repeat(129);
     for (correlation, expected) in [
@@ -152,26 +151,18 @@ fn an_invalid_correlation_id_is_refused_and_nothing_is_reserved() {
         ("req 1", KeyError::InvalidByte { part, byte: b' ', offset: 3 }),
         ("req\u{1b}[31m", KeyError::InvalidByte { part, byte: 0x1b, offset: 3 }),
     ] {
-        match store.reserve_traced(&scope, &fresh, &fp(1), correlation) {
-            Err(Error::Refused(Refusal::Key(error))) => assert_eq!(error, expected, "{correlation:?}"),
-            other => panic!("{correlation:?}: expected a key error, got {other:?}"),
-        }
-        // Neither a new key nor an existing one is touched.
-        assert!(matches!(
-            store.reserve_traced(&scope, &key("done"), &fp(2), correlation),
-            Err(Error::Refused(Refusal::Key(_)))
-        ));
-        // Inside a transaction, and with an effect to enqueue: the same refusal.
-        let inside = store.write(|txn| txn.reserve_traced(&scope, &fresh, &fp(1), correlation));
+        // No store call can take an unchecked id: the request refuses it when it is given.
+        let refused = Reserve::new(&scope, &fresh, &fingerprint).traced(correlation);
+        assert_eq!(refused.err(), Some(expected), "{correlation:?}");
+        // Inside a transaction the refusal is the store's error, and nothing is written.
+        let inside = store.write(|txn| txn.reserve(Reserve::new(&scope, &fresh, &fingerprint).traced(correlation)?));
         assert!(matches!(inside, Err(Error::Refused(Refusal::Key(_)))), "{correlation:?}: {inside:?}");
-        let charge =
-            NewEffect { effect: EffectName::new("charge").expect("effect"), version: 1, payload: b"1".to_vec() };
-        let enqueuing = store.reserve_enqueuing(&scope, &fresh, &fp(1), Some(correlation), vec![charge]);
-        assert!(matches!(enqueuing, Err(Error::Refused(Refusal::Key(_)))), "{correlation:?}: {enqueuing:?}");
     }
-    assert_eq!(snapshot(&store), before, "nothing reserved, nothing changed");
-    assert!(matches!(store.reserve_traced(&scope, &fresh, &fp(1), "req-1"), Ok(Reservation::Acquired(_))));
-    let inside = store.write(|txn| txn.reserve_traced(&scope, &key("fresh-2"), &fp(1), "req-2"));
+    assert_eq!(store.get(&scope, &fresh).expect("get"), None, "nothing reserved");
+    let traced = Reserve::new(&scope, &fresh, &fingerprint).traced("req-1").expect("a valid id");
+    assert!(matches!(store.reserve(traced), Ok(Reservation::Acquired(_))));
+    let fresh_2 = key("fresh-2");
+    let inside = store.write(|txn| txn.reserve(Reserve::new(&scope, &fresh_2, &fingerprint).traced("req-2")?));
     assert!(matches!(inside, Ok(Reservation::Acquired(_))), "{inside:?}");
 }
 
@@ -184,7 +175,9 @@ fn a_result_over_the_default_limit_is_refused_and_the_record_stays_in_progress()
     let (scope, key) = (scope("acme", CHARGE), key("big"));
     let limit = idemdb::Policy::default().max_result_bytes();
     assert_eq!(limit, 1024 * 1024);
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp(1)).expect("reserve") else { panic!("lease") };
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("reserve") else {
+        panic!("lease")
+    };
     let before = store.get(&scope, &key).expect("get");
 
     let too_large = TransitionError::ResultTooLarge { len: limit + 1, max: limit };
@@ -195,7 +188,7 @@ fn a_result_over_the_default_limit_is_refused_and_the_record_stays_in_progress()
     // The limit itself is accepted, and replayed byte for byte.
     store.complete(&lease, vec![7; limit]).expect("complete at the limit");
     assert_eq!(
-        store.reserve(&scope, &key, &fp(1)).expect("reserve"),
+        store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("reserve"),
         Reservation::Replay { outcome: OutcomeClass::Completed, body: vec![7; limit] }
     );
 }
@@ -205,7 +198,9 @@ fn a_result_over_an_operation_limit_is_refused_by_every_transition_that_stores_o
     let clock = ManualClock::new(T0);
     let store = builder(&clock).in_memory().expect("store");
     let (scope, key) = (scope("acme", TINY), key("small"));
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp(1)).expect("reserve") else { panic!("lease") };
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("reserve") else {
+        panic!("lease")
+    };
     let oversized = vec![b'x'; TINY_LIMIT + 1];
     let too_large = TransitionError::ResultTooLarge { len: TINY_LIMIT + 1, max: TINY_LIMIT };
 
@@ -447,7 +442,7 @@ fn a_store_of_a_newer_format_is_refused_with_a_message_saying_so_and_kept_intact
     let records = snapshot(&store);
     assert_eq!(records.len(), 4);
     assert_eq!(
-        store.reserve(&scope("acme", CHARGE), &key("done"), &fp(1)).expect("reserve"),
+        store.reserve(Reserve::new(&scope("acme", CHARGE), &key("done"), &fp(1))).expect("reserve"),
         Reservation::Replay { outcome: OutcomeClass::Completed, body: b"ok".to_vec() }
     );
 }
@@ -460,7 +455,10 @@ fn opening_a_store_that_is_already_open_is_refused_and_the_first_handle_keeps_wo
     let before = snapshot(&first);
     assert!(matches!(open(&path), Err(OpenError::AlreadyOpen)));
     assert_eq!(snapshot(&first), before);
-    assert!(matches!(first.reserve(&scope("acme", CHARGE), &key("new"), &fp(1)), Ok(Reservation::Acquired(_))));
+    assert!(matches!(
+        first.reserve(Reserve::new(&scope("acme", CHARGE), &key("new"), &fp(1))),
+        Ok(Reservation::Acquired(_))
+    ));
     drop(first);
     let second = open(&path).expect("opens once the first handle is gone");
     assert_eq!(snapshot(&second).len(), 5);
@@ -528,7 +526,9 @@ fn a_corrupt_record_is_a_typed_error_and_the_other_records_stay_readable() {
     let mut store = builder(&clock).open(&path).expect("a damaged record does not stop the store from opening");
 
     for (what, key, _) in &damaged {
-        for result in [store.reserve(&charge, key, &fp(1)), store.reserve(&charge, key, &fp(2))] {
+        for result in
+            [store.reserve(Reserve::new(&charge, key, &fp(1))), store.reserve(Reserve::new(&charge, key, &fp(2)))]
+        {
             assert!(matches!(result, Err(Error::Corrupt(Corrupt { what: "record", .. }))), "{what}: {result:?}");
         }
         assert!(matches!(store.get(&charge, key), Err(Error::Corrupt(_))), "{what}");
@@ -554,8 +554,11 @@ fn a_corrupt_record_is_a_typed_error_and_the_other_records_stay_readable() {
     // The undamaged record and new keys work as before.
     let running = store.get(&charge, &key("running")).expect("get").expect("record");
     assert_eq!(running.state.kind(), StateKind::InProgress);
-    assert!(matches!(store.reserve(&charge, &key("running"), &fp(1)), Ok(Reservation::InProgress { .. })));
-    let Ok(Reservation::Acquired(new)) = store.reserve(&charge, &key("new"), &fp(1)) else {
+    assert!(matches!(
+        store.reserve(Reserve::new(&charge, &key("running"), &fp(1))),
+        Ok(Reservation::InProgress { .. })
+    ));
+    let Ok(Reservation::Acquired(new)) = store.reserve(Reserve::new(&charge, &key("new"), &fp(1))) else {
         panic!("new key acquires")
     };
     store.complete(&new, b"ok".to_vec()).expect("complete beside damaged records");
@@ -633,7 +636,7 @@ fn a_store_with_a_damaged_byte_never_panics_on_open_or_read() {
             for name in ["done", "declined", "running", "unsure"] {
                 // A record, or a typed error; either is fine here.
                 let _ = store.get(&scope, &key(name));
-                let _ = store.reserve(&scope, &key(name), &fp(1));
+                let _ = store.reserve(Reserve::new(&scope, &key(name), &fp(1)));
             }
             let _ = store.list(&idemdb::ListFilter::default());
         }));
@@ -662,7 +665,7 @@ fn a_write_or_close_of_a_store_with_a_damaged_byte_is_a_typed_error_not_a_panic(
     for (offset, path) in flipped_copies(dir.path()) {
         let Ok(Ok(store)) = catch_unwind(|| open(&path)) else { continue };
         let write = catch_unwind(AssertUnwindSafe(|| {
-            let _ = store.reserve(&scope("acme", CHARGE), &key("brand-new"), &fp(1));
+            let _ = store.reserve(Reserve::new(&scope("acme", CHARGE), &key("brand-new"), &fp(1)));
         }));
         let close = catch_unwind(AssertUnwindSafe(move || drop(store)));
         if write.is_err() || close.is_err() {
@@ -723,12 +726,12 @@ fn fences_never_saturate_so_a_stale_lease_cannot_complete_a_newer_attempt() {
 
     // At the largest fence a record may hold, the next lease has no fence left.
     store.write(|txn| txn.import(&scoped, &released(idemdb_core::MAX_FENCE - 1), false)).expect("import");
-    let Reservation::Acquired(first) = store.reserve(&scope, &key, &fp(1)).expect("reserve") else {
+    let Reservation::Acquired(first) = store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("reserve") else {
         panic!("a released key is acquired again");
     };
     assert_eq!(first.fence(), idemdb_core::MAX_FENCE);
     store.fail(&first, Failure::Retryable).expect("release");
-    let second = store.reserve(&scope, &key, &fp(1));
+    let second = store.reserve(Reserve::new(&scope, &key, &fp(1)));
     assert!(
         matches!(second, Err(Error::Refused(Refusal::Transition(TransitionError::FenceExhausted { .. })))),
         "no fence is handed out twice: {second:?}"

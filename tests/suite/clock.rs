@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idemdb::{ManualClock, OutcomeClass, Policy, Reservation, Store, StoreBuilder};
+use idemdb::{ManualClock, OutcomeClass, Policy, Reservation, Reserve, Store, StoreBuilder};
 use idemdb_tests::{T0, fp, key, scope};
 
 const MINUTE: u64 = 60_000;
@@ -29,7 +29,7 @@ fn a_brief_forward_clock_jump_never_makes_a_finished_key_run_again() {
     let (charge, done) = (scope("acme", "charge"), key("order-842"));
     {
         let store = open();
-        let Reservation::Acquired(lease) = store.reserve(&charge, &done, &fp(1)).expect("reserve") else {
+        let Reservation::Acquired(lease) = store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("reserve") else {
             panic!("a new key is acquired");
         };
         store.complete(&lease, b"charged".to_vec()).expect("complete");
@@ -37,13 +37,19 @@ fn a_brief_forward_clock_jump_never_makes_a_finished_key_run_again() {
         // The wall clock jumps a year ahead while the store is open, and the store is busy.
         clock.set_wall(T0 + YEAR);
         assert_eq!(store.purge_expired(100).expect("purge").forgotten, 0, "nothing is due in true time");
-        assert!(matches!(store.reserve(&charge, &key("other"), &fp(2)).expect("reserve"), Reservation::Acquired(_)));
+        assert!(matches!(
+            store.reserve(Reserve::new(&charge, &key("other"), &fp(2))).expect("reserve"),
+            Reservation::Acquired(_)
+        ));
     }
     {
         // Reopened while the wall clock is still a year ahead.
         let store = open();
         assert_eq!(store.purge_expired(100).expect("purge").forgotten, 0);
-        assert!(matches!(store.reserve(&charge, &done, &fp(1)).expect("retry"), Reservation::Replay { .. }));
+        assert!(matches!(
+            store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("retry"),
+            Reservation::Replay { .. }
+        ));
     }
     // The clock is put right; a retry comes one minute after the completion.
     clock.set_wall(T0);
@@ -51,7 +57,7 @@ fn a_brief_forward_clock_jump_never_makes_a_finished_key_run_again() {
     let store = open();
     assert_eq!(store.purge_expired(100).expect("purge").forgotten, 0);
     assert_eq!(
-        store.reserve(&charge, &done, &fp(1)).expect("retry"),
+        store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("retry"),
         Reservation::Replay { outcome: OutcomeClass::Completed, body: b"charged".to_vec() },
         "a retry within the retention replays, it never runs again"
     );
@@ -70,7 +76,7 @@ fn a_result_completed_while_the_clock_was_set_back_keeps_its_ttl_in_true_time() 
 
     clock.set_wall(T0 - 60 * MINUTE); // set back an hour
     clock.advance(Duration::from_millis(10 * MINUTE)); // ten minutes pass
-    let Reservation::Acquired(lease) = store.reserve(&charge, &done, &fp(1)).expect("reserve") else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("reserve") else {
         panic!("a new key is acquired");
     };
     store.complete(&lease, b"charged".to_vec()).expect("complete");
@@ -78,12 +84,12 @@ fn a_result_completed_while_the_clock_was_set_back_keeps_its_ttl_in_true_time() 
     clock.set_wall(T0 + 10 * MINUTE); // put right
     clock.advance(Duration::from_millis(25 * MINUTE)); // 25 minutes after the completion
     assert!(
-        matches!(store.reserve(&charge, &done, &fp(1)).expect("retry"), Reservation::Replay { .. }),
+        matches!(store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("retry"), Reservation::Replay { .. }),
         "25 minutes after the completion, within its 30-minute response TTL"
     );
     clock.advance(Duration::from_millis(5 * MINUTE + 1_000));
     assert_eq!(
-        store.reserve(&charge, &done, &fp(1)).expect("retry"),
+        store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("retry"),
         Reservation::Expired { outcome: OutcomeClass::Completed },
         "and expired once the TTL has passed in true time"
     );
@@ -115,9 +121,23 @@ impl idemdb::redb::StorageBackend for Image {
 /// and the process was killed before anything wrote the clock. The restarted store had
 /// forgotten that the gap was a jump; when the clock jumped again by as much, it kept counting
 /// the first gap's observation, confirmed it early, and forgot a key within its retention. A
-/// reading that cancels a gap now persists the clock at once.
+/// reading that cancels a gap is now written before its answer — by the blocking call on its
+/// caller's thread, and by the async interface off the runtime (a lookup never commits on a
+/// runtime's worker), both checked here.
 #[test]
 fn a_jump_seen_put_right_is_not_forgotten_by_a_kill() {
+    for lookup in [Lookup::Blocking, Lookup::Async] {
+        a_jump_seen_put_right_survives_a_kill(lookup);
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Lookup {
+    Blocking,
+    Async,
+}
+
+fn a_jump_seen_put_right_survives_a_kill(lookup: Lookup) {
     let image = Image::default();
     let clock = ManualClock::new(T0);
     let open = || {
@@ -128,12 +148,15 @@ fn a_jump_seen_put_right_is_not_forgotten_by_a_kill() {
     };
     let (charge, done) = (scope("acme", "charge"), key("order-842"));
     let store = open();
-    let Reservation::Acquired(lease) = store.reserve(&charge, &done, &fp(1)).expect("reserve") else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("reserve") else {
         panic!("a new key is acquired");
     };
     store.complete(&lease, b"charged".to_vec()).expect("complete"); // forgotten at T0 + 15 min
     let write = |store: &Store, name: &str| {
-        assert!(matches!(store.reserve(&charge, &key(name), &fp(2)).expect("reserve"), Reservation::Acquired(_)));
+        assert!(matches!(
+            store.reserve(Reserve::new(&charge, &key(name), &fp(2))).expect("reserve"),
+            Reservation::Acquired(_)
+        ));
     };
     clock.advance(Duration::from_millis(MINUTE));
     clock.set_wall(T0 + MINUTE + 30 * MINUTE); // a jump of 30 minutes
@@ -141,14 +164,22 @@ fn a_jump_seen_put_right_is_not_forgotten_by_a_kill() {
     clock.advance(Duration::from_millis(8 * MINUTE));
     write(&store, "b"); // the jump has been kept 8 minutes, and that is persisted
     clock.set_wall(T0 + 9 * MINUTE); // put right; only a read-only answer sees it
-    assert!(matches!(store.reserve(&charge, &done, &fp(1)).expect("retry"), Reservation::Expired { .. }));
+    let seen = match lookup {
+        Lookup::Blocking => store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("retry"),
+        Lookup::Async => pollster::block_on(idemdb_interface::IdempotencyStore::reserve(
+            &store.asynchronous(),
+            Reserve::new(&charge, &done, &fp(1)),
+        ))
+        .expect("retry"),
+    };
+    assert!(matches!(seen, Reservation::Expired { .. }), "{lookup:?}: {seen:?}");
     std::mem::forget(store); // kill -9: nothing runs on close
     clock.set_wall(T0 + 9 * MINUTE + 30 * MINUTE); // the clock jumps again, by as much
     let store = open();
     clock.advance(Duration::from_millis(3 * MINUTE)); // 12 minutes after the completion
     assert_eq!(
-        store.reserve(&charge, &done, &fp(1)).expect("retry"),
+        store.reserve(Reserve::new(&charge, &done, &fp(1))).expect("retry"),
         Reservation::Expired { outcome: OutcomeClass::Completed },
-        "within its 15-minute retention the key is still known"
+        "{lookup:?}: within its 15-minute retention the key is still known"
     );
 }

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use idemdb::redb::StorageBackend;
 use idemdb::redb::backends::InMemoryBackend;
 use idemdb::{
-    CHECKPOINT_RECORDS, Error, ManualClock, OpenError, Reservation, Scope, StateKind, Store, StoreBuilder, rebuild,
+    CHECKPOINT_RECORDS, Error, ManualClock, OpenError, Reservation, Reserve, Scope, StateKind, Store, StoreBuilder,
+    rebuild,
 };
 use idemdb_tests::{T0, fp, key, scope};
 
@@ -37,7 +38,8 @@ fn crash_copy(path: &Path, to: &Path, with_journal: bool) {
 /// Reserves and completes `n` keys `k-{from}..`, one group commit each.
 fn complete_keys(store: &Store, scope: &Scope, from: usize, n: usize) {
     for i in from..from + n {
-        let Reservation::Acquired(lease) = store.reserve(scope, &key(&format!("k-{i}")), &fp(1)).expect("reserve")
+        let Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(scope, &key(&format!("k-{i}")), &fp(1))).expect("reserve")
         else {
             panic!("k-{i} is new");
         };
@@ -53,7 +55,7 @@ fn completed(store: &Store, scope: &Scope, n: usize) -> usize {
             record.is_some_and(|record| {
                 record.state.kind() == StateKind::Completed
                     && matches!(
-                        store.reserve(scope, &key(&format!("k-{i}")), &fp(1)).expect("replay"),
+                        store.reserve(Reserve::new(scope, &key(&format!("k-{i}")), &fp(1))).expect("replay"),
                         Reservation::Replay { ref body, .. } if *body == format!("result {i}").into_bytes()
                     )
             })
@@ -137,7 +139,8 @@ fn application_tables_commit_durably_and_periodic_checkpoints_bound_the_journal(
     let path = dir.path().join("live.idemdb");
     let scope = scope("acme", "pay");
     let store = builder(&clock).open(&path).expect("open");
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key("order-1"), &fp(1)).expect("reserve") else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key("order-1"), &fp(1))).expect("reserve")
+    else {
         panic!("new");
     };
     store
@@ -444,16 +447,19 @@ fn a_failed_journal_write_stops_the_handle_and_a_reopen_agrees_with_what_was_ack
     let store = open();
     complete_keys(&store, &scope, 0, 3);
     *journal.fail_writes.lock().expect("lock") = true;
-    let failed = store.reserve(&scope, &key("k-3"), &fp(1));
+    let failed = store.reserve(Reserve::new(&scope, &key("k-3"), &fp(1)));
     assert!(matches!(failed, Err(Error::CommitUnknown(_))), "{failed:?}");
     *journal.fail_writes.lock().expect("lock") = false;
-    assert!(matches!(store.reserve(&scope, &key("k-4"), &fp(1)), Err(Error::JournalFailed)), "the handle refuses");
+    assert!(
+        matches!(store.reserve(Reserve::new(&scope, &key("k-4"), &fp(1))), Err(Error::JournalFailed)),
+        "the handle refuses"
+    );
     assert!(matches!(store.flush(), Err(Error::JournalFailed)));
     assert!(store.get(&scope, &key("k-3")).expect("reads still work").is_none(), "never visible");
     drop(store);
     let store = open();
     assert_eq!(completed(&store, &scope, 3), 3, "0 lost acknowledged commits");
-    let answer = store.reserve(&scope, &key("k-3"), &fp(1)).expect("the unknown commit is retried");
+    let answer = store.reserve(Reserve::new(&scope, &key("k-3"), &fp(1))).expect("the unknown commit is retried");
     assert!(matches!(answer, Reservation::Acquired(_)), "{answer:?}");
     assert_eq!(store.journal_stats().expect("journaled").appends, 1);
 }
@@ -469,7 +475,8 @@ fn row_tables_ride_the_journal_and_survive_a_crash_a_backup_and_a_rebuild_unregi
     let scope = scope("acme", "pay");
     let store = builder(&clock).open(&path).expect("open");
     for i in 0..20 {
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key(&format!("k-{i}")), &fp(1)).expect("reserve")
+        let Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(&scope, &key(&format!("k-{i}")), &fp(1))).expect("reserve")
         else {
             panic!("k-{i} is new");
         };

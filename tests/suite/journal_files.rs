@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idemdb::{ManualClock, OpenError, Reservation, Scope, StateKind, Store, StoreBuilder};
+use idemdb::{ManualClock, OpenError, Reservation, Reserve, Scope, StateKind, Store, StoreBuilder};
 use idemdb_tests::{T0, fp, key, scope};
 
 fn builder(clock: &ManualClock) -> StoreBuilder {
@@ -28,7 +28,7 @@ fn crash_copy(path: &Path, to: &Path) {
 }
 
 fn complete(store: &Store, scope: &Scope, name: &str, body: &[u8]) {
-    let Reservation::Acquired(lease) = store.reserve(scope, &key(name), &fp(1)).expect("reserve") else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(scope, &key(name), &fp(1))).expect("reserve") else {
         panic!("{name} is new");
     };
     store.complete(&lease, body.to_vec()).expect("complete");
@@ -40,7 +40,7 @@ fn body(store: &Store, scope: &Scope, name: &str) -> Option<Vec<u8>> {
     if record.state.kind() != StateKind::Completed {
         return None;
     }
-    match store.reserve(scope, &key(name), &fp(1)).expect("replay") {
+    match store.reserve(Reserve::new(scope, &key(name), &fp(1))).expect("replay") {
         Reservation::Replay { body, .. } => Some(body),
         other => panic!("{name}: {other:?}"),
     }

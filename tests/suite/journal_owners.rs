@@ -8,7 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use idemdb::{ManualClock, OpenError, Reservation, Scope, SetAsideReason, StateKind, Store, StoreBuilder};
+use idemdb::{ManualClock, OpenError, Reservation, Reserve, Scope, SetAsideReason, StateKind, Store, StoreBuilder};
 use idemdb_tests::{T0, fp, key, scope};
 
 fn builder() -> StoreBuilder {
@@ -31,14 +31,14 @@ fn body(store: &Store, name: &str) -> Option<Vec<u8>> {
     if record.state.kind() != StateKind::Completed {
         return None;
     }
-    match store.reserve(&pay(), &key(name), &fp(1)).expect("replay") {
+    match store.reserve(Reserve::new(&pay(), &key(name), &fp(1))).expect("replay") {
         Reservation::Replay { body, .. } => Some(body),
         other => panic!("{name}: {other:?}"),
     }
 }
 
 fn complete(store: &Store, name: &str) {
-    let Reservation::Acquired(lease) = store.reserve(&pay(), &key(name), &fp(1)).expect("reserve") else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&pay(), &key(name), &fp(1))).expect("reserve") else {
         panic!("{name} is new");
     };
     store.complete(&lease, b"ok".to_vec()).expect("complete");

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use idemdb::{
     Durability, Error, ExpiredLease, Failure, IdempotencyKey, Lease, ManualClock, OutcomeClass, Policy, Record,
-    Refusal, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder, Timestamp,
+    Refusal, Reservation, Reserve, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder, Timestamp,
     TransitionError, UncertainCause,
 };
 use idemdb_tests::{T0, fp, snapshot};
@@ -758,7 +758,8 @@ impl Harness {
             Op::Reserve { slot, fingerprint } => {
                 self.tick();
                 let expected = self.model.reserve(*slot, *fingerprint);
-                let actual = self.store().reserve(&slot.scope(), &slot.key(), &fp(*fingerprint)).expect("reserve");
+                let actual =
+                    self.store().reserve(Reserve::new(&slot.scope(), &slot.key(), &fp(*fingerprint))).expect("reserve");
                 self.coverage.add(match &expected {
                     Answer::Acquired { .. } => format!("reserve:acquired:{}", self.model.acquired_by),
                     other => format!("reserve:{}", label(other)),

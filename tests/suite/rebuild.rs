@@ -4,7 +4,8 @@ use std::fs;
 use std::time::Duration;
 
 use idemdb::{
-    Canonicalizer, Failure, ManualClock, OpenError, RebuildError, Reservation, Resolution, Store, StoreBuilder, rebuild,
+    Canonicalizer, Failure, ManualClock, OpenError, RebuildError, Reservation, Reserve, Resolution, Store,
+    StoreBuilder, rebuild,
 };
 use idemdb_tests::{T0, fp, key, scope, snapshot};
 
@@ -18,7 +19,8 @@ fn populate(store: &Store, clock: &ManualClock) {
     let scope = scope("acme", "create_payment");
     for i in 0..3_000u64 {
         let name = format!("{:016x}-{i}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key(&name), &fp(1)).expect("reserve") else {
+        let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key(&name), &fp(1))).expect("reserve")
+        else {
             panic!("{name} was new");
         };
         match i % 5 {
@@ -82,8 +84,11 @@ fn a_rebuilt_copy_keeps_every_record_event_intent_and_secret_in_less_space() {
     // It behaves as the original: a retry replays, a new key is reserved.
     let scope = scope("acme", "create_payment");
     let name = format!("{:016x}-{}", 0u64, 0);
-    assert!(matches!(copy.reserve(&scope, &key(&name), &fp(1)).expect("retry"), Reservation::Replay { .. }));
-    assert!(matches!(copy.reserve(&scope, &key("new"), &fp(1)).expect("new"), Reservation::Acquired(_)));
+    assert!(matches!(
+        copy.reserve(Reserve::new(&scope, &key(&name), &fp(1))).expect("retry"),
+        Reservation::Replay { .. }
+    ));
+    assert!(matches!(copy.reserve(Reserve::new(&scope, &key("new"), &fp(1))).expect("new"), Reservation::Acquired(_)));
     drop(copy);
     let mut copy = builder(&clock).open(&copy_path).expect("reopen");
     assert!(copy.verify().expect("verify").is_ok());
@@ -160,7 +165,8 @@ fn a_rebuild_beside_a_writer_that_opens_and_closes_loses_no_completion() {
                             }
                         };
                         let name = format!("order-{i}");
-                        let Reservation::Acquired(lease) = store.reserve(scope, &key(&name), &fp(i)).expect("reserve")
+                        let Reservation::Acquired(lease) =
+                            store.reserve(Reserve::new(scope, &key(&name), &fp(i))).expect("reserve")
                         else {
                             panic!("{name} is new");
                         };
@@ -185,7 +191,7 @@ fn a_rebuild_beside_a_writer_that_opens_and_closes_loses_no_completion() {
         .iter()
         .filter(|(i, name)| {
             !matches!(
-                store.reserve(&scope, &key(name), &fp(*i)),
+                store.reserve(Reserve::new(&scope, &key(name), &fp(*i))),
                 Ok(Reservation::Replay { body, .. }) if body == name.as_bytes()
             )
         })
@@ -219,7 +225,8 @@ fn a_rebuild_holds_the_old_file_locked_until_the_copy_has_replaced_it() {
     {
         let store = builder(&clock).durability(idemdb::Durability::Eventual).open(&path).expect("open");
         for i in 0..200 {
-            let Reservation::Acquired(lease) = store.reserve(&scope, &key(&format!("k-{i}")), &fp(1)).expect("reserve")
+            let Reservation::Acquired(lease) =
+                store.reserve(Reserve::new(&scope, &key(&format!("k-{i}")), &fp(1))).expect("reserve")
             else {
                 panic!("k-{i} is new");
             };

@@ -5,12 +5,10 @@
 export {
   AbandonedError,
   AbortedError,
-  ConflictError,
   IdemdbError,
   InternalError,
   InvalidInputError,
   KeyMismatchError,
-  KeyReusedError,
   NeedsAttentionError,
   NotFoundError,
   NotReadyError,
@@ -24,7 +22,7 @@ export {
   toIdemdbError,
   type ErrorCode,
 } from './errors.js';
-export type { EngineErrorCode } from './engine-codes.js';
+export type { EngineErrorCode } from './generated/vocabulary.js';
 export {
   Store,
   canonicalize,

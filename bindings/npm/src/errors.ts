@@ -41,10 +41,6 @@ export class KeyMismatchError extends IdemdbError {
     this.response = options?.response;
   }
 }
-/** @deprecated The same class as `KeyMismatchError` (one code, `IDEMDB_KEY_MISMATCH`). */
-export const KeyReusedError = KeyMismatchError;
-/** @deprecated The same class as `KeyMismatchError` (one code, `IDEMDB_KEY_MISMATCH`). */
-export const ConflictError = KeyMismatchError;
 /** A state transition was refused: stale lease, wrong state, live lease, finished intent, too large. */
 export class TransitionError extends IdemdbError {}
 /** The storage failed; check `reopenRequired`. */

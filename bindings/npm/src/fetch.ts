@@ -330,7 +330,7 @@ function unreached(store: IntentStore): Set<string> {
   return set;
 }
 
-function intentId(intent: Intent): string {
+function intentId(intent: Pick<Intent, 'tenant' | 'operation' | 'key'>): string {
   return JSON.stringify([intent.tenant, intent.operation, intent.key]);
 }
 
@@ -364,12 +364,17 @@ function pendingTooLong(intent: Intent, retry: Required<RetryOptions>): boolean 
   return intent.attempts > 0 && (intent.budgetStart ?? 0) === 0 && Date.now() - intent.createdAt >= retry.maxPendingMs;
 }
 
-/** `sendIntent`, answering with the intent as finally recorded too. */
+/**
+ * `sendIntent`, answering with the intent as finally recorded too. `premarked`: the store
+ * recorded the first send's marker with the intent (`createIntent(…, { sending: true })`), so
+ * the first attempt does not write it again.
+ */
 async function deliver(
   store: IntentStore,
   intent: Intent,
   options: SendOptions,
   extra: Record<string, string> = {},
+  premarked = false,
 ): Promise<{ response: Response; intent: Intent }> {
   const scope = { tenant: intent.tenant, operation: intent.operation };
   const retry = retrySchedule(options);
@@ -430,11 +435,14 @@ async function deliver(
       );
     }
     if (options.signal?.aborted) throw new AbortedError('IDEMDB_ABORTED', 'aborted; the intent stays pending');
-    if (budgetUsed(intent) >= retry.attemptsPerIntent) {
+    // The budgets are checked as before the first send: its marker, written with the intent,
+    // is that send's, not an earlier one's.
+    const ahead = premarked && attempt === 1 ? 1 : 0;
+    if (budgetUsed(intent) - ahead >= retry.attemptsPerIntent) {
       intent = await attention('retries_exhausted', lastAnswer);
       continue;
     }
-    if (pendingTooLong(intent, retry)) {
+    if (pendingTooLong({ ...intent, attempts: intent.attempts - ahead }, retry)) {
       why = `: pending for more than retry.maxPendingMs (${retry.maxPendingMs} ms) since it was created`;
       intent = await attention('retries_exhausted', lastAnswer);
       continue;
@@ -461,8 +469,9 @@ async function deliver(
     // Not while the platform is offline (nothing is sent), nor after a send that never reached
     // the server (`unreached`).
     const isOffline = offline();
-    const markedFirst = !isOffline && !gone.has(id);
-    if (markedFirst) {
+    const withIntent = premarked && attempt === 1; // written with the intent, one flush for both
+    const markedFirst = withIntent || (!isOffline && !gone.has(id));
+    if (markedFirst && !withIntent) {
       intent = await record(() => store.recordAttempt(scope, intent.key, { outcome: 'sent' }));
       if (intent.state !== 'pending') continue;
     }
@@ -591,13 +600,19 @@ export async function idempotentFetch(
     const described = await describe(input, options.init, options.storedHeaders ?? STORED_HEADERS);
     transport = described.transport;
     target(described.descriptor.url, options.baseUrl); // a request that cannot be sent is not stored
-    intent = await storeIntent(store, options.scope, described.descriptor, options.key, options.canonical);
+    // About to send at once (online, not an intent whose last send never arrived): the store
+    // records the first send's marker with the intent, one commit and one flush for both.
+    const sending =
+      !offline() && !(options.key !== undefined && unreached(store).has(intentId({ ...options.scope, key: options.key })));
+    intent = await storeIntent(store, options.scope, described.descriptor, options.key, options.canonical, sending);
   } catch (error) {
     throw toIdemdbError(error);
   }
   // The intent is durable: tell the app (its key included) before anything is sent.
   options.onStored?.(intent);
-  return (await deliver(store, intent, options, transport)).response;
+  // A store that took `sending` shows the marker; one that did not gets it from `deliver`.
+  const premarked = intent.state === 'pending' && intent.lastAttempt?.outcome === 'sent';
+  return (await deliver(store, intent, options, transport, premarked)).response;
 }
 
 /**
@@ -612,10 +627,11 @@ async function storeIntent(
   descriptor: Descriptor,
   key: string | undefined,
   canonical: CanonicalOptions | undefined,
+  sending: boolean,
 ): Promise<Intent> {
   const limit = canonical?.maxBodyBytes === undefined ? undefined : { maxBodyBytes: canonical.maxBodyBytes };
   try {
-    return await store.createIntent(scope, descriptor, { key, canonical: limit });
+    return await store.createIntent(scope, descriptor, { key, canonical: limit, sending });
   } catch (error) {
     if (key === undefined || canonical === undefined || toIdemdbError(error).code !== 'IDEMDB_KEY_MISMATCH') throw error;
     const stored = await store.getIntent(scope, key);

@@ -13,10 +13,12 @@
  *   than recorded; otherwise it is live (a reused pid of unknown start time is refused: the
  *   safe side); a file without a pid is live while younger than 5 s;
  * - a live holder refuses the open; a gone one is taken over under a guard file
- *   (`<lock>.takeover`, created exclusively, removed after; a guard older than 5 s is left by a
- *   killed process and removed): the lock is read again and removed only if it still holds
- *   what was judged gone, then created exclusively like a new one, so two takers of one stale
- *   lock never both win;
+ *   (`<lock>.takeover`, created exclusively with the taker's content in the lock's format,
+ *   removed after): the lock is read again and removed only if it still holds what was judged
+ *   gone, then created exclusively like a new one, so two takers of one stale lock never both
+ *   win. A guard is waited for while its taker lives; one whose taker is gone (the holder's
+ *   rule) or older than 5 s was left by a killed taker and is moved away (removed only if it
+ *   still holds what was judged), so a killed taker never blocks the next open;
  * - release removes the file only while it still holds this holder's content.
  */
 import * as fs from 'node:fs';
@@ -131,15 +133,68 @@ function createExclusive(lock: string, content: string, token: string): void {
   }
 }
 
-/** Removes the lock if it still holds `stale`, under the take-over guard. */
-function takeOver(lock: string, stale: string): void {
-  const guard = `${lock}.takeover`;
+/** Sleeps this thread for `ms` (the take-over's waits are sync, like the rest of the open). */
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/**
+ * Removes `file` if it still holds `content`: renamed to a name of its own first (one atomic
+ * step, so two removers never both take it), then compared; a file that changed in between (a
+ * live taker's new guard) is put back under its name.
+ */
+function removeIfUnchanged(file: string, content: string): void {
+  const aside = `${file}.gone-${randomBytes(8).toString('hex')}`;
   try {
-    fs.writeFileSync(guard, `${process.pid}\n`, { flag: 'wx' });
+    fs.renameSync(file, aside);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    if (ageMs(guard) >= YOUNG_MS) fs.rmSync(guard, { force: true }); // left by a killed taker
-    return;
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw error;
+  }
+  try {
+    if (fs.readFileSync(aside, 'utf8') !== content) {
+      try {
+        fs.linkSync(aside, file); // another taker's guard: back under its name
+      } catch {
+        // a third taker took the name meanwhile
+      }
+    }
+  } finally {
+    fs.rmSync(aside, { force: true });
+  }
+}
+
+/**
+ * Removes the lock if it still holds `stale`, under the take-over guard (`mine` is written
+ * into it). A guard whose taker lives is waited for; one whose taker is gone, or older than
+ * 5 s, was left by a process killed inside its take-over and is moved away.
+ */
+function takeOver(lock: string, stale: string, mine: string): void {
+  const guard = `${lock}.takeover`;
+  // Bounds the wait even where a guard's age cannot be read (a modification time in the future
+  // after the clock was set back): a guard waited on this long is stale.
+  const waiting = performance.now(); // monotonic
+  for (;;) {
+    try {
+      fs.writeFileSync(guard, mine, { flag: 'wx' });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    let left: string;
+    try {
+      left = fs.readFileSync(guard, 'utf8');
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      throw error;
+    }
+    const taker = parseLock(left);
+    const old = ageMs(guard) >= YOUNG_MS || performance.now() - waiting >= YOUNG_MS;
+    if (old || (taker !== undefined && !holderAlive(taker))) {
+      removeIfUnchanged(guard, left);
+    } else {
+      sleepSync(1);
+    }
   }
   try {
     let now: string | undefined;
@@ -200,7 +255,7 @@ export function takeHolderLock(file: string): () => void {
         `${file} is open in process ${holder.pid} (${holder.runtime} runtime); one process at a time (lock file ${lock}): retry later or open with { wait: true }`,
       );
     }
-    takeOver(lock, content); // its process is gone
+    takeOver(lock, content, mine); // its process is gone
   }
   throw new StoreBusyError('IDEMDB_STORE_BUSY', `could not take ${lock}`);
 }

@@ -176,7 +176,7 @@ export class SharedStore {
   }
 
   /** As `Store.createIntent`; the key is made here, so a retry after a lost answer is the same intent. */
-  createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions }): Promise<Intent> {
+  createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions; sending?: boolean }): Promise<Intent> {
     return this.#call('createIntent', scope, request, { ...options, key: options?.key ?? newKey() });
   }
   /** As `Store.intents`: every intent in key order, one page (one call to the writer) at a time. */

@@ -263,12 +263,16 @@ export class Store {
   /**
    * Creates an intent (a new key unless `options.key` is given) and stores it durably with its
    * canonical request and fingerprint. Call it before the first send. Creating the same intent
-   * again (same key, same canonical request) returns the stored one.
+   * again (same key, same canonical request) returns the stored one. With `sending: true` (a
+   * client about to send at once), a pending intent also records that an attempt is being sent
+   * — as `recordAttempt(…, { outcome: 'sent' })` would — in the same commit: one flush for both.
    */
-  createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions }): Intent {
+  createIntent(scope: Scope, request: JsonRequest, options?: { key?: string; canonical?: CanonicalOptions; sending?: boolean }): Intent {
     checkScope(scope);
     const bytes = jsonBytes(request);
-    return this.#run((raw) => raw.createIntent(scope.tenant, scope.operation, options?.key ?? null, bytes, options?.canonical ?? null));
+    return this.#run((raw) =>
+      raw.createIntent(scope.tenant, scope.operation, options?.key ?? null, bytes, options?.canonical ?? null, options?.sending === true),
+    );
   }
 
   /**

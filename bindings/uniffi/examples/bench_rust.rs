@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+use idemdb::{Fingerprint, IdempotencyKey, Reservation, Reserve, Scope, Store};
 
 /// `n` reserve + complete pairs of new keys; pairs per second.
 fn pairs(store: &Store, prefix: &str, n: usize) -> Result<f64, Box<dyn std::error::Error>> {
@@ -17,7 +17,7 @@ fn pairs(store: &Store, prefix: &str, n: usize) -> Result<f64, Box<dyn std::erro
     let started = Instant::now();
     for i in 0..n {
         let key = IdempotencyKey::new(format!("{prefix}-{i}"))?;
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint)? else {
+        let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fingerprint))? else {
             return Err(format!("{key:?} was not acquired").into());
         };
         store.complete(&lease, b"{\"ok\":true}".to_vec())?;

@@ -10,6 +10,7 @@ use std::sync::{Arc, RwLock};
 use crate::options::StoreOptions;
 use crate::types::{AttemptOutcome, Failure, Intent, IntentResponse, Lease, RecordInfo, Reservation, Scope, key};
 use crate::{Canonicalizer, IdemdbError};
+use idemdb::Reserve;
 
 type Result<T> = std::result::Result<T, IdemdbError>;
 
@@ -130,7 +131,11 @@ fn fingerprint(hex: &str) -> Result<idemdb::Fingerprint> {
 }
 
 fn reserve(store: &idemdb::Store, scope: &Scope, key_text: &str, fingerprint_hex: &str) -> Result<Reservation> {
-    Reservation::from_core(store.reserve(&scope.to_core()?, &key(key_text)?, &fingerprint(fingerprint_hex)?)?)
+    Reservation::from_core(store.reserve(Reserve::new(
+        &scope.to_core()?,
+        &key(key_text)?,
+        &fingerprint(fingerprint_hex)?,
+    ))?)
 }
 
 fn complete(store: &idemdb::Store, lease: &Lease, result: Vec<u8>) -> Result<()> {

@@ -14,7 +14,9 @@
 
 use std::process::ExitCode;
 
-use idemdb::{AttemptOutcome, Canonicalizer, Fingerprint, IdempotencyKey, ListFilter, Reservation, Scope, Store};
+use idemdb::{
+    AttemptOutcome, Canonicalizer, Fingerprint, IdempotencyKey, ListFilter, Reservation, Reserve, Scope, Store,
+};
 
 fn read(path: &str) -> Result<(), Box<dyn std::error::Error>> {
     let mut store = Store::open(path)?;
@@ -56,7 +58,7 @@ fn write(path: &str) -> Result<(), Box<dyn std::error::Error>> {
     store.record_attempt(&scope, &key, AttemptOutcome::NetworkError)?;
     let record_key = IdempotencyKey::new("native-record-1")?;
     let fingerprint = Fingerprint::of_canonical_json(br#"{"from":"native"}"#);
-    let Reservation::Acquired(lease) = store.reserve(&scope, &record_key, &fingerprint)? else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &record_key, &fingerprint))? else {
         return Err("fixture key already used".into());
     };
     store.complete(&lease, b"native-body".to_vec())?;

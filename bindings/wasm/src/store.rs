@@ -14,6 +14,7 @@ use crate::backend::{Memory, Shared};
 use crate::convert::{self, Obj, coded, from_intent, from_store, get, invalid, js_error};
 use crate::js_backend::{HostStorage, JsBackend};
 use crate::random;
+use idemdb::Reserve;
 
 /// Default redb page cache in the browser: small, the stores are small.
 const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
@@ -177,8 +178,10 @@ impl WasmStore {
     #[wasm_bindgen(unchecked_return_type = "RawReservation")]
     pub fn reserve(&self, tenant: &str, operation: &str, key_str: &str, fingerprint: &str) -> Result<JsValue, JsValue> {
         let fingerprint = parse_fingerprint(fingerprint)?;
-        let reservation =
-            self.store()?.reserve(&scope(tenant, operation)?, &key(key_str)?, &fingerprint).map_err(from_store)?;
+        let reservation = self
+            .store()?
+            .reserve(Reserve::new(&scope(tenant, operation)?, &key(key_str)?, &fingerprint))
+            .map_err(from_store)?;
         Ok(convert::reservation(reservation, |lease| WasmLease(lease).into()))
     }
 
@@ -240,7 +243,9 @@ impl WasmStore {
     }
 
     /// Creates an intent and stores it durably before returning. `key` is made from
-    /// `crypto.getRandomValues` (UUID v4) when not given.
+    /// `crypto.getRandomValues` (UUID v4) when not given. With `sending`, a pending intent
+    /// also records that its first attempt is being sent, in the same commit (one flush for
+    /// both: `Store::create_intent_sending`).
     #[wasm_bindgen(js_name = createIntent, unchecked_return_type = "Intent")]
     pub fn create_intent(
         &self,
@@ -249,14 +254,20 @@ impl WasmStore {
         key_str: Option<String>,
         request: &[u8],
         #[wasm_bindgen(unchecked_param_type = "CanonicalOptions | null")] canonical: JsValue,
+        sending: Option<bool>,
     ) -> Result<JsValue, JsValue> {
         let key = match key_str {
             Some(k) => key(&k)?,
             None => random::key()?,
         };
         let canon = convert::canonicalizer(&canonical)?;
-        let intent =
-            self.store()?.create_intent(&scope(tenant, operation)?, &key, request, &canon).map_err(from_intent)?;
+        let (store, scope) = (self.store()?, scope(tenant, operation)?);
+        let intent = if sending.unwrap_or(false) {
+            store.create_intent_sending(&scope, &key, request, &canon)
+        } else {
+            store.create_intent(&scope, &key, request, &canon)
+        }
+        .map_err(from_intent)?;
         Ok(convert::intent(&intent))
     }
 

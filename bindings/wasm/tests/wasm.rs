@@ -37,7 +37,8 @@ fn request(json: &str) -> Vec<u8> {
 #[wasm_bindgen_test]
 fn memory_store_intents_and_snapshot_round_trip() {
     let store = WasmStore::open_memory(None, JsValue::NULL).expect("open");
-    let intent = store.create_intent("me", "pay", None, &request(r#"{"b":1,"a":2}"#), JsValue::NULL).expect("create");
+    let intent =
+        store.create_intent("me", "pay", None, &request(r#"{"b":1,"a":2}"#), JsValue::NULL, None).expect("create");
     assert_eq!(string(&intent, "state"), "pending");
     let key = string(&intent, "key");
     assert_eq!(key.len(), 36);
@@ -57,11 +58,12 @@ fn host_backend_flushes_once_per_commit_and_reports_failed_writes() {
     let store = WasmStore::open_host(host.clone(), JsValue::NULL).expect("open");
     let flushes = || get(&host, "flushes").as_f64().expect("count");
     let before = flushes();
-    store.create_intent("me", "pay", Some("k-1".into()), &request("{}"), JsValue::NULL).expect("create");
+    store.create_intent("me", "pay", Some("k-1".into()), &request("{}"), JsValue::NULL, None).expect("create");
     assert_eq!(flushes() - before, 1.0);
 
     Reflect::set(&host, &"failWrites".into(), &true.into()).expect("set");
-    let error = store.create_intent("me", "pay", Some("k-2".into()), &request("{}"), JsValue::NULL).expect_err("fails");
+    let error =
+        store.create_intent("me", "pay", Some("k-2".into()), &request("{}"), JsValue::NULL, None).expect_err("fails");
     assert!(error.is_instance_of::<js_sys::Error>());
     assert_eq!(string(&error, "code"), "IDEMDB_STORAGE");
     assert!(string(&error, "message").contains("disk full"));
@@ -79,8 +81,11 @@ fn host_backend_flushes_once_per_commit_and_reports_failed_writes() {
 fn errors_are_js_errors_with_stable_codes() {
     let store = WasmStore::open_memory(None, JsValue::NULL).expect("open");
     let cases: [(Result<JsValue, JsValue>, &str); 3] = [
-        (store.create_intent("me", "pay", None, &request("{oops"), JsValue::NULL), "IDEMDB_INVALID_REQUEST"),
-        (store.create_intent("me", "pay", Some("bad key".into()), &request("{}"), JsValue::NULL), "IDEMDB_INVALID_KEY"),
+        (store.create_intent("me", "pay", None, &request("{oops"), JsValue::NULL, None), "IDEMDB_INVALID_REQUEST"),
+        (
+            store.create_intent("me", "pay", Some("bad key".into()), &request("{}"), JsValue::NULL, None),
+            "IDEMDB_INVALID_KEY",
+        ),
         (store.abandon_intent("me", "pay", "missing", "reason"), "IDEMDB_NOT_FOUND"),
     ];
     for (result, code) in cases {
@@ -91,7 +96,7 @@ fn errors_are_js_errors_with_stable_codes() {
     }
     // Names are parsed by the core's vocabularies: an intent state or attempt outcome that is
     // not one of them is refused with a typed error, never taken as another.
-    let intent = store.create_intent("me", "pay", None, &request("{}"), JsValue::NULL).expect("create");
+    let intent = store.create_intent("me", "pay", None, &request("{}"), JsValue::NULL, None).expect("create");
     let key = string(&intent, "key");
     let unknown: [Result<JsValue, JsValue>; 3] = [
         store.record_attempt("me", "pay", &key, "teleported", None),

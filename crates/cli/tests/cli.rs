@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idemdb::{
-    Clock, Failure, Fingerprint, IdempotencyKey, ManualClock, Policy, Reservation, Scope, Store, SystemClock,
+    Clock, Failure, Fingerprint, IdempotencyKey, ManualClock, Policy, Reservation, Reserve, Scope, Store, SystemClock,
 };
 use serde_json::Value;
 use tempfile::TempDir;
@@ -69,7 +69,7 @@ fn key(name: &str) -> IdempotencyKey {
 }
 
 fn lease(store: &Store, scope: &Scope, name: &str, fp: u8) -> idemdb::Lease {
-    match store.reserve(scope, &key(name), &Fingerprint::from_bytes([fp; 32])).expect("reserve") {
+    match store.reserve(Reserve::new(scope, &key(name), &Fingerprint::from_bytes([fp; 32]))).expect("reserve") {
         Reservation::Acquired(lease) => lease,
         other => panic!("expected a lease, got {other:?}"),
     }
@@ -845,11 +845,14 @@ fn list_json_streams_its_output() {
         store
             .write(|txn| {
                 for i in 0..6_000 {
-                    let lease =
-                        match txn.reserve(&pay, &key(&format!("k-{i:05}")), &Fingerprint::from_bytes([1; 32]))? {
-                            Reservation::Acquired(lease) => lease,
-                            other => panic!("{other:?}"),
-                        };
+                    let lease = match txn.reserve(Reserve::new(
+                        &pay,
+                        &key(&format!("k-{i:05}")),
+                        &Fingerprint::from_bytes([1; 32]),
+                    ))? {
+                        Reservation::Acquired(lease) => lease,
+                        other => panic!("{other:?}"),
+                    };
                     txn.complete(&lease, vec![b'x'; 16 * 1024])?;
                 }
                 Ok::<(), idemdb::Error>(())
@@ -1032,7 +1035,7 @@ fn purge_does_not_leave_a_full_file_doubled() {
                     for i in chunk * 100..(chunk + 1) * 100 {
                         let name = format!("{:016x}-{i}", (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                         let Reservation::Acquired(lease) =
-                            txn.reserve(&pay, &key(&name), &Fingerprint::from_bytes([1; 32]))?
+                            txn.reserve(Reserve::new(&pay, &key(&name), &Fingerprint::from_bytes([1; 32])))?
                         else {
                             panic!("{name} is new");
                         };
@@ -1133,7 +1136,7 @@ fn operators_beside_a_writer_lose_no_completion_and_no_import() {
     assert!(!imported.is_empty(), "some imports ran");
     let store = Store::open(&path).expect("open");
     for (name, i) in &acknowledged {
-        match store.reserve(&pay, &key(name), &Fingerprint::from_bytes([*i; 32])).expect("retry") {
+        match store.reserve(Reserve::new(&pay, &key(name), &Fingerprint::from_bytes([*i; 32]))).expect("retry") {
             Reservation::Replay { body, .. } => assert_eq!(body, name.as_bytes(), "{name}"),
             other => panic!("{name} was acknowledged, the store answers {other:?}"),
         }
@@ -1262,7 +1265,7 @@ fn outbox_inbox_and_reconcile_show_and_resolve_the_workflow_state() {
     // The intent's record completed with the body given: a retry replays it.
     let store = Store::open(&path).expect("reopen");
     let pay = scope("acme", "create_payment");
-    match store.reserve(&pay, &key("order-3"), &Fingerprint::from_bytes([3; 32])).expect("reserve") {
+    match store.reserve(Reserve::new(&pay, &key("order-3"), &Fingerprint::from_bytes([3; 32]))).expect("reserve") {
         Reservation::Replay { outcome, body } => {
             assert_eq!((outcome, body.as_slice()), (idemdb::OutcomeClass::Completed, b"{\"ok\":3}".as_slice()));
         }
@@ -1329,7 +1332,11 @@ fn reconcile_resolves_an_uncertain_record_without_an_effect() {
     let queue = idemdb(["reconcile", file, "--json"]).code(0).json();
     assert_eq!(queue["entries"].as_array().map(Vec::len), Some(0), "{queue}");
     let store = Store::open(&path).expect("reopen");
-    let answer = store.reserve(&scope("acme", "create_payment"), &key("unsure"), &Fingerprint::from_bytes([4; 32]));
+    let answer = store.reserve(Reserve::new(
+        &scope("acme", "create_payment"),
+        &key("unsure"),
+        &Fingerprint::from_bytes([4; 32]),
+    ));
     assert_eq!(
         answer.expect("reserve"),
         Reservation::Replay { outcome: idemdb::OutcomeClass::Failed, body: b"not charged".to_vec() },

@@ -9,7 +9,7 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Fingerprint, ReservationKind, Timestamp};
+use crate::{Fingerprint, ReservationKind, StateKind, Timestamp};
 
 /// A keyed hash of a `(scope, key)`: 16 bytes, shown as 32 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -118,6 +118,20 @@ pub enum AuditKind {
     /// A new intent with a new key replaces an earlier one (after a refusal or a changed
     /// request); the event's correlation names the earlier key's hash.
     Superseded,
+}
+
+impl AuditKind {
+    /// The event of an intent's record that a change of its effect moved along
+    /// ([`OutboxItem::record_after`](crate::OutboxItem::record_after)): `Completed`, `Failed`
+    /// for a record now failed or uncertain, else `Renewed` (its lease kept while the effect is
+    /// on its way). Both adapters record this one.
+    pub fn after_effect(record: StateKind) -> AuditKind {
+        match record {
+            StateKind::Completed => AuditKind::Completed,
+            StateKind::Failed | StateKind::Uncertain => AuditKind::Failed,
+            _ => AuditKind::Renewed,
+        }
+    }
 }
 
 crate::names!(AuditKind, "audit event kind", {

@@ -62,6 +62,7 @@ pub mod prelude;
 mod purge;
 mod record;
 mod refusal;
+mod reserve;
 mod retry;
 mod rows;
 mod step;
@@ -96,6 +97,7 @@ pub use policy::{
 pub use purge::PurgeReport;
 pub use record::{MAX_FENCE, OutcomeClass, Record, RecordError, Retention, State, StateKind, UncertainCause};
 pub use refusal::Refusal;
+pub use reserve::Reserve;
 pub use retry::{
     ATTENTION_PROBLEMS, AnswerClass, AttentionCause, AttentionProblem, DEFAULT_ATTEMPT_TIMEOUT,
     DEFAULT_ATTEMPTS_PER_CALL, DEFAULT_ATTEMPTS_PER_INTENT, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY,
@@ -104,8 +106,8 @@ pub use retry::{
     stored_response_value,
 };
 pub use rows::{
-    BusinessWrite, MAX_ROW_KEY_LEN, MAX_ROW_TABLE_NAME_LEN, MAX_ROW_VALUE_LEN, Row, RowError, RowTable, RowWrite,
-    Settle, check_row, check_row_key, check_table_name,
+    BusinessWrite, MAX_ROW_KEY_LEN, MAX_ROW_TABLE_NAME_LEN, MAX_ROW_VALUE_LEN, RESERVED_TABLE_PREFIX, Row, RowError,
+    RowTable, RowWrite, Settle, check_row, check_row_key, check_table_name, is_reserved_table_name,
 };
 pub use step::LeaseStep;
 pub use time::{DecisionTime, Timestamp};

@@ -32,7 +32,7 @@ pub use crate::{
     JobAnswer, JobLease, JobRecord, JobRefusal, JobState, JobStateKind, KeyError, KeyHash, Lease,
     MAX_ABANDON_REASON_LEN, MAX_RESPONSE_HEADERS, Named, NewEffect, NewerVersion, Normaliser, ObjectRecord, OutboxItem,
     OutboxRefusal, OutboxState, OutboxStateKind, OutcomeClass, Policy, PolicyError, ProviderState, ProviderStateKind,
-    PurgeReport, Record, RecordError, Refusal, Reservation, ReservationKind, Resolution, ResolutionCause,
+    PurgeReport, Record, RecordError, Refusal, Reservation, ReservationKind, Reserve, Resolution, ResolutionCause,
     ResolutionKind, RetentionBudget, Scope, ScopedKey, State, StateKind, StepRecord, Timestamp, TransitionError,
     UncertainCause, UnknownName, ValidTransition,
 };

@@ -97,6 +97,16 @@ impl std::fmt::Display for RowTable {
     }
 }
 
+/// The start of every table name the store keeps for itself (`idemdb_records`, …): no
+/// application table, typed or row, may take a name that starts with it, on any backend.
+pub const RESERVED_TABLE_PREFIX: &str = "idemdb_";
+
+/// Whether `name` is one the store keeps for itself (it starts with
+/// [`RESERVED_TABLE_PREFIX`]).
+pub fn is_reserved_table_name(name: &str) -> bool {
+    name.starts_with(RESERVED_TABLE_PREFIX)
+}
+
 /// Whether `name` may name a row table; `Err` says why not.
 pub const fn check_table_name(name: &str) -> Result<(), &'static str> {
     let bytes = name.as_bytes();
@@ -117,7 +127,7 @@ pub const fn check_table_name(name: &str) -> Result<(), &'static str> {
         }
         i += 1;
     }
-    let reserved = b"idemdb_";
+    let reserved = RESERVED_TABLE_PREFIX.as_bytes();
     if bytes.len() >= reserved.len() {
         let mut same = true;
         let mut j = 0;

@@ -127,7 +127,7 @@ fn insert_row(txn: &mut idemdb::Txn<'_>, key: &str, body: &[u8]) -> Result<(), i
 /// The bare handler: one row in its own commit.
 async fn bare(Extension(store): Extension<Store>, body: Bytes) -> impl IntoResponse {
     let key = row_key();
-    let written = store.write_async(move |txn| insert_row(txn, &key, &body)).await;
+    let written = store.asynchronous().write(move |txn| insert_row(txn, &key, &body)).await;
     match written {
         Ok(()) => (StatusCode::CREATED, json_headers(), r#"{"ok":true}"#).into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
@@ -145,7 +145,8 @@ async fn one_commit(
     let stored = lease.stored_response(StatusCode::CREATED, &headers, &br#"{"ok":true}"#[..]);
     let held = lease.lease();
     let written = store
-        .write_async(move |txn| {
+        .asynchronous()
+        .write(move |txn| {
             insert_row(txn, &key, &body)?;
             txn.complete(&held, stored)
         })

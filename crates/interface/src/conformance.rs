@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use idemdb_core::{ExpiredLease, Failure, Fingerprint, IdempotencyKey, Policy, Reservation, Scope};
+use idemdb_core::{ExpiredLease, Failure, Fingerprint, IdempotencyKey, Policy, Reservation, Reserve, Scope};
 use serde::Deserialize;
 
 use crate::IdempotencyStore;
@@ -231,7 +231,7 @@ pub async fn run_decision_table<B: Backend>(backend: &mut B, name: &str) -> usiz
         let previous_fence = get(&store, &scope, &key).await.map_or(0, |record| record.fence);
         let at_ms = table.policy.query_time(case);
         backend.set_time(at_ms);
-        let answer = store.reserve(&scope, &key, &fingerprint(&case.request), None).await.expect("reserve");
+        let answer = store.reserve(Reserve::new(&scope, &key, &fingerprint(&case.request))).await.expect("reserve");
         let then = get(&store, &scope, &key)
             .await
             .map(|record| record.state.kind().as_str().to_string())
@@ -256,7 +256,7 @@ async fn set_up<B: Backend>(
 ) {
     let fp = fingerprint("same");
     let acquire = || async {
-        match store.reserve(scope, key, &fp, None).await.expect("reserve") {
+        match store.reserve(Reserve::new(scope, key, &fp)).await.expect("reserve") {
             Reservation::Acquired(lease) => lease,
             other => panic!("setup expected a lease, got {other:?}"),
         }
@@ -278,7 +278,7 @@ async fn set_up<B: Backend>(
             // The store was opened a lease TTL before T: the lease runs out as time passes.
             acquire().await;
             backend.set_time(T);
-            let observed = store.reserve(scope, key, &fp, None).await.expect("reserve");
+            let observed = store.reserve(Reserve::new(scope, key, &fp)).await.expect("reserve");
             assert!(matches!(observed, Reservation::NeedsReconciliation { .. }), "got {observed:?}");
         }
         other => panic!("unknown stored state {other}"),
@@ -311,7 +311,7 @@ where
         Attention, Delivery, EffectName, EffectReport, InboxAnswer, JobAnswer, NewerVersion, OutboxStateKind,
         ProviderState,
     };
-    use idemdb_effects::Provider;
+    use idemdb_fake_provider::Provider;
 
     use crate::WorkflowStore;
 
@@ -332,7 +332,7 @@ where
     let store = backend.open(&operations).await;
     let provider = Provider::new(WINDOW_MS);
     let key = IdempotencyKey::new("order-842").expect("key");
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp, None).await.expect("reserve") else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp)).await.expect("reserve") else {
         panic!("{name}: a new key is acquired")
     };
     store.enqueue_effect(&lease, &authorize, 1, b"{\"amount\":\"10.50\"}".to_vec()).await.expect("enqueue");
@@ -355,13 +355,13 @@ where
     store.report_effect(&claims[0], report).await.expect("report");
     let item = store.effect(&scope, &key, &authorize).await.expect("effect").expect("an item");
     assert_eq!(item.state.kind(), OutboxStateKind::Confirmed, "{name}");
-    let replay = store.reserve(&scope, &key, &fp, None).await.expect("reserve");
+    let replay = store.reserve(Reserve::new(&scope, &key, &fp)).await.expect("reserve");
     assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == first.body()), "{name}: {replay:?}");
     assert_eq!(provider.ledger().total(), 1, "{name}: one authorisation");
 
     // 2. In doubt past the window: never sent again; resolved by a query.
     let key = IdempotencyKey::new("order-843").expect("key");
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp, None).await.expect("reserve") else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp)).await.expect("reserve") else {
         panic!("{name}: a new key is acquired")
     };
     store.enqueue_effect(&lease, &authorize, 1, Vec::new()).await.expect("enqueue");
@@ -431,11 +431,11 @@ where
         other => panic!("{name}: expected a lease, got {other:?}"),
     };
     let (idle, busy) = (IdempotencyKey::new("order-844").expect("key"), IdempotencyKey::new("order-845").expect("key"));
-    let dead = acquire(store.reserve(&scope, &idle, &fp, None).await.expect("reserve"));
-    let busy_lease = acquire(store.reserve(&scope, &busy, &fp, None).await.expect("reserve"));
+    let dead = acquire(store.reserve(Reserve::new(&scope, &idle, &fp)).await.expect("reserve"));
+    let busy_lease = acquire(store.reserve(Reserve::new(&scope, &busy, &fp)).await.expect("reserve"));
     store.enqueue_effect(&busy_lease, &authorize, 1, Vec::new()).await.expect("enqueue");
     backend.set_time(now + lease_ms);
-    let retry = acquire(store.reserve(&scope, &idle, &fp, None).await.expect("reserve"));
+    let retry = acquire(store.reserve(Reserve::new(&scope, &idle, &fp)).await.expect("reserve"));
     assert_eq!(
         (retry.attempt(), retry.fence()),
         (2, dead.fence() + 1),
@@ -448,7 +448,7 @@ where
     store.enqueue_effect(&retry, &authorize, 1, Vec::new()).await.expect("the new holder enqueues");
     assert!(
         matches!(
-            store.reserve(&scope, &busy, &fp, None).await.expect("reserve"),
+            store.reserve(Reserve::new(&scope, &busy, &fp)).await.expect("reserve"),
             Reservation::NeedsReconciliation { .. }
         ),
         "{name}: an attempt with an effect enqueued is not run again"
@@ -489,7 +489,7 @@ where
         .expect("the effect is resolved with the provider's facts");
     assert!(
         matches!(
-            store.reserve(&scope, &busy, &fp, None).await.expect("reserve"),
+            store.reserve(Reserve::new(&scope, &busy, &fp)).await.expect("reserve"),
             Reservation::Replay { ref body, .. } if body == b"authorised"
         ),
         "{name}: the record settled with its effect"
@@ -528,7 +528,11 @@ where
         let store = &store;
         let scope = &scope;
         async move {
-            match store.reserve(scope, &IdempotencyKey::new(key).expect("key"), &fp, None).await.expect("reserve") {
+            match store
+                .reserve(Reserve::new(scope, &IdempotencyKey::new(key).expect("key"), &fp))
+                .await
+                .expect("reserve")
+            {
                 Reservation::Acquired(lease) => lease,
                 other => panic!("{name}: {key} is new, got {other:?}"),
             }
@@ -552,7 +556,7 @@ where
     let write = BusinessWrite::new().put(ORDERS, "acme", "order-1", b"1050".to_vec()).complete(&lease, RESULT.to_vec());
     assert!(store.commit_business(write).await.expect("commit").is_empty(), "{name}: no effect settled");
     assert_eq!(row("acme", "order-1").await.as_deref(), Some(&b"1050"[..]), "{name}");
-    let replay = store.reserve(&scope, lease.key(), &fp, None).await.expect("reserve");
+    let replay = store.reserve(Reserve::new(&scope, lease.key(), &fp)).await.expect("reserve");
     assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == RESULT), "{name}: {replay:?}");
 
     // 2. A settlement the store refuses (the lease already completed) rolls its rows back.
@@ -670,12 +674,12 @@ where
     //    and the first were written.
     let key = IdempotencyKey::new("order-900").expect("key");
     let twice = vec![effect(b"10.50"), effect(b"99.99")];
-    let refused = store.reserve_enqueuing(&scope, &key, &fp, Some("req-1"), twice).await.expect_err("refused");
+    let request = Reserve::new(&scope, &key, &fp).traced("req-1").expect("valid id").enqueuing(twice);
+    let refused = store.reserve(request).await.expect_err("refused");
     assert_eq!(refused.code(), ErrorCode::KeyMismatch, "{name}: {refused}");
     assert_eq!(traces(key.clone()).await, nothing, "{name}: a refused enqueue stores nothing");
-    let Reservation::Acquired(lease) =
-        store.reserve_enqueuing(&scope, &key, &fp, Some("req-2"), vec![effect(b"10.50")]).await.expect("retry")
-    else {
+    let retry = Reserve::new(&scope, &key, &fp).traced("req-2").expect("valid id").enqueuing(vec![effect(b"10.50")]);
+    let Reservation::Acquired(lease) = store.reserve(retry).await.expect("retry") else {
         panic!("{name}: the key is new to a retry")
     };
     assert_eq!((lease.attempt(), traces(key.clone()).await.1), (1, true), "{name}: the first attempt, with its effect");
@@ -689,7 +693,7 @@ where
         effect(b"1"),
         NewEffect { effect: charge.clone(), version: 2, payload: b"1".to_vec() },
     ];
-    let refused = store.reserve_enqueuing(&scope, &key2, &fp, None, three).await.expect_err("refused");
+    let refused = store.reserve(Reserve::new(&scope, &key2, &fp).enqueuing(three)).await.expect_err("refused");
     assert_eq!(refused.code(), ErrorCode::KeyMismatch, "{name}: {refused}");
     assert_eq!(traces(key2.clone()).await, nothing, "{name}: a refused third effect stores nothing");
     assert_eq!(store.effect(&scope, &key2, &refund).await.expect("effect"), None, "{name}: nor the first effect");
@@ -699,7 +703,7 @@ where
     let before = traces(key.clone()).await;
     assert!(store.complete(&lease, b"again".to_vec()).await.is_err(), "{name}: a lease completes once");
     assert_eq!(traces(key.clone()).await, before, "{name}: the refused completion wrote nothing");
-    let replay = store.reserve(&scope, &key, &fp, None).await.expect("reserve");
+    let replay = store.reserve(Reserve::new(&scope, &key, &fp)).await.expect("reserve");
     assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == RESULT), "{name}: {replay:?}");
     3
 }

@@ -22,7 +22,7 @@
 //! (there are no threads), and its futures are ready when first polled.
 //!
 //! ```
-//! use idemdb_core::{Fingerprint, IdempotencyKey, Reservation, Scope};
+//! use idemdb_core::{Fingerprint, IdempotencyKey, Reservation, Reserve, Scope};
 //! use idemdb_interface::IdempotencyStore;
 //!
 //! /// Runs `effect` at most once per key, on any backend.
@@ -33,7 +33,7 @@
 //!     fingerprint: &Fingerprint,
 //!     effect: impl FnOnce() -> Vec<u8>,
 //! ) -> Result<Option<Vec<u8>>, S::Error> {
-//!     match store.reserve(scope, key, fingerprint, None).await? {
+//!     match store.reserve(Reserve::new(scope, key, fingerprint)).await? {
 //!         Reservation::Acquired(lease) => {
 //!             let result = effect();
 //!             store.complete(&lease, result.clone()).await?;
@@ -51,8 +51,8 @@
 use std::future::Future;
 
 use idemdb_core::{
-    Coded, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
-    Resolution, ResolutionCause, Scope,
+    Coded, Failure, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record, Reservation, Reserve, Resolution,
+    ResolutionCause, Scope,
 };
 
 mod clock;
@@ -96,30 +96,15 @@ pub trait IdempotencyStore: Send + Sync {
     /// secret): safe to log, never the raw tenant.
     fn tenant_hash(&self, tenant: &str) -> KeyHash;
 
-    /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
-    /// `correlation` is recorded in the audit trail and log events when given.
-    fn reserve(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-    ) -> impl Future<Output = Result<Reservation, Self::Error>> + Send;
-
-    /// [`reserve`](Self::reserve) that, when it acquires the key, enqueues `effects` in the
-    /// outbox **in the same transaction**: an acquired reservation has its effects in the
-    /// outbox, any other answer enqueued nothing. For operations whose external effects all go
-    /// through the outbox, this closes the window in which a record is in progress with its
-    /// effect not yet written (a process that dies there leaves nothing to classify). With no
-    /// effects it is `reserve`.
-    fn reserve_enqueuing(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-        effects: Vec<NewEffect>,
-    ) -> impl Future<Output = Result<Reservation, Self::Error>> + Send;
+    /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not: the one
+    /// reservation call. The [`Reserve`] request may carry a correlation id (recorded in the
+    /// audit trail and log events; checked when it was given to the request) and effects to
+    /// enqueue in the outbox **in the same transaction** when the key is acquired: an acquired
+    /// reservation has its effects in the outbox, any other answer enqueued nothing. For
+    /// operations whose external effects all go through the outbox, this closes the window in
+    /// which a record is in progress with its effect not yet written (a process that dies there
+    /// leaves nothing to classify).
+    fn reserve(&self, request: Reserve<'_>) -> impl Future<Output = Result<Reservation, Self::Error>> + Send;
 
     /// Stores the result of the lease's attempt; retries replay it byte for byte.
     fn complete(&self, lease: &Lease, result: Vec<u8>) -> impl Future<Output = Result<(), Self::Error>> + Send;

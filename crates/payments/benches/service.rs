@@ -2,7 +2,7 @@
 //! second with 32 clients, and the store's `fdatasync` calls per paid request (every commit of
 //! one payment: the reservation with its charge, the claim, the payment row with the report).
 //!
-//! Two stores: the journal on (as the binary opens it, `RedbBackend::store_builder`: every
+//! Two stores: the journal on (as the binary opens it, `Store::builder()`: every
 //! commit of a payment, its row included, is one journal append) and the journal off (every
 //! commit is a durable redb commit).
 //!
@@ -147,7 +147,7 @@ async fn run(dir: &Path, mode: Mode, length: Duration) -> Res<Round> {
         journal_path.push("-journal");
         let journal_file =
             CountingBackend::open_shared(Path::new(&journal_path), Arc::clone(&counters), Arc::default())?;
-        RedbBackend::store_builder().journal(true).open_backend_with_journal(backend, journal_file)?
+        Store::builder().journal(true).open_backend_with_journal(backend, journal_file)?
     };
     let provider = Provider::in_memory(Duration::ZERO)?;
     let (router, dispatcher) = payments_example::router(RedbBackend::new(store), provider)?;

@@ -158,7 +158,7 @@ impl<B: Backend> idemdb_http::admin::ConfirmHook<B::Store> for PaymentRow<B> {
             item.scope.tenant(),
             &payment,
             item,
-            crate::ledger::Settlement::Resolved(state, idemdb_core::ResolutionCause::Operator),
+            crate::ledger::ChargeOutcome::Resolved(state, idemdb_core::ResolutionCause::Operator),
         )
         .await
         .map_err(|error| idemdb_http::admin::HookError(error.to_string()))?;

@@ -99,7 +99,7 @@ type Waiter = oneshot::Sender<Option<StoredResponse>>;
 
 /// How a handler's wait for its charge ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Settled {
+pub(crate) enum WaitOutcome {
     /// This process's dispatcher finished the payment's record with this response (committed).
     Answered(StoredResponse),
     /// The store shows the charge finished or uncertain (its state): another instance's
@@ -145,7 +145,7 @@ impl Charges {
         store: &S,
         item: &OutboxItem,
         limit: Duration,
-    ) -> Result<Settled, S::Error> {
+    ) -> Result<WaitOutcome, S::Error> {
         let scoped = ScopedKey::encode_parts(&item.scope, &item.key);
         let settled = self.wait(store, item, &scoped, tokio::time::Instant::now() + limit).await;
         // Whatever the answer, this handler waits no more: drop its (now closed) channels.
@@ -165,27 +165,27 @@ impl Charges {
         item: &OutboxItem,
         scoped: &[u8],
         until: tokio::time::Instant,
-    ) -> Result<Settled, S::Error> {
+    ) -> Result<WaitOutcome, S::Error> {
         let settled = |kind: OutboxStateKind| !matches!(kind, OutboxStateKind::Pending | OutboxStateKind::Dispatching);
         loop {
             // Registered before the store is read, so a dispatch that ends in between is told.
             let (told, dispatched) = oneshot::channel();
             self.waiting().entry(scoped.to_vec()).or_default().push(told);
             let Some(current) = store.effect(&item.scope, &item.key, &item.effect).await? else {
-                return Ok(Settled::Waiting);
+                return Ok(WaitOutcome::Waiting);
             };
             let kind = current.state.kind();
             if settled(kind) {
-                return Ok(Settled::Seen(kind));
+                return Ok(WaitOutcome::Seen(kind));
             }
             if tokio::time::Instant::now() >= until {
-                return Ok(Settled::Waiting);
+                return Ok(WaitOutcome::Waiting);
             }
             let wait_until = if self.shared { until.min(tokio::time::Instant::now() + POLL) } else { until };
             // Handed the response: done. Told without one, timed out, or (a dropped
             // dispatcher) closed: look at the store again.
             if let Ok(Ok(Some(response))) = tokio::time::timeout_at(wait_until, dispatched).await {
-                return Ok(Settled::Answered(response));
+                return Ok(WaitOutcome::Answered(response));
             }
         }
     }
@@ -194,7 +194,7 @@ impl Charges {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idemdb_core::{EffectReport, Fingerprint, IdempotencyKey, Reservation, Scope};
+    use idemdb_core::{EffectReport, Fingerprint, IdempotencyKey, Reservation, Reserve, Scope};
     use idemdb_interface::IdempotencyStore;
     use std::sync::Arc;
 
@@ -210,7 +210,8 @@ mod tests {
         let store = idemdb::Store::in_memory().unwrap().asynchronous();
         let (scope, key) = (Scope::new("acme", "create_payment").unwrap(), IdempotencyKey::new("k-1").unwrap());
         let fingerprint = Fingerprint::of_canonical_json(b"{}");
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint, None).await.unwrap() else {
+        let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.unwrap()
+        else {
             panic!("a new key is acquired");
         };
         store.enqueue_effect(&lease, &charges.effect, 1, b"{}".to_vec()).await.unwrap();
@@ -234,7 +235,7 @@ mod tests {
         store: &idemdb::AsyncStore,
         claim: &OutboxItem,
         limit: Duration,
-    ) -> tokio::task::JoinHandle<Result<Settled, idemdb::Error>> {
+    ) -> tokio::task::JoinHandle<Result<WaitOutcome, idemdb::Error>> {
         let waiter = {
             let (charges, store, claim) = (Arc::clone(charges), store.clone(), claim.clone());
             tokio::spawn(async move { charges.settled(&store, &claim, limit).await })
@@ -255,7 +256,7 @@ mod tests {
         // and it hands over the response itself, not a cue to read the record back.
         charges.dispatched(&claim, Some(&paid()));
         let settled = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("told").unwrap().unwrap();
-        assert_eq!(settled, Settled::Answered(paid()));
+        assert_eq!(settled, WaitOutcome::Answered(paid()));
         assert!(charges.waiting().is_empty(), "no channel is left behind");
     }
 
@@ -268,13 +269,13 @@ mod tests {
         store.report_effect(&claim, EffectReport::Unknown { reason: "timeout".into() }).await.unwrap();
         charges.dispatched(&claim, None);
         let settled = tokio::time::timeout(Duration::from_secs(60), waiter).await.expect("told").unwrap().unwrap();
-        assert_eq!(settled, Settled::Seen(OutboxStateKind::Uncertain));
+        assert_eq!(settled, WaitOutcome::Seen(OutboxStateKind::Uncertain));
         assert!(charges.waiting().is_empty(), "no channel is left behind");
     }
 
     /// Reports `claim` confirmed behind the handlers' back (no `dispatched`) once a handler
     /// waits for it; the handler's answer and how long it waited.
-    async fn settled_unannounced(shared: bool, limit: Duration) -> (Settled, Duration) {
+    async fn settled_unannounced(shared: bool, limit: Duration) -> (WaitOutcome, Duration) {
         let charges = Arc::new(test_charges(shared));
         let (store, claim) = claimed_charge(&charges).await;
         let started = tokio::time::Instant::now();
@@ -289,7 +290,7 @@ mod tests {
     async fn an_unshared_store_is_not_polled_the_last_look_is_at_the_limit() {
         let limit = Duration::from_millis(400);
         let (settled, waited) = settled_unannounced(false, limit).await;
-        assert_eq!(settled, Settled::Seen(OutboxStateKind::Confirmed), "the look at the limit sees the report");
+        assert_eq!(settled, WaitOutcome::Seen(OutboxStateKind::Confirmed), "the look at the limit sees the report");
         // Only this process's dispatcher reports its charges: nothing made it look earlier.
         assert!(waited >= limit, "looked again after {waited:?}, before the limit");
     }
@@ -298,6 +299,6 @@ mod tests {
     async fn with_a_shared_store_another_instances_report_is_seen_before_the_limit() {
         // Another instance's dispatcher tells nobody here: the store is looked at every POLL.
         let (settled, _) = settled_unannounced(true, Duration::from_secs(3_600)).await;
-        assert_eq!(settled, Settled::Seen(OutboxStateKind::Confirmed));
+        assert_eq!(settled, WaitOutcome::Seen(OutboxStateKind::Confirmed));
     }
 }

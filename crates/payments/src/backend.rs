@@ -6,7 +6,6 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use idemdb::redb::TableDefinition;
 use idemdb::{AsyncStore, BackupError, BackupOptions, BackupReport, Store};
 use idemdb_interface::{BusinessStore, InspectStore};
 
@@ -54,12 +53,6 @@ pub enum BackupOutcome {
     NotOnThisBackend,
 }
 
-/// The payments table as a typed table, as versions before row tables journaled it: a store
-/// whose journal still holds such writes (a crash before this version's first start) replays
-/// them only with it registered. A row table has the same name and types, so the rows read
-/// alike either way.
-const LEGACY_PAYMENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(crate::PAYMENTS.name());
-
 /// The embedded redb store: payments are rows of the store's own database, journaled with the
 /// reports that confirm their charges; backups copy them with the store.
 #[derive(Debug, Clone)]
@@ -73,12 +66,6 @@ impl RedbBackend {
     /// The service on `store`.
     pub fn new(store: Store) -> Self {
         RedbBackend { handle: store.asynchronous(), store }
-    }
-
-    /// The store's builder as the service opens it: with the payments table registered under
-    /// its older, typed journaling, so a journal written by an earlier version replays.
-    pub fn store_builder() -> idemdb::StoreBuilder {
-        Store::builder().journaled_table(LEGACY_PAYMENTS)
     }
 
     /// The backup of [`Backend::backup`], blocking: every table of the store, payments

@@ -15,7 +15,7 @@ use idemdb_core::{OutboxStateKind, State as RecordState};
 use idemdb_http::{LeaseHandle, StoredResponse};
 use idemdb_interface::{IdempotencyStore, WorkflowStore};
 
-use crate::app::{App, Settled};
+use crate::app::{App, WaitOutcome};
 use crate::backend::Backend;
 use crate::charge::{CHARGE_VERSION, ChargeOrder};
 use crate::payment::{PaymentRequest, nothing_changed, problem};
@@ -90,9 +90,9 @@ pub(crate) async fn create<B: Backend>(
     };
     let response = match app.charges.settled(store, &item, limit).await {
         // The dispatcher here finished the record with this response and handed it over.
-        Ok(Settled::Answered(response)) => Some(response),
+        Ok(WaitOutcome::Answered(response)) => Some(response),
         // Finished elsewhere (another instance, a reconciliation): the record has the answer.
-        Ok(Settled::Seen(OutboxStateKind::Confirmed | OutboxStateKind::Failed)) => {
+        Ok(WaitOutcome::Seen(OutboxStateKind::Confirmed | OutboxStateKind::Failed)) => {
             match store.get(&scope, &key).await {
                 Ok(record) => record.and_then(|record| match &record.state {
                     RecordState::Completed { result: stored, .. } | RecordState::Failed { error: stored, .. } => {
@@ -103,7 +103,7 @@ pub(crate) async fn create<B: Backend>(
                 Err(_) => return unreadable().await,
             }
         }
-        Ok(Settled::Seen(_) | Settled::Waiting) => None,
+        Ok(WaitOutcome::Seen(_) | WaitOutcome::Waiting) => None,
         Err(_) => return unreadable().await,
     };
     if let Some(response) = response {

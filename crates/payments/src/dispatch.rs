@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::app::App;
 use crate::backend::Backend;
 use crate::charge::{ChargeOrder, confirmed_payment, stored};
-use crate::ledger::Settlement;
+use crate::ledger::ChargeOutcome;
 use crate::provider::ChargeRequest;
 
 /// How many charges one claim takes.
@@ -172,7 +172,8 @@ async fn dispatch<B: Backend>(app: &App<B>, claim: &OutboxItem) -> Option<Stored
     let (payment, response) = confirmed_payment(claim, &order, &reference);
     let report = EffectReport::Confirmed { reference, result: response.encode() };
     let Err(error) =
-        crate::ledger::record_payment(app.backend.store(), tenant, &payment, claim, Settlement::Reported(report)).await
+        crate::ledger::record_payment(app.backend.store(), tenant, &payment, claim, ChargeOutcome::Reported(report))
+            .await
     else {
         return Some(response);
     };

@@ -44,9 +44,9 @@ impl LedgerError {
     }
 }
 
-/// How a charge's outbox item is settled beside its payment row.
+/// How a charge's outbox item ends, beside its payment row: a report or a resolution.
 #[derive(Debug, Clone)]
-pub enum Settlement {
+pub enum ChargeOutcome {
     /// The dispatcher's report of what the provider answered to its claim.
     Reported(EffectReport),
     /// What was learnt of an uncertain charge, and who learnt it (the reconciler asking the
@@ -67,15 +67,15 @@ pub async fn record_payment<S: BusinessStore>(
     tenant: &str,
     payment: &Value,
     item: &OutboxItem,
-    settlement: Settlement,
+    settlement: ChargeOutcome,
 ) -> Result<(), LedgerError> {
     let Some(id) = payment["id"].as_str() else {
         return Err(LedgerError::of("a payment is a JSON object with a string `id`"));
     };
     let write = BusinessWrite::new().put(PAYMENTS, tenant, id, payment.to_string().into_bytes());
     let write = match settlement {
-        Settlement::Reported(report) => write.report_effect(item, report),
-        Settlement::Resolved(state, cause) => write.resolve_effect(item, state, cause),
+        ChargeOutcome::Reported(report) => write.report_effect(item, report),
+        ChargeOutcome::Resolved(state, cause) => write.resolve_effect(item, state, cause),
     };
     store.commit_business(write).await.map(drop).map_err(LedgerError::of_store)
 }

@@ -60,7 +60,7 @@ pub use charge::{CHARGE_EFFECT, CHARGE_VERSION};
 pub use dispatch::Dispatcher;
 
 pub use backend::{Backend, BackupOutcome, RedbBackend};
-pub use ledger::{LedgerError, PAYMENTS, Settlement, payments, record_payment};
+pub use ledger::{ChargeOutcome, LedgerError, PAYMENTS, payments, record_payment};
 pub use metrics::METRICS_PATH;
 pub use payment::{PAYMENTS_PATH, PaymentRequest, payment_operation_name};
 pub use pg_backend::{PgBackend, SAFETY_POLL};

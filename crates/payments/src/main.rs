@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{ArgGroup, CommandFactory, Parser};
-use idemdb::{ExpiredLease, Policy};
+use idemdb::{ExpiredLease, Policy, Store};
 use idemdb_postgres::PgStore;
 use payments_example::{
     Admin, Backend, PgBackend, Provider, RedbBackend, payment_operation_name, router_with, timestamped_backup_name,
@@ -245,8 +245,7 @@ async fn run(args: Args, backend: Chosen) -> Result<(), Box<dyn std::error::Erro
         Chosen::Redb { dir } => {
             std::fs::create_dir_all(&dir)?;
             let provider = faults(Provider::open(&dir.join("provider.redb"), latency)?);
-            let store =
-                RedbBackend::store_builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
+            let store = Store::builder().policy(payment_operation_name(), policy).open(dir.join("idemdb.redb"))?;
             let backend = RedbBackend::new(store);
             backup_on_signal(match &args.backup_dir {
                 Some(dir) => OnSignal::Backup { backend: backend.clone(), dir: dir.clone() },

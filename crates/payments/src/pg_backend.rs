@@ -27,15 +27,12 @@ pub const SAFETY_POLL: Duration = Duration::from_secs(5);
 
 impl PgBackend {
     /// The service on `store`, with the payments table made (if missing) before the first
-    /// request. A payments table of an earlier version (columns `tenant`, `id`,
-    /// `payment jsonb`) is turned into the row table's shape (`partition`, `id`, `value bytea`),
-    /// every payment kept, once, under the lock that makes row tables.
+    /// request.
     ///
     /// # Errors
-    /// The upgrade of an older payments table failed (the database is unavailable, or the role
-    /// may not alter the table); nothing was changed.
+    /// The table could not be made (the database is unavailable, or the role may not create
+    /// it); nothing was changed.
     pub async fn new(store: PgStore) -> Result<PgBackend, LedgerError> {
-        upgrade_payments_table(&store).await.map_err(LedgerError::of)?;
         store.create_row_table(PAYMENTS).await.map_err(LedgerError::of)?;
         Ok(PgBackend { store, listener: Arc::default() })
     }
@@ -82,48 +79,6 @@ impl Backend for PgBackend {
 
     fn backup(&self, _path: std::path::PathBuf) -> impl Future<Output = Result<BackupOutcome, LedgerError>> + Send {
         std::future::ready(Ok(BackupOutcome::NotOnThisBackend))
-    }
-}
-
-/// Turns an earlier version's payments table into the row table's shape, if there is one.
-async fn upgrade_payments_table(store: &PgStore) -> Result<(), idemdb_postgres::Error> {
-    let schema = store.schema().to_string();
-    let table = format!("\"{schema}\".{}", PAYMENTS.name());
-    let upgrade = format!(
-        "ALTER TABLE {table} RENAME COLUMN tenant TO partition;
-         ALTER TABLE {table} ALTER COLUMN payment TYPE bytea USING convert_to(payment::text, 'UTF8');
-         ALTER TABLE {table} RENAME COLUMN payment TO value;"
-    );
-    let txn = store.begin().await?;
-    let upgraded = async {
-        // The lock row tables are made under: instances starting together take turns.
-        txn.client().execute("SELECT pg_advisory_xact_lock(hashtext($1))::text", &[&table]).await?;
-        let old = txn
-            .client()
-            .query_opt(
-                "SELECT 1 FROM information_schema.columns \
-                 WHERE table_schema = $1 AND table_name = $2 AND column_name = 'payment'",
-                &[&schema, &PAYMENTS.name()],
-            )
-            .await?;
-        if old.is_some() {
-            txn.client().batch_execute(&upgrade).await?;
-        }
-        Ok::<bool, idemdb_postgres::tokio_postgres::Error>(old.is_some())
-    }
-    .await;
-    match upgraded {
-        Ok(changed) => {
-            txn.commit().await?;
-            if changed {
-                eprintln!("payments-example: upgraded {table} to the row table's columns");
-            }
-            Ok(())
-        }
-        Err(error) => {
-            rollback(txn).await;
-            Err(idemdb_postgres::Error::from(error))
-        }
     }
 }
 

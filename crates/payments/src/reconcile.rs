@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::app::{App, bearer};
 use crate::backend::Backend;
 use crate::charge::{ChargeOrder, confirmed_payment};
-use crate::ledger::Settlement;
+use crate::ledger::ChargeOutcome;
 use crate::payment::{payment_operation_name, problem};
 
 /// Where the queue is listed.
@@ -109,7 +109,7 @@ impl<B: Backend> EffectLookup<B::Store> for ChargeLookup<B> {
             tenant,
             &payment,
             item,
-            Settlement::Resolved(state, ResolutionCause::ProviderConfirmed),
+            ChargeOutcome::Resolved(state, ResolutionCause::ProviderConfirmed),
         )
         .await
         {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use idemdb::{Durability, Fingerprint, IdempotencyKey, Reservation, Scope, ScopedKey, Store};
+use idemdb::{Durability, Fingerprint, IdempotencyKey, Reservation, Reserve, Scope, ScopedKey, Store};
 use idemdb_postgres::tokio_postgres::{self, Client, NoTls};
 use idemdb_postgres::{PgStore, PurgeTask};
 
@@ -126,7 +126,9 @@ async fn purge_figures(url: &str, records: u64, callers: usize, window: Duration
     // tombstone TTL at the database's time, so the purge forgets it.
     let clock = idemdb::ManualClock::new(1_000_000);
     let embedded = Store::builder().clock(clock).in_memory().expect("embedded store");
-    let Reservation::Acquired(lease) = embedded.reserve(&scope(), &new_key(), &fingerprint()).expect("reserve") else {
+    let Reservation::Acquired(lease) =
+        embedded.reserve(Reserve::new(&scope(), &new_key(), &fingerprint())).expect("reserve")
+    else {
         panic!("a new key is acquired")
     };
     embedded.complete(&lease, RESULT.to_vec()).expect("complete");
@@ -155,7 +157,7 @@ async fn purge_figures(url: &str, records: u64, callers: usize, window: Duration
         move |_: usize, _: u64| {
             let store = store.clone();
             async move {
-                let answer = store.reserve(&scope(), &new_key(), &fingerprint()).await.expect("reserve");
+                let answer = store.reserve(Reserve::new(&scope(), &new_key(), &fingerprint())).await.expect("reserve");
                 assert!(matches!(answer, Reservation::Acquired(_)));
             }
         }
@@ -330,12 +332,16 @@ fn comparison(runtime: &tokio::runtime::Runtime, url: &str, dir: &std::path::Pat
         if replay {
             runtime.block_on(async {
                 for key in keys.iter() {
-                    if let Reservation::Acquired(lease) = pg.reserve(&scope(), key, &fingerprint()).await.expect("r") {
+                    if let Reservation::Acquired(lease) =
+                        pg.reserve(Reserve::new(&scope(), key, &fingerprint())).await.expect("r")
+                    {
                         pg.complete(&lease, RESULT.to_vec()).await.expect("complete");
                     }
                     assert!(hw[0].reserve("acme", key.as_str(), &hash).await);
                     hw[0].complete("acme", key.as_str(), &RESULT).await;
-                    if let Reservation::Acquired(lease) = redb.reserve(&scope(), key, &fingerprint()).expect("r") {
+                    if let Reservation::Acquired(lease) =
+                        redb.reserve(Reserve::new(&scope(), key, &fingerprint())).expect("r")
+                    {
                         redb.complete(&lease, RESULT.to_vec()).expect("complete");
                     }
                 }
@@ -362,12 +368,13 @@ fn comparison(runtime: &tokio::runtime::Runtime, url: &str, dir: &std::path::Pat
                 let (p, k) = (p.clone(), Arc::clone(&k));
                 async move {
                     if k.is_empty() {
-                        let answer = p.reserve(&scope(), &new_key(), &fingerprint()).await.expect("reserve");
+                        let answer =
+                            p.reserve(Reserve::new(&scope(), &new_key(), &fingerprint())).await.expect("reserve");
                         let Reservation::Acquired(lease) = answer else { panic!("a new key is acquired") };
                         p.complete(&lease, RESULT.to_vec()).await.expect("complete");
                     } else {
                         let key = &k[(caller * 997 + n as usize) % k.len()];
-                        let answer = p.reserve(&scope(), key, &fingerprint()).await.expect("reserve");
+                        let answer = p.reserve(Reserve::new(&scope(), key, &fingerprint())).await.expect("reserve");
                         assert!(matches!(answer, Reservation::Replay { .. }));
                     }
                 }
@@ -375,12 +382,12 @@ fn comparison(runtime: &tokio::runtime::Runtime, url: &str, dir: &std::path::Pat
             let (r, k) = (redb.clone(), Arc::clone(&keys));
             redb_rates.push(threads(callers, duration, move |caller, n| {
                 if k.is_empty() {
-                    let answer = r.reserve(&scope(), &new_key(), &fingerprint()).expect("reserve");
+                    let answer = r.reserve(Reserve::new(&scope(), &new_key(), &fingerprint())).expect("reserve");
                     let Reservation::Acquired(lease) = answer else { panic!("a new key is acquired") };
                     r.complete(&lease, RESULT.to_vec()).expect("complete");
                 } else {
                     let key = &k[(caller * 997 + n as usize) % k.len()];
-                    let answer = r.reserve(&scope(), key, &fingerprint()).expect("reserve");
+                    let answer = r.reserve(Reserve::new(&scope(), key, &fingerprint())).expect("reserve");
                     assert!(matches!(answer, Reservation::Replay { .. }));
                 }
             }));

@@ -19,7 +19,7 @@ use common::threads;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idemdb::{Durability, Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+use idemdb::{Durability, Fingerprint, IdempotencyKey, Reservation, Reserve, Scope, Store};
 use idemdb_postgres::PgStore;
 
 const REPLAY_KEYS: usize = 2_000;
@@ -88,10 +88,14 @@ fn embedded(dir: &std::path::Path, name: &str) -> Store {
 /// Completed records for the replay rows, the same keys in both stores.
 async fn populate(redb: &Store, pg: &PgStore, keys: &[IdempotencyKey]) {
     for key in keys {
-        if let Reservation::Acquired(lease) = redb.reserve(&scope(), key, &fingerprint()).expect("reserve") {
+        if let Reservation::Acquired(lease) =
+            redb.reserve(Reserve::new(&scope(), key, &fingerprint())).expect("reserve")
+        {
             redb.complete(&lease, vec![b'r'; 200]).expect("complete");
         }
-        if let Reservation::Acquired(lease) = pg.reserve(&scope(), key, &fingerprint()).await.expect("reserve") {
+        if let Reservation::Acquired(lease) =
+            pg.reserve(Reserve::new(&scope(), key, &fingerprint())).await.expect("reserve")
+        {
             pg.complete(&lease, vec![b'r'; 200]).await.expect("complete");
         }
     }
@@ -139,14 +143,14 @@ fn main() {
         for round in 0..settings.rounds {
             let redb = embedded(&dir, &format!("reserve-{callers}-{round}.idemdb"));
             redb_rates.push(threads(callers, settings.duration, move |_, _| {
-                let answer = redb.reserve(&scope(), &new_key(), &fingerprint()).expect("reserve");
+                let answer = redb.reserve(Reserve::new(&scope(), &new_key(), &fingerprint())).expect("reserve");
                 assert!(matches!(answer, Reservation::Acquired(_)));
             }));
             let pg = runtime.block_on(pg_store(&url, callers));
             pg_rates.push(runtime.block_on(tasks(callers, settings.duration, move |_, _| {
                 let pg = pg.clone();
                 async move {
-                    let answer = pg.reserve(&scope(), &new_key(), &fingerprint()).await.expect("reserve");
+                    let answer = pg.reserve(Reserve::new(&scope(), &new_key(), &fingerprint())).await.expect("reserve");
                     assert!(matches!(answer, Reservation::Acquired(_)));
                 }
             })));
@@ -163,7 +167,7 @@ fn main() {
             let (redb, keys_r) = (redb.clone(), Arc::clone(&keys));
             redb_rates.push(threads(callers, settings.duration, move |caller, n| {
                 let key = &keys_r[(caller * 997 + n as usize) % keys_r.len()];
-                let answer = redb.reserve(&scope(), key, &fingerprint()).expect("reserve");
+                let answer = redb.reserve(Reserve::new(&scope(), key, &fingerprint())).expect("reserve");
                 assert!(matches!(answer, Reservation::Replay { .. }));
             }));
             let (pg, keys_p) = (pg.clone(), Arc::clone(&keys));
@@ -171,7 +175,7 @@ fn main() {
                 let (pg, keys) = (pg.clone(), Arc::clone(&keys_p));
                 async move {
                     let key = &keys[(caller * 997 + n as usize) % keys.len()];
-                    let answer = pg.reserve(&scope(), key, &fingerprint()).await.expect("reserve");
+                    let answer = pg.reserve(Reserve::new(&scope(), key, &fingerprint())).await.expect("reserve");
                     assert!(matches!(answer, Reservation::Replay { .. }));
                 }
             })));

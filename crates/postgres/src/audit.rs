@@ -126,21 +126,6 @@ pub(crate) struct Waiting {
     pub(crate) due: bool,
 }
 
-/// Writes the buffer of `inner` once [`AuditBatch::DELAY_MS`] have passed, on a task of the
-/// current tokio runtime (none: the next call or commit writes it). Holds the store weakly: a
-/// store dropped meanwhile is not kept open.
-pub(crate) fn write_later(inner: &std::sync::Arc<crate::inner::Inner>) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-    let inner = std::sync::Arc::downgrade(inner);
-    runtime.spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_millis(AuditBatch::DELAY_MS)).await;
-        if let Some(inner) = inner.upgrade() {
-            // On failure the events go back to the buffer; the next call or commit writes them.
-            let _ = inner.write_buffered(inner.audit.take()).await;
-        }
-    });
-}
-
 /// Events of answers that wrote nothing, waiting for a write.
 #[derive(Debug, Default)]
 pub(crate) struct Buffer(Mutex<Vec<AuditEvent>>);

@@ -10,8 +10,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use idemdb_core::{DEFAULT_AUDIT_RETENTION, InvalidPolicy, Policies, Policy};
 use idemdb_interface::{Clock, SystemClock};
 
+use crate::engine::{Engine, Settings};
 use crate::error::{ConnectError, DbError};
-use crate::inner::{Inner, Settings};
 use crate::migrate;
 use crate::schema::{Sql, reserved_schema_name, valid_schema_name};
 use crate::stmt::Statements;
@@ -335,7 +335,7 @@ impl PgStoreBuilder {
             };
             (secret, statements)
         };
-        let store = PgStore::from_inner(Inner::new(
+        let store = PgStore::from_inner(Engine::new(
             pool,
             sql,
             secret,

@@ -5,8 +5,8 @@ use std::future::Future;
 
 use idemdb_core::{
     Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, Failure, Fingerprint, IdempotencyKey,
-    InboxAnswer, JobAnswer, JobLease, JobRecord, KeyHash, Lease, NewEffect, ObjectRecord, OutboxItem, Policy,
-    ProviderState, PurgeReport, Record, Reservation, Resolution, Scope,
+    InboxAnswer, JobAnswer, JobLease, JobRecord, KeyHash, Lease, ObjectRecord, OutboxItem, Policy, ProviderState,
+    PurgeReport, Record, Reservation, Reserve, Resolution, Scope,
 };
 use idemdb_interface::{BusinessStore, IdempotencyStore, WorkflowStore};
 
@@ -28,25 +28,8 @@ impl IdempotencyStore for PgStore {
         PgStore::tenant_hash(self, tenant)
     }
 
-    fn reserve(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-    ) -> impl Future<Output = Result<Reservation, Error>> + Send {
-        PgStore::reserve_with(self, scope, key, fingerprint, correlation)
-    }
-
-    fn reserve_enqueuing(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-        effects: Vec<NewEffect>,
-    ) -> impl Future<Output = Result<Reservation, Error>> + Send {
-        PgStore::reserve_enqueuing(self, scope, key, fingerprint, correlation, effects)
+    fn reserve(&self, request: Reserve<'_>) -> impl Future<Output = Result<Reservation, Error>> + Send {
+        PgStore::reserve(self, request)
     }
 
     fn complete(&self, lease: &Lease, result: Vec<u8>) -> impl Future<Output = Result<(), Error>> + Send {

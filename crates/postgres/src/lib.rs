@@ -2,7 +2,7 @@
 //! runs as many instances behind a load balancer and shares one database.
 //!
 //! ```no_run
-//! use idemdb_postgres::{Fingerprint, PgStore, Reservation, Scope};
+//! use idemdb_postgres::{Fingerprint, PgStore, Reservation, Reserve, Scope};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! // Connects, checks the schema version (applying migrations on first use) and reads the
@@ -14,7 +14,7 @@
 //!
 //! let mut charges = 0;
 //! for _delivery in 0..3 {
-//!     match store.reserve(&scope, &key, &fingerprint).await? {
+//!     match store.reserve(Reserve::new(&scope, &key, &fingerprint)).await? {
 //!         Reservation::Acquired(lease) => {
 //!             charges += 1; // the effect
 //!             store.complete(&lease, br#"{"charge":"ch_1"}"#.to_vec()).await?;
@@ -135,9 +135,9 @@
 mod audit;
 mod builder;
 mod conn;
+mod engine;
 mod error;
 mod import;
-mod inner;
 mod interface;
 mod migrate;
 mod outcome;

@@ -22,8 +22,8 @@ use deadpool_postgres::tokio_postgres::Row;
 
 use idemdb_core::{IdempotencyKey, Refusal, Scope};
 
+use crate::engine::Engine;
 use crate::error::Error;
-use crate::inner::Inner;
 use crate::schema::{TERMINATE, TXID_STATUS};
 
 /// How long the adapter keeps asking.
@@ -87,7 +87,7 @@ fn rolled_back(error: Error) -> Error {
 
 /// How the commit of `identity` ended: `Ok(())` if it committed, the original `error` (as
 /// "nothing stored") if it was rolled back, [`Error::CommitUnknown`] if that cannot be learnt.
-pub(crate) async fn learn(inner: &Inner, identity: &Identity, written: &[Written], error: Error) -> Result<(), Error> {
+pub(crate) async fn learn(inner: &Engine, identity: &Identity, written: &[Written], error: Error) -> Result<(), Error> {
     // Within the call's deadline: a call that ran out of time is answered as unknown.
     let deadline = (tokio::time::Instant::now() + OUTCOME_WINDOW).min(inner.deadline());
     let mut pause = Duration::from_millis(20);
@@ -116,7 +116,7 @@ pub(crate) async fn learn(inner: &Inner, identity: &Identity, written: &[Written
 struct Retry;
 
 /// One question: `Some(committed?)`, `None` for "cannot be known", `Err(Retry)`.
-async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<Option<bool>, Retry> {
+async fn ask(inner: &Engine, identity: &Identity, written: &[Written]) -> Result<Option<bool>, Retry> {
     let connection = inner.connection().await.map_err(|_| Retry)?;
     // Without a transaction id (none was assigned when it was read), only the rows tell.
     let Some(xid) = identity.xid else { return read_back(inner, &connection, written).await };
@@ -153,7 +153,7 @@ async fn ask(inner: &Inner, identity: &Identity, written: &[Written]) -> Result<
 }
 
 /// Compares the rows with what the transaction wrote and what they held before.
-async fn read_back(inner: &Inner, connection: &crate::conn::Conn, written: &[Written]) -> Result<Option<bool>, Retry> {
+async fn read_back(inner: &Engine, connection: &crate::conn::Conn, written: &[Written]) -> Result<Option<bool>, Retry> {
     if written.is_empty() {
         return Ok(None);
     }

@@ -19,19 +19,19 @@ use deadpool_postgres::tokio_postgres::types::{ToSql, Type};
 use idemdb_core::{BusinessWrite, OutboxItem, Row, RowTable, RowWrite, Settle, check_row};
 
 use crate::PgStore;
+use crate::engine::Engine;
 use crate::error::Error;
-use crate::inner::Inner;
 use crate::txn::PgTxn;
 
 /// SQLSTATE `undefined_table`.
 const UNDEFINED_TABLE: &str = "42P01";
 
 /// The qualified name of `table` in the store's schema.
-fn qualified(inner: &Inner, table: RowTable) -> String {
+fn qualified(inner: &Engine, table: RowTable) -> String {
     format!("\"{}\".{}", inner.sql.schema, table.name())
 }
 
-impl Inner {
+impl Engine {
     /// Whether this store has seen `table` committed.
     fn knows_row_table(&self, table: RowTable) -> bool {
         self.row_tables.lock().unwrap_or_else(PoisonError::into_inner).contains(&table)

@@ -12,12 +12,12 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
     AuditEvent, Corrupt, DecisionContext, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport,
-    Record, Reservation, Resolution, Scope, Timestamp, check_correlation, decide, decode_record,
+    Record, Reservation, Reserve, Resolution, Scope, Timestamp, decide, decode_record,
 };
 
 use crate::audit;
+use crate::engine::Engine;
 use crate::error::{DbError, Error};
-use crate::inner::Inner;
 use crate::schema::Sql;
 use crate::time::TimeSource;
 use crate::txn::PgTxn;
@@ -38,7 +38,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(25);
 /// implements [`IdempotencyStore`](idemdb_interface::IdempotencyStore). It needs a Tokio runtime.
 #[derive(Clone)]
 pub struct PgStore {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Engine>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -48,7 +48,7 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    pub(crate) fn from_inner(inner: Inner) -> PgStore {
+    pub(crate) fn from_inner(inner: Engine) -> PgStore {
         PgStore { inner: Arc::new(inner) }
     }
 
@@ -161,45 +161,33 @@ impl PgStore {
         .await
     }
 
-    /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
+    /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not: the one
+    /// reservation call ([`Reserve`]: a correlation id, checked when given to it, and effects
+    /// to enqueue in the outbox in the same transaction when the key is acquired).
     ///
-    /// One statement, one round trip, for a new key and for every answer that changes nothing
+    /// Without effects: one statement, one round trip, for a new key and for every answer that changes nothing
     /// (replay, in progress, mismatch, expired, already uncertain): an autocommit
     /// `INSERT … ON CONFLICT DO NOTHING` of the new record (with its audit row) that also
     /// returns the existing record. Only when a record exists and the decision changes it (an
     /// expired lease, a released key, a forgotten one), or when the statement could not insert
     /// (the predicted time was off, a concurrent insert), is the decision made in a transaction
-    /// holding the row.
+    /// holding the row. With effects it takes the locked path, in one transaction.
     ///
     /// # Errors
-    /// [`Error::Unavailable`], [`Error::CommitUnknown`] and database errors; [`Error::Corrupt`].
-    pub async fn reserve(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<Reservation, Error> {
-        self.reserve_with(scope, key, fingerprint, None).await
+    /// [`Error::Unavailable`], [`Error::CommitUnknown`] and database errors; [`Error::Corrupt`];
+    /// with effects, as [`PgTxn::enqueue_effect`](crate::PgTxn::enqueue_effect) (the
+    /// transaction is then rolled back, or its commit's outcome is unknown: `CommitUnknown`).
+    pub async fn reserve(&self, request: Reserve<'_>) -> Result<Reservation, Error> {
+        if request.effects().is_empty() {
+            return self
+                .reserve_with(request.scope(), request.key(), request.fingerprint(), request.correlation())
+                .await;
+        }
+        self.reserve_enqueuing(request).await
     }
 
-    /// [`PgStore::reserve`] with a correlation id recorded in the audit trail and log events.
-    ///
-    /// # Errors
-    /// As [`PgStore::reserve`], and [`Refusal::Key`](idemdb_core::Refusal::Key) for an invalid
-    /// correlation id.
-    pub async fn reserve_traced(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: &str,
-    ) -> Result<Reservation, Error> {
-        self.reserve_with(scope, key, fingerprint, Some(correlation)).await
-    }
-
-    /// The reservation both [`PgStore::reserve`] and [`PgStore::reserve_traced`] make (and the
-    /// store interface's `reserve`, whose correlation id is optional): the correlation id, when
-    /// given, is checked and recorded.
+    /// A reservation without effects: the correlation id (checked by [`Reserve::traced`]),
+    /// when given, is recorded.
     pub(crate) async fn reserve_with(
         &self,
         scope: &Scope,
@@ -207,7 +195,6 @@ impl PgStore {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
-        check_correlation(correlation)?;
         self.inner
             .within_call(async {
                 if let Some(answer) =
@@ -329,7 +316,7 @@ impl PgStore {
                 // The answer stands even if this fails; the events wait for the next write.
                 let _ = inner.write_buffered(inner.audit.take()).await;
             } else if waiting.first {
-                audit::write_later(inner);
+                crate::engine::write_audit_later(inner);
             }
         }
         Ok(Some(answer))
@@ -348,7 +335,7 @@ impl PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
         bytes: &[u8],
-        backend: Option<crate::inner::Backend>,
+        backend: Option<crate::engine::Backend>,
         error: Error,
     ) -> Result<(), Error> {
         let inner = &self.inner;
@@ -364,7 +351,7 @@ impl PgStore {
                 Ok(Some(_)) => return Err(error),
                 Ok(None) => {
                     if let Some(backend) = backend
-                        && let Ok(crate::inner::BackendState::Gone) = inner.end_backend(backend).await
+                        && let Ok(crate::engine::BackendState::Gone) = inner.end_backend(backend).await
                     {
                         // Gone before this read: what it ran is decided for good.
                         match read().await {

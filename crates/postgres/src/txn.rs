@@ -9,14 +9,14 @@ use futures_util::future::{join, try_join3};
 
 use idemdb_core::{
     AuditEvent, AuditKind, Corrupt, DecisionContext, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep, Record,
-    Refusal, Reservation, Resolution, ResolutionCause, Scope, Timestamp, decide, decode_record, encode_record,
+    Refusal, Reservation, Reserve, Resolution, ResolutionCause, Scope, Timestamp, decide, decode_record, encode_record,
     needs_effect_census,
 };
 
 use crate::audit::{self, to_sql_ms};
 use crate::conn::Conn;
+use crate::engine::Engine;
 use crate::error::{DbError, Error};
-use crate::inner::Inner;
 use crate::outcome::{Before, Identity, Written};
 
 /// Decisions that found the row inserted by a concurrent transaction and read again.
@@ -41,7 +41,7 @@ struct Locked {
 /// Obtained from [`PgStore::begin`](crate::PgStore::begin). Every decision locks its record's
 /// row until the transaction ends, and reads the time once, with the lock held.
 pub struct PgTxn {
-    inner: Arc<Inner>,
+    inner: Arc<Engine>,
     /// Present until the transaction ends.
     connection: Option<Conn>,
     begun: bool,
@@ -65,7 +65,7 @@ pub(crate) fn row_values(record: &Record) -> (&'static str, Option<i64>, Vec<u8>
 }
 
 impl PgTxn {
-    pub(crate) fn new(inner: Arc<Inner>, connection: Conn, begun: bool) -> PgTxn {
+    pub(crate) fn new(inner: Arc<Engine>, connection: Conn, begun: bool) -> PgTxn {
         PgTxn {
             inner,
             connection: Some(connection),
@@ -78,7 +78,7 @@ impl PgTxn {
     }
 
     /// The adapter's engine.
-    pub(crate) fn inner_ref(&self) -> &Inner {
+    pub(crate) fn inner_ref(&self) -> &Engine {
         &self.inner
     }
 
@@ -292,40 +292,28 @@ impl PgTxn {
         self.audit.extend(row);
     }
 
-    pub(crate) fn inner_arc(&self) -> Arc<Inner> {
+    pub(crate) fn inner_arc(&self) -> Arc<Engine> {
         Arc::clone(&self.inner)
     }
 
-    /// [`PgStore::reserve`](crate::PgStore::reserve) inside this transaction.
+    /// [`PgStore::reserve`](crate::PgStore::reserve) inside this transaction: with effects,
+    /// they are enqueued in it when the key is acquired.
     ///
     /// # Errors
     /// As [`PgStore::reserve`](crate::PgStore::reserve).
-    pub async fn reserve(
-        &mut self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<Reservation, Error> {
-        self.reserve_with(scope, key, fingerprint, None).await
+    pub async fn reserve(&mut self, request: Reserve<'_>) -> Result<Reservation, Error> {
+        let answer =
+            self.reserve_with(request.scope(), request.key(), request.fingerprint(), request.correlation()).await?;
+        if let Reservation::Acquired(lease) = &answer {
+            for effect in request.effects() {
+                self.enqueue_effect(lease, &effect.effect, effect.version, effect.payload.clone()).await?;
+            }
+        }
+        Ok(answer)
     }
 
-    /// [`PgStore::reserve_traced`](crate::PgStore::reserve_traced) inside this transaction.
-    ///
-    /// # Errors
-    /// As [`PgStore::reserve_traced`](crate::PgStore::reserve_traced).
-    pub async fn reserve_traced(
-        &mut self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: &str,
-    ) -> Result<Reservation, Error> {
-        idemdb_core::validate_correlation(correlation)?;
-        self.reserve_with(scope, key, fingerprint, Some(correlation)).await
-    }
-
-    /// The reservation both [`PgTxn::reserve`] and [`PgTxn::reserve_traced`] make. The
-    /// correlation id, when given, is recorded; its caller has checked it.
+    /// The reservation of [`PgTxn::reserve`]. The correlation id, when given, is recorded; it
+    /// was checked by [`Reserve::traced`].
     pub(crate) async fn reserve_with(
         &mut self,
         scope: &Scope,

@@ -47,7 +47,7 @@ same_items! {
     DEFAULT_MAX_DELAY, KEY_HEADER, KeyForm, REPLAYED_HEADER, ATTENTION_PROBLEMS, AttentionProblem, DEFAULT_PROBLEM_BASE, RETRIED_STATUSES, STORED_RESPONSE_HEADERS, stored_response_value, backoff_ceiling,
     backoff_delay, classify_answer, key_header_value, problem_code, retry_after, DEFAULT_AUDIT_RETENTION, InvalidPolicy,
     Policies, delivery_policy_name, BusinessWrite, MAX_ROW_KEY_LEN, MAX_ROW_VALUE_LEN, Row, RowError, RowTable, RowWrite,
-    Settle, Refusal, Corrupt,
+    Settle, Refusal, Corrupt, Reserve,
 }
 
 /// The names the prelude re-exports, read from its `pub use crate::{...};` blocks.

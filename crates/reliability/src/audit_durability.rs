@@ -18,7 +18,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idemdb::{
-    AuditKind, Failure, Fingerprint, IdempotencyKey, Policy, Reservation, Resolution, ResolutionCause, Scope, Store,
+    AuditKind, Failure, Fingerprint, IdempotencyKey, Policy, Reservation, Reserve, Resolution, ResolutionCause, Scope,
+    Store,
 };
 use idemdb_core::AuditBatch;
 
@@ -90,8 +91,9 @@ pub fn child_main(args: &[String]) -> Result<(), String> {
     let scope = scope();
     for i in 0u64.. {
         let key = key(i)?;
-        let Reservation::Acquired(lease) =
-            store.reserve_traced(&scope, &key, &fp, &format!("d-{i}")).map_err(|e| e.to_string())?
+        let Reservation::Acquired(lease) = store
+            .reserve(Reserve::new(&scope, &key, &fp).traced(&*format!("d-{i}")).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?
         else {
             return Err(format!("a-{i} was not new"));
         };
@@ -107,7 +109,9 @@ pub fn child_main(args: &[String]) -> Result<(), String> {
             println!("D completed {i}");
         }
         for k in 0..rng.below(4) {
-            let answer = store.reserve_traced(&scope, &key, &fp, &format!("l-{i}-{k}")).map_err(|e| e.to_string())?;
+            let correlation = format!("l-{i}-{k}");
+            let request = Reserve::new(&scope, &key, &fp).traced(correlation.as_str()).map_err(|e| e.to_string())?;
+            let answer = store.reserve(request).map_err(|e| e.to_string())?;
             if !matches!(answer, Reservation::Replay { .. }) {
                 return Err(format!("a-{i} was not replayed: {answer:?}"));
             }

@@ -17,7 +17,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idemdb::{EffectFilter, EffectName, Fingerprint, IdempotencyKey, NewEffect, Policy, Reservation, Scope, Store};
+use idemdb::{
+    EffectFilter, EffectName, Fingerprint, IdempotencyKey, NewEffect, Policy, Reservation, Reserve, Scope, Store,
+};
 
 use crate::rng::Rng;
 
@@ -107,7 +109,8 @@ fn one_round(report: &mut AtomicityReport, path: &Path, threads: usize, calls: u
     let fp = Fingerprint::from_bytes([7; 32]);
     // A completed lease, for the refused completions.
     let done = IdempotencyKey::new("done").map_err(|e| e.to_string())?;
-    let Reservation::Acquired(lease) = store.reserve(&scope(), &done, &fp).map_err(|e| e.to_string())? else {
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope(), &done, &fp)).map_err(|e| e.to_string())?
+    else {
         return Err("a new key was not acquired".into());
     };
     store.complete(&lease, b"done".to_vec()).map_err(|e| e.to_string())?;
@@ -126,10 +129,14 @@ fn one_round(report: &mut AtomicityReport, path: &Path, threads: usize, calls: u
                     let name = format!("t{t}-c{c}");
                     let outcome = match (call, IdempotencyKey::new(name.clone())) {
                         (Call::Stale, _) => store.complete(&lease, b"again".to_vec()).err().map(|e| e.to_string()),
-                        (_, Ok(key)) => store
-                            .reserve_enqueuing(&scope(), &key, &fp, Some("batch"), effects(call, rng.next_u64()))
-                            .err()
-                            .map(|e| e.to_string()),
+                        (_, Ok(key)) => {
+                            let scope = scope();
+                            let request = Reserve::new(&scope, &key, &fp)
+                                .traced("batch")
+                                .expect("a valid id")
+                                .enqueuing(effects(call, rng.next_u64()));
+                            store.reserve(request).err().map(|e| e.to_string())
+                        }
                         (_, Err(error)) => Some(error.to_string()),
                     };
                     outcomes.push((name, call, outcome));

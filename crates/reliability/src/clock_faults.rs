@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idemdb::{
-    Durability, FingerprintBuilder, IdempotencyKey, ManualClock, OutcomeClass, Policy, Reservation, Resolution, Scope,
-    Store,
+    Durability, FingerprintBuilder, IdempotencyKey, ManualClock, OutcomeClass, Policy, Reservation, Reserve,
+    Resolution, Scope, Store,
 };
 
 use crate::fault::Disk;
@@ -310,7 +310,7 @@ impl Sim {
         let (Some(scope), Some(key)) = (scope(), key(intent)) else { return };
         let Some(store) = &self.store else { return };
         self.report.calls += 1;
-        let answer = match store.reserve(&scope, &key, &fingerprint(intent)) {
+        let answer = match store.reserve(Reserve::new(&scope, &key, &fingerprint(intent))) {
             Ok(answer) => answer,
             Err(error) => {
                 self.report.unexpected += 1;

@@ -13,14 +13,14 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use idemdb::{
-    Fingerprint, FingerprintBuilder, IdempotencyKey, ManualClock, OpenError, Policy, Reservation, Resolution, Scope,
-    State, Store,
+    Fingerprint, FingerprintBuilder, IdempotencyKey, ManualClock, OpenError, Policy, Reservation, Reserve, Resolution,
+    Scope, State, Store,
 };
 
 use crate::fault::{Disk, FaultKind, FaultPlan};
 use crate::rng::{Rng, mix};
 use crate::workload::{Counts, JOURNAL_BYTES, T0};
-use idemdb_effects::EffectLedger as Provider;
+use idemdb_fake_provider::EffectLedger;
 
 const THREADS: u32 = 4;
 const PER_THREAD: u32 = 4;
@@ -58,7 +58,7 @@ fn fingerprint(i: u32) -> Fingerprint {
 fn client(
     store: &Store,
     disk: &Disk,
-    provider: &Provider,
+    provider: &EffectLedger,
     seen: &Mutex<BTreeMap<u32, Vec<u8>>>,
     scope: &Scope,
     t: u32,
@@ -67,7 +67,7 @@ fn client(
         let i = (t * 2 + j) % INTENTS;
         let Some(key) = key(i) else { return };
         loop {
-            let answer = store.reserve(scope, &key, &fingerprint(i));
+            let answer = store.reserve(Reserve::new(scope, &key, &fingerprint(i)));
             if disk.crashed() {
                 return;
             }
@@ -110,7 +110,7 @@ fn point(seed: u64, journal: bool) -> Counts {
             return counts;
         }
     };
-    let provider = Provider::new();
+    let provider = EffectLedger::new();
     let seen = Mutex::new(BTreeMap::new());
     let kind = match rng.below(10) {
         0 => FaultKind::FailOnce,
@@ -165,7 +165,7 @@ fn point(seed: u64, journal: bool) -> Counts {
         let Some(key) = key(i) else { continue };
         let mut settled = false;
         for _ in 0..6 {
-            let step = match store.reserve(&scope, &key, &fingerprint(i)) {
+            let step = match store.reserve(Reserve::new(&scope, &key, &fingerprint(i))) {
                 Ok(Reservation::Acquired(lease)) => store.complete(&lease, provider.perform(&name(i)).body),
                 Ok(Reservation::NeedsReconciliation { .. }) => {
                     let resolution = provider

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use idemdb::{
     DecisionTime, Durability, Error, ExpiredLease, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, Lease,
-    ListFilter, ManualClock, Policy, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Store,
+    ListFilter, ManualClock, Policy, Record, Refusal, Reservation, Reserve, Resolution, Scope, ScopedKey, State, Store,
     Timestamp, TransitionError,
 };
 use idemdb_core::{
@@ -43,7 +43,9 @@ fn crashed_journal() -> &'static (Vec<u8>, Vec<u8>) {
         let scope = fuzz_scope();
         for i in 0..12u32 {
             let key = IdempotencyKey::new(format!("k-{i}")).expect("a valid key");
-            if let Ok(Reservation::Acquired(lease)) = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])) {
+            if let Ok(Reservation::Acquired(lease)) =
+                store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32])))
+            {
                 let body = vec![b'r'; if i.is_multiple_of(3) { 5000 } else { 60 }];
                 let _ = store.complete(&lease, body);
             }
@@ -495,7 +497,7 @@ impl OpsRun {
                 let Some(slot) = slot(a) else { return };
                 let expected = self.model.reserve(&slot, &fingerprint(b), at);
                 let Some(store) = &self.store else { return };
-                let result = store.reserve(&slot.scoped.scope, &slot.scoped.key, &fingerprint(b));
+                let result = store.reserve(Reserve::new(&slot.scoped.scope, &slot.scoped.key, &fingerprint(b)));
                 if let Some(Reservation::Acquired(lease)) = self.settle(result, reservation_text, expected) {
                     self.leases.push(lease);
                 }

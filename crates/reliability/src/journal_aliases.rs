@@ -9,7 +9,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use idemdb::{Fingerprint, IdempotencyKey, ManualClock, OpenError, Reservation, Scope, StateKind, Store, StoreBuilder};
+use idemdb::{
+    Fingerprint, IdempotencyKey, ManualClock, OpenError, Reservation, Reserve, Scope, StateKind, Store, StoreBuilder,
+};
 
 use crate::rng::Rng;
 
@@ -93,8 +95,9 @@ pub fn child_main(args: &[String]) -> Result<(), String> {
     for i in 0..n {
         let name = format!("{prefix}-{i}");
         let key = key(&name).ok_or("bad key")?;
-        let Reservation::Acquired(lease) =
-            store.reserve(&scope(), &key, &Fingerprint::from_bytes([1; 32])).map_err(|e| e.to_string())?
+        let Reservation::Acquired(lease) = store
+            .reserve(Reserve::new(&scope(), &key, &Fingerprint::from_bytes([1; 32])))
+            .map_err(|e| e.to_string())?
         else {
             return Err(format!("{name} was not new"));
         };
@@ -128,7 +131,7 @@ pub(crate) fn check(report: &mut AliasReport, store: &Store, acked: &[String], o
             store.get(&scope(), &key),
             Ok(Some(ref record)) if record.state.kind() == StateKind::Completed
         ) && matches!(
-            store.reserve(&scope(), &key, &Fingerprint::from_bytes([1; 32])),
+            store.reserve(Reserve::new(&scope(), &key, &Fingerprint::from_bytes([1; 32]))),
             Ok(Reservation::Replay { ref body, .. }) if *body == name.as_bytes()
         );
         if ok {
@@ -261,7 +264,7 @@ fn write_one(store: &Store, prefix: &str) -> Result<Vec<String>, String> {
     let name = format!("{prefix}-0");
     let key = key(&name).ok_or("bad key")?;
     if let Reservation::Acquired(lease) =
-        store.reserve(&scope(), &key, &Fingerprint::from_bytes([1; 32])).map_err(|e| e.to_string())?
+        store.reserve(Reserve::new(&scope(), &key, &Fingerprint::from_bytes([1; 32]))).map_err(|e| e.to_string())?
     {
         store.complete(&lease, name.clone().into_bytes()).map_err(|e| e.to_string())?;
     }

@@ -18,7 +18,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 
 use idemdb::redb::StorageBackend;
-use idemdb::{Fingerprint, IdempotencyKey, ManualClock, OpenError, Reservation, Scope, StateKind, Store, StoreBuilder};
+use idemdb::{
+    Fingerprint, IdempotencyKey, ManualClock, OpenError, Reservation, Reserve, Scope, StateKind, Store, StoreBuilder,
+};
 
 use crate::rng::Rng;
 
@@ -154,10 +156,12 @@ fn seen(store: &Store, i: u32) -> Result<Seen, idemdb::Error> {
     let Some(record) = store.get(&scope(), &key(i))? else { return Ok(Seen::Absent) };
     Ok(match record.state.kind() {
         StateKind::InProgress => Seen::Reserved,
-        StateKind::Completed => match store.reserve(&scope(), &key(i), &Fingerprint::from_bytes([1; 32]))? {
-            Reservation::Replay { body, .. } => Seen::Completed(body),
-            _ => Seen::Other,
-        },
+        StateKind::Completed => {
+            match store.reserve(Reserve::new(&scope(), &key(i), &Fingerprint::from_bytes([1; 32])))? {
+                Reservation::Replay { body, .. } => Seen::Completed(body),
+                _ => Seen::Other,
+            }
+        }
         _ => Seen::Other,
     })
 }
@@ -166,7 +170,8 @@ fn seen(store: &Store, i: u32) -> Result<Seen, idemdb::Error> {
 fn write(store: &Store, keys: &[u32], body: impl Fn(u32) -> Vec<u8>) -> Vec<(u32, Vec<u8>)> {
     let mut acked = Vec::new();
     for &i in keys {
-        let Ok(Reservation::Acquired(lease)) = store.reserve(&scope(), &key(i), &Fingerprint::from_bytes([1; 32]))
+        let Ok(Reservation::Acquired(lease)) =
+            store.reserve(Reserve::new(&scope(), &key(i), &Fingerprint::from_bytes([1; 32])))
         else {
             continue;
         };

@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use idemdb::{FingerprintBuilder, IdempotencyKey, OutcomeClass, Policy, Reservation, Resolution, Scope, State, Store};
+use idemdb::{
+    FingerprintBuilder, IdempotencyKey, OutcomeClass, Policy, Reservation, Reserve, Resolution, Scope, State, Store,
+};
 
 use crate::rng::Rng;
 
@@ -101,7 +103,7 @@ pub(crate) fn deliver(
     let scope = scope();
     let (key, fp) = (intent_key(i)?, fingerprint(i));
     for _ in 0..64 {
-        match store.reserve(&scope, &key, &fp).map_err(|e| format!("reserve {i}: {e}"))? {
+        match store.reserve(Reserve::new(&scope, &key, &fp)).map_err(|e| format!("reserve {i}: {e}"))? {
             Reservation::Acquired(lease) => {
                 let body = format!("ch-{i}-{}", std::process::id());
                 // The effect: one append, which a SIGKILL cannot split.

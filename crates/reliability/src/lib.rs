@@ -4,7 +4,7 @@
 //! * [`fault`]: a redb storage backend that keeps the live and the durable image apart and
 //!   fails, fails for good, or crashes at the N-th write / `set_len` / `sync_data`, leaving a
 //!   random subset of unsynced writes, some torn at 512-byte boundaries;
-//! * `idemdb_effects::EffectLedger`: the remote provider whose effect counts are the ground truth;
+//! * `idemdb_fake_provider::EffectLedger`: the remote provider whose effect counts are the ground truth;
 //! * [`workload`]: scripts (remote effect, same-database write, uncertain outcomes with
 //!   reconciliation, purge while traffic runs) and a client that retries after every crash;
 //!   [`workload::Adapter`] also holds deliberately broken clients and disks, so tests can prove

@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use idemdb::{
     Attention, Clock, EffectName, EffectReport, Fingerprint, IdempotencyKey, ManualClock, Policy, ProviderState,
-    Reservation, Scope, Store,
+    Reservation, Reserve, Scope, Store,
 };
-use idemdb_effects::Provider;
+use idemdb_fake_provider::Provider;
 
 use crate::fault::{Disk, FaultKind, FaultPlan};
 use crate::rng::Rng;
@@ -251,7 +251,7 @@ impl Sim {
         let scope = &self.scope;
         self.store()?
             .write(|txn| {
-                if let Reservation::Acquired(lease) = txn.reserve(scope, &key(i), &request())? {
+                if let Reservation::Acquired(lease) = txn.reserve(Reserve::new(scope, &key(i), &request()))? {
                     txn.enqueue_effect(&lease, &effect(), 1, format!("charge {i}").into_bytes())?;
                 }
                 Ok::<(), idemdb::Error>(())
@@ -372,7 +372,7 @@ impl Sim {
             })
             .unwrap_or_default();
         for i in 0..INTENTS {
-            let answer = store.reserve(&self.scope, &key(i), &request());
+            let answer = store.reserve(Reserve::new(&self.scope, &key(i), &request()));
             let settled = matches!(answer, Ok(Reservation::Replay { .. })) || queued.contains(&key(i));
             if !settled {
                 report.unresolved += 1;

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use idemdb::redb::{ReadableTable, TableDefinition};
 use idemdb::{
-    Durability, Error, Executed, FingerprintBuilder, IdempotencyKey, ManualClock, Policy, Reservation, Scope, Store,
+    Durability, Error, Executed, FingerprintBuilder, IdempotencyKey, ManualClock, Policy, Reservation, Reserve, Scope,
+    Store,
 };
 
 use crate::rng::Rng;
 use crate::workload::T0;
-use idemdb_effects::EffectLedger as Provider;
+use idemdb_fake_provider::EffectLedger;
 
 const APP_EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("app_race_effects");
 
@@ -89,17 +90,18 @@ fn key(i: usize) -> Result<IdempotencyKey, Error> {
     Ok(IdempotencyKey::new(format!("race-{i}"))?)
 }
 
-fn deliver(store: &Store, provider: &Provider, kind: Kind, scope: &Scope, i: usize) -> Result<Got, Error> {
+fn deliver(store: &Store, provider: &EffectLedger, kind: Kind, scope: &Scope, i: usize) -> Result<Got, Error> {
     let key = key(i)?;
     let fp = FingerprintBuilder::new().str_field("race").field(&(i as u64).to_be_bytes()).finish();
     for _ in 0..1_000_000 {
         if kind == Kind::Execute {
-            let executed = store.execute(scope, &key, &fp, |tx| -> Result<Vec<u8>, idemdb::redb::Error> {
-                let mut table = tx.open_table(APP_EFFECTS)?;
-                let n = table.get(i as u64)?.map_or(0, |v| v.value()) + 1;
-                table.insert(i as u64, n)?;
-                Ok(format!("credit:{i}:{n}").into_bytes())
-            });
+            let executed =
+                store.execute(Reserve::new(scope, &key, &fp), |txn| -> Result<Vec<u8>, idemdb::redb::Error> {
+                    let mut table = txn.tables_checkpointing().open_table(APP_EFFECTS)?;
+                    let n = table.get(i as u64)?.map_or(0, |v| v.value()) + 1;
+                    table.insert(i as u64, n)?;
+                    Ok(format!("credit:{i}:{n}").into_bytes())
+                });
             return match executed {
                 Ok(Executed::Ran { result }) => Ok(Got::Body(result)),
                 Ok(Executed::Answered(Reservation::Replay { body, .. })) => Ok(Got::Body(body)),
@@ -107,7 +109,7 @@ fn deliver(store: &Store, provider: &Provider, kind: Kind, scope: &Scope, i: usi
                 Err(error) => Ok(Got::Failed(error.to_string())),
             };
         }
-        match store.reserve(scope, &key, &fp)? {
+        match store.reserve(Reserve::new(scope, &key, &fp))? {
             Reservation::Acquired(lease) => {
                 let body = provider.perform(&format!("race-{i}")).body;
                 store.complete(&lease, body.clone())?;
@@ -162,7 +164,7 @@ fn round(config: &RaceConfig, number: u64, dir: &std::path::Path, report: &mut R
         Ok(scope) => scope,
         Err(_) => return,
     };
-    let provider = Provider::new();
+    let provider = EffectLedger::new();
     let barrier = Barrier::new(config.threads + 1);
     let running = AtomicBool::new(true);
     let attempts = AtomicU64::new(0);

@@ -5,7 +5,7 @@
 //! application's rows next to its records commits with one journal append instead of a
 //! durable redb checkpoint.
 //!
-//! A journal mutation names its table by one byte ([`T_APPLICATION`] for every application
+//! A journal mutation names its table by one byte ([`TableId::Application`] for every application
 //! table) and carries the table's **name** in front of the key: `name length: u32 BE · name ·
 //! key bytes`. The name, not a persisted name → id registry, because a registry would be one
 //! more store table whose entries must be written (and journaled) before the first row, and
@@ -27,7 +27,7 @@ use redb::{AccessGuard, Key, Range, ReadableTable, Table, TableDefinition, Table
 
 use crate::Error;
 use crate::journal::Mutation;
-use crate::tables::T_APPLICATION;
+use crate::tables::TableId;
 
 /// Replays one mutation of one registered table.
 trait Replay: Send + Sync {
@@ -74,10 +74,11 @@ impl std::fmt::Debug for AppTables {
 
 impl AppTables {
     /// Adds `table` (a later registration of the same name replaces an earlier one). Names
-    /// starting with `idemdb_` belong to the store and are not registered.
+    /// starting with `idemdb_` ([`idemdb_core::RESERVED_TABLE_PREFIX`]) belong to the store
+    /// and are not registered.
     pub(crate) fn register<K: Key + 'static, V: Value + 'static>(&mut self, table: TableDefinition<K, V>) {
         let name = table.name().to_owned();
-        if name.starts_with("idemdb_") {
+        if idemdb_core::is_reserved_table_name(&name) {
             return;
         }
         let replay = Arc::new(Typed::<K, V> { name: name.clone(), types: PhantomData });
@@ -183,7 +184,11 @@ impl<'t, K: Key + 'static, V: Value + 'static> AppTable<'t, K, V> {
         self.table.insert(key, value)?;
         if let Some(log) = &mut self.log {
             let key = logged_key(&self.prefix, K::as_bytes(key).as_ref());
-            log.push(Mutation::Put { table: T_APPLICATION, key, value: V::as_bytes(value).as_ref().to_vec() });
+            log.push(Mutation::Put {
+                table: TableId::Application.byte(),
+                key,
+                value: V::as_bytes(value).as_ref().to_vec(),
+            });
         }
         Ok(())
     }
@@ -197,7 +202,7 @@ impl<'t, K: Key + 'static, V: Value + 'static> AppTable<'t, K, V> {
         let removed = self.table.remove(key)?.is_some();
         if removed && let Some(log) = &mut self.log {
             log.push(Mutation::Remove {
-                table: T_APPLICATION,
+                table: TableId::Application.byte(),
                 key: logged_key(&self.prefix, K::as_bytes(key).as_ref()),
             });
         }

@@ -16,6 +16,15 @@ pub(crate) const AUDIT_SEGMENT_FORMAT: u8 = 2;
 /// Most events one segment holds.
 pub(crate) const MAX_SEGMENT_EVENTS: usize = 1024;
 
+/// What buffering an event left waiting.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waiting {
+    /// The event is the only one waiting (its wait starts now).
+    pub(crate) first: bool,
+    /// The count bound is reached: the events are due now.
+    pub(crate) full: bool,
+}
+
 /// An audit event waiting for a commit, already in its stored encoding: building it costs
 /// one allocation, and writing a segment only concatenates.
 #[derive(Debug, Clone)]

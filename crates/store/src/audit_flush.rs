@@ -23,6 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 #[cfg(not(target_arch = "wasm32"))]
 use idemdb_core::AuditBatch;
 
+use crate::audit::Waiting;
 use crate::engine::Engine;
 use crate::group::GroupCommit;
 
@@ -57,15 +58,6 @@ struct State {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Plain field updates under these locks: a panic cannot leave them inconsistent.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What buffering an event left waiting.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Waiting {
-    /// The event is the only one waiting (its wait starts now).
-    pub(crate) first: bool,
-    /// The count bound is reached: the events are due now.
-    pub(crate) full: bool,
 }
 
 impl AuditFlusher {

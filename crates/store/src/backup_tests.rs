@@ -12,12 +12,13 @@ use redb::backends::FileBackend;
 use redb::{ReadableTableMetadata, StorageBackend, TableDefinition};
 
 use crate::backup::Hooks;
-use crate::{BackupError, BackupOptions, Reservation, Store};
+use crate::{BackupError, BackupOptions, Reservation, Reserve, Store};
 
 fn complete(store: &Store, key: &str) {
     let scope = Scope::new("acme", "pay").expect("scope");
     let key = IdempotencyKey::new(key).expect("key");
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &Fingerprint::from_bytes([7; 32])).expect("reserve")
+    let Reservation::Acquired(lease) =
+        store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([7; 32]))).expect("reserve")
     else {
         panic!("a new key is acquired");
     };

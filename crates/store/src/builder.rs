@@ -576,7 +576,7 @@ fn refuse_pending_journal(db: &redb::Database) -> Result<(), OpenError> {
     })?;
     match journal.history() {
         History::None => Ok(()),
-        History::Pending | History::Legacy => Err(OpenError::JournalPending { path: journal.path.unwrap_or_default() }),
+        History::Pending => Err(OpenError::JournalPending { path: journal.path.unwrap_or_default() }),
     }
 }
 

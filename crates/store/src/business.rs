@@ -7,7 +7,7 @@ use redb::{ReadableTable, TableError};
 use idemdb_core::{BusinessWrite, OutboxItem, Row, RowTable, RowWrite, Settle, check_row};
 
 use crate::rows::{definition, list, logged_key};
-use crate::tables::T_ROWS;
+use crate::tables::TableId;
 use crate::{Error, Store, Txn};
 
 impl Txn<'_> {
@@ -28,7 +28,7 @@ impl Txn<'_> {
     /// errors (a table of that name with other types).
     pub fn put_row(&mut self, table: RowTable, partition: &str, id: &str, value: &[u8]) -> Result<(), Error> {
         check_row(partition, id, Some(value))?;
-        self.put_logged(T_ROWS, &logged_key(table, partition, id), value)
+        self.put_logged(TableId::Rows, &logged_key(table, partition, id), value)
     }
 
     /// Deletes the row `(partition, id)` of `table`; returns whether it was there.
@@ -40,7 +40,7 @@ impl Txn<'_> {
         if self.row(table, partition, id)?.is_none() {
             return Ok(false);
         }
-        self.remove_logged(T_ROWS, &logged_key(table, partition, id))?;
+        self.remove_logged(TableId::Rows, &logged_key(table, partition, id))?;
         Ok(true)
     }
 
@@ -49,7 +49,7 @@ impl Txn<'_> {
     /// # Errors
     /// Storage errors.
     pub fn row(&self, table: RowTable, partition: &str, id: &str) -> Result<Option<Vec<u8>>, Error> {
-        let table = self.tx().open_table(definition(table.name()))?;
+        let table = self.tx_closing_kept_tables().open_table(definition(table.name()))?;
         Ok(table.get((partition, id))?.map(|value| value.value().to_vec()))
     }
 
@@ -99,18 +99,18 @@ impl Store {
     /// on every backend.
     ///
     /// ```
-    /// use idemdb::{BusinessWrite, Fingerprint, IdempotencyKey, Reservation, RowTable, Scope, Store};
+    /// use idemdb::{BusinessWrite, Fingerprint, IdempotencyKey, Reservation, Reserve, RowTable, Scope, Store};
     /// const ORDERS: RowTable = RowTable::new("app_orders");
     ///
     /// let store = Store::in_memory()?;
     /// let scope = Scope::new("acme", "place_order")?;
     /// let key = IdempotencyKey::new("order-842")?;
-    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &Fingerprint::from_bytes([9; 32]))? else { panic!() };
+    /// let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([9; 32])))? else { panic!() };
     /// store.commit_business(
     ///     BusinessWrite::new().put(ORDERS, "acme", "order-842", b"1050".to_vec()).complete(&lease, b"placed".to_vec()),
     /// )?;
     /// assert_eq!(store.rows(ORDERS, "acme", None, 0)?.len(), 1);
-    /// let replay = store.reserve(&scope, &key, &Fingerprint::from_bytes([9; 32]))?;
+    /// let replay = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([9; 32])))?;
     /// assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == b"placed"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

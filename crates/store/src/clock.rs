@@ -90,6 +90,9 @@ impl ClockState {
 pub(crate) struct ClockGuard {
     clock: Arc<dyn Clock>,
     state: Mutex<GuardState>,
+    /// `GuardState::cancelled`, readable without the lock (every lock-free answer asks);
+    /// written only under it.
+    cancelled: std::sync::atomic::AtomicBool,
 }
 
 struct GuardState {
@@ -124,6 +127,7 @@ impl ClockGuard {
                 pending_changed: false,
                 cancelled: false,
             }),
+            cancelled: std::sync::atomic::AtomicBool::new(false),
         };
         guard.read();
         if trust_gap {
@@ -193,6 +197,7 @@ impl ClockGuard {
                 }
                 state.pending_changed = true;
                 state.cancelled = true;
+                self.cancelled.store(true, std::sync::atomic::Ordering::Release);
             }
         } else {
             let mut confirmed = 0u64;
@@ -230,12 +235,13 @@ impl ClockGuard {
         state.persisted_trusted = state.persisted_trusted.max(state.current.trusted);
         state.pending_changed = false;
         state.cancelled = false;
+        self.cancelled.store(false, std::sync::atomic::Ordering::Release);
         Some(state.current.clone())
     }
 
     /// Whether pending gaps were cancelled since the state was last persisted.
     pub(crate) fn cancelled(&self) -> bool {
-        self.lock().cancelled
+        self.cancelled.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether the state moved since it was last persisted.

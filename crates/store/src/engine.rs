@@ -8,26 +8,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{Database, ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    AuditBatch, AuditEvent, AuditKind, Corrupt, DecisionTime, Fingerprint, Policies, Policy, Record, Scope, State,
-    Timestamp, decode_record,
+    AuditBatch, AuditEvent, AuditKind, Corrupt, DecisionTime, Fingerprint, Policies, Policy, Record, Scope, Timestamp,
+    decode_record,
 };
 
 use crate::audit::EncodedEvent;
 use crate::clock::ClockGuard;
 use crate::db::Db;
 use crate::durability::Durability;
-use crate::journal::commit::{CommitFailure, Wal};
+use crate::journal::commit::OpenJournal;
 use crate::journal::recovery::JournalSetup;
 use crate::journal::report::JournalRecovery;
 use crate::meta::{Initialiser, Meta};
 use crate::snapshot::Snapshots;
-use crate::tables::{
-    AUDIT, META, META_CLOCK, META_CLOCK_PENDING, META_RECONCILE_INDEXED, RECONCILE, RECONCILE_RECORD, RECORDS,
-    reconcile_key,
-};
+use crate::tables::AUDIT;
 use crate::{Clock, Error, KeyHash, OpenError};
 
 /// Settings fixed when the store is opened.
@@ -59,9 +56,9 @@ pub(crate) struct Engine {
     /// Answers' events dropped because [`AuditBatch::MAX_WAITING`] were already waiting.
     dropped_audit: AtomicU64,
     /// The write-ahead journal, when commits use one (see `journal/commit.rs`); read through
-    /// [`Engine::wal`].
+    /// [`Engine::open_journal`].
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-    wal: Option<Wal>,
+    open_journal: Option<OpenJournal>,
     /// What the open did with the journal (`None`: an open without one).
     pub(crate) recovery: Option<JournalRecovery>,
     /// The holder lock of a file store (`<store>.lock`, see `lockfile.rs`). Declared last: it
@@ -90,9 +87,6 @@ impl Engine {
             meta = init.run(&db)?;
         }
         let Meta { secret, clock: clock_state, fence_floor } = meta;
-        if let Db::Writable(db) = &db {
-            index_uncertain_records(db)?;
-        }
         let trust_clock_at_open = config.trust_clock_at_open;
         let next_sequence = {
             let read = db.begin_read()?;
@@ -116,7 +110,7 @@ impl Engine {
             fence_floor: AtomicU64::new(fence_floor),
             buffered_audit: Mutex::new(Vec::new()),
             dropped_audit: AtomicU64::new(0),
-            wal,
+            open_journal: wal,
             recovery,
             holder: None,
         })
@@ -133,51 +127,31 @@ impl Engine {
         self.config.policies.get(operation)
     }
 
-    /// Store time (see [`Store::now`](crate::Store::now)).
-    pub(crate) fn now(&self) -> Timestamp {
-        self.decision_time().now
-    }
-
     /// Store time and retention time read together (see
     /// [`Store::decision_time`](crate::Store::decision_time)), outside a write transaction. A
-    /// reading that found a wall-clock jump put right (pending gaps cancelled) persists the
-    /// clock at once — the one write a read may make, and a rare one — because a restart that
-    /// forgot the cancellation could later take the jump for time that passed. Best effort:
-    /// when another write transaction is running, its commit persists it; on failure the
-    /// cancellation stays in memory.
+    /// reading may put a wall-clock jump right (pending gaps cancelled); this read never writes
+    /// that down: [`Engine::clock_unsaved`] says it is to be written, and the store writes it
+    /// before the answer that saw it, off an async runtime's threads
+    /// ([`Store::save_clock_if_put_right`](crate::Store)).
     pub(crate) fn decision_time(&self) -> DecisionTime {
-        let at = self.clock.read();
-        if self.clock.cancelled() && !self.is_read_only() {
-            let _ = self.persist_clock_now();
-        }
-        at
+        self.clock.read()
     }
 
-    fn persist_clock_now(&self) -> Result<(), Error> {
-        let mut tx = match self.db.writable()?.try_begin_write() {
-            Ok(tx) => tx,
-            Err(redb::TransactionError::WouldBlock) => return Ok(()),
-            Err(other) => return Err(other.into()),
-        };
-        tx.set_durability(redb::Durability::Immediate)?;
-        self.persist_clock_if_due(&tx, true)?;
-        let committed = match self.wal() {
-            Some(wal) => wal.checkpoint(tx, self.clock.read().now.as_millis()).map_err(CommitFailure::into_error),
-            None => tx.commit().map_err(Error::from),
-        };
-        self.snapshots.invalidate();
-        committed
+    /// Whether a reading cancelled wall-clock gaps that no commit has written yet (never on a
+    /// read-only store, which writes nothing).
+    pub(crate) fn clock_unsaved(&self) -> bool {
+        !self.is_read_only() && self.clock.cancelled()
     }
 
     /// The write-ahead journal, when commits use one. Always `None` in the WebAssembly build,
     /// whose backends commit durably (`docs/design.md`, "The journal"): the constant lets the
     /// compiler leave the journal's code out of the `.wasm`.
     #[inline]
-    pub(crate) fn wal(&self) -> Option<&Wal> {
+    pub(crate) fn open_journal(&self) -> Option<&OpenJournal> {
         #[cfg(target_arch = "wasm32")]
         return None;
         #[cfg(not(target_arch = "wasm32"))]
-        self.wal.as_ref()
+        self.open_journal.as_ref()
     }
 
     /// Whether the store was opened read-only.
@@ -208,28 +182,17 @@ impl Engine {
     }
 
     pub(crate) fn begin_write(&self) -> Result<WriteTransaction, Error> {
-        if self.wal().is_some_and(Wal::failed) {
+        if self.open_journal().is_some_and(OpenJournal::failed) {
             return Err(Error::JournalFailed);
         }
         let mut tx = self.db.writable()?.begin_write()?;
         tx.set_durability(match self.config.durability {
             // The journal makes a commit durable; redb flushes only at checkpoints.
-            Durability::Immediate if self.wal().is_some() => redb::Durability::None,
+            Durability::Immediate if self.open_journal().is_some() => redb::Durability::None,
             Durability::Immediate => redb::Durability::Immediate,
             Durability::Eventual => redb::Durability::None,
         })?;
         Ok(tx)
-    }
-
-    /// Writes the clock state (retention time, unconfirmed gaps) into `tx` when it moved on
-    /// enough since last time: retention time by a second, or the gaps changed.
-    pub(crate) fn persist_clock_if_due(&self, tx: &WriteTransaction, force: bool) -> Result<(), Error> {
-        if let Some(state) = self.clock.take_due(force) {
-            let mut meta = tx.open_table(META)?;
-            meta.insert(META_CLOCK, state.trusted.to_be_bytes().as_slice())?;
-            meta.insert(META_CLOCK_PENDING, state.encode_pending().as_slice())?;
-        }
-        Ok(())
     }
 
     /// Whether closing the store has anything to write: buffered audit events, or a clock
@@ -295,7 +258,7 @@ impl Engine {
     /// Keeps an answer's audit event for a later commit; returns what now waits (`None` on a
     /// read-only store, which writes no audit trail; its answers still emit `tracing` events).
     /// The caller tells the store's [`AuditFlusher`](crate::audit_flush::AuditFlusher).
-    pub(crate) fn buffer_audit(&self, event: EncodedEvent) -> Option<crate::audit_flush::Waiting> {
+    pub(crate) fn buffer_audit(&self, event: EncodedEvent) -> Option<crate::audit::Waiting> {
         if self.is_read_only() {
             return None;
         }
@@ -304,12 +267,12 @@ impl Engine {
             drop(buffer);
             self.drop_audit_events(1);
             // Nothing new waits: the writer already retries what does.
-            return Some(crate::audit_flush::Waiting { first: false, full: false });
+            return Some(crate::audit::Waiting { first: false, full: false });
         }
         buffer.push(event);
         let waiting = buffer.len();
         drop(buffer);
-        Some(crate::audit_flush::Waiting { first: waiting == 1, full: AuditBatch::wait_ms(waiting, 0) == Some(0) })
+        Some(crate::audit::Waiting { first: waiting == 1, full: AuditBatch::wait_ms(waiting, 0) == Some(0) })
     }
 
     /// Answers' events dropped since the store opened because too many waited
@@ -366,42 +329,13 @@ impl Engine {
     }
 }
 
-/// Puts every uncertain record of a store made before the reconciliation queue existed into
-/// the queue, once (later writes keep it up to date); new stores are marked when created.
-fn index_uncertain_records(db: &Database) -> Result<(), OpenError> {
-    let mut uncertain = Vec::new();
-    {
-        let read = db.begin_read()?;
-        if read.open_table(META)?.get(META_RECONCILE_INDEXED)?.is_some() {
-            return Ok(());
-        }
-        for entry in read.open_table(RECORDS)?.iter()? {
-            let (key, value) = entry?;
-            // An undecodable record is left to `verify`; it is not uncertain as far as anyone knows.
-            if let Ok(record) = decode_record(value.value())
-                && matches!(record.state, State::Uncertain { .. })
-            {
-                uncertain.push((key.value().to_vec(), record.updated_at));
-            }
-        }
-    }
-    let mut tx = db.begin_write()?;
-    tx.set_durability(redb::Durability::Immediate)?;
-    {
-        let mut queue = tx.open_table(RECONCILE)?;
-        for (key, since) in uncertain {
-            queue
-                .insert(reconcile_key(RECONCILE_RECORD, &key).as_slice(), since.as_millis().to_be_bytes().as_slice())?;
-        }
-        tx.open_table(META)?.insert(META_RECONCILE_INDEXED, [1u8].as_slice())?;
-    }
-    tx.commit()?;
-    Ok(())
-}
-
 /// Replays and opens the journal of `setup` (see `journal/commit.rs`).
 #[cfg(not(target_arch = "wasm32"))]
-fn recover_journal(db: &Database, setup: JournalSetup, now: u64) -> Result<(Option<Wal>, JournalRecovery), OpenError> {
+fn recover_journal(
+    db: &Database,
+    setup: JournalSetup,
+    now: u64,
+) -> Result<(Option<OpenJournal>, JournalRecovery), OpenError> {
     crate::journal::recovery::recover(db, setup, now)
 }
 
@@ -411,7 +345,7 @@ fn recover_journal(
     _db: &Database,
     setup: JournalSetup,
     _now: u64,
-) -> Result<(Option<Wal>, JournalRecovery), OpenError> {
+) -> Result<(Option<OpenJournal>, JournalRecovery), OpenError> {
     drop(setup);
     Err(OpenError::Journal {
         path: std::path::PathBuf::new(),

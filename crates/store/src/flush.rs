@@ -29,7 +29,7 @@ impl Drop for Engine {
         if self.is_read_only() {
             return;
         }
-        match self.wal() {
+        match self.open_journal() {
             // The close's checkpoint applies everything journaled and clears the "records may
             // be pending" marker: the file alone is then the whole store.
             Some(wal) if !wal.failed() => {

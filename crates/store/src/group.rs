@@ -5,9 +5,10 @@
 //! leader, takes up to [`MAX_BATCH`] queued operations in arrival order, runs each against the
 //! same transaction exactly as it would run alone (each sees the writes of those before it),
 //! commits once, and hands every caller its own answer. Nobody is answered before the commit
-//! returned. The leader never waits to fill a
-//! batch: a lone caller commits at once, so batching adds no latency, and under load a batch
-//! holds whatever arrived during the previous commit.
+//! returned. A lone caller commits at once, so batching adds no latency to it; under load a
+//! batch holds whatever arrived during the previous commit, and the leader lingers briefly
+//! (while fewer operations are queued than the last batch answered: at most half the last
+//! commit's duration and [`MAX_LINGER`], 1 ms) so that callers taking turns share commits.
 //!
 //! **The transaction contract: an operation that returns an error leaves no write behind**,
 //! in a batch as alone (`docs/design.md`, "Transaction contract"). It is kept here, for every

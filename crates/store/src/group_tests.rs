@@ -7,7 +7,9 @@ use std::thread;
 use redb::StorageBackend;
 use redb::backends::InMemoryBackend;
 
-use crate::{Error, Fingerprint, IdempotencyKey, ManualClock, Refusal, Reservation, Scope, Store, TransitionError};
+use crate::{
+    Error, Fingerprint, IdempotencyKey, ManualClock, Refusal, Reservation, Reserve, Scope, Store, TransitionError,
+};
 
 /// An in-memory backend whose flushes can be held at a gate, to line callers up behind a
 /// commit in progress.
@@ -96,14 +98,14 @@ fn callers_queued_behind_a_commit_share_one_flush_and_keep_their_own_answers() {
     let (scope, fp) = (Scope::new("acme", "pay").unwrap(), Fingerprint::from_bytes([1; 32]));
 
     // A finished record whose lease can no longer complete or renew.
-    let Reservation::Acquired(done) = store.reserve(&scope, &key(999), &fp).unwrap() else { panic!() };
+    let Reservation::Acquired(done) = store.reserve(Reserve::new(&scope, &key(999), &fp)).unwrap() else { panic!() };
     store.complete(&done, b"ok".to_vec()).unwrap();
 
     // The first caller's commit stalls in its flush.
     gate.state.lock().unwrap().closed = true;
     let first = {
         let (store, scope) = (Arc::clone(&store), scope.clone());
-        thread::spawn(move || store.reserve(&scope, &key(0), &fp))
+        thread::spawn(move || store.reserve(Reserve::new(&scope, &key(0), &fp)))
     };
     wait_until(&gate, |state| state.waiting == 1);
     let batches_before = store.group.batches();
@@ -115,7 +117,7 @@ fn callers_queued_behind_a_commit_share_one_flush_and_keep_their_own_answers() {
         callers.push(thread::spawn(move || match i % 4 {
             0 => store.complete(&done, b"again".to_vec()).map(|()| None),
             1 => store.renew(&done).map(|_| None),
-            _ => store.reserve(&scope, &key(i), &fp).map(Some),
+            _ => store.reserve(Reserve::new(&scope, &key(i), &fp)).map(Some),
         }));
     }
     wait_for_queue(&store, 20);
@@ -145,7 +147,7 @@ fn a_panicking_operation_fails_its_batch_without_stranding_anyone() {
     gate.state.lock().unwrap().closed = true;
     let first = {
         let (store, scope) = (Arc::clone(&store), scope.clone());
-        thread::spawn(move || store.reserve(&scope, &key(0), &fp))
+        thread::spawn(move || store.reserve(Reserve::new(&scope, &key(0), &fp)))
     };
     wait_until(&gate, |state| state.waiting == 1);
     // Queued behind the stalled commit: an operation that panics, then a reservation.
@@ -158,7 +160,7 @@ fn a_panicking_operation_fails_its_batch_without_stranding_anyone() {
     wait_for_queue(&store, 1);
     let behind = {
         let (store, scope) = (Arc::clone(&store), scope.clone());
-        thread::spawn(move || store.reserve(&scope, &key(1), &fp))
+        thread::spawn(move || store.reserve(Reserve::new(&scope, &key(1), &fp)))
     };
     wait_for_queue(&store, 2);
     open_gate(&gate);
@@ -168,7 +170,7 @@ fn a_panicking_operation_fails_its_batch_without_stranding_anyone() {
     assert!(answer.is_err(), "the batch was abandoned, and its other caller told so: {answer:?}");
     assert!(store.get(&scope, &key(1)).unwrap().is_none(), "nothing of the abandoned batch was committed");
     // The queue works on: a new leader is elected.
-    assert!(matches!(store.reserve(&scope, &key(1), &fp).unwrap(), Reservation::Acquired(_)));
+    assert!(matches!(store.reserve(Reserve::new(&scope, &key(1), &fp)).unwrap(), Reservation::Acquired(_)));
 }
 
 /// The refused enqueue of `reserve_enqueuing`: the same effect twice with two payloads. The
@@ -212,7 +214,7 @@ fn operations_that_fail_after_writing_leave_nothing_and_their_batch_commits_the_
     gate.state.lock().unwrap().closed = true;
     let first = {
         let (store, scope) = (Arc::clone(&store), scope.clone());
-        thread::spawn(move || store.reserve(&scope, &key(0), &fp))
+        thread::spawn(move || store.reserve(Reserve::new(&scope, &key(0), &fp)))
     };
     wait_until(&gate, |state| state.waiting == 1);
     let batches_before = store.group.batches();
@@ -225,10 +227,14 @@ fn operations_that_fail_after_writing_leave_nothing_and_their_batch_commits_the_
             thread::spawn(move || -> Result<(), Error> {
                 match i % 3 {
                     // A reservation with effects that succeeds.
-                    0 => caller.reserve_enqueuing(&scope, &key(i), &fp, Some("req"), one_effect()).map(drop),
+                    0 => caller
+                        .reserve(Reserve::new(&scope, &key(i), &fp).traced("req")?.enqueuing(one_effect()))
+                        .map(drop),
                     // A reservation whose second effect is refused after the reservation and
                     // the first effect were written.
-                    1 => caller.reserve_enqueuing(&scope, &key(i), &fp, Some("req"), conflicting_effects()).map(drop),
+                    1 => caller
+                        .reserve(Reserve::new(&scope, &key(i), &fp).traced("req")?.enqueuing(conflicting_effects()))
+                        .map(drop),
                     // An operation that overwrites a record an earlier operation of the batch
                     // wrote (the one of key i - 2), writes a new one, then fails.
                     _ => caller.group.run(&caller.engine, move |txn| {
@@ -237,7 +243,7 @@ fn operations_that_fail_after_writing_leave_nothing_and_their_batch_commits_the_
                             record.attempts += 7;
                             txn.import(&earlier, &record, true)?;
                         }
-                        txn.reserve(&scope, &key(i), &fp)?;
+                        txn.reserve(Reserve::new(&scope, &key(i), &fp))?;
                         Err(Error::Internal("failed after writing"))
                     }),
                 }

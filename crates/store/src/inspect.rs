@@ -367,7 +367,7 @@ impl Store {
     pub fn compact(&mut self) -> Result<bool, Error> {
         // redb compacts only without live read transactions: drop the cached snapshot.
         let engine = self.exclusive("compact")?;
-        if engine.wal().is_some() {
+        if engine.open_journal().is_some() {
             // Checkpoint first: compaction works on the durable file.
             crate::flush::flush(engine)?;
         }

@@ -32,7 +32,7 @@ use idemdb_core::{
     IdempotencyKey, Intent, IntentRefusal, IntentResponse, IntentStateKind, KeyError, Scope, ScopedKey, Timestamp,
 };
 
-use crate::journal::apply::T_INTENTS;
+use crate::journal::apply::TableId;
 use crate::tables::{INTENTS, open_optional};
 use crate::{Error, Store};
 
@@ -127,8 +127,7 @@ impl Store {
         request: &[u8],
         canonicalizer: &Canonicalizer,
     ) -> Result<Intent, IntentError> {
-        let mut created = self.create_intents(&[(scope, key, request)], canonicalizer)?;
-        created.pop().ok_or(IntentError::Refused(IntentRefusal::NotFound))
+        self.create_one(scope, key, request, canonicalizer, false)
     }
 
     /// Creates several intents **in one write transaction** (one durable commit, one flush):
@@ -142,6 +141,47 @@ impl Store {
         intents: &[(&Scope, &IdempotencyKey, &[u8])],
         canonicalizer: &Canonicalizer,
     ) -> Result<Vec<Intent>, IntentError> {
+        self.create_intents_with(intents, canonicalizer, false)
+    }
+
+    /// [`Store::create_intent`] for a client about to send the request: when the intent is
+    /// pending (new, or stored already and still pending), it also records that an attempt
+    /// is being sent (`AttemptOutcome::Sent`, as [`Store::record_attempt`] would) — **in the
+    /// same commit**, so creating and sending the first time cost one flush, not two. A client
+    /// calls it only when it will send at once (not while offline); the marker means "may
+    /// have been sent", as a crash mid-send leaves it.
+    ///
+    /// # Errors
+    /// As [`Store::create_intent`].
+    pub fn create_intent_sending(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        request: &[u8],
+        canonicalizer: &Canonicalizer,
+    ) -> Result<Intent, IntentError> {
+        self.create_one(scope, key, request, canonicalizer, true)
+    }
+
+    /// One intent through [`Store::create_intents_with`].
+    fn create_one(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        request: &[u8],
+        canonicalizer: &Canonicalizer,
+        sending: bool,
+    ) -> Result<Intent, IntentError> {
+        let mut created = self.create_intents_with(&[(scope, key, request)], canonicalizer, sending)?;
+        created.pop().ok_or(IntentError::Refused(IntentRefusal::NotFound))
+    }
+
+    fn create_intents_with(
+        &self,
+        intents: &[(&Scope, &IdempotencyKey, &[u8])],
+        canonicalizer: &Canonicalizer,
+        sending: bool,
+    ) -> Result<Vec<Intent>, IntentError> {
         let mut prepared = Vec::with_capacity(intents.len());
         for (scope, key, request) in intents {
             let canonical = canonicalizer.canonicalize(request)?;
@@ -154,9 +194,17 @@ impl Store {
             for (scope, key, canonical, fingerprint) in prepared {
                 let encoded = ScopedKey::encode_parts(&scope, &key);
                 let existing = load_intent(txn, &encoded)?;
-                let (intent, write) = Intent::create(existing, Intent::new(scope, key, canonical, fingerprint, now))?;
+                let (mut intent, mut write) =
+                    Intent::create(existing, Intent::new(scope, key, canonical, fingerprint, now))?;
+                if sending
+                    && intent.state.kind() == IntentStateKind::Pending
+                    && let Some(sent) = intent.record_attempt(AttemptOutcome::Sent, now)?
+                {
+                    intent = sent;
+                    write = true;
+                }
                 if write {
-                    txn.put_logged(T_INTENTS, &encoded, &intent.encode())?;
+                    txn.put_logged(TableId::Intents, &encoded, &intent.encode())?;
                 }
                 created.push(intent);
             }
@@ -346,7 +394,7 @@ impl Store {
             let mut due = Vec::new();
             let mut more = false;
             {
-                let table = txn.tx().open_table(INTENTS).map_err(Error::from)?;
+                let table = txn.tx_closing_kept_tables().open_table(INTENTS).map_err(Error::from)?;
                 for entry in table.iter().map_err(Error::from)? {
                     let (key, value) = entry.map_err(Error::from)?;
                     if decode(key.value(), value.value())?.is_due_for_removal(keep_for, now) {
@@ -359,7 +407,7 @@ impl Store {
                 }
             }
             for key in &due {
-                txn.remove_logged(T_INTENTS, key)?;
+                txn.remove_logged(TableId::Intents, key)?;
             }
             Ok::<_, IntentError>(IntentPurge { removed: due.len() as u64, more })
         })
@@ -381,7 +429,7 @@ impl Store {
             let Some(intent) = load_intent(txn, &encoded)? else { return Err(IntentRefusal::NotFound.into()) };
             match change(&intent, now)? {
                 Some(next) => {
-                    txn.put_logged(T_INTENTS, &encoded, &next.encode())?;
+                    txn.put_logged(TableId::Intents, &encoded, &next.encode())?;
                     Ok::<_, IntentError>(next)
                 }
                 None => Ok(intent),
@@ -394,7 +442,7 @@ impl Store {
 
 /// Reads one intent inside a write transaction (seeing the transaction's own writes).
 fn load_intent(txn: &crate::Txn<'_>, encoded: &[u8]) -> Result<Option<Intent>, IntentError> {
-    let table = txn.tx().open_table(INTENTS).map_err(Error::from)?;
+    let table = txn.tx_closing_kept_tables().open_table(INTENTS).map_err(Error::from)?;
     let Some(value) = table.get(encoded).map_err(Error::from)? else { return Ok(None) };
     decode(encoded, value.value()).map(Some)
 }
@@ -421,6 +469,35 @@ mod tests {
             headers: vec![("content-type".into(), "application/json".into())],
             body: body.to_vec(),
         }
+    }
+
+    #[test]
+    fn create_sending_stores_the_intent_and_its_first_send_in_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let store = Store::builder().clock(clock.clone()).open(dir.path().join("s.idemdb")).unwrap();
+        let (scope, canon) = (Scope::new("me", "pay").unwrap(), Canonicalizer::new());
+        let key = IdempotencyKey::new("k-1").unwrap();
+        let appends = |store: &Store| store.journal_stats().expect("a file store journals").appends;
+        let before = appends(&store);
+        let sent = store.create_intent_sending(&scope, &key, br#"{"a":1}"#, &canon).unwrap();
+        assert_eq!(appends(&store) - before, 1, "one commit for the intent and its first send");
+        assert_eq!((sent.attempts, sent.last_attempt.map(|a| a.outcome)), (1, Some(AttemptOutcome::Sent)));
+        assert_eq!(store.intent(&scope, &key).unwrap(), Some(sent.clone()), "as stored");
+        // Its outcome closes that attempt (no second count), as after `record_attempt(Sent)`.
+        let answered = store.record_attempt(&scope, &key, AttemptOutcome::Status(503)).unwrap();
+        assert_eq!(answered.attempts, 1);
+        // Stored already and pending: the next send is marked with it, still one commit.
+        let before = appends(&store);
+        let again = store.create_intent_sending(&scope, &key, br#"{"a":1}"#, &canon).unwrap();
+        assert_eq!((again.attempts, appends(&store) - before), (2, 1));
+        // Finished: nothing is marked or written; another request under the key is refused.
+        store.record_response(&scope, &key, response(201, b"{}")).unwrap();
+        let before = appends(&store);
+        let done = store.create_intent_sending(&scope, &key, br#"{"a":1}"#, &canon).unwrap();
+        assert_eq!((done.attempts, done.state.kind(), appends(&store) - before), (2, IntentStateKind::Completed, 0));
+        let refused = store.create_intent_sending(&scope, &key, br#"{"a":2}"#, &canon).unwrap_err();
+        assert!(matches!(refused, IntentError::Refused(IntentRefusal::KeyMismatch)), "{refused:?}");
     }
 
     #[test]

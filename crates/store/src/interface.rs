@@ -12,12 +12,12 @@
 //! only async ones (as `reqwest` keeps its blocking client in a type of its own).
 //!
 //! ```
-//! use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+//! use idemdb::{Fingerprint, IdempotencyKey, Reservation, Reserve, Scope, Store};
 //! use idemdb_interface::IdempotencyStore;
 //!
 //! async fn charge_once<S: IdempotencyStore>(store: &S, scope: &Scope, key: &IdempotencyKey) -> Result<Vec<u8>, S::Error> {
 //!     let fp = Fingerprint::from_bytes([1; 32]);
-//!     match store.reserve(scope, key, &fp, None).await? {
+//!     match store.reserve(Reserve::new(scope, key, &fp)).await? {
 //!         Reservation::Acquired(lease) => {
 //!             store.complete(&lease, b"ch_1".to_vec()).await?;
 //!             Ok(b"ch_1".to_vec())
@@ -40,14 +40,13 @@ use std::future::Future;
 
 #[cfg(feature = "workflow")]
 use idemdb_core::{
-    Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, InboxAnswer, JobAnswer, JobLease,
-    JobRecord, ObjectRecord, OutboxItem, ProviderState,
+    Attention, Compensation, Delivery, DomainGuard, EffectName, EffectReport, Fingerprint, InboxAnswer, JobAnswer,
+    JobLease, JobRecord, ObjectRecord, OutboxItem, ProviderState,
 };
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use idemdb_core::{BusinessWrite, Row, RowTable};
 use idemdb_core::{
-    Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, NewEffect, Policy, PurgeReport, Record, Reservation,
-    Resolution, Scope, check_correlation,
+    Failure, IdempotencyKey, KeyHash, Lease, Policy, PurgeReport, Record, Reservation, Reserve, Resolution, Scope,
 };
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 use idemdb_interface::BusinessStore;
@@ -132,48 +131,32 @@ impl IdempotencyStore for AsyncStore {
         Store::tenant_hash(&self.store, tenant)
     }
 
-    fn reserve(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-    ) -> impl Future<Output = Result<Reservation, Error>> + Send {
-        IdempotencyStore::reserve_enqueuing(self, scope, key, fingerprint, correlation, Vec::new())
-    }
-
-    fn reserve_enqueuing(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-        effects: Vec<NewEffect>,
-    ) -> impl Future<Output = Result<Reservation, Error>> + Send {
+    fn reserve(&self, request: Reserve<'_>) -> impl Future<Output = Result<Reservation, Error>> + Send {
         let store = self.store.clone();
-        let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
-        let correlation = correlation.map(str::to_string);
+        let (scope, key, fingerprint) = (request.scope().clone(), request.key().clone(), *request.fingerprint());
+        let correlation = request.correlation().map(str::to_string);
+        let effects = request.into_effects();
         async move {
-            check_correlation(correlation.as_deref())?;
             // A replay, a conflict or a key in progress needs no commit (and no effect is
             // enqueued for an answer other than an acquisition).
             if let Some(answer) = store.answer_from_snapshot(&scope, &key, &fingerprint, correlation.as_deref())? {
+                if store.engine.clock_unsaved() {
+                    // The reading put a wall-clock jump right: written before the answer, off
+                    // the runtime (see `Store::save_clock_if_put_right`).
+                    let saving = store.clone();
+                    off_runtime(move || saving.save_clock_if_put_right()).await;
+                }
                 return Ok(answer);
             }
             if effects.is_empty() {
                 return off_runtime(move || store.reserve_in_commit(scope, key, fingerprint, correlation)).await;
             }
-            #[cfg(feature = "workflow")]
-            {
-                off_runtime(move || {
-                    store.reserve_enqueuing(&scope, &key, &fingerprint, correlation.as_deref(), effects)
-                })
-                .await
-            }
-            #[cfg(not(feature = "workflow"))]
-            {
-                Err(Error::Internal("effects need the outbox (the `workflow` feature)"))
-            }
+            off_runtime(move || {
+                store.reserve(
+                    Reserve::new(&scope, &key, &fingerprint).traced(correlation.as_deref())?.enqueuing(effects),
+                )
+            })
+            .await
         }
     }
 
@@ -363,22 +346,22 @@ impl WorkflowStore for AsyncStore {
     }
 }
 
-impl Store {
+impl AsyncStore {
     /// [`Store::write`] for async code: the transaction (and its flush) runs on the blocking
     /// pool, so the runtime's threads never wait for it. This is how an async handler writes
     /// its own tables and completes the record in the same commit.
     ///
     /// ```
-    /// use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+    /// use idemdb::{Fingerprint, IdempotencyKey, Reservation, Reserve, Scope, Store};
     /// use redb::TableDefinition;
     /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
     ///
     /// let store = Store::builder().journaled_table(ORDERS).in_memory()?;
     /// let (scope, key) = (Scope::new("acme", "place_order")?, IdempotencyKey::new("order-842")?);
-    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &Fingerprint::from_bytes([9; 32]))? else {
+    /// let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([9; 32])))? else {
     ///     panic!()
     /// };
-    /// pollster::block_on(store.write_async(move |txn| {
+    /// pollster::block_on(store.asynchronous().write(move |txn| {
     ///     txn.table(ORDERS)?.insert("order-842", 1050)?;
     ///     txn.complete(&lease, b"order placed".to_vec())
     /// }))?;
@@ -387,7 +370,7 @@ impl Store {
     ///
     /// # Errors
     /// As [`Store::write`].
-    pub async fn write_async<T, E>(
+    pub async fn write<T, E>(
         &self,
         f: impl FnOnce(&mut crate::Txn<'_>) -> Result<T, E> + Send + 'static,
     ) -> Result<T, E>
@@ -395,7 +378,7 @@ impl Store {
         T: Send + 'static,
         E: From<Error> + Send + 'static,
     {
-        let store = self.clone();
+        let store = self.store.clone();
         off_runtime(move || store.write(f)).await
     }
 }

@@ -8,7 +8,7 @@
 //! reconciliation). Tombstones outlive purged responses so a late retry never runs twice.
 //!
 //! ```
-//! use idemdb::{Canonicalizer, Normaliser, Reservation, Scope, Store};
+//! use idemdb::{Canonicalizer, Normaliser, Reservation, Reserve, Scope, Store};
 //!
 //! # let dir = tempfile::tempdir()?;
 //! # let path = dir.path().join("payments.idemdb");
@@ -23,7 +23,7 @@
 //!
 //! let mut charges = 0;
 //! for _delivery in 0..3 {
-//!     match store.reserve(&scope, &key, &fingerprint)? {
+//!     match store.reserve(Reserve::new(&scope, &key, &fingerprint))? {
 //!         Reservation::Acquired(lease) => {
 //!             charges += 1; // the effect
 //!             store.complete(&lease, b"{\"charge\":\"ch_1\"}".to_vec())?;

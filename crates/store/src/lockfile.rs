@@ -29,10 +29,13 @@
 //!   already lets them share): a read-only open that finds a live read-only native holder opens
 //!   without taking the file.
 //! * **Take-over** of a gone holder: under a short-lived guard file (`<store>.lock.takeover`,
-//!   created exclusively; a guard older than [`YOUNG`] is left by a process killed inside the
-//!   take-over and is removed), the lock is read again and removed only if it still holds the
-//!   content judged gone; then the lock is created exclusively like any new one. Two takers of
-//!   one stale lock never both win: the second finds the first's new lock.
+//!   created exclusively, holding its taker's content in the lock's format), the lock is read
+//!   again and removed only if it still holds the content judged gone; then the lock is created
+//!   exclusively like any new one. Two takers of one stale lock never both win: the second
+//!   finds the first's new lock. A guard is waited for while its taker lives (a take-over lasts
+//!   microseconds); a guard whose taker is gone (killed inside its take-over: the same rule as
+//!   a holder's) or that is older than [`YOUNG`] is moved away — and removed only if it still
+//!   holds what was judged — so a killed taker never blocks the next open.
 //! * **Release**: on drop, the file is removed if it still holds this holder's content.
 
 // The browser build has no files to lock: the parts below go unused there.
@@ -230,7 +233,7 @@ mod native {
                 (_, Verdict::Share) => return Ok(HolderLock { owned: None }),
                 (_, Verdict::Refuse(refusal)) => return Err(refusal),
                 (Found::Content(stale), Verdict::Gone) => {
-                    take_over(&lock, stale).map_err(io("take over lock file", &lock))?
+                    take_over(&lock, stale, &mine).map_err(io("take over lock file", &lock))?
                 }
             }
         }
@@ -327,28 +330,37 @@ mod native {
     }
 
     /// Removes the lock whose holder is gone, if it still holds `stale`, under the take-over
-    /// guard; a guard held by someone else is waited for (it lasts microseconds).
-    pub(super) fn take_over(lock: &Path, stale: &Stale) -> std::io::Result<()> {
+    /// guard (`mine`, this opener's content, is written into it). A guard whose taker lives is
+    /// waited for (a take-over lasts microseconds); one whose taker is gone, or older than
+    /// [`YOUNG`], was left by a process killed inside its take-over and is moved away.
+    pub(super) fn take_over(lock: &Path, stale: &Stale, mine: &str) -> std::io::Result<()> {
         let guard = sibling(lock, ".takeover");
-        match fs::OpenOptions::new().write(true).create_new(true).open(&guard) {
-            Ok(mut file) => {
-                let _ = file.write_all(format!("{}\n", std::process::id()).as_bytes());
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-                let old = fs::metadata(&guard)
-                    .ok()
-                    .and_then(|meta| meta.modified().ok())
-                    .and_then(|at| SystemTime::now().duration_since(at).ok())
-                    .is_some_and(|age| age >= YOUNG);
-                if old {
-                    // Left by a process killed inside a take-over.
-                    let _ = fs::remove_file(&guard);
-                } else {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+        // Bounds the wait even where a guard's age cannot be read (a modification time in the
+        // future after the clock was set back): a guard waited on this long is stale.
+        let waiting = std::time::Instant::now();
+        loop {
+            match fs::OpenOptions::new().write(true).create_new(true).open(&guard) {
+                Ok(mut file) => {
+                    // Written whole or not at all as far as a reader can tell: a guard without
+                    // a readable taker counts as live until it is old.
+                    let _ = file.write_all(mine.as_bytes());
+                    break;
                 }
-                return Ok(());
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(error) => return Err(error),
             }
-            Err(error) => return Err(error),
+            match read_holder(&guard)? {
+                Found::Missing => {}
+                Found::Content(left) => {
+                    let taker = std::str::from_utf8(&left.bytes).ok().and_then(parse);
+                    let old = left.age.is_some_and(|age| age >= YOUNG) || waiting.elapsed() >= YOUNG;
+                    if old || taker.is_some_and(|taker| !alive(&taker)) {
+                        remove_if_unchanged(&guard, &left.bytes)?;
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                }
+            }
         }
         let removed = match fs::read(lock) {
             Ok(bytes) if bytes == stale.bytes => fs::remove_file(lock)
@@ -359,7 +371,25 @@ mod native {
         removed
     }
 
-    fn sibling(lock: &Path, suffix: &str) -> PathBuf {
+    /// Removes `path` if it still holds `bytes`: it is first renamed to a name of its own (one
+    /// atomic step, so two removers never both take it), then compared; a file that changed in
+    /// between (a live taker's new guard) is put back under its name.
+    fn remove_if_unchanged(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let aside = sibling(path, &format!(".gone-{}", token()));
+        match fs::rename(path, &aside) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(error),
+        }
+        if fs::read(&aside).is_ok_and(|moved| moved != bytes) {
+            // Another taker's guard: back under its name unless a third took the name meanwhile.
+            let _ = fs::hard_link(&aside, path);
+        }
+        let _ = fs::remove_file(&aside);
+        Ok(())
+    }
+
+    pub(super) fn sibling(lock: &Path, suffix: &str) -> PathBuf {
         let mut name = lock.as_os_str().to_os_string();
         name.push(suffix);
         PathBuf::from(name)
@@ -558,6 +588,51 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(100));
         drop(Store::open(&path).expect("a zombie is gone"));
         zombie.wait().expect("reap");
+    }
+
+    #[test]
+    fn a_taker_killed_inside_its_take_over_does_not_block_the_next_open() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("s.idemdb");
+        drop(Store::open(&path).expect("create"));
+        let lock = lock_path(&path);
+        let guard = native::sibling(&lock, ".takeover");
+        // A guard in this format and one of an older Node package (a pid alone), each left by a
+        // taker that died before removing it, beside the lock of a holder that died too.
+        for left in [node_lock(dead_pid()), format!("{}\n", dead_pid())] {
+            fs::write(&lock, node_lock(dead_pid())).expect("stale lock");
+            fs::write(&guard, &left).expect("guard of a dead taker");
+            let store = Store::open(&path).expect("a dead taker's guard is moved away, not waited on");
+            assert!(!guard.exists(), "the guard is gone");
+            drop(store);
+            assert!(!lock.exists(), "released");
+        }
+        let mut names: Vec<_> = fs::read_dir(dir.path()).expect("dir").map(|e| e.expect("entry").file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["s.idemdb", "s.idemdb-journal"], "nothing left beside the store and its journal");
+    }
+
+    #[test]
+    fn a_live_taker_is_waited_for_not_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("s.idemdb");
+        drop(Store::open(&path).expect("create"));
+        let lock = lock_path(&path);
+        let guard = native::sibling(&lock, ".takeover");
+        let taker = Sleeper::start();
+        fs::write(&lock, node_lock(dead_pid())).expect("stale lock");
+        fs::write(&guard, node_lock(taker.pid())).expect("a live taker's guard");
+        let finishing = {
+            let guard = guard.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                fs::remove_file(&guard).expect("the taker ends its take-over");
+            })
+        };
+        let store = Store::open(&path).expect("the open waits for the live taker, then takes the stale lock");
+        finishing.join().expect("join");
+        assert_eq!(parse(&fs::read_to_string(&lock).expect("lock")).expect("parses").pid, std::process::id());
+        drop(store);
     }
 
     #[test]

@@ -7,8 +7,8 @@ use crate::OpenError;
 use crate::clock::ClockState;
 use crate::db::Db;
 use crate::tables::{
-    AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, META_FORMAT, META_MAGIC,
-    META_RECONCILE_INDEXED, META_SECRET, RECORDS, STORE_FORMAT,
+    AUDIT, EXPIRY, MAGIC, META, META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, META_FORMAT, META_MAGIC, META_SECRET,
+    RECORDS, STORE_FORMAT,
 };
 
 /// What an open learns from (or writes into) the metadata table.
@@ -52,8 +52,6 @@ impl Initialiser {
             meta.insert(META_FORMAT, STORE_FORMAT.to_be_bytes().as_slice())?;
             meta.insert(META_SECRET, secret.as_slice())?;
             meta.insert(META_CLOCK, self.created_at.to_be_bytes().as_slice())?;
-            // A new store's reconciliation queue is complete from the start.
-            meta.insert(META_RECONCILE_INDEXED, [1u8].as_slice())?;
             tx.open_table(RECORDS)?;
             tx.open_table(EXPIRY)?;
             tx.open_table(AUDIT)?;

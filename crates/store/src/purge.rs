@@ -6,7 +6,7 @@ use redb::ReadableTable;
 use idemdb_core::{AuditKind, PurgeReport, Retention, ScopedKey, Timestamp};
 
 use crate::audit::decode_entry;
-use crate::journal::apply::{T_AUDIT, T_EXPIRY};
+use crate::journal::apply::TableId;
 use crate::tables::{AUDIT, EXPIRY, audit_key, expiry_key, split_expiry_key};
 use crate::txn::Txn;
 use crate::{Error, Store};
@@ -86,7 +86,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
     // record cannot stop retention for the whole store.
     let scan = budget.saturating_add(1).saturating_add(MAX_CORRUPT_SKIPPED);
     let due: Vec<Vec<u8>> = {
-        let index = txn.tx().open_table(EXPIRY)?;
+        let index = txn.tx_closing_kept_tables().open_table(EXPIRY)?;
         let mut keys = Vec::new();
         for entry in index.range(..upper.as_slice())?.take(scan) {
             keys.push(entry?.0.value().to_vec());
@@ -101,7 +101,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
         }
         done += 1;
         let Some((due_at, scoped)) = split_expiry_key(&index_key) else {
-            txn.remove_logged(T_EXPIRY, &index_key)?;
+            txn.remove_logged(TableId::Expiry, &index_key)?;
             report.stale_index_entries += 1;
             continue;
         };
@@ -114,7 +114,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
                 } else {
                     report.stale_index_entries += 1;
                 }
-                txn.remove_logged(T_EXPIRY, &index_key)?;
+                txn.remove_logged(TableId::Expiry, &index_key)?;
             }
             #[cfg(not(feature = "workflow"))]
             let _ = due_at;
@@ -131,7 +131,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
         let record = match record {
             Some(record) if record.due_at() == Some(due_at) => record,
             _ => {
-                txn.remove_logged(T_EXPIRY, &index_key)?;
+                txn.remove_logged(TableId::Expiry, &index_key)?;
                 report.stale_index_entries += 1;
                 continue;
             }
@@ -156,7 +156,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
     // An entry (one event, or a segment keyed by its newest event) goes once all its events
     // are past retention. The budget counts entries.
     let (due, more) = {
-        let audit = txn.tx().open_table(AUDIT)?;
+        let audit = txn.tx_closing_kept_tables().open_table(AUDIT)?;
         let mut due = Vec::new();
         let mut more = false;
         for entry in audit.range(..cutoff)? {
@@ -170,7 +170,7 @@ fn purge(txn: &mut Txn<'_>, budget: usize) -> Result<PurgeReport, Error> {
         (due, more)
     };
     for (key, events) in due {
-        txn.remove_logged(T_AUDIT, &key)?;
+        txn.remove_logged(TableId::Audit, &key)?;
         report.audit_removed += events as u64;
     }
     report.more |= more;

@@ -106,10 +106,10 @@ impl Store {
     /// reads one snapshot.
     ///
     /// ```
-    /// # use idemdb::{Fingerprint, IdempotencyKey, Scope, Store};
+    /// # use idemdb::{Fingerprint, IdempotencyKey, Scope, Store, Reserve};
     /// let dir = tempfile::tempdir()?;
     /// let store = Store::open(dir.path().join("live.idemdb"))?;
-    /// store.reserve(&Scope::new("acme", "pay")?, &IdempotencyKey::new("k-1")?, &Fingerprint::from_bytes([1; 32]))?;
+    /// store.reserve(Reserve::new(&Scope::new("acme", "pay")?, &IdempotencyKey::new("k-1")?, &Fingerprint::from_bytes([1; 32])))?;
     /// let report = store.rebuild_into(dir.path().join("copy.idemdb"))?;
     /// assert_eq!(report.records, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -401,7 +401,7 @@ mod tests {
     use redb::backends::FileBackend;
 
     use super::*;
-    use crate::Reservation;
+    use crate::{Reservation, Reserve};
 
     fn locked(file: &fs::File) -> bool {
         let backend = FileBackend::new(file.try_clone().expect("clone")).expect("backend");
@@ -420,7 +420,7 @@ mod tests {
             let scope = Scope::new("acme", "pay").expect("scope");
             let key = IdempotencyKey::new("k-1").expect("key");
             let Reservation::Acquired(lease) =
-                store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])).expect("reserve")
+                store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32]))).expect("reserve")
             else {
                 panic!("a new key is acquired");
             };

@@ -2,7 +2,7 @@
 //! database ([`RowTable`]), written through the journal like the store's own tables.
 //!
 //! Every row table has the same redb types, `(&str, &str)` → `&[u8]`, so recovery replays a
-//! row without being told about the table: a journal mutation of id [`T_ROWS`] carries the
+//! row without being told about the table: a journal mutation of id [`TableId::Rows`] carries the
 //! table's name in front of the key (`name length: u32 BE · name · partition length: u32 BE ·
 //! partition · id`), and the replay opens the table by that name. That is what typed
 //! application tables ([`Txn::table`]) cannot do: their types must be registered at every open,

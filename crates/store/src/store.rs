@@ -6,11 +6,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use redb::WriteTransaction;
-
 use idemdb_core::{
     DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, Policy, Record, Reservation,
-    Resolution, Scope, ScopedKey, Timestamp, decide,
+    Reserve, Resolution, Scope, ScopedKey, Timestamp, decide,
 };
 
 use crate::Error;
@@ -68,8 +66,9 @@ impl<E> idemdb_core::Coded for ExecuteError<E> {
 /// Every decision (reserve, complete, fail, renew, reconcile) is one write transaction:
 /// read the record, decide with [`idemdb_core::decide`] or a transition, write, commit.
 /// `Store` is a handle: `Send + Sync`, and cheap to clone (clones share the open store, which
-/// closes when the last clone is dropped). It also implements the async store interface
-/// [`IdempotencyStore`](idemdb_interface::IdempotencyStore).
+/// closes when the last clone is dropped). Its methods block; the async store interface
+/// [`IdempotencyStore`](idemdb_interface::IdempotencyStore) is implemented by its async
+/// handle, [`AsyncStore`](crate::AsyncStore) (`store.asynchronous()`).
 #[derive(Clone)]
 pub struct Store {
     /// Declared first: dropped with the last handle, it stops its thread (which holds the
@@ -129,7 +128,7 @@ impl Store {
     /// (time the store was closed, or a jump) not yet cancelled by the wall clock going back.
     /// Leases, fences and the times written into records use it. See `docs/design.md`, "Time".
     pub fn now(&self) -> Timestamp {
-        self.engine.now()
+        self.decision_time().now
     }
 
     /// Store time and *retention time* read together. Retention time is store time without
@@ -137,7 +136,22 @@ impl Store {
     /// time): it decides expiry and forgetting, so a wall-clock jump alone never makes a known
     /// key unknown.
     pub fn decision_time(&self) -> DecisionTime {
-        self.engine.decision_time()
+        let at = self.engine.decision_time();
+        self.save_clock_if_put_right();
+        at
+    }
+
+    /// Writes a wall-clock jump that a reading put right (pending gaps cancelled) before the
+    /// answer that saw it is given: a restart that forgot the cancellation could later take the
+    /// jump for time that passed, and forget a key within its retention (`docs/design.md`,
+    /// "Time"). A commit of the clock alone, through the group commit, at most once per
+    /// correction; best effort (on failure the next commit writes it). It blocks: the blocking
+    /// calls run it on their caller's thread, [`AsyncStore`](crate::AsyncStore) off the async
+    /// runtime — a lookup answered on a runtime's worker never commits there.
+    pub(crate) fn save_clock_if_put_right(&self) {
+        if self.engine.clock_unsaved() {
+            let _ = self.write(|_| Ok::<(), Error>(()));
+        }
     }
 
     /// Whether the store was opened read-only
@@ -183,7 +197,7 @@ impl Store {
     /// hatch, whose commit is a durable checkpoint.
     ///
     /// ```
-    /// use idemdb::{Reservation, Scope, Store, IdempotencyKey, Fingerprint};
+    /// use idemdb::{Reservation, Reserve, Scope, Store, IdempotencyKey, Fingerprint};
     /// use redb::TableDefinition;
     /// const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
     ///
@@ -191,7 +205,7 @@ impl Store {
     /// let scope = Scope::new("acme", "place_order")?;
     /// let key = IdempotencyKey::new("order-842")?;
     /// let fp = Fingerprint::from_bytes([9; 32]);
-    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp)? else { panic!() };
+    /// let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp))? else { panic!() };
     /// store.write(|txn| {
     ///     txn.table(ORDERS)?.insert("order-842", 1050)?;
     ///     txn.complete(&lease, b"order placed".to_vec())
@@ -241,51 +255,48 @@ impl Store {
         f(&tx)
     }
 
-    /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not.
+    /// Reserves `(scope, key)` for a request with `fingerprint`, or says why not: the one
+    /// reservation call. The [`Reserve`] request may carry a correlation id (checked when it
+    /// was given to it) and effects to enqueue in the outbox in the same commit when the key is
+    /// acquired (an acquired reservation has its effects in the outbox; any other answer
+    /// enqueued nothing).
     ///
     /// ```
-    /// use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store};
+    /// use idemdb::{Fingerprint, IdempotencyKey, Reservation, Reserve, Scope, Store};
     /// let store = Store::in_memory()?;
     /// let scope = Scope::new("acme", "create_payment")?;
     /// let key = Store::new_key()?;
     /// let fp = Fingerprint::from_bytes([1; 32]);
-    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp)? else { panic!() };
+    /// let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp))? else { panic!() };
     /// store.complete(&lease, b"{\"charge\":\"ch_1\"}".to_vec())?;
-    /// let again = store.reserve(&scope, &key, &fp)?;
+    /// let again = store.reserve(Reserve::new(&scope, &key, &fp).traced("req-7f3a")?)?;
     /// assert!(matches!(again, Reservation::Replay { ref body, .. } if body == b"{\"charge\":\"ch_1\"}"));
-    /// let other = store.reserve(&scope, &key, &Fingerprint::from_bytes([2; 32]))?;
+    /// let other = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([2; 32])))?;
     /// assert!(matches!(other, Reservation::Mismatch { .. }));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
     /// [`Error::Storage`] / [`Error::CommitUnknown`] when the storage fails,
-    /// [`Error::Corrupt`] for an undecodable record.
-    pub fn reserve(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<Reservation, Error> {
-        self.reserve_with(scope, key, fingerprint, None)
+    /// [`Error::Corrupt`] for an undecodable record; with effects, as
+    /// [`Txn::enqueue_effect`](crate::Txn) (on an error nothing is committed), and
+    /// [`Error::Internal`] for effects on a build without the outbox (the `workflow` feature).
+    pub fn reserve(&self, request: Reserve<'_>) -> Result<Reservation, Error> {
+        if request.effects().is_empty() {
+            return self.reserve_with(request.scope(), request.key(), request.fingerprint(), request.correlation());
+        }
+        #[cfg(feature = "workflow")]
+        {
+            self.reserve_enqueuing(request)
+        }
+        #[cfg(not(feature = "workflow"))]
+        {
+            Err(Error::Internal("effects need the outbox (the `workflow` feature)"))
+        }
     }
 
-    /// [`Store::reserve`] with a correlation id recorded in the audit trail and log events.
-    ///
-    /// # Errors
-    /// As [`Store::reserve`], and [`Refusal::Key`](idemdb_core::Refusal::Key) for an invalid correlation id.
-    pub fn reserve_traced(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: &str,
-    ) -> Result<Reservation, Error> {
-        self.reserve_with(scope, key, fingerprint, Some(correlation))
-    }
-
-    /// The reservation both [`Store::reserve`] and [`Store::reserve_traced`] make: the
-    /// correlation id, when given, is checked and recorded.
+    /// A reservation without effects: the correlation id (checked by [`Reserve::traced`]), when
+    /// given, is recorded.
     pub(crate) fn reserve_with(
         &self,
         scope: &Scope,
@@ -293,10 +304,10 @@ impl Store {
         fingerprint: &Fingerprint,
         correlation: Option<&str>,
     ) -> Result<Reservation, Error> {
-        idemdb_core::check_correlation(correlation)?;
         // Answers that change nothing (replay, in progress, mismatch, expired, uncertain) are
         // decided from a read snapshot: no write lock, no flush, no clone of the scope or key.
         if let Some(answer) = self.answer_from_snapshot(scope, key, fingerprint, correlation)? {
+            self.save_clock_if_put_right();
             return Ok(answer);
         }
         self.reserve_in_commit(scope.clone(), key.clone(), *fingerprint, correlation.map(str::to_string))
@@ -322,6 +333,8 @@ impl Store {
     ) -> Result<Option<Reservation>, Error> {
         let encoded = ScopedKey::encode_parts(scope, key);
         let Some(record) = self.engine.get_encoded(&encoded)? else { return Ok(None) };
+        // Never writes here: the clock a reading put right is the caller's to save (above, and
+        // off the runtime in `AsyncStore`).
         let at = self.engine.decision_time();
         let now = at.now;
         let context =
@@ -387,56 +400,19 @@ impl Store {
     }
 
     /// Reserves, runs `operation` and completes, **in one commit**: for effects in the same
-    /// database. If the operation fails, nothing is stored and the key stays free.
+    /// database. If the operation fails, nothing is stored and the key stays free; if the key
+    /// is not acquired (a replay, a conflict, a key in progress), the operation does not run.
     ///
-    /// The operation gets the raw redb transaction
-    /// ([`Txn::tables_checkpointing`]), so this commit is a durable checkpoint; to journal the
-    /// application's writes, use [`Store::execute_journaled`] and [`Txn::table`].
-    ///
-    /// ```
-    /// use idemdb::{Executed, Fingerprint, IdempotencyKey, Scope, Store};
-    /// use redb::{ReadableTable, TableDefinition};
-    /// const BALANCES: TableDefinition<&str, i64> = TableDefinition::new("app_balances");
-    ///
-    /// let store = Store::in_memory()?;
-    /// let scope = Scope::new("acme", "credit")?;
-    /// let key = IdempotencyKey::new("credit-17")?;
-    /// let fp = Fingerprint::from_bytes([3; 32]);
-    /// let credit = |tables: &redb::WriteTransaction| -> Result<Vec<u8>, redb::Error> {
-    ///     let mut balances = tables.open_table(BALANCES)?;
-    ///     let old = balances.get("alice")?.map(|v| v.value()).unwrap_or(0);
-    ///     balances.insert("alice", old + 100)?;
-    ///     Ok((old + 100).to_string().into_bytes())
-    /// };
-    /// assert_eq!(store.execute(&scope, &key, &fp, credit)?, Executed::Ran { result: b"100".to_vec() });
-    /// // A retry replays; the balance is credited once.
-    /// assert!(matches!(store.execute(&scope, &key, &fp, credit)?, Executed::Answered(_)));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`ExecuteError::Operation`] with the operation's error (everything rolled back), or
-    /// [`ExecuteError::Store`].
-    pub fn execute<E>(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        operation: impl FnOnce(&WriteTransaction) -> Result<Vec<u8>, E>,
-    ) -> Result<Executed, ExecuteError<E>> {
-        self.execute_journaled(scope, key, fingerprint, |txn| operation(txn.tables_checkpointing()))
-    }
-
-    /// [`Store::execute`] whose operation gets the store's own transaction: what it writes
-    /// through [`Txn::table`](crate::Txn::table) (tables registered with
-    /// [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table)) rides the
-    /// journal with the reservation and the completion, so the whole call commits as **one
-    /// journal append**, not a checkpoint. (An operation that still calls
-    /// [`Txn::tables_checkpointing`](crate::Txn::tables_checkpointing) makes it a checkpoint
-    /// again.)
+    /// The operation gets the store's transaction: what it writes through
+    /// [`Txn::table`](crate::Txn::table) (tables registered with
+    /// [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table)) or
+    /// [`Txn::put_row`](crate::Txn::put_row) rides the journal with the reservation and the
+    /// completion, so the whole call commits as **one journal append**. The escape hatch,
+    /// [`Txn::tables_checkpointing`](crate::Txn::tables_checkpointing) (raw redb tables the
+    /// store was not told about), makes the commit a durable checkpoint instead.
     ///
     /// ```
-    /// use idemdb::{Executed, Fingerprint, IdempotencyKey, Scope, Store};
+    /// use idemdb::{Executed, Fingerprint, IdempotencyKey, Reserve, Scope, Store};
     /// use idemdb::redb::TableDefinition;
     /// const BALANCES: TableDefinition<&str, i64> = TableDefinition::new("app_balances");
     ///
@@ -451,26 +427,27 @@ impl Store {
     ///     Ok((old + 100).to_string().into_bytes())
     /// };
     /// let before = store.journal_stats().expect("a file store journals");
-    /// assert_eq!(store.execute_journaled(&scope, &key, &fp, credit)?, Executed::Ran { result: b"100".to_vec() });
-    /// assert!(matches!(store.execute_journaled(&scope, &key, &fp, credit)?, Executed::Answered(_)));
+    /// let ran = store.execute(Reserve::new(&scope, &key, &fp), credit)?;
+    /// assert_eq!(ran, Executed::Ran { result: b"100".to_vec() });
+    /// // A retry replays; the balance is credited once.
+    /// assert!(matches!(store.execute(Reserve::new(&scope, &key, &fp), credit)?, Executed::Answered(_)));
     /// let after = store.journal_stats().unwrap();
     /// assert_eq!(after.checkpoints, before.checkpoints, "journal appends, no checkpoint");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
-    /// As [`Store::execute`]; [`Error::UnregisteredTable`] (through the operation) for a
-    /// table the store was not told about.
-    pub fn execute_journaled<E>(
+    /// [`ExecuteError::Operation`] with the operation's error (everything rolled back), or
+    /// [`ExecuteError::Store`] ([`Error::UnregisteredTable`] through [`Txn::table`](crate::Txn::table)
+    /// for a table the store was not told about).
+    pub fn execute<E>(
         &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
+        request: Reserve<'_>,
         operation: impl FnOnce(&mut Txn<'_>) -> Result<Vec<u8>, E>,
     ) -> Result<Executed, ExecuteError<E>> {
         let begun = Begun::new(&self.engine)?;
         let mut txn = begun.txn();
-        let reservation = txn.reserve(scope, key, fingerprint)?;
+        let reservation = txn.reserve(request)?;
         let Reservation::Acquired(lease) = reservation else {
             let finished = txn.finish()?;
             begun.commit(finished)?;
@@ -494,7 +471,7 @@ impl Store {
     /// What the store's write-ahead journal did since the store was opened; `None` when
     /// commits are not journaled ([`StoreBuilder::journal`](crate::StoreBuilder::journal)).
     pub fn journal_stats(&self) -> Option<crate::JournalStats> {
-        self.engine.wal().map(crate::journal::commit::Wal::stats)
+        self.engine.open_journal().map(crate::journal::commit::OpenJournal::stats)
     }
 
     /// What the open did with the store's journal: the records it replayed, the records it

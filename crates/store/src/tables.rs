@@ -53,31 +53,58 @@ pub(crate) const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("
 pub(crate) const JOBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("idemdb_jobs");
 
 /// The id of each table in journal records (`journal/apply.rs` applies a mutation by it).
-/// Every table the store owns has one, so every write the store makes is journaled; ids are
-/// never reused. 6 is the business rows table.
-pub(crate) const T_META: u8 = 1;
-pub(crate) const T_RECORDS: u8 = 2;
-pub(crate) const T_EXPIRY: u8 = 3;
-pub(crate) const T_AUDIT: u8 = 4;
-pub(crate) const T_RECONCILE: u8 = 5;
-pub(crate) const T_INTENTS: u8 = 7;
-#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
-pub(crate) const T_OUTBOX: u8 = 8;
-#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
-pub(crate) const T_OUTBOX_DUE: u8 = 9;
-#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
-pub(crate) const T_DELIVERIES: u8 = 10;
-#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
-pub(crate) const T_OBJECTS: u8 = 11;
-#[cfg_attr(not(feature = "workflow"), allow(dead_code))]
-pub(crate) const T_JOBS: u8 = 12;
-/// Every application table (`app_table.rs`): the logged key is `name length: u32 BE · name ·
-/// key`.
-pub(crate) const T_APPLICATION: u8 = 13;
-/// Every row table (`rows.rs`): the logged key is `name length: u32 BE · name · partition
-/// length: u32 BE · partition · id`; replayed without registration (all have one type).
-#[cfg_attr(all(target_arch = "wasm32", target_os = "unknown"), allow(dead_code))]
-pub(crate) const T_ROWS: u8 = 14;
+/// Every table the store owns has one, so every write the store makes is journaled. A
+/// record carries the id as one byte ([`TableId::byte`]); ids are never reused, and 6 is
+/// skipped (it named a table of a development build).
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum TableId {
+    Meta = 1,
+    Records = 2,
+    Expiry = 3,
+    Audit = 4,
+    Reconcile = 5,
+    Intents = 7,
+    Outbox = 8,
+    OutboxDue = 9,
+    Deliveries = 10,
+    Objects = 11,
+    Jobs = 12,
+    /// Every application table (`app_table.rs`): the logged key is `name length: u32 BE ·
+    /// name · key`.
+    Application = 13,
+    /// Every row table (`rows.rs`): the logged key is `name length: u32 BE · name · partition
+    /// length: u32 BE · partition · id`; replayed without registration (all have one type).
+    Rows = 14,
+}
+
+impl TableId {
+    /// The byte a journal record carries.
+    pub(crate) const fn byte(self) -> u8 {
+        self as u8
+    }
+
+    /// The table a record's byte names; `None` for a byte no table has (a record of a later
+    /// build, or damage that still checksums).
+    pub(crate) fn from_byte(byte: u8) -> Option<TableId> {
+        Some(match byte {
+            1 => TableId::Meta,
+            2 => TableId::Records,
+            3 => TableId::Expiry,
+            4 => TableId::Audit,
+            5 => TableId::Reconcile,
+            7 => TableId::Intents,
+            8 => TableId::Outbox,
+            9 => TableId::OutboxDue,
+            10 => TableId::Deliveries,
+            11 => TableId::Objects,
+            12 => TableId::Jobs,
+            13 => TableId::Application,
+            14 => TableId::Rows,
+            _ => return None,
+        })
+    }
+}
 
 /// Reconciliation queue entry kinds.
 pub(crate) const RECONCILE_RECORD: u8 = 1;
@@ -126,9 +153,6 @@ pub(crate) const META_SECRET: &str = "audit_secret";
 pub(crate) const META_CLOCK: &str = "clock_high_water";
 pub(crate) const META_CLOCK_PENDING: &str = "clock_pending";
 pub(crate) const META_FENCE_FLOOR: &str = "fence_floor";
-/// Set once the reconciliation queue holds every uncertain record (stores made before the
-/// queue existed are indexed on their first write open).
-pub(crate) const META_RECONCILE_INDEXED: &str = "reconcile_indexed";
 /// The last journal sequence number applied to the file (`u64` BE; written by every durable
 /// commit while a journal is open). Absent: the store never had a journal.
 pub(crate) const META_JOURNAL_CHECKPOINT: &str = "journal_checkpoint";
@@ -165,5 +189,19 @@ pub(crate) fn open_optional<K: Key + 'static, V: Value + 'static>(
         Ok(table) => Ok(Some(table)),
         Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
         Err(error) => Err(error.into()),
+    }
+}
+
+#[cfg(test)]
+mod table_id_tests {
+    use super::TableId;
+
+    #[test]
+    fn every_id_round_trips_through_its_byte_and_no_other_byte_names_a_table() {
+        let named: Vec<u8> = (0..=u8::MAX).filter(|byte| TableId::from_byte(*byte).is_some()).collect();
+        for byte in &named {
+            assert_eq!(TableId::from_byte(*byte).map(TableId::byte), Some(*byte));
+        }
+        assert_eq!(named, [1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14], "6 is skipped, none reused");
     }
 }

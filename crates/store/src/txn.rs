@@ -6,15 +6,15 @@ use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
     AuditKind, Corrupt, DecisionContext, DecisionTime, Failure, Fingerprint, IdempotencyKey, Lease, LeaseStep,
-    MAX_RESULT_BYTES_LIMIT, Record, Refusal, Reservation, Resolution, Scope, ScopedKey, State, Timestamp, decide,
-    decode_record, encode_record, needs_effect_census,
+    MAX_RESULT_BYTES_LIMIT, Record, Refusal, Reservation, Reserve, Resolution, Scope, ScopedKey, State, Timestamp,
+    decide, decode_record, encode_record, needs_effect_census,
 };
 
 use crate::Error;
 use crate::audit::{EncodedEvent, MAX_SEGMENT_EVENTS, encode_segment};
 use crate::engine::Engine;
 use crate::journal::Mutation;
-use crate::journal::apply::{self, T_AUDIT, T_EXPIRY, T_META, T_RECONCILE, T_RECORDS};
+use crate::journal::apply::{self, TableId};
 use crate::journal::commit::CommitFailure;
 use crate::tables::{
     EXPIRY, META_CLOCK, META_CLOCK_PENDING, META_FENCE_FLOOR, RECONCILE_RECORD, RECORDS, audit_key, expiry_key,
@@ -23,6 +23,24 @@ use crate::tables::{
 use idemdb_core::{AuditEvent, ResolutionCause};
 
 mod undo;
+
+/// What an operation changed in its transaction, to put back if it fails.
+#[derive(Default)]
+struct Undo {
+    /// Each key the operation wrote, with its value before the operation's first write to it
+    /// (`None`: absent), in order of first write.
+    previous: Vec<(TableId, Vec<u8>, Option<Vec<u8>>)>,
+    /// The keys in `previous`.
+    seen: std::collections::HashSet<(TableId, Vec<u8>)>,
+    /// Lengths at the start: journal mutations, audit events, written records.
+    log_len: usize,
+    audit_len: usize,
+    written_len: usize,
+    /// Entries of the written-records list that existed before and were overwritten.
+    written_before: Vec<(usize, Option<Vec<u8>>)>,
+    /// Set when the operation wrote what the log cannot take back (what, for debugging).
+    irreversible: Option<&'static str>,
+}
 
 /// An open write transaction. Obtained through [`Store::write`](crate::Store::write)(crate::Store::write);
 /// committed when the closure returns `Ok`, rolled back otherwise.
@@ -50,7 +68,7 @@ pub struct Txn<'s> {
     /// Whether the commit must be durable in the file (a flush).
     durable: bool,
     /// The undo log of the operation running in a group commit ([`Txn::operation`]).
-    undo: Option<undo::Undo>,
+    undo: Option<Undo>,
     /// Set when [`Txn::tables_checkpointing`] handed out the redb transaction during the
     /// running operation (its writes cannot be taken back).
     raw_in_operation: std::sync::atomic::AtomicBool,
@@ -100,7 +118,7 @@ impl<'e> Begun<'e> {
             audit: Vec::new(),
             written: Vec::new(),
             written_at: std::collections::HashMap::new(),
-            log: self.engine.wal().map(|_| Vec::new()),
+            log: self.engine.open_journal().map(|_| Vec::new()),
             raw: std::sync::atomic::AtomicBool::new(false),
             durable: false,
             undo: None,
@@ -170,13 +188,13 @@ impl<'s> Txn<'s> {
     pub fn tables_checkpointing(&self) -> &WriteTransaction {
         self.raw.store(true, std::sync::atomic::Ordering::Relaxed);
         self.raw_in_operation.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.tx()
+        self.tx_closing_kept_tables()
     }
 
     /// The redb transaction for **reading** the store's tables (writes go through
     /// [`Txn::put_logged`] and [`Txn::remove_logged`], so they are journaled). The tables this
     /// `Txn` keeps open are closed first, so the caller may open any table.
-    pub(crate) fn tx(&self) -> &WriteTransaction {
+    pub(crate) fn tx_closing_kept_tables(&self) -> &WriteTransaction {
         self.records.borrow_mut().take();
         self.expiry.borrow_mut().take();
         self.tx
@@ -200,33 +218,33 @@ impl<'s> Txn<'s> {
 
     /// Writes `key` → `value` into one of the store's tables and logs it for the journal
     /// (and, inside a group commit's operation, its previous value for the undo log).
-    pub(crate) fn put_logged(&mut self, table: u8, key: &[u8], value: &[u8]) -> Result<(), Error> {
+    pub(crate) fn put_logged(&mut self, table: TableId, key: &[u8], value: &[u8]) -> Result<(), Error> {
         self.before_write(table, key)?;
         self.write_raw(table, key, Some(value))?;
         if let Some(log) = &mut self.log {
-            log.push(Mutation::Put { table, key: key.to_vec(), value: value.to_vec() });
+            log.push(Mutation::Put { table: table.byte(), key: key.to_vec(), value: value.to_vec() });
         }
         Ok(())
     }
 
     /// Removes `key` from one of the store's tables and logs it for the journal (and, inside a
     /// group commit's operation, its previous value for the undo log).
-    pub(crate) fn remove_logged(&mut self, table: u8, key: &[u8]) -> Result<(), Error> {
+    pub(crate) fn remove_logged(&mut self, table: TableId, key: &[u8]) -> Result<(), Error> {
         self.before_write(table, key)?;
         self.write_raw(table, key, None)?;
         if let Some(log) = &mut self.log {
-            log.push(Mutation::Remove { table, key: key.to_vec() });
+            log.push(Mutation::Remove { table: table.byte(), key: key.to_vec() });
         }
         Ok(())
     }
 
     /// Puts `key` → `value`, or removes `key` (`None`), in one of the store's tables: no log.
-    fn write_raw(&self, table: u8, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
+    fn write_raw(&self, table: TableId, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
         match (table, value) {
-            (T_RECORDS, Some(value)) => self.with_records(|records| Ok(records.insert(key, value).map(drop)?)),
-            (T_RECORDS, None) => self.with_records(|records| Ok(records.remove(key).map(drop)?)),
-            (T_EXPIRY, Some([])) => self.with_expiry(|index| Ok(index.insert(key, ()).map(drop)?)),
-            (T_EXPIRY, None) => self.with_expiry(|index| Ok(index.remove(key).map(drop)?)),
+            (TableId::Records, Some(value)) => self.with_records(|records| Ok(records.insert(key, value).map(drop)?)),
+            (TableId::Records, None) => self.with_records(|records| Ok(records.remove(key).map(drop)?)),
+            (TableId::Expiry, Some([])) => self.with_expiry(|index| Ok(index.insert(key, ()).map(drop)?)),
+            (TableId::Expiry, None) => self.with_expiry(|index| Ok(index.remove(key).map(drop)?)),
             (_, Some(value)) => Ok(apply::apply_put(self.tx, &self.store.config.apps, table, key, value)?),
             (_, None) => Ok(apply::apply_remove(self.tx, &self.store.config.apps, table, key)?),
         }
@@ -235,42 +253,34 @@ impl<'s> Txn<'s> {
     /// Writes the clock state when it is due (see [`Engine::persist_clock_if_due`]).
     pub(crate) fn persist_clock_logged(&mut self, force: bool) -> Result<(), Error> {
         if let Some(state) = self.store.clock.take_due(force) {
-            self.put_logged(T_META, META_CLOCK.as_bytes(), &state.trusted.to_be_bytes())?;
-            self.put_logged(T_META, META_CLOCK_PENDING.as_bytes(), &state.encode_pending())?;
+            self.put_logged(TableId::Meta, META_CLOCK.as_bytes(), &state.trusted.to_be_bytes())?;
+            self.put_logged(TableId::Meta, META_CLOCK_PENDING.as_bytes(), &state.encode_pending())?;
         }
         Ok(())
     }
 
-    /// [`Store::reserve`](crate::Store::reserve) inside this transaction.
+    /// [`Store::reserve`](crate::Store::reserve) inside this transaction: with effects, they
+    /// are enqueued in it when the key is acquired.
     ///
     /// # Errors
     /// As [`Store::reserve`](crate::Store::reserve).
-    pub fn reserve(
-        &mut self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-    ) -> Result<Reservation, Error> {
-        self.reserve_with(scope, key, fingerprint, None)
+    pub fn reserve(&mut self, request: Reserve<'_>) -> Result<Reservation, Error> {
+        #[cfg(not(feature = "workflow"))]
+        if !request.effects().is_empty() {
+            return Err(Error::Internal("effects need the outbox (the `workflow` feature)"));
+        }
+        let answer = self.reserve_with(request.scope(), request.key(), request.fingerprint(), request.correlation())?;
+        #[cfg(feature = "workflow")]
+        if let Reservation::Acquired(lease) = &answer {
+            for effect in request.effects() {
+                self.enqueue_effect(lease, &effect.effect, effect.version, effect.payload.clone())?;
+            }
+        }
+        Ok(answer)
     }
 
-    /// [`Store::reserve_traced`](crate::Store::reserve_traced) inside this transaction.
-    ///
-    /// # Errors
-    /// As [`Store::reserve_traced`](crate::Store::reserve_traced).
-    pub fn reserve_traced(
-        &mut self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: &str,
-    ) -> Result<Reservation, Error> {
-        idemdb_core::validate_correlation(correlation)?;
-        self.reserve_with(scope, key, fingerprint, Some(correlation))
-    }
-
-    /// The reservation both [`Txn::reserve`] and [`Txn::reserve_traced`] make. The correlation
-    /// id, when given, is recorded; its caller has checked it.
+    /// The reservation of [`Txn::reserve`]. The correlation id, when given, is recorded; it
+    /// was checked by [`Reserve::traced`].
     pub(crate) fn reserve_with(
         &mut self,
         scope: &Scope,
@@ -302,7 +312,7 @@ impl<'s> Txn<'s> {
     /// census behind [`idemdb_core::ExpiredLease::TakeoverIfNoEffect`]. Items are keyed by the
     /// scoped key followed by the effect's name, so one range read answers it.
     pub(crate) fn any_effect(&self, scoped_key: &[u8]) -> Result<bool, Error> {
-        let table = self.tx().open_table(crate::tables::OUTBOX)?;
+        let table = self.tx_closing_kept_tables().open_table(crate::tables::OUTBOX)?;
         let mut after = table.range(scoped_key..)?;
         Ok(match after.next() {
             Some(entry) => entry?.0.value().starts_with(scoped_key),
@@ -312,7 +322,7 @@ impl<'s> Txn<'s> {
 
     /// The outbox items of `(scope, key)` (its encoded `scoped_key`), in effect-name order.
     fn effects_of(&self, scoped_key: &[u8]) -> Result<Vec<idemdb_core::OutboxItem>, Error> {
-        let table = self.tx().open_table(crate::tables::OUTBOX)?;
+        let table = self.tx_closing_kept_tables().open_table(crate::tables::OUTBOX)?;
         let mut items = Vec::new();
         for entry in table.range(scoped_key..)? {
             let (key, value) = entry?;
@@ -433,15 +443,15 @@ impl<'s> Txn<'s> {
     fn put_moving(&mut self, encoded: &[u8], prior: Prior, record: &Record) -> Result<(), Error> {
         record.validate(MAX_RESULT_BYTES_LIMIT)?;
         let value = encode_record(record);
-        self.put_logged(T_RECORDS, encoded, &value)?;
+        self.put_logged(TableId::Records, encoded, &value)?;
         self.move_index(encoded, prior.due, record.due_at())?;
         let uncertain = matches!(record.state, State::Uncertain { .. });
         if uncertain != prior.uncertain {
             let key = reconcile_key(RECONCILE_RECORD, encoded);
             if uncertain {
-                self.put_logged(T_RECONCILE, &key, &record.updated_at.as_millis().to_be_bytes())?;
+                self.put_logged(TableId::Reconcile, &key, &record.updated_at.as_millis().to_be_bytes())?;
             } else {
-                self.remove_logged(T_RECONCILE, &key)?;
+                self.remove_logged(TableId::Reconcile, &key)?;
             }
         }
         self.remember(encoded, Some(value));
@@ -451,22 +461,31 @@ impl<'s> Txn<'s> {
     /// Removes a record and its index entry, keeping its fence as the floor for later bindings.
     pub(crate) fn remove(&mut self, encoded: &[u8], previous: &Record) -> Result<(), Error> {
         let floor = self.store.raise_fence_floor(previous.fence);
-        self.put_logged(T_META, META_FENCE_FLOOR.as_bytes(), &floor.to_be_bytes())?;
-        self.remove_logged(T_RECORDS, encoded)?;
+        self.put_logged(TableId::Meta, META_FENCE_FLOOR.as_bytes(), &floor.to_be_bytes())?;
+        self.remove_logged(TableId::Records, encoded)?;
         self.move_index(encoded, previous.due_at(), None)?;
         if matches!(previous.state, State::Uncertain { .. }) {
-            self.remove_logged(T_RECONCILE, &reconcile_key(RECONCILE_RECORD, encoded))?;
+            self.remove_logged(TableId::Reconcile, &reconcile_key(RECONCILE_RECORD, encoded))?;
         }
         self.remember(encoded, None);
         Ok(())
     }
 
     fn move_index(&mut self, encoded: &[u8], old: Option<Timestamp>, new: Option<Timestamp>) -> Result<(), Error> {
-        self.move_entry(T_EXPIRY, old.map(|old| expiry_key(old, encoded)), new.map(|new| expiry_key(new, encoded)))
+        self.move_entry(
+            TableId::Expiry,
+            old.map(|old| expiry_key(old, encoded)),
+            new.map(|new| expiry_key(new, encoded)),
+        )
     }
 
     /// Moves an entry of an index table (empty values) from key `old` to key `new`, logged.
-    pub(crate) fn move_entry(&mut self, table: u8, old: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Result<(), Error> {
+    pub(crate) fn move_entry(
+        &mut self,
+        table: TableId,
+        old: Option<Vec<u8>>,
+        new: Option<Vec<u8>>,
+    ) -> Result<(), Error> {
         if old == new {
             return Ok(());
         }
@@ -548,7 +567,7 @@ impl<'s> Txn<'s> {
         for segment in events.chunks(MAX_SEGMENT_EVENTS) {
             let Some(newest) = segment.last() else { continue };
             let key = audit_key(newest.at, self.store.next_audit_sequence());
-            self.put_logged(T_AUDIT, &key, &encode_segment(segment))?;
+            self.put_logged(TableId::Audit, &key, &encode_segment(segment))?;
         }
         Ok(())
     }
@@ -593,7 +612,7 @@ impl Begun<'_> {
             store.buffer_audit_events(carried);
             return Err(error.into());
         }
-        let committed = match store.wal() {
+        let committed = match store.open_journal() {
             None => tx.commit().map_err(crate::error::StorageError::from),
             Some(wal) => {
                 let log = if raw || durable { None } else { log };
@@ -664,7 +683,7 @@ fn read_back(store: &Engine, written: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<b
 mod tests {
     use redb::ReadableTableMetadata;
 
-    use crate::journal::apply::{T_EXPIRY, T_RECORDS};
+    use crate::journal::apply::TableId;
     use crate::tables::{EXPIRY, RECORDS};
     use crate::{Error, Store};
 
@@ -674,18 +693,18 @@ mod tests {
         store
             .write(|txn| -> Result<(), Error> {
                 // Both kept-open tables opened by the transaction's own writes and reads ...
-                txn.put_logged(T_EXPIRY, b"due", &[])?;
-                txn.put_logged(T_RECORDS, b"record", b"bytes")?;
+                txn.put_logged(TableId::Expiry, b"due", &[])?;
+                txn.put_logged(TableId::Records, b"record", b"bytes")?;
                 assert_eq!(txn.load(b"missing")?, None);
                 // ... and then opened by store code through the redb transaction (purge scans
                 // the expiry index this way): redb refuses a table opened twice, so this works
-                // only because `tx()` closed them.
-                assert_eq!(txn.tx().open_table(EXPIRY)?.len()?, 1);
-                assert_eq!(txn.tx().open_table(RECORDS)?.len()?, 1);
+                // only because `tx_closing_kept_tables()` closed them.
+                assert_eq!(txn.tx_closing_kept_tables().open_table(EXPIRY)?.len()?, 1);
+                assert_eq!(txn.tx_closing_kept_tables().open_table(RECORDS)?.len()?, 1);
                 // The transaction's next write opens them again.
-                txn.remove_logged(T_EXPIRY, b"due")?;
-                txn.remove_logged(T_RECORDS, b"record")?;
-                assert_eq!(txn.tx().open_table(EXPIRY)?.len()?, 0);
+                txn.remove_logged(TableId::Expiry, b"due")?;
+                txn.remove_logged(TableId::Records, b"record")?;
+                assert_eq!(txn.tx_closing_kept_tables().open_table(EXPIRY)?.len()?, 0);
                 Ok(())
             })
             .expect("one write");

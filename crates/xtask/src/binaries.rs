@@ -12,7 +12,18 @@ pub(crate) fn cargo() -> Command {
 }
 
 /// Builds the `idemdb` binary in release mode (the operators test runs it) and returns its path.
+/// `IDEMDB_RELIABILITY_CLI=<path>` runs another build of it instead (an earlier commit's, to show
+/// that the sections which run the CLI catch what that build got wrong); nothing is built then.
 pub(crate) fn build_cli() -> Result<PathBuf, String> {
+    if let Some(cli) = std::env::var_os("IDEMDB_RELIABILITY_CLI") {
+        let cli = PathBuf::from(cli);
+        eprintln!("  the CLI is {} (IDEMDB_RELIABILITY_CLI)", cli.display());
+        return if cli.is_file() {
+            Ok(cli)
+        } else {
+            Err(format!("IDEMDB_RELIABILITY_CLI: no file at {}", cli.display()))
+        };
+    }
     let status = cargo()
         .args(["build", "--release", "--quiet", "-p", "idemdb-cli", "--bin", "idemdb"])
         .current_dir(workspace_root())

@@ -8,11 +8,11 @@ fn a_lease_seen_expired_is_not_revived_when_the_clock_goes_back_even_across_a_re
     let provider = EffectLedger::new();
     let (charge, local, key, fingerprint) = (scope("acme", CHARGE), scope("acme", LOCAL), key("order-842"), fp(1));
 
-    acquired(fixture.store().reserve(&charge, &key, &fingerprint).expect("reserve"));
-    let local_lease = acquired(fixture.store().reserve(&local, &key, &fingerprint).expect("reserve"));
+    acquired(fixture.store().reserve(Reserve::new(&charge, &key, &fingerprint)).expect("reserve"));
+    let local_lease = acquired(fixture.store().reserve(Reserve::new(&local, &key, &fingerprint)).expect("reserve"));
     provider.perform("842");
     fixture.advance(LEASE_MS + 1);
-    let answer = fixture.store().reserve(&charge, &key, &fingerprint).expect("reserve");
+    let answer = fixture.store().reserve(Reserve::new(&charge, &key, &fingerprint)).expect("reserve");
     assert_eq!(answer, Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired });
 
     for restart in [false, true] {
@@ -29,7 +29,7 @@ fn a_lease_seen_expired_is_not_revived_when_the_clock_goes_back_even_across_a_re
         assert_eq!(record.state, State::Uncertain { cause: UncertainCause::LeaseExpired });
     }
     // Under the takeover policy the expired lease is taken over, not reported as in progress.
-    let takeover = acquired(fixture.store().reserve(&local, &key, &fingerprint).expect("reserve"));
+    let takeover = acquired(fixture.store().reserve(Reserve::new(&local, &key, &fingerprint)).expect("reserve"));
     assert!(takeover.fence() > local_lease.fence());
     assert!(
         takeover.expires_at() > Timestamp::from_millis(T0 + LEASE_MS),
@@ -46,7 +46,7 @@ fn a_result_completed_while_the_clock_is_behind_keeps_its_full_ttl() {
     let latest = T0 + 50_000;
 
     fixture.clock.set(latest);
-    let lease = acquired(store.reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     fixture.clock.set(T0); // back by 50 s
     store.complete(&lease, b"ok".to_vec()).expect("complete");
     let record = store.get(&scope, &key).expect("get").expect("record");
@@ -55,11 +55,14 @@ fn a_result_completed_while_the_clock_is_behind_keeps_its_full_ttl() {
     assert_eq!(forget_at, Timestamp::from_millis(latest + RESPONSE_MS + TOMBSTONE_MS));
 
     fixture.clock.set(latest + RESPONSE_MS - 1);
-    assert!(matches!(store.reserve(&scope, &key, &fingerprint).expect("reserve"), Reservation::Replay { .. }));
+    assert!(matches!(
+        store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"),
+        Reservation::Replay { .. }
+    ));
     assert_eq!(store.purge_expired(10).expect("purge").tombstoned, 0);
     fixture.clock.set(latest + RESPONSE_MS);
     assert_eq!(
-        store.reserve(&scope, &key, &fingerprint).expect("reserve"),
+        store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"),
         Reservation::Expired { outcome: OutcomeClass::Completed }
     );
 }

@@ -10,7 +10,7 @@ fn a_transaction_that_fails_before_commit_stores_neither_the_reservation_nor_the
     let before = snapshot(store);
 
     let result: Result<(), AppError> = store.write(|txn| {
-        let lease = acquired(txn.reserve(&scope, &key, &fp(1))?);
+        let lease = acquired(txn.reserve(Reserve::new(&scope, &key, &fp(1)))?);
         txn.tables_checkpointing()
             .open_table(ORDERS)
             .map_err(Error::from)?
@@ -25,7 +25,7 @@ fn a_transaction_that_fails_before_commit_stores_neither_the_reservation_nor_the
     assert_eq!(read_order(store, "order-842"), None, "no app write");
 
     // The key is free: the next try is the first attempt.
-    let lease = acquired(store.reserve(&scope, &key, &fp(1)).expect("reserve"));
+    let lease = acquired(store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("reserve"));
     assert_eq!(lease.attempt(), 1);
 }
 
@@ -35,7 +35,7 @@ fn a_reservation_survives_a_crash_before_completion_and_is_never_run_again_blind
     let ledger = EffectLedger::new();
     let (scope, key, fingerprint) = (scope("acme", CHARGE), key("order-842"), fp(1));
 
-    let lease = acquired(fixture.store().reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(fixture.store().reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     ledger.perform("842"); // the request left for the provider; then the process died
     let crash_image = fixture.open_crash_image("crash.idemdb");
     fixture.restart();
@@ -44,7 +44,10 @@ fn a_reservation_survives_a_crash_before_completion_and_is_never_run_again_blind
         let record = store.get(&scope, &key).expect("get").expect("the reservation was not lost");
         assert_eq!(record.state, State::InProgress { lease_expires_at: lease.expires_at() });
         assert_eq!(record.fence, lease.fence());
-        assert!(matches!(store.reserve(&scope, &key, &fingerprint).expect("reserve"), Reservation::InProgress { .. }));
+        assert!(matches!(
+            store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"),
+            Reservation::InProgress { .. }
+        ));
     }
     fixture.advance(LEASE_MS);
     for store in [fixture.store(), &crash_image] {
@@ -87,7 +90,7 @@ fn a_result_the_caller_never_saw_is_replayed_after_restart_without_a_second_char
 
     // The server charges and stores the result; the connection drops before the response is
     // sent, and the server restarts. The client saw nothing.
-    let lease = acquired(fixture.store().reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(fixture.store().reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     let stored = charge_result("842", ledger.perform("842").ordinal);
     fixture.store().complete(&lease, stored.clone()).expect("complete");
     fixture.restart();

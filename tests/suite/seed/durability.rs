@@ -29,7 +29,7 @@ fn a_completion_with_immediate_durability_is_on_disk_when_complete_returns() {
                 "result {n} is durable"
             );
             assert_eq!(
-                crashed.reserve(&scope, key, &fingerprint).expect("reserve"),
+                crashed.reserve(Reserve::new(&scope, key, &fingerprint)).expect("reserve"),
                 Reservation::Replay { outcome: OutcomeClass::Completed, body: result.clone() }
             );
         }
@@ -38,7 +38,7 @@ fn a_completion_with_immediate_durability_is_on_disk_when_complete_returns() {
     let store = builder(&clock).open(&path).expect("reopen");
     for (key, result) in &results {
         assert_eq!(
-            store.reserve(&scope, key, &fingerprint).expect("reserve"),
+            store.reserve(Reserve::new(&scope, key, &fingerprint)).expect("reserve"),
             Reservation::Replay { outcome: OutcomeClass::Completed, body: result.clone() }
         );
     }
@@ -64,13 +64,13 @@ fn a_lease_of_a_purged_binding_cannot_complete_the_next_binding_even_with_zero_t
         .with_expired_lease(ExpiredLease::Takeover);
     let store = Store::builder().default_policy(zero).clock(clock.clone()).in_memory().expect("store");
     let (scope, key) = (scope("acme", LOCAL), key("job-1"));
-    acquired(store.reserve(&scope, &key, &fp(1)).expect("reserve"));
+    acquired(store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("reserve"));
     clock.advance(Duration::from_millis(1));
-    let old = acquired(store.reserve(&scope, &key, &fp(1)).expect("takeover"));
+    let old = acquired(store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("takeover"));
     store.complete(&old, b"old".to_vec()).expect("complete");
     assert_eq!(store.purge_expired(10).expect("purge").forgotten, 1);
 
-    let new = acquired(store.reserve(&scope, &key, &fp(2)).expect("a new binding"));
+    let new = acquired(store.reserve(Reserve::new(&scope, &key, &fp(2))).expect("a new binding"));
     assert!(new.fence() > old.fence(), "fence {} reissued after {}", new.fence(), old.fence());
     let before = store.get(&scope, &key).expect("get");
     assert!(

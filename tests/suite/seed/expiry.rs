@@ -9,7 +9,7 @@ fn a_result_replays_until_its_ttl_then_expires_then_tombstones_then_is_forgotten
     let ledger = EffectLedger::new();
     let (scope, key, fingerprint) = (scope("acme", CHARGE), key("order-842"), fp(1));
 
-    let lease = acquired(store.reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     let first_fence = lease.fence();
     let done_at = T0;
     store.complete(&lease, b"ok".to_vec()).expect("complete");
@@ -45,7 +45,7 @@ fn a_result_replays_until_its_ttl_then_expires_then_tombstones_then_is_forgotten
     assert_eq!(store.get(&scope, &key).expect("get"), None, "forgotten");
     assert_eq!(ledger.count("842"), 0, "nothing ran in all that time");
 
-    let lease = acquired(store.reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     assert!(lease.fence() > first_fence, "fence {} must exceed the forgotten record's {first_fence}", lease.fence());
     assert_eq!(lease.attempt(), 1);
 }
@@ -56,7 +56,7 @@ fn a_tombstone_after_purge_refuses_to_run_the_intent_again() {
         let mut fixture = Fixture::new();
         let ledger = EffectLedger::new();
         let (scope, key, fingerprint) = (scope("acme", CHARGE), key("order-842"), fp(1));
-        let lease = acquired(fixture.store().reserve(&scope, &key, &fingerprint).expect("reserve"));
+        let lease = acquired(fixture.store().reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
         ledger.perform("842");
         match outcome {
             OutcomeClass::Completed => fixture.store().complete(&lease, b"ok".to_vec()).expect("complete"),

@@ -8,9 +8,9 @@ fn a_stale_lease_cannot_complete_fail_or_renew_after_a_takeover() {
     let store = fixture.store();
     let (scope, key, fingerprint) = (scope("acme", LOCAL), key("job-17"), fp(1));
 
-    let old = acquired(store.reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let old = acquired(store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     fixture.advance(LEASE_MS);
-    let new = acquired(store.reserve(&scope, &key, &fingerprint).expect("takeover"));
+    let new = acquired(store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("takeover"));
     assert!(new.fence() > old.fence());
     assert_eq!(new.attempt(), 2);
 
@@ -25,7 +25,7 @@ fn a_stale_lease_cannot_complete_fail_or_renew_after_a_takeover() {
 
     store.complete(&new, b"new result".to_vec()).expect("the current lease completes");
     assert_eq!(
-        store.reserve(&scope, &key, &fingerprint).expect("reserve"),
+        store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"),
         Reservation::Replay { outcome: OutcomeClass::Completed, body: b"new result".to_vec() }
     );
     assert_eq!(refused(store.complete(&old, b"old result".to_vec())), stale);

@@ -76,7 +76,7 @@ fn a_record_of_one_tenant_is_never_reachable_from_another_tenant() {
         let Delivery::Ran(a_result) = deliver(&store, &ledger, &a_key.scope, &a_key.key, &fp(1), "a") else {
             return Err(TestCaseError::fail("the first request of tenant A runs"));
         };
-        let a_probe = acquired(store.reserve(&a_key.scope, &key("probe"), &fp(1)).expect("reserve"));
+        let a_probe = acquired(store.reserve(Reserve::new(&a_key.scope, &key("probe"), &fp(1))).expect("reserve"));
         let fingerprint = if same_body { fp(1) } else { fp(2) };
 
         let mut seen = std::collections::HashSet::new();
@@ -89,7 +89,7 @@ fn a_record_of_one_tenant_is_never_reachable_from_another_tenant() {
                     continue;
                 }
                 prop_assert_eq!(store.get(&b_key.scope, &probe).expect("get"), None, "tenant B reads nothing of A");
-                let answer = store.reserve(&b_key.scope, &probe, &fingerprint).expect("reserve");
+                let answer = store.reserve(Reserve::new(&b_key.scope, &probe, &fingerprint)).expect("reserve");
                 prop_assert!(
                     matches!(&answer, Reservation::Acquired(lease) if lease.attempt() == 1),
                     "tenant {:?} key {:?} reached a record of tenant {:?}: {:?}",
@@ -102,7 +102,7 @@ fn a_record_of_one_tenant_is_never_reachable_from_another_tenant() {
         }
         // Tenant A's records are as they were.
         prop_assert_eq!(
-            store.reserve(&a_key.scope, &a_key.key, &fp(1)).expect("reserve"),
+            store.reserve(Reserve::new(&a_key.scope, &a_key.key, &fp(1))).expect("reserve"),
             Reservation::Replay { outcome: OutcomeClass::Completed, body: a_result }
         );
         let probe_record = store.get(&a_key.scope, &key("probe")).expect("get").expect("record");

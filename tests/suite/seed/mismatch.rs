@@ -7,7 +7,7 @@ fn store_with_record_in(state: &str) -> (Fixture, Scope, IdempotencyKey) {
     let fixture = Fixture::new();
     let (scope, key) = (scope("acme", CHARGE), key("order-842"));
     let store = fixture.store();
-    let lease = acquired(store.reserve(&scope, &key, &fp(1)).expect("reserve"));
+    let lease = acquired(store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("reserve"));
     match state {
         "in_progress" => {}
         "in_progress, lease expired" => fixture.advance(LEASE_MS),
@@ -21,7 +21,7 @@ fn store_with_record_in(state: &str) -> (Fixture, Scope, IdempotencyKey) {
         "uncertain, reported" => store.fail(&lease, Failure::Uncertain).expect("fail"),
         "uncertain, lease expired" => {
             fixture.advance(LEASE_MS);
-            let answer = store.reserve(&scope, &key, &fp(1)).expect("reserve");
+            let answer = store.reserve(Reserve::new(&scope, &key, &fp(1))).expect("reserve");
             assert_eq!(answer, Reservation::NeedsReconciliation { cause: UncertainCause::LeaseExpired });
         }
         "tombstone" | "tombstone, failed" => {
@@ -80,7 +80,8 @@ fn a_different_body_under_a_used_key_is_a_mismatch_in_every_state_and_changes_no
         for other in [fp(2), fp(3)] {
             let answer = deliver(store, &ledger, &scope, &key, &other, "other request");
             assert_eq!(answer, Delivery::Answered(Reservation::Mismatch { stored: kind }), "{state}");
-            let traced = store.reserve_traced(&scope, &key, &other, "req-1").expect("reserve");
+            let traced = Reserve::new(&scope, &key, &other).traced("req-1").expect("a valid id");
+            let traced = store.reserve(traced).expect("reserve");
             assert_eq!(traced, Reservation::Mismatch { stored: kind }, "{state}");
         }
         assert_eq!(ledger.total(), 0, "{state}: a conflicting request never runs");

@@ -22,8 +22,8 @@ use std::time::Duration;
 use idemdb::redb::{ReadableTable, TableDefinition};
 use idemdb::{
     Durability, Error, ExecuteError, Executed, ExpiredLease, Failure, Fingerprint, IdempotencyKey, Lease, ManualClock,
-    OutcomeClass, Policy, Refusal, Reservation, Resolution, Scope, ScopedKey, State, StateKind, Store, StoreBuilder,
-    Timestamp, TransitionError, UncertainCause,
+    OutcomeClass, Policy, Refusal, Reservation, Reserve, Resolution, Scope, ScopedKey, State, StateKind, Store,
+    StoreBuilder, Timestamp, TransitionError, UncertainCause,
 };
 use idemdb_tests::{EffectLedger, T0, fp, key, scope, snapshot};
 use proptest::prelude::*;
@@ -145,7 +145,7 @@ pub(super) fn deliver(
     fingerprint: &Fingerprint,
     intent: &str,
 ) -> Delivery {
-    match store.reserve(scope, key, fingerprint).expect("reserve") {
+    match store.reserve(Reserve::new(scope, key, fingerprint)).expect("reserve") {
         Reservation::Acquired(lease) => {
             let n = ledger.perform(intent).ordinal;
             let result = charge_result(intent, n);

@@ -45,7 +45,7 @@ fn concurrent_retries_of_the_same_keys_acquire_once_and_charge_once_per_key() {
                 let order: Vec<usize> = if thread % 2 == 0 { (0..KEYS).collect() } else { (0..KEYS).rev().collect() };
                 for k in order {
                     let intent = format!("order-{k}");
-                    match store.reserve(&scope, &key(&intent), &fp(7)).expect("reserve") {
+                    match store.reserve(Reserve::new(&scope, &key(&intent), &fp(7))).expect("reserve") {
                         Reservation::Acquired(lease) => {
                             acquired_count[k].fetch_add(1, Ordering::SeqCst);
                             ledger.perform(&intent);
@@ -74,7 +74,7 @@ fn concurrent_retries_of_the_same_keys_acquire_once_and_charge_once_per_key() {
         assert_eq!(refused_count[k].load(Ordering::SeqCst), THREADS as u32 - 1, "{intent}: every other try refused");
         assert_eq!(ledger.count(&intent), 1, "{intent}: exactly one charge");
         assert_eq!(
-            store.reserve(&scope, &key(&intent), &fp(7)).expect("reserve"),
+            store.reserve(Reserve::new(&scope, &key(&intent), &fp(7))).expect("reserve"),
             Reservation::Replay { outcome: OutcomeClass::Completed, body: intent.clone().into_bytes() }
         );
         let record = store.get(&scope, &key(&intent)).expect("get").expect("record");

@@ -2,10 +2,10 @@
 
 use super::*;
 
-fn credit(by: i64, runs: &AtomicU32) -> impl FnOnce(&idemdb::redb::WriteTransaction) -> Result<Vec<u8>, Error> + '_ {
-    move |tables| {
+fn credit(by: i64, runs: &AtomicU32) -> impl FnOnce(&mut idemdb::Txn<'_>) -> Result<Vec<u8>, Error> + '_ {
+    move |txn| {
         runs.fetch_add(1, Ordering::SeqCst);
-        let mut balances = tables.open_table(BALANCES)?;
+        let mut balances = txn.tables_checkpointing().open_table(BALANCES)?;
         let old = balances.get("alice")?.map(|guard| guard.value()).unwrap_or(0);
         balances.insert("alice", old + by)?;
         Ok((old + by).to_string().into_bytes())
@@ -18,13 +18,14 @@ fn execute_credits_a_balance_once_across_retries_and_restarts() {
     let runs = AtomicU32::new(0);
     let (scope, key, fingerprint) = (scope("acme", "credit"), key("credit-17"), fp(1));
 
-    let first = fixture.store().execute(&scope, &key, &fingerprint, credit(100, &runs)).expect("execute");
+    let first = fixture.store().execute(Reserve::new(&scope, &key, &fingerprint), credit(100, &runs)).expect("execute");
     assert_eq!(first, Executed::Ran { result: b"100".to_vec() });
     for attempt in 0..4 {
         if attempt == 2 {
             fixture.restart();
         }
-        let again = fixture.store().execute(&scope, &key, &fingerprint, credit(100, &runs)).expect("execute");
+        let again =
+            fixture.store().execute(Reserve::new(&scope, &key, &fingerprint), credit(100, &runs)).expect("execute");
         assert_eq!(
             again,
             Executed::Answered(Reservation::Replay { outcome: OutcomeClass::Completed, body: b"100".to_vec() })
@@ -42,9 +43,9 @@ fn an_operation_error_in_execute_rolls_back_the_reservation_and_the_app_write() 
     let (scope, key, fingerprint) = (scope("acme", "credit"), key("credit-17"), fp(1));
     let before = snapshot(store);
 
-    let failed = store.execute(&scope, &key, &fingerprint, |tables| -> Result<Vec<u8>, AppError> {
+    let failed = store.execute(Reserve::new(&scope, &key, &fingerprint), |txn| -> Result<Vec<u8>, AppError> {
         runs.fetch_add(1, Ordering::SeqCst);
-        let mut balances = tables.open_table(BALANCES).map_err(|e| AppError::Store(e.into()))?;
+        let mut balances = txn.tables_checkpointing().open_table(BALANCES).map_err(|e| AppError::Store(e.into()))?;
         balances.insert("alice", 100).map_err(|e| AppError::Store(e.into()))?;
         Err(AppError::Declined)
     });
@@ -53,7 +54,7 @@ fn an_operation_error_in_execute_rolls_back_the_reservation_and_the_app_write() 
     assert_eq!(read_balance(store, "alice"), 0, "the app write was rolled back");
 
     // The key is free, and the next try is a first attempt that credits once.
-    let ran = store.execute(&scope, &key, &fingerprint, credit(100, &runs)).expect("execute");
+    let ran = store.execute(Reserve::new(&scope, &key, &fingerprint), credit(100, &runs)).expect("execute");
     assert_eq!(ran, Executed::Ran { result: b"100".to_vec() });
     assert_eq!(read_balance(store, "alice"), 100);
     assert_eq!(store.get(&scope, &key).expect("get").expect("record").attempts, 1);
@@ -64,7 +65,7 @@ fn an_operation_error_in_execute_rolls_back_the_reservation_and_the_app_write() 
 fn an_app_write_and_the_completion_commit_together_in_one_write() {
     let mut fixture = Fixture::new();
     let (scope, key, fingerprint) = (scope("acme", "place_order"), key("order-842"), fp(1));
-    let lease = acquired(fixture.store().reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(fixture.store().reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
 
     // A completion refused (over the result limit) takes the app write down with it.
     let oversized = vec![b'x'; idemdb::Policy::default().max_result_bytes() + 1];
@@ -89,7 +90,7 @@ fn an_app_write_and_the_completion_commit_together_in_one_write() {
     fixture.restart();
     assert_eq!(read_order(fixture.store(), "order-842"), Some(1050));
     assert_eq!(
-        fixture.store().reserve(&scope, &key, &fingerprint).expect("reserve"),
+        fixture.store().reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"),
         Reservation::Replay { outcome: OutcomeClass::Completed, body: b"order placed".to_vec() }
     );
 }
@@ -105,12 +106,12 @@ fn one_write_interleaving_record_writes_and_raw_table_access_keeps_every_write()
     let answers = fixture
         .store()
         .write(|txn| -> Result<_, Error> {
-            let one = acquired(txn.reserve(&scope, &first, &fp(1))?);
+            let one = acquired(txn.reserve(Reserve::new(&scope, &first, &fp(1)))?);
             txn.tables_checkpointing().open_table(ORDERS)?.insert("order-1", 10)?;
-            let two = acquired(txn.reserve(&scope, &second, &fp(2))?);
+            let two = acquired(txn.reserve(Reserve::new(&scope, &second, &fp(2)))?);
             let seen = txn.tables_checkpointing().open_table(ORDERS)?.get("order-1")?.map(|guard| guard.value());
             txn.tables_checkpointing().open_table(ORDERS)?.insert("order-2", 20)?;
-            let again = txn.reserve(&scope, &first, &fp(1))?;
+            let again = txn.reserve(Reserve::new(&scope, &first, &fp(1)))?;
             txn.complete(&one, b"one".to_vec())?;
             txn.complete(&two, b"two".to_vec())?;
             Ok((seen, again))
@@ -123,7 +124,7 @@ fn one_write_interleaving_record_writes_and_raw_table_access_keeps_every_write()
     assert_eq!((read_order(fixture.store(), "order-1"), read_order(fixture.store(), "order-2")), (Some(10), Some(20)));
     for (key, fingerprint, body) in [(&first, fp(1), b"one".to_vec()), (&second, fp(2), b"two".to_vec())] {
         assert_eq!(
-            fixture.store().reserve(&scope, key, &fingerprint).expect("reserve"),
+            fixture.store().reserve(Reserve::new(&scope, key, &fingerprint)).expect("reserve"),
             Reservation::Replay { outcome: OutcomeClass::Completed, body }
         );
     }

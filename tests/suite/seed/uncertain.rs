@@ -9,7 +9,7 @@ fn a_timeout_after_remote_success_is_reconciled_to_the_provider_result_and_never
     let provider = EffectLedger::new();
     let (scope, key, fingerprint) = (scope("acme", CHARGE), key("order-842"), fp(1));
 
-    let lease = acquired(store.reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     provider.perform("842"); // the charge went through, but the response timed out
     store.fail(&lease, Failure::Uncertain).expect("report uncertain");
 
@@ -46,7 +46,7 @@ fn an_expired_lease_under_the_default_policy_needs_reconciliation_not_a_second_a
     let provider = EffectLedger::new();
     let (scope, key, fingerprint) = (scope("acme", CHARGE), key("order-842"), fp(1));
 
-    let lease = acquired(store.reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     provider.perform("842"); // then the worker hangs and never reports
 
     // While the lease is live, reconciling could contradict the running attempt.
@@ -83,7 +83,7 @@ fn an_uncertain_attempt_the_provider_never_saw_is_released_and_then_runs_exactly
     let provider = EffectLedger::new();
     let (scope, key, fingerprint) = (scope("acme", CHARGE), key("order-842"), fp(1));
 
-    let lease = acquired(store.reserve(&scope, &key, &fingerprint).expect("reserve"));
+    let lease = acquired(store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve"));
     store.fail(&lease, Failure::Uncertain).expect("report uncertain"); // the request never left
     assert_eq!(provider.count("842"), 0);
     store.reconcile(&scope, &key, Resolution::Released, idemdb::ResolutionCause::Operator).expect("reconcile");

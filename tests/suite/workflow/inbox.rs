@@ -9,7 +9,7 @@ use idemdb::{
     Delivery, DeliveryOutcome, Fingerprint, FingerprintBuilder, InboxAnswer, ManualClock, NewerVersion, Refusal,
     ValidTransition,
 };
-use idemdb_effects::EffectLedger;
+use idemdb_fake_provider::EffectLedger;
 
 use super::{T0, store};
 

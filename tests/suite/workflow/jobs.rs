@@ -6,7 +6,7 @@ use std::time::Duration;
 use idemdb::{
     EffectName, Fingerprint, IdempotencyKey, JobAnswer, JobLease, JobStateKind, ManualClock, Refusal, Scope, Store,
 };
-use idemdb_effects::EffectLedger;
+use idemdb_fake_provider::EffectLedger;
 
 use super::{LEASE_MS, T0, store};
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use idemdb::{
     Attention, EffectName, EffectReport, Fingerprint, IdempotencyKey, ManualClock, OutboxStateKind, ProviderState,
-    Refusal, Reservation, Scope, Store,
+    Refusal, Reservation, Reserve, Scope, Store,
 };
-use idemdb_effects::Provider;
+use idemdb_fake_provider::Provider;
 
 use super::{LEASE_MS, T0, WINDOW_MS, store};
 
@@ -19,7 +19,9 @@ fn authorize() -> EffectName {
 fn place(store: &Store, scope: &Scope, key: &IdempotencyKey) -> u64 {
     store
         .write(|txn| {
-            let Reservation::Acquired(lease) = txn.reserve(scope, key, &Fingerprint::from_bytes([1; 32]))? else {
+            let Reservation::Acquired(lease) =
+                txn.reserve(Reserve::new(scope, key, &Fingerprint::from_bytes([1; 32])))?
+            else {
                 panic!("a new key is acquired")
             };
             txn.enqueue_effect(&lease, &authorize(), 1, b"{\"amount\":\"10.50\"}".to_vec())?;
@@ -74,7 +76,7 @@ fn order_842_authorised_once_although_the_first_response_was_lost() {
     let queue = store.reconciliation_queue(0).unwrap();
     assert!(queue.iter().any(|entry| matches!(entry, Attention::Effect { item, .. } if item.key == key)), "{queue:?}");
     assert!(matches!(
-        store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])).unwrap(),
+        store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32]))).unwrap(),
         Reservation::NeedsReconciliation { .. }
     ));
 
@@ -87,7 +89,7 @@ fn order_842_authorised_once_although_the_first_response_was_lost() {
     assert_eq!(item.state, idemdb::OutboxState::Confirmed { reference: original.id.clone() });
     assert_eq!(provider.ledger().count("order-842:authorize-v1"), 1, "one authorisation");
     // The intent completed with the original authorisation, and replays it.
-    let replay = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])).unwrap();
+    let replay = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32]))).unwrap();
     assert_eq!(replay, Reservation::Replay { outcome: idemdb::OutcomeClass::Completed, body: original.body });
     assert!(store.reconciliation_queue(0).unwrap().is_empty());
 }
@@ -117,7 +119,7 @@ fn a_dead_dispatcher_is_replaced_inside_the_window_and_the_provider_replays() {
         let item = store.effect(&scope, key, &authorize()).unwrap().unwrap();
         assert!(item.in_doubt && item.dispatches == 2);
         assert!(matches!(
-            store.reserve(&scope, key, &Fingerprint::from_bytes([1; 32])).unwrap(),
+            store.reserve(Reserve::new(&scope, key, &Fingerprint::from_bytes([1; 32]))).unwrap(),
             Reservation::Replay { .. }
         ));
     }
@@ -178,7 +180,7 @@ fn past_the_provider_window_an_uncertain_effect_is_never_sent_again_without_a_qu
     assert_eq!(dispatch(&store, &provider, &clock, &mut || false), 1, "only the effect that never happened is sent");
     assert_eq!((provider.ledger().total(), provider.ledger().doubles()), (2, 0));
     for key in [&sent, &unsent] {
-        let answer = store.reserve(&scope, key, &Fingerprint::from_bytes([1; 32])).unwrap();
+        let answer = store.reserve(Reserve::new(&scope, key, &Fingerprint::from_bytes([1; 32]))).unwrap();
         assert!(matches!(answer, Reservation::Replay { .. }), "{answer:?}");
     }
     assert!(store.reconciliation_queue(0).unwrap().is_empty());
@@ -196,12 +198,12 @@ fn retryable_answers_back_off_and_a_definitive_failure_fails_the_intent() {
     assert_eq!(item.due_at().map(|due| due.as_millis() - T0), Some(1_000));
     assert!(store.claim_effects(1).unwrap().is_empty(), "not before the backoff");
     // The intent's lease is held while the effect waits, so a retry hears "in progress".
-    let answer = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])).unwrap();
+    let answer = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32]))).unwrap();
     assert!(matches!(answer, Reservation::InProgress { .. }), "{answer:?}");
     clock.advance(Duration::from_secs(1));
     let claim = store.claim_effects(1).unwrap().remove(0);
     store.report_effect(&claim, EffectReport::Failed { body: b"{\"error\":\"card_declined\"}".to_vec() }).unwrap();
-    let answer = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32])).unwrap();
+    let answer = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32]))).unwrap();
     assert_eq!(
         answer,
         Reservation::Replay { outcome: idemdb::OutcomeClass::Failed, body: b"{\"error\":\"card_declined\"}".to_vec() }

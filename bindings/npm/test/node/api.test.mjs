@@ -1,7 +1,7 @@
 // Node, ESM: the packed tarball installed as `idemdb` in a scratch project.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,11 +10,9 @@ import { after, before, describe, test } from 'node:test';
 import {
   AbandonedError,
   AbortedError,
-  ConflictError,
   IdemdbError,
   InvalidInputError,
   KeyMismatchError,
-  KeyReusedError,
   NotFoundError,
   RetriesExhaustedError,
   StoreBusyError,
@@ -70,9 +68,6 @@ describe('intents', () => {
       () => store.createIntent(scope, { a: 'y' }, { key: intent.key }),
       (e) => e instanceof KeyMismatchError && e.code === 'IDEMDB_KEY_MISMATCH' && e.response === undefined,
     );
-    // One code, one class: the older names are the same class.
-    assert.equal(KeyReusedError, KeyMismatchError);
-    assert.equal(ConflictError, KeyMismatchError);
     store.close();
   });
 
@@ -273,6 +268,34 @@ describe('file store (Node file handle)', () => {
     store.close();
   });
 
+  test('a taker killed inside its take-over never blocks the next open; a live one is waited for', async () => {
+    const file = join(dir, 'takeover.idemdb');
+    (await openFileStore(file)).close();
+    const lock = `${realpathSync(file)}.lock`;
+    const guard = `${lock}.takeover`;
+    const gone = spawnSync(process.execPath, ['-e', '']).pid; // a pid whose process has ended
+    const holder = (pid) => `${pid}\nidemdb-holder 1 runtime=node access=write started=- token=0123456789abcdef\n`;
+    for (const left of [holder(gone), `${gone}\n`]) {
+      writeFileSync(lock, holder(gone));
+      writeFileSync(guard, left);
+      const store = await openFileStore(file); // before: "could not take ..." for 5 s
+      assert.equal(existsSync(guard), false, 'the dead taker\'s guard is gone');
+      store.close();
+      assert.equal(existsSync(lock), false, 'released');
+    }
+    // A live taker's guard, removed by that taker 200 ms later: waited for, not refused.
+    const taker = spawn('sh', ['-c', `sleep 0.2; rm -f '${guard}'; sleep 30`], { stdio: 'ignore' });
+    try {
+      writeFileSync(lock, holder(gone));
+      writeFileSync(guard, holder(taker.pid));
+      const store = await openFileStore(file);
+      assert.equal(existsSync(guard), false);
+      store.close();
+    } finally {
+      taker.kill('SIGKILL');
+    }
+  });
+
   test('a store file written here opens natively, and a native one opens here', { skip: !process.env.IDEMDB_SNAPSHOT_TOOL }, async () => {
     const file = join(dir, 'to-native.idemdb');
     const store = await openFileStore(file);
@@ -394,6 +417,29 @@ describe('idempotentFetch', () => {
     assert.equal(intent.state, 'completed');
     assert.equal(intent.attempts, 3);
     assert.ok(!text(intent.request).includes('secret'), 'credentials are never stored');
+  });
+
+  test('a first send that gets its answer costs two durable flushes: the intent with its send, the answer', async () => {
+    server.reset();
+    const host = memoryHost();
+    const store = await openHostStore(host);
+    const before = host.flushes;
+    let storedAt;
+    const response = await idempotentFetch(store, `${server.url}/api/pay`, {
+      scope,
+      init: { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ amount: '3.00' }) },
+      retry: fast,
+      onStored: (intent) => {
+        storedAt = host.flushes - before;
+        assert.deepEqual([intent.attempts, intent.lastAttempt?.outcome], [1, 'sent'], 'durable with its send before it leaves');
+      },
+    });
+    assert.equal(response.status, 201);
+    assert.equal(storedAt, 1, 'the intent and the first send marker: one flush');
+    assert.equal(host.flushes - before, 2, 'then the answer: two in all (three before)');
+    const [intent] = store.listIntents();
+    assert.deepEqual([intent.state, intent.attempts, server.state.effects], ['completed', 1, 1]);
+    store.close();
   });
 
   test('the key is sent as the IETF sf-string by default, bare when asked', async () => {

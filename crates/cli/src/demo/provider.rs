@@ -1,11 +1,11 @@
 //! The payment provider: the world outside the store, where effects happen and are counted.
 //!
 //! It has no idempotency of its own: every call charges (unless the card is declined). Its
-//! ledger is the one idemdb counts effects with everywhere ([`idemdb_effects::EffectLedger`]):
+//! ledger is the one idemdb counts effects with everywhere ([`idemdb_fake_provider::EffectLedger`]):
 //! it is both how the demo counts effects and how the server reconciles an uncertain attempt
 //! (providers let a merchant look a payment up by its order reference).
 
-use idemdb_effects::EffectLedger;
+use idemdb_fake_provider::EffectLedger;
 
 /// What one call did.
 #[derive(Debug, Clone, PartialEq, Eq)]

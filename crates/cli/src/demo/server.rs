@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use idemdb::{
-    Durability, Failure, Fingerprint, IdempotencyKey, Lease, ManualClock, Policy, Reservation, Resolution, Scope, Store,
+    Durability, Failure, Fingerprint, IdempotencyKey, Lease, ManualClock, Policy, Reservation, Reserve, Resolution,
+    Scope, Store,
 };
 
 use crate::error::CliError;
@@ -70,7 +71,7 @@ impl Server {
         fp: &Fingerprint,
     ) -> Result<(), CliError> {
         let rolled_back = self.store()?.write(|txn| {
-            txn.reserve(scope, key, fp)?;
+            txn.reserve(Reserve::new(scope, key, fp))?;
             Err::<(), Crash>(Crash)
         });
         debug_assert!(rolled_back.is_err());
@@ -83,7 +84,7 @@ impl Server {
         key: &IdempotencyKey,
         fp: &Fingerprint,
     ) -> Result<Reservation, CliError> {
-        self.store()?.reserve(scope, key, fp).map_err(|error| self.error("reserve", &error))
+        self.store()?.reserve(Reserve::new(scope, key, fp)).map_err(|error| self.error("reserve", &error))
     }
 
     pub(crate) fn complete(&self, lease: &Lease, body: Vec<u8>) -> Result<(), CliError> {

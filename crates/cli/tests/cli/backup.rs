@@ -111,7 +111,7 @@ fn backup_overwrite_refuses_a_store_another_process_holds_and_its_writes_survive
     let complete = |key: &str| {
         let key = IdempotencyKey::new(key).expect("key");
         let Reservation::Acquired(lease) =
-            holder.reserve(&scope, &key, &Fingerprint::from_bytes([3; 32])).expect("reserve")
+            holder.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([3; 32]))).expect("reserve")
         else {
             panic!("a new key");
         };

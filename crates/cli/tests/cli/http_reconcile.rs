@@ -241,7 +241,7 @@ fn reconcile_url_lists_and_resolves_on_a_running_service() {
 /// a server (skipped with a notice otherwise, failed under `IDEMDB_PG_REQUIRED=1`).
 #[test]
 fn reconcile_postgres_lists_and_resolves_while_the_store_is_in_use() {
-    use idemdb::{EffectReport, Fingerprint, Reservation};
+    use idemdb::{EffectReport, Fingerprint, Reservation, Reserve};
     use idemdb_interface::WorkflowStore;
     let Some(pg) = std::env::var("IDEMDB_PG_URL").ok().filter(|url| !url.is_empty()) else {
         assert_ne!(
@@ -266,7 +266,8 @@ fn reconcile_postgres_lists_and_resolves_while_the_store_is_in_use() {
         let store = idemdb_postgres::PgStore::builder(pg.clone()).schema(schema).connect().await.expect("store");
         let (scope, key) = (super::scope("acme", "create_payment"), super::key("order-7"));
         let fp = Fingerprint::from_bytes([7; 32]);
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp).await.expect("reserve") else {
+        let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp)).await.expect("reserve")
+        else {
             panic!("a new key is acquired");
         };
         let charge = idemdb::EffectName::new("charge").expect("effect");
@@ -327,7 +328,7 @@ fn reconcile_postgres_lists_and_resolves_while_the_store_is_in_use() {
         .expect("cli")
         .code(4);
         // The store that stayed open sees it: the record replays the HTTP response.
-        match store.reserve(&scope, &key, &fp).await.expect("reserve") {
+        match store.reserve(Reserve::new(&scope, &key, &fp)).await.expect("reserve") {
             Reservation::Replay { body, .. } => {
                 let response = idemdb_http::StoredResponse::decode(&body).expect("an HTTP response of the layer");
                 assert_eq!(

@@ -9,6 +9,7 @@ use idemdb::Store;
 use idemdb::redb::TableDefinition;
 
 use super::{arg, idemdb};
+use idemdb::Reserve;
 
 /// The application's table, journaled with the store's own.
 const ORDERS: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
@@ -78,7 +79,9 @@ fn pay_writer_child() {
     for i in 0..10 {
         let key = idemdb::IdempotencyKey::new(format!("k-{i}")).expect("key");
         let fingerprint = idemdb::Fingerprint::from_bytes([1; 32]);
-        let idemdb::Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint).expect("reserve") else {
+        let idemdb::Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(&scope, &key, &fingerprint)).expect("reserve")
+        else {
             panic!("new key");
         };
         store.complete(&lease, b"ok".to_vec()).expect("complete");

@@ -74,6 +74,15 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// The identity the audit trail records a delivery under: scope `(source, "webhook")`,
+    /// key the delivery id. `None` when the parts do not make a scope and key (a source or id
+    /// a key's alphabet does not allow): the delivery is then not audited.
+    pub fn audit_identity(&self) -> Option<(crate::Scope, crate::IdempotencyKey)> {
+        let scope = crate::Scope::new(self.source.as_str(), "webhook").ok()?;
+        let key = crate::IdempotencyKey::new(self.delivery_id.as_str()).ok()?;
+        Some((scope, key))
+    }
+
     /// A delivery; `source` and `state` are 1..=128 bytes of printable ASCII, the ids
     /// 1..=255 bytes of visible ASCII.
     ///
@@ -426,6 +435,12 @@ pub fn accept(
 }
 
 impl DeliveryRecord {
+    /// When retention forgets the delivery: received, plus the response and tombstone TTLs
+    /// of its source's policy ([`delivery_policy_name`](crate::delivery_policy_name)).
+    pub fn forget_at(&self, policy: &crate::Policy) -> Timestamp {
+        self.received_at.saturating_add(policy.response_ttl()).saturating_add(policy.tombstone_ttl())
+    }
+
     /// The stored value.
     pub fn encode(&self) -> Vec<u8> {
         codec::encode_versioned(DELIVERY_FORMAT, self)
@@ -476,6 +491,20 @@ mod tests {
     fn delivery(id: &str, version: u64, state: &str) -> Delivery {
         let fp = crate::FingerprintBuilder::new().str_field(id).finish();
         Delivery::new("provider", id, "sub_1", version, state, fp, state.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_delivery_is_audited_as_its_source_s_webhook_and_forgotten_after_both_ttls() {
+        let d = delivery("evt_1", 1, "active");
+        let (scope, key) = d.audit_identity().expect("a key-shaped id");
+        assert_eq!((scope.tenant(), scope.operation(), key.as_str()), ("provider", "webhook", "evt_1"));
+        let spaced = Delivery { delivery_id: "evt 1".into(), ..d.clone() };
+        assert_eq!(spaced.audit_identity(), None, "an id a key cannot hold is not audited");
+        let record = accept(None, None, &d, &NewerVersion, at(1_000)).unwrap().delivery.unwrap();
+        let policy = crate::Policy::default()
+            .with_response_ttl(core::time::Duration::from_millis(20))
+            .with_tombstone_ttl(core::time::Duration::from_millis(300));
+        assert_eq!(record.forget_at(&policy), at(1_320));
     }
 
     #[test]

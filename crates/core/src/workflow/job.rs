@@ -392,6 +392,11 @@ pub fn claim_job(
 }
 
 impl JobRecord {
+    /// The result a finished step recorded, if `step` finished.
+    pub fn step_result(&self, step: &EffectName) -> Option<&[u8]> {
+        self.steps.iter().find(|done| done.name == *step).map(|done| done.result.as_slice())
+    }
+
     /// Whether the record is forgotten at `now` (a redelivery then starts the job afresh).
     pub fn is_forgotten(&self, now: Timestamp) -> bool {
         self.due_at().is_some_and(|forget_at| now >= forget_at)
@@ -634,6 +639,7 @@ mod tests {
     fn a_redelivered_job_resumes_after_its_finished_steps_with_a_higher_fence() {
         let (lease, job) = claimed(claim(None, 1, at(0)));
         let job = job.record_step(lease.fence, &name("reserve"), b"r1".to_vec(), None, at(1), &policy()).unwrap();
+        assert_eq!((job.step_result(&name("reserve")), job.step_result(&name("ship"))), (Some(&b"r1"[..]), None));
         assert_eq!(
             job.record_step(lease.fence, &name("reserve"), b"again".to_vec(), None, at(1), &policy()),
             Err(JobRefusal::StepDone(name("reserve")))

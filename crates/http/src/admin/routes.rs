@@ -9,8 +9,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idemdb_core::{
-    Attention, Coded, EffectName, ErrorCode, IdempotencyKey, OutboxStateKind, ProviderState, Resolution,
-    ResolutionCause, ResolutionKind, Scope, ScopedKey,
+    Attention, Coded, EffectName, ErrorCode, IdempotencyKey, OutboxStateKind, ProviderState, ProviderStateKind,
+    Resolution, ResolutionCause, ResolutionKind, Scope, ScopedKey,
 };
 use idemdb_interface::InspectStore;
 use serde_json::{Value, json};
@@ -379,6 +379,11 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
         }
         (Some(effect), None) => {
             let effect = EffectName::new(effect).map_err(|error| invalid(&format!("invalid effect: {error}")))?;
+            // The provider's answer by the core's names (`ProviderStateKind`).
+            let provider = provider
+                .map(|provider| provider.parse::<ProviderStateKind>())
+                .transpose()
+                .map_err(|_| invalid("`provider` is confirmed, failed or not_found"))?;
             match (provider, retry) {
                 (Some(_), true) => return Err(invalid("give `provider` or `retry`, not both")),
                 (None, true) => {
@@ -388,7 +393,7 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                         .map_err(|e| store_failed(&e))?;
                     format!("effect {effect} sent again")
                 }
-                (Some("confirmed"), false) => {
+                (Some(ProviderStateKind::Confirmed), false) => {
                     let Some(reference) = text(request, "reference").map_err(answer)? else {
                         return Err(invalid("a confirmed effect needs the provider's `reference`"));
                     };
@@ -416,7 +421,7 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                     }
                     format!("effect {effect} confirmed")
                 }
-                (Some("failed"), false) => {
+                (Some(ProviderStateKind::Failed), false) => {
                     check_fact(api, &effect_of(store, &scope, &key, &effect).await?, &Claim::Failed).await?;
                     let state = ProviderState::Failed { body: stored(request, 500).map_err(answer)? };
                     store
@@ -425,7 +430,7 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                         .map_err(|e| store_failed(&e))?;
                     format!("effect {effect} failed")
                 }
-                (Some("not_found"), false) => {
+                (Some(ProviderStateKind::NotFound), false) => {
                     check_fact(api, &effect_of(store, &scope, &key, &effect).await?, &Claim::NotFound).await?;
                     store
                         .resolve_effect(&scope, &key, &effect, ProviderState::NotFound, ResolutionCause::Operator)
@@ -433,8 +438,9 @@ async fn resolve_request<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
                         .map_err(|e| store_failed(&e))?;
                     format!("effect {effect} not found, sent again")
                 }
-                (Some(_), false) => return Err(invalid("`provider` is confirmed, failed or not_found")),
                 (None, false) => return Err(invalid("an effect needs `provider` or `retry`")),
+                // A state a later core adds: not one an operator gives here.
+                (Some(_), false) => return Err(invalid("`provider` is confirmed, failed or not_found")),
             }
         }
         (None, None) => return Err(invalid("give `effect` (with `provider` or `retry`) or `resolution`")),
@@ -534,8 +540,12 @@ async fn ask<S: InspectStore + Clone + 'static, H: ConfirmHook<S>>(
         )
     })?;
     Ok(match fact {
-        Some(ProviderFact::Made { reference }) => ok(json!({ "provider": "confirmed", "reference": reference })),
-        Some(ProviderFact::NotMade) => ok(json!({ "provider": "not_found", "reference": null })),
+        Some(ProviderFact::Made { reference }) => {
+            ok(json!({ "provider": ProviderStateKind::Confirmed.as_str(), "reference": reference }))
+        }
+        Some(ProviderFact::NotMade) => {
+            ok(json!({ "provider": ProviderStateKind::NotFound.as_str(), "reference": null }))
+        }
         None => refuse(ErrorCode::Unsupported, StatusCode::NOT_IMPLEMENTED, "this service has no provider lookup"),
     })
 }

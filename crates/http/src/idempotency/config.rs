@@ -206,7 +206,7 @@ impl Operation {
 
     /// Enqueues the outbox effect `effect` (provider-key version `version`) **in the same
     /// transaction as the reservation** that acquires the key
-    /// ([`IdempotencyStore::reserve_enqueuing`](idemdb_interface::IdempotencyStore::reserve_enqueuing)),
+    /// ([`Reserve::enqueuing`](idemdb_core::Reserve::enqueuing)),
     /// with the payload `payload` makes from the request's body and the key's hash: once the
     /// key is acquired the effect is in the outbox, so no process death between the two can
     /// leave a record in progress with its effect unwritten. The handler then finds the effect

@@ -13,8 +13,8 @@ use http::{Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemdb_core::{
-    CanonicalError, Coded, ErrorCode, Failure, Fingerprint, IdempotencyKey, Lease, NewEffect, Reservation, Scope,
-    validate_correlation,
+    CanonicalError, Coded, ErrorCode, Failure, Fingerprint, IdempotencyKey, Lease, NewEffect, Reservation, Reserve,
+    Scope, validate_correlation,
 };
 use idemdb_interface::IdempotencyStore;
 use tower_service::Service;
@@ -544,14 +544,12 @@ async fn reserve<S: IdempotencyStore>(
 ) -> Result<Reservation, S::Error> {
     let deadline = operation.wait.map(|wait| Instant::now() + wait);
     let mut pause = Duration::from_millis(5);
+    let request = Reserve::new(scope, key, fingerprint).enqueuing(effects);
+    // The header's correlation id was validated when it was read (an invalid one is dropped),
+    // so `traced` takes it; were it refused, the request would go without one.
+    let request = request.clone().traced(correlation).unwrap_or(request);
     loop {
-        let call = async {
-            if effects.is_empty() {
-                store.reserve(scope, key, fingerprint, correlation).await
-            } else {
-                store.reserve_enqueuing(scope, key, fingerprint, correlation, effects.clone()).await
-            }
-        };
+        let call = store.reserve(request.clone());
         let reservation = metrics::timed("reserve", call).await?;
         let (Reservation::InProgress { .. }, Some(deadline)) = (&reservation, deadline) else { return Ok(reservation) };
         let now = Instant::now();

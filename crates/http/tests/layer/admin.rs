@@ -5,7 +5,7 @@
 use axum::body::Body;
 use http::{Method, Request, Response, StatusCode};
 use idemdb::StateKind;
-use idemdb::{OutboxItem, Reservation};
+use idemdb::{OutboxItem, Reservation, Reserve};
 use idemdb_http::LeaseHandle;
 use idemdb_http::admin::{AdminApi, ConfirmHook, HookError, ProviderFact};
 use serde_json::json;
@@ -137,7 +137,8 @@ fn lost_charge() -> idemdb::Store {
 fn lost_charge_at() -> (idemdb::Store, idemdb::ManualClock) {
     let (store, clock) = store();
     let (scope, key) = (idemdb::Scope::new("acme", "pay").unwrap(), idemdb::IdempotencyKey::new("k-lost").unwrap());
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &idemdb::Fingerprint::from_bytes([1; 32])).unwrap()
+    let Reservation::Acquired(lease) =
+        store.reserve(Reserve::new(&scope, &key, &idemdb::Fingerprint::from_bytes([1; 32]))).unwrap()
     else {
         panic!("a new key is acquired")
     };

@@ -7,6 +7,7 @@ use idemdb_http::metrics::{ANSWERS, REFUSALS, SETTLEMENTS, STORE_ERRORS, STORE_S
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::support::*;
+use idemdb::Reserve;
 
 /// The value of the series `name{labels…}` in Prometheus text, 0 when absent.
 fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -110,7 +111,7 @@ async fn the_queue_depth_gauge_reports_the_whole_queue_past_the_round_budget() {
     for n in 0..70 {
         let key = idemdb::IdempotencyKey::new(format!("k-{n}")).unwrap();
         let idemdb::Reservation::Acquired(lease) =
-            store.reserve(&scope, &key, &idemdb::Fingerprint::from_bytes([1; 32])).unwrap()
+            store.reserve(Reserve::new(&scope, &key, &idemdb::Fingerprint::from_bytes([1; 32]))).unwrap()
         else {
             panic!("a new key is acquired")
         };

@@ -43,7 +43,8 @@ async fn a_handler_that_completes_in_its_own_transaction_is_not_completed_again(
                 let (lease, key) = (handle.lease(), handle.key());
                 // The business row and the completion: one commit.
                 store
-                    .write_async(move |txn| {
+                    .asynchronous()
+                    .write(move |txn| {
                         txn.tables_checkpointing()
                             .open_table(ROWS)
                             .map_err(idemdb::Error::from)?

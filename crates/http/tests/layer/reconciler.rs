@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idemdb::{
     AsyncStore, AuditKind, EffectName, EffectReport, ExpiredLease, Failure, Fingerprint, IdempotencyKey, OutboxItem,
-    Policy, ProviderState, Reservation, ResolutionCause, Scope, Store,
+    Policy, ProviderState, Reservation, Reserve, ResolutionCause, Scope, Store,
 };
 use idemdb_http::reconcile::{EffectDecision, EffectLookup, LeftBy, Reconciler, Round};
 use idemdb_interface::{InspectStore, WorkflowStore};
@@ -37,7 +37,7 @@ impl EffectLookup<AsyncStore> for NothingCharged {
 
 fn acquire(store: &Store, scope: &Scope, key: &str) -> idemdb::Lease {
     let key = IdempotencyKey::new(key).unwrap();
-    match store.reserve(scope, &key, &Fingerprint::from_bytes([1; 32])).unwrap() {
+    match store.reserve(Reserve::new(scope, &key, &Fingerprint::from_bytes([1; 32]))).unwrap() {
         Reservation::Acquired(lease) => lease,
         other => panic!("{other:?}"),
     }

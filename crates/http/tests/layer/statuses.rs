@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::{Method, Request, StatusCode};
-use idemdb::{IdempotencyKey, Reservation, Scope, StateKind};
+use idemdb::{IdempotencyKey, Reservation, Reserve, Scope, StateKind};
 use idemdb_http::Operation;
 use tokio::sync::Notify;
 
@@ -338,7 +338,7 @@ async fn an_expired_lease_makes_the_key_uncertain_and_refused_with_409() {
         .unwrap();
     let scope = Scope::new("acme", "op").unwrap();
     let key = IdempotencyKey::new("k-1").unwrap();
-    assert!(matches!(store.reserve(&scope, &key, &fp).unwrap(), Reservation::Acquired(_)));
+    assert!(matches!(store.reserve(Reserve::new(&scope, &key, &fp)).unwrap(), Reservation::Acquired(_)));
     clock.advance(Duration::from_secs(61));
     for _ in 0..2 {
         let answer = send(&svc, post("/things", Some("k-1"), BODY)).await;
@@ -390,7 +390,7 @@ async fn a_stored_result_that_is_not_a_response_is_500_corrupt() {
     let request = post("/things", None, BODY);
     let fp = Operation::named("op").fingerprint(&Method::POST, "/things", request.headers(), BODY.as_bytes()).unwrap();
     let (scope, key) = (Scope::new("acme", "op").unwrap(), IdempotencyKey::new("k-1").unwrap());
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp).unwrap() else { panic!() };
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp)).unwrap() else { panic!() };
     store.complete(&lease, b"raw bytes from elsewhere".to_vec()).unwrap();
     let answer = send(&svc, post("/things", Some("k-1"), BODY)).await;
     assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);

@@ -10,8 +10,8 @@ use http::request::Parts;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use idemdb::{
-    AsyncStore, Failure, Fingerprint, IdempotencyKey, KeyHash, Lease, ManualClock, Policy, PurgeReport, Record,
-    Reservation, Resolution, Scope, Store,
+    AsyncStore, Failure, IdempotencyKey, KeyHash, Lease, ManualClock, Policy, PurgeReport, Record, Reservation,
+    Reserve, Resolution, Scope, Store,
 };
 use idemdb_http::{IdempotencyLayer, Operation};
 use idemdb_interface::IdempotencyStore;
@@ -169,30 +169,9 @@ impl IdempotencyStore for Watched {
         IdempotencyStore::tenant_hash(&self.handle, tenant)
     }
 
-    async fn reserve_enqueuing(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-        effects: Vec<idemdb::NewEffect>,
-    ) -> Result<Reservation, idemdb::Error> {
-        if self.down.load(Ordering::SeqCst) {
-            let io = std::io::Error::other("disk unplugged");
-            return Err(idemdb::Error::from(idemdb::redb::StorageError::Io(io)));
-        }
-        IdempotencyStore::reserve_enqueuing(&self.handle, scope, key, fingerprint, correlation, effects).await
-    }
-
-    async fn reserve(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-    ) -> Result<Reservation, idemdb::Error> {
+    async fn reserve(&self, request: Reserve<'_>) -> Result<Reservation, idemdb::Error> {
         self.check()?;
-        IdempotencyStore::reserve(&self.handle, scope, key, fingerprint, correlation).await
+        IdempotencyStore::reserve(&self.handle, request).await
     }
 
     async fn complete(&self, lease: &Lease, result: Vec<u8>) -> Result<(), idemdb::Error> {

@@ -444,7 +444,7 @@ pub async fn published_policy(db: &Db) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reconciler_releases_an_uncertain_payment_that_never_enqueued_its_charge() {
-    use idemdb::{ExpiredLease, Failure, Fingerprint, IdempotencyKey, Policy, Reservation};
+    use idemdb::{ExpiredLease, Failure, Fingerprint, IdempotencyKey, Policy, Reservation, Reserve};
     use payments_example::{Provider, RedbBackend, payment_operation_name, router};
     let dir = tempfile::tempdir().unwrap();
     let policy = Policy::default().with_expired_lease(ExpiredLease::TakeoverIfNoEffect);
@@ -455,12 +455,16 @@ async fn the_reconciler_releases_an_uncertain_payment_that_never_enqueued_its_ch
     let (key, fp) = (IdempotencyKey::new("gave-up").unwrap(), Fingerprint::from_bytes([7; 32]));
     // The handler could not tell whether its charge was enqueued and marked the key uncertain;
     // in fact nothing reached the outbox.
-    let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fp).unwrap() else { panic!("a new key") };
+    let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &fp)).unwrap() else {
+        panic!("a new key")
+    };
     store.fail(&lease, Failure::Uncertain).unwrap();
-    assert!(matches!(store.reserve(&scope, &key, &fp).unwrap(), Reservation::NeedsReconciliation { .. }));
+    assert!(matches!(store.reserve(Reserve::new(&scope, &key, &fp)).unwrap(), Reservation::NeedsReconciliation { .. }));
     let round = dispatcher.reconciler().round().await;
     assert_eq!((round.released, round.confirmed, round.not_found, round.left), (1, 0, 0, 0));
-    let Reservation::Acquired(again) = store.reserve(&scope, &key, &fp).unwrap() else { panic!("the retry runs") };
+    let Reservation::Acquired(again) = store.reserve(Reserve::new(&scope, &key, &fp)).unwrap() else {
+        panic!("the retry runs")
+    };
     assert_eq!(again.attempt(), 2);
     // Nothing is left to decide.
     assert_eq!(dispatcher.reconciler().round().await, idemdb_http::reconcile::Round::default());
@@ -481,35 +485,31 @@ async fn pay_in_process(router: &axum::Router, key: &str) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_payment_row_rides_the_journal_and_a_crash_copy_replays_it_without_registration() {
     use payments_example::{Backend, Provider, RedbBackend, payments, router};
-    for (name, builder) in
-        [("store_builder", RedbBackend::store_builder as fn() -> idemdb::StoreBuilder), ("plain", Store::builder)]
-    {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.idemdb");
-        let store = builder().open(&path).unwrap();
-        let (router, dispatcher) =
-            router(RedbBackend::new(store.clone()), Provider::in_memory(Duration::ZERO).unwrap()).unwrap();
-        let dispatching = tokio::spawn(dispatcher.run());
-        let before = store.journal_stats().expect("a file store journals");
-        let started = std::time::Instant::now();
-        for n in 0..3 {
-            assert_eq!(pay_in_process(&router, &format!("k-{n}")).await, 201, "{name}");
-        }
-        let after = store.journal_stats().unwrap();
-        // Only the periodic checkpoint (every CHECKPOINT_MS) could add one.
-        if started.elapsed() < Duration::from_millis(idemdb::CHECKPOINT_MS - 1_000) {
-            assert_eq!(after.checkpoints - before.checkpoints, 0, "{name}: a payment's commits are journal appends");
-        }
-        assert!(after.appends >= before.appends + 6, "{name}: reservations and payment rows ride the journal");
-        // A crash: the store file and its journal as they are now, the service still running.
-        let copy = dir.path().join("crashed.idemdb");
-        std::fs::copy(&path, &copy).unwrap();
-        std::fs::copy(dir.path().join("s.idemdb-journal"), dir.path().join("crashed.idemdb-journal")).unwrap();
-        dispatching.abort();
-        let _ = dispatching.await;
-        drop((router, store));
-        // Any open replays it, an operator's tool included: row tables need no registration.
-        let reopened = RedbBackend::new(Store::builder().open(&copy).unwrap());
-        assert_eq!(payments(reopened.store(), "acme").await.unwrap().len(), 3, "{name}: 0 lost");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.idemdb");
+    let store = Store::builder().open(&path).unwrap();
+    let (router, dispatcher) =
+        router(RedbBackend::new(store.clone()), Provider::in_memory(Duration::ZERO).unwrap()).unwrap();
+    let dispatching = tokio::spawn(dispatcher.run());
+    let before = store.journal_stats().expect("a file store journals");
+    let started = std::time::Instant::now();
+    for n in 0..3 {
+        assert_eq!(pay_in_process(&router, &format!("k-{n}")).await, 201);
     }
+    let after = store.journal_stats().unwrap();
+    // Only the periodic checkpoint (every CHECKPOINT_MS) could add one.
+    if started.elapsed() < Duration::from_millis(idemdb::CHECKPOINT_MS - 1_000) {
+        assert_eq!(after.checkpoints - before.checkpoints, 0, "a payment's commits are journal appends");
+    }
+    assert!(after.appends >= before.appends + 6, "reservations and payment rows ride the journal");
+    // A crash: the store file and its journal as they are now, the service still running.
+    let copy = dir.path().join("crashed.idemdb");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::copy(dir.path().join("s.idemdb-journal"), dir.path().join("crashed.idemdb-journal")).unwrap();
+    dispatching.abort();
+    let _ = dispatching.await;
+    drop((router, store));
+    // Any open replays it, an operator's tool included: row tables need no registration.
+    let reopened = RedbBackend::new(Store::builder().open(&copy).unwrap());
+    assert_eq!(payments(reopened.store(), "acme").await.unwrap().len(), 3, "0 lost");
 }

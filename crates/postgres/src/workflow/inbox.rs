@@ -5,8 +5,7 @@
 use deadpool_postgres::tokio_postgres::types::ToSql;
 
 use idemdb_core::{
-    AuditKind, Corrupt, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope,
-    accept, delivery_policy_name,
+    AuditKind, Corrupt, Delivery, DeliveryRecord, DomainGuard, InboxAnswer, ObjectRecord, accept, delivery_policy_name,
 };
 
 use super::{LOCK_DELIVERY, LOCK_OBJECT};
@@ -85,8 +84,7 @@ impl PgTxn {
         let decision = accept(existing, object.as_ref(), delivery, guard, now)?;
         if let Some(record) = &decision.delivery {
             let policy = inner.policy(&delivery_policy_name(source));
-            let forget_at =
-                record.received_at.saturating_add(policy.response_ttl()).saturating_add(policy.tombstone_ttl());
+            let forget_at = record.forget_at(policy);
             let (outcome, received_at, forget_at) = (
                 record.outcome.kind().as_str(),
                 to_sql_ms(record.received_at.as_millis()),
@@ -102,7 +100,7 @@ impl PgTxn {
             let params: [&(dyn ToSql + Sync); 5] = [&source, &object_id, &version, &state, &bytes];
             self.execute(&wf.object_upsert, &params).await?;
         }
-        if let (Ok(scope), Ok(key)) = (Scope::new(source, "webhook"), IdempotencyKey::new(id)) {
+        if let Some((scope, key)) = delivery.audit_identity() {
             let row = inner.event(
                 now,
                 AuditKind::DeliveryAccepted,

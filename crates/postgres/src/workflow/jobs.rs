@@ -125,7 +125,7 @@ impl PgTxn {
     pub async fn step_result(&mut self, lease: &JobLease, step: &EffectName) -> Result<Option<Vec<u8>>, Error> {
         let (record, _, _) = self.lock_job(&lease.scope, &lease.job).await?;
         let record = record.ok_or(JobRefusal::NotFound)?;
-        Ok(record.steps.iter().find(|done| done.name == *step).map(|done| done.result.clone()))
+        Ok(record.step_result(step).map(<[u8]>::to_vec))
     }
 }
 

@@ -7,8 +7,8 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 use futures_util::future::try_join;
 
 use idemdb_core::{
-    AuditKind, Claim, Corrupt, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
-    OutboxRefusal, Policy, ProviderState, Refusal, Reservation, Scope, StateKind, Timestamp,
+    AuditKind, Claim, Corrupt, EffectName, EffectReport, IdempotencyKey, Lease, OutboxItem, OutboxRefusal, Policy,
+    ProviderState, Refusal, Reservation, Reserve, Scope, Timestamp,
 };
 
 use crate::audit::to_sql_ms;
@@ -188,11 +188,7 @@ impl PgTxn {
         let Some(next) = item.record_after(&record, result, now, policy).map_err(OutboxRefusal::from)? else {
             return Ok(());
         };
-        let kind = match next.state.kind() {
-            StateKind::Completed => AuditKind::Completed,
-            StateKind::Failed | StateKind::Uncertain => AuditKind::Failed,
-            _ => AuditKind::Renewed,
-        };
+        let kind = AuditKind::after_effect(next.state.kind());
         self.write(&inner.sql.update, &item.scope, &item.key, &next, bytes.as_deref()).await?;
         let row = inner.event(now, kind, &item.scope, &item.key, next.fence, Some(&next.fingerprint), None);
         self.push_event(row);
@@ -326,33 +322,19 @@ impl PgTxn {
 }
 
 impl PgStore {
-    /// [`PgStore::reserve`] (with an optional correlation id) that, when it acquires the key,
-    /// enqueues `effects` in the outbox in the same transaction: an acquired reservation has its effects in the outbox, any
-    /// other answer enqueued nothing. With no effects it is `reserve` (one round trip for a
-    /// new key); with effects it takes the locked path, in one transaction.
-    ///
-    /// # Errors
-    /// As [`PgStore::reserve`] and [`PgTxn::enqueue_effect`]; on an error the transaction is
-    /// rolled back (or its commit's outcome is unknown: `CommitUnknown`).
-    pub async fn reserve_enqueuing(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-        effects: Vec<NewEffect>,
-    ) -> Result<Reservation, Error> {
-        if effects.is_empty() {
-            return self.reserve_with(scope, key, fingerprint, correlation).await;
-        }
-        idemdb_core::check_correlation(correlation)?;
-        let effects = &effects;
+    /// [`PgStore::reserve`] of a request with effects: when it acquires the key, they are
+    /// enqueued in the outbox in the same transaction; on an error it is rolled back.
+    pub(crate) async fn reserve_enqueuing(&self, request: Reserve<'_>) -> Result<Reservation, Error> {
+        let request = &request;
         self.in_txn(|mut txn| async move {
-            let lease = match txn.reserve_with(scope, key, fingerprint, correlation).await {
+            let lease = match txn
+                .reserve_with(request.scope(), request.key(), request.fingerprint(), request.correlation())
+                .await
+            {
                 Ok(Reservation::Acquired(lease)) => lease,
                 other => return (txn, other),
             };
-            for effect in effects {
+            for effect in request.effects() {
                 if let Err(error) =
                     txn.enqueue_effect(&lease, &effect.effect, effect.version, effect.payload.clone()).await
                 {

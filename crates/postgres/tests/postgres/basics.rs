@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use idemdb_postgres::{
     AuditKind, ConnectError, Error, ErrorCode, ExpiredLease, Failure, Fingerprint, IdempotencyKey, KeyHash,
-    ManualClock, PgStore, Policy, Record, Refusal, Reservation, SCHEMA_VERSION, Scope, ScopedKey, State, TimeSource,
-    TransitionError,
+    ManualClock, PgStore, Policy, Record, Refusal, Reservation, Reserve, SCHEMA_VERSION, Scope, ScopedKey, State,
+    TimeSource, TransitionError,
 };
 use libtest_mimic::Failed;
 
@@ -23,7 +23,7 @@ fn key(name: &str) -> IdempotencyKey {
 const FP: Fingerprint = Fingerprint::from_bytes([1; 32]);
 
 async fn acquire(store: &PgStore, key: &IdempotencyKey) -> idemdb_postgres::Lease {
-    match store.reserve(&scope(), key, &FP).await.expect("reserve") {
+    match store.reserve(Reserve::new(&scope(), key, &FP)).await.expect("reserve") {
         Reservation::Acquired(lease) => lease,
         other => panic!("expected a lease, got {other:?}"),
     }
@@ -134,7 +134,7 @@ pub fn transaction_api(env: &Env) -> Result<(), Failed> {
         txn.complete(&lease, b"order 1".to_vec()).await.expect("complete");
         txn.commit().await.expect("commit");
         assert_eq!(count(&admin, &orders).await, 1);
-        let replay = store.reserve(&scope(), &key("k1"), &FP).await.expect("reserve");
+        let replay = store.reserve(Reserve::new(&scope(), &key("k1"), &FP)).await.expect("reserve");
         assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == b"order 1"), "{replay:?}");
 
         // Dropped, or rolled back: neither the order nor the completion.
@@ -178,7 +178,8 @@ pub fn transaction_api(env: &Env) -> Result<(), Failed> {
 
         // Reserve, write and complete in one transaction (the embedded store's `execute`).
         let mut txn = store.begin().await.expect("begin");
-        let Reservation::Acquired(lease) = txn.reserve(&scope(), &key("k3"), &FP).await.expect("reserve") else {
+        let Reservation::Acquired(lease) = txn.reserve(Reserve::new(&scope(), &key("k3"), &FP)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
         txn.client().execute(&insert, &[&3]).await.expect("order");
@@ -202,22 +203,24 @@ pub fn audit_trail(env: &Env) -> Result<(), Failed> {
         fresh_schema(&env.url, S).await;
         let store = builder(env, S).connect().await.expect("connect");
         let raw = "secret-key-7f3a9c";
-        let lease = match store.reserve_traced(&scope(), &key(raw), &FP, "req-42").await.expect("reserve") {
+        let (s, k) = (scope(), key(raw));
+        let traced = Reserve::new(&s, &k, &FP).traced("req-42").expect("a valid id");
+        let lease = match store.reserve(traced).await.expect("reserve") {
             Reservation::Acquired(lease) => lease,
             other => panic!("{other:?}"),
         };
         store.complete(&lease, b"ch_1".to_vec()).await.expect("complete");
-        let replay = store.reserve(&scope(), &key(raw), &FP).await.expect("replay");
+        let replay = store.reserve(Reserve::new(&scope(), &key(raw), &FP)).await.expect("replay");
         assert!(matches!(replay, Reservation::Replay { .. }));
-        let mismatch = store.reserve(&scope(), &key(raw), &Fingerprint::from_bytes([2; 32])).await.expect("mismatch");
+        let mismatch = store
+            .reserve(Reserve::new(&scope(), &key(raw), &Fingerprint::from_bytes([2; 32])))
+            .await
+            .expect("mismatch");
         assert!(matches!(mismatch, Reservation::Mismatch { .. }));
-        let bad = store.reserve_traced(&scope(), &key(raw), &FP, "has space").await.expect_err("bad correlation");
-        assert_eq!(bad.code(), ErrorCode::InvalidKey);
-        // Inside a transaction, the same refusal (and no event: the kinds below are all there are).
-        let mut txn = store.begin().await.expect("begin");
-        let bad = txn.reserve_traced(&scope(), &key("other"), &FP, "has space").await.expect_err("bad correlation");
-        assert_eq!(bad.code(), ErrorCode::InvalidKey);
-        txn.rollback().await.expect("rollback");
+        // An invalid correlation id is refused where the request is built: no call takes it
+        // (and no event: the kinds below are all there are).
+        let bad = Reserve::new(&s, &k, &FP).traced("has space").expect_err("bad correlation");
+        assert_eq!(idemdb_postgres::Error::from(bad).code(), ErrorCode::InvalidKey);
 
         // Buffered answers show before they are written, and are written by flush.
         let events = store.audit_events(100).await.expect("events");
@@ -250,7 +253,7 @@ pub fn audit_trail(env: &Env) -> Result<(), Failed> {
 
         // With the audit trail off, nothing is written.
         let quiet = builder(env, S).audit(false).connect().await.expect("connect");
-        let _ = quiet.reserve(&scope(), &key("quiet-key"), &FP).await.expect("reserve");
+        let _ = quiet.reserve(Reserve::new(&scope(), &key("quiet-key"), &FP)).await.expect("reserve");
         quiet.flush().await.expect("flush");
         assert_eq!(count(&admin, &format!("SELECT count(*) FROM {S}.idemdb_audit")).await, 4);
     });
@@ -295,7 +298,7 @@ pub fn retention(env: &Env) -> Result<(), Failed> {
         clock.set(T0 + 10_000);
         let report = store.purge_expired(100).await.expect("purge");
         assert_eq!(report.tombstoned, 1);
-        let answer = store.reserve(&scope(), &key("k"), &FP).await.expect("reserve");
+        let answer = store.reserve(Reserve::new(&scope(), &key("k"), &FP)).await.expect("reserve");
         assert!(matches!(answer, Reservation::Expired { .. }), "{answer:?}");
 
         // At the tombstone TTL: forgotten, a budget of 1 at a time, with `more` set.
@@ -345,7 +348,9 @@ pub fn import(env: &Env) -> Result<(), Failed> {
             .policy("create_payment", policy.clone())
             .in_memory()
             .expect("embedded store");
-        let lease = |store: &idemdb::Store, name: &str| match store.reserve(&scope(), &key(name), &FP).expect("reserve")
+        let lease = |store: &idemdb::Store, name: &str| match store
+            .reserve(Reserve::new(&scope(), &key(name), &FP))
+            .expect("reserve")
         {
             Reservation::Acquired(lease) => lease,
             other => panic!("{other:?}"),
@@ -397,8 +402,10 @@ pub fn import(env: &Env) -> Result<(), Failed> {
             clock.set(at);
             for (scoped, _) in &records {
                 for fingerprint in [FP, Fingerprint::from_bytes([2; 32])] {
-                    let embedded_answer = embedded.reserve(&scoped.scope, &scoped.key, &fingerprint).expect("reserve");
-                    let pg_answer = pg.reserve(&scoped.scope, &scoped.key, &fingerprint).await.expect("reserve");
+                    let embedded_answer =
+                        embedded.reserve(Reserve::new(&scoped.scope, &scoped.key, &fingerprint)).expect("reserve");
+                    let pg_answer =
+                        pg.reserve(Reserve::new(&scoped.scope, &scoped.key, &fingerprint)).await.expect("reserve");
                     assert_eq!(pg_answer, embedded_answer, "{} at {at}", scoped.key.as_str());
                 }
             }
@@ -418,7 +425,7 @@ pub fn crate_docs_example(env: &Env) -> Result<(), Failed> {
         let fingerprint = Fingerprint::from_bytes([1; 32]);
         let mut charges = 0;
         for _delivery in 0..3 {
-            match store.reserve(&scope, &key, &fingerprint).await.expect("reserve") {
+            match store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve") {
                 Reservation::Acquired(lease) => {
                     charges += 1;
                     store.complete(&lease, br#"{"charge":"ch_1"}"#.to_vec()).await.expect("complete");
@@ -472,7 +479,7 @@ pub fn cli_import(env: &Env) -> Result<(), Failed> {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("payments.idemdb");
         let embedded = idemdb::Store::open(&file).expect("create a store file");
-        let lease = |name: &str| match embedded.reserve(&scope(), &key(name), &FP).expect("reserve") {
+        let lease = |name: &str| match embedded.reserve(Reserve::new(&scope(), &key(name), &FP)).expect("reserve") {
             Reservation::Acquired(lease) => lease,
             other => panic!("{other:?}"),
         };
@@ -592,7 +599,9 @@ pub fn import_at_scale(env: &Env) -> Result<(), Failed> {
         const S: &str = "idemdb_import_scale";
         fresh_schema(&env.url, S).await;
         let embedded = idemdb::Store::in_memory().expect("memory store");
-        let Reservation::Acquired(lease) = embedded.reserve(&scope(), &key("template"), &FP).expect("reserve") else {
+        let Reservation::Acquired(lease) =
+            embedded.reserve(Reserve::new(&scope(), &key("template"), &FP)).expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
         embedded.complete(&lease, br#"{"charge":"ch_1"}"#.to_vec()).expect("complete");

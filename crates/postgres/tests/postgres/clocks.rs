@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use idemdb_postgres::{
-    Clock, Fingerprint, IdempotencyKey, ManualClock, PgStore, Policy, Reservation, Scope, State, SystemClock,
+    Clock, Fingerprint, IdempotencyKey, ManualClock, PgStore, Policy, Reservation, Reserve, Scope, State, SystemClock,
     TimeSource,
 };
 use libtest_mimic::Failed;
@@ -52,10 +52,11 @@ pub fn run(env: &Env) -> Result<(), Failed> {
         let a = instance(env, &clock_a, TimeSource::HostClock).await;
         let b = instance(env, &clock_b, TimeSource::HostClock).await;
         let key = IdempotencyKey::new("skewed-host-time").expect("key");
-        let Reservation::Acquired(_) = a.reserve(&scope, &key, &fingerprint).await.expect("reserve") else {
+        let Reservation::Acquired(_) = a.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
-        let seen_by_b = b.reserve(&scope, &key, &fingerprint).await.expect("reserve");
+        let seen_by_b = b.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve");
         assert!(
             matches!(seen_by_b, Reservation::NeedsReconciliation { .. }),
             "with host time, the instance an hour ahead takes a fresh lease for expired: {seen_by_b:?}"
@@ -74,7 +75,9 @@ pub fn run(env: &Env) -> Result<(), Failed> {
 
         for (round, (first, second)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
             let key = IdempotencyKey::new(format!("database-time-{round}")).expect("key");
-            let Reservation::Acquired(lease) = first.reserve(&scope, &key, &fingerprint).await.expect("reserve") else {
+            let Reservation::Acquired(lease) =
+                first.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve")
+            else {
                 panic!("a new key is acquired")
             };
             // The lease's term is the database's: within a minute of the database's now, not
@@ -87,7 +90,7 @@ pub fn run(env: &Env) -> Result<(), Failed> {
             );
 
             // The other instance sees the same lease, live.
-            match second.reserve(&scope, &key, &fingerprint).await.expect("reserve") {
+            match second.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve") {
                 Reservation::InProgress { retry_after } => {
                     assert!(retry_after <= LEASE && retry_after > Duration::ZERO, "round {round}: {retry_after:?}")
                 }
@@ -110,7 +113,7 @@ pub fn run(env: &Env) -> Result<(), Failed> {
             // Completed through the first instance; the other replays it, and the TTLs stored
             // follow the database's clock.
             first.complete(&renewed, b"ch_1".to_vec()).await.expect("complete");
-            match second.reserve(&scope, &key, &fingerprint).await.expect("reserve") {
+            match second.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve") {
                 Reservation::Replay { body, .. } => assert_eq!(body, b"ch_1"),
                 other => panic!("round {round}: expected a replay, got {other:?}"),
             }

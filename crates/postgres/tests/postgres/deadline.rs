@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use idemdb_postgres::{ErrorCode, Fingerprint, IdempotencyKey, Reservation, Scope};
+use idemdb_postgres::{ErrorCode, Fingerprint, IdempotencyKey, Reservation, Reserve, Scope};
 use libtest_mimic::Failed;
 
 use crate::support::{Env, admin, block_on, builder, count, fresh_schema};
@@ -31,7 +31,8 @@ pub fn locked_table(env: &Env) -> Result<(), Failed> {
         let scope = Scope::new("acme", "create_payment").expect("scope");
         let fingerprint = Fingerprint::from_bytes([4; 32]);
         let key = |name: &str| IdempotencyKey::new(name).expect("key");
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key("held"), &fingerprint).await.expect("reserve")
+        let Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(&scope, &key("held"), &fingerprint)).await.expect("reserve")
         else {
             panic!("a new key is acquired")
         };
@@ -44,7 +45,7 @@ pub fn locked_table(env: &Env) -> Result<(), Failed> {
         for call in ["reserve", "complete", "get"] {
             let started = Instant::now();
             let error = match call {
-                "reserve" => store.reserve(&scope, &key("new"), &fingerprint).await.map(drop),
+                "reserve" => store.reserve(Reserve::new(&scope, &key("new"), &fingerprint)).await.map(drop),
                 "complete" => store.complete(&lease, b"done".to_vec()).await,
                 _ => store.get(&scope, &key("held")).await.map(drop),
             }
@@ -78,7 +79,7 @@ pub fn locked_table(env: &Env) -> Result<(), Failed> {
 
         // Back at once, on fresh connections; the cut reservation inserted nothing.
         store.complete(&lease, b"done".to_vec()).await.expect("complete once the lock is gone");
-        let answer = store.reserve(&scope, &key("new"), &fingerprint).await.expect("reserve");
+        let answer = store.reserve(Reserve::new(&scope, &key("new"), &fingerprint)).await.expect("reserve");
         assert!(matches!(answer, Reservation::Acquired(_)), "{answer:?}");
         let rows = count(&locker, &format!("SELECT count(*) FROM {SCHEMA}.idemdb_records")).await;
         assert_eq!(rows, 2);

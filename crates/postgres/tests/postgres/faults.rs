@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idemdb_postgres::{
-    Error, ErrorCode, ExpiredLease, Fingerprint, IdempotencyKey, Lease, PgStore, Policy, Refusal, Reservation, Scope,
-    State,
+    Error, ErrorCode, ExpiredLease, Fingerprint, IdempotencyKey, Lease, PgStore, Policy, Refusal, Reservation, Reserve,
+    Scope, State,
 };
 use libtest_mimic::Failed;
 
@@ -78,7 +78,7 @@ async fn drive(store: PgStore, task: usize, tally: Arc<Tally>, stop: Arc<AtomicB
             if stop.load(Ordering::Relaxed) {
                 return Err("stopped: the run took too long".into());
             }
-            let answer = match store.reserve(&scope(), &key, &fingerprint).await {
+            let answer = match store.reserve(Reserve::new(&scope(), &key, &fingerprint)).await {
                 Ok(answer) => answer,
                 Err(error) if repeatable(&error) => {
                     tally.errors.fetch_add(1, Ordering::Relaxed);
@@ -271,7 +271,7 @@ pub fn killed_mid_transaction(env: &Env) -> Result<(), Failed> {
             .expect("effects table");
         let key = IdempotencyKey::new("order-842").expect("key");
         let Reservation::Acquired(lease) =
-            store.reserve(&scope(), &key, &Fingerprint::from_bytes([1; 32])).await.expect("reserve")
+            store.reserve(Reserve::new(&scope(), &key, &Fingerprint::from_bytes([1; 32]))).await.expect("reserve")
         else {
             panic!("a new key is acquired")
         };
@@ -296,7 +296,8 @@ pub fn killed_mid_transaction(env: &Env) -> Result<(), Failed> {
         txn.complete(&lease, b"second".to_vec()).await.expect("complete");
         txn.commit().await.expect("commit");
         assert_eq!(count(&admin, &format!("SELECT count(*) FROM {SCHEMA}.effects")).await, 1, "one effect");
-        let again = store.reserve(&scope(), &key, &Fingerprint::from_bytes([1; 32])).await.expect("reserve");
+        let again =
+            store.reserve(Reserve::new(&scope(), &key, &Fingerprint::from_bytes([1; 32]))).await.expect("reserve");
         assert!(matches!(again, Reservation::Replay { ref body, .. } if body == b"second"), "{again:?}");
     });
     Ok(())

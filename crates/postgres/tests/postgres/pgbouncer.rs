@@ -7,7 +7,7 @@
 //! that the pooler is really in the way.
 
 use idemdb_interface::conformance;
-use idemdb_postgres::{Fingerprint, IdempotencyKey, ManualClock, PgStore, Reservation, Scope};
+use idemdb_postgres::{Fingerprint, IdempotencyKey, ManualClock, PgStore, Reservation, Reserve, Scope};
 use libtest_mimic::Failed;
 
 use crate::support::{Env, Schemas, admin, block_on, builder, count};
@@ -48,7 +48,7 @@ pub fn transaction_mode(env: &Env) -> Result<(), Failed> {
             let (store, scope) = (store.clone(), scope.clone());
             tasks.push(tokio::spawn(async move {
                 let key = IdempotencyKey::new(format!("bounced-{}", n % 32)).expect("key");
-                match store.reserve(&scope, &key, &fingerprint).await.expect("reserve") {
+                match store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve") {
                     Reservation::Acquired(lease) => {
                         store.complete(&lease, b"ok".to_vec()).await.expect("complete");
                         1
@@ -67,7 +67,7 @@ pub fn transaction_mode(env: &Env) -> Result<(), Failed> {
         assert_eq!((acquired, completed), (32, 32), "one lease and one completion per key");
         for n in 0..32 {
             let key = IdempotencyKey::new(format!("bounced-{n}")).expect("key");
-            let replay = store.reserve(&scope, &key, &fingerprint).await.expect("replay");
+            let replay = store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("replay");
             assert!(matches!(replay, Reservation::Replay { .. }), "{replay:?}");
         }
         direct.batch_execute(&format!("DROP SCHEMA {S} CASCADE")).await.expect("drop schema");

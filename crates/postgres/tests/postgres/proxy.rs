@@ -22,7 +22,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use idemdb_postgres::{
-    Error, ErrorCode, Fingerprint, IdempotencyKey, PgStore, Refusal, Reservation, Scope, State, TransitionError,
+    Error, ErrorCode, Fingerprint, IdempotencyKey, PgStore, Refusal, Reservation, Reserve, Scope, State,
+    TransitionError,
 };
 use libtest_mimic::Failed;
 
@@ -235,11 +236,13 @@ pub fn run(env: &Env) -> Result<(), Failed> {
         let pg = store(&proxy).await.expect("connect through the proxy");
 
         // Unreachable while connected: typed errors, never an answer or "not found".
-        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-down"), &fp).await.expect("reserve") else {
+        let Reservation::Acquired(lease) =
+            pg.reserve(Reserve::new(&scope, &key("k-down"), &fp)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
         proxy.down();
-        let error = pg.reserve(&scope, &key("k-down"), &fp).await.expect_err("database down");
+        let error = pg.reserve(Reserve::new(&scope, &key("k-down"), &fp)).await.expect_err("database down");
         // A reservation is one autocommit insert: when a pooled connection dies under it, the
         // adapter cannot tell whether it reached the server, nor read the row back while the
         // database is down, so the outcome is unknown (never an answer); when the connection
@@ -254,10 +257,14 @@ pub fn run(env: &Env) -> Result<(), Failed> {
 
         // A new key's reservation is one autocommit statement (no COMMIT): the commits cut
         // below are renewals, transactions of their own.
-        let Reservation::Acquired(before) = pg.reserve(&scope, &key("k-before"), &fp).await.expect("reserve") else {
+        let Reservation::Acquired(before) =
+            pg.reserve(Reserve::new(&scope, &key("k-before"), &fp)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
-        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-after"), &fp).await.expect("reserve") else {
+        let Reservation::Acquired(lease) =
+            pg.reserve(Reserve::new(&scope, &key("k-after"), &fp)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
 
@@ -289,13 +296,15 @@ pub fn run(env: &Env) -> Result<(), Failed> {
             matches!(repeated, Err(Error::Refused(Refusal::Transition(TransitionError::WrongState { .. })))),
             "the repeat says the record is already completed: {repeated:?}"
         );
-        match pg.reserve(&scope, &key("k-after"), &fp).await.expect("reserve") {
+        match pg.reserve(Reserve::new(&scope, &key("k-after"), &fp)).await.expect("reserve") {
             Reservation::Replay { body, .. } => assert_eq!(body, b"done"),
             other => panic!("expected the stored completion, got {other:?}"),
         }
 
         // A statement waiting on a lock longer than statement_timeout: unavailable, in time.
-        let Reservation::Acquired(lease) = pg.reserve(&scope, &key("k-locked"), &fp).await.expect("reserve") else {
+        let Reservation::Acquired(lease) =
+            pg.reserve(Reserve::new(&scope, &key("k-locked"), &fp)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
         let mut holder = admin(&env.url).await;
@@ -348,7 +357,9 @@ pub fn a_commit_waiting_for_a_standby_is_never_taken_for_nothing_changed(env: &E
             .expect("connect through the proxy");
         let scope = Scope::new("acme", "create_payment").expect("scope");
         let fp = Fingerprint::from_bytes([7; 32]);
-        pg.reserve(&scope, &key("warm"), &fp).await.expect("a reservation before the standby is required");
+        pg.reserve(Reserve::new(&scope, &key("warm"), &fp))
+            .await
+            .expect("a reservation before the standby is required");
 
         let admin = admin(&env.url).await;
         standby(&admin, "idemdb_no_such_standby").await;
@@ -357,7 +368,8 @@ pub fn a_commit_waiting_for_a_standby_is_never_taken_for_nothing_changed(env: &E
         let stalled = {
             let (pg, scope) = (pg.clone(), scope.clone());
             tokio::spawn(async move {
-                let reserving = tokio::spawn(async move { pg.reserve(&scope, &key("k-standby"), &fp).await });
+                let reserving =
+                    tokio::spawn(async move { pg.reserve(Reserve::new(&scope, &key("k-standby"), &fp)).await });
                 // The statement has inserted and waits for the standby; its connection is lost.
                 tokio::time::sleep(Duration::from_millis(700)).await;
                 proxy.down();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idemdb_postgres::{
     AuditKind, ConnectError, Failure, Fingerprint, IdempotencyKey, ManualClock, PgStore, PgStoreBuilder, Policy,
-    PurgeTask, Record, Reservation, SCHEMA_VERSION, Scope, ScopedKey, TimeSource,
+    PurgeTask, Record, Reservation, Reserve, SCHEMA_VERSION, Scope, ScopedKey, TimeSource,
 };
 use libtest_mimic::Failed;
 
@@ -44,7 +44,9 @@ async fn seed(store: &PgStore, prefix: &str, n: usize) {
     let clock = ManualClock::new(T0);
     let embedded =
         idemdb::Store::builder().clock(clock).policy("create_payment", policy()).in_memory().expect("embedded store");
-    let Reservation::Acquired(lease) = embedded.reserve(&scope(), &key("template"), &FP).expect("reserve") else {
+    let Reservation::Acquired(lease) =
+        embedded.reserve(Reserve::new(&scope(), &key("template"), &FP)).expect("reserve")
+    else {
         panic!("a new key is acquired")
     };
     embedded.complete(&lease, b"r".to_vec()).expect("complete");
@@ -74,7 +76,8 @@ pub fn batches_keep_the_rules(env: &Env) -> Result<(), Failed> {
         let store = open(env, S, &clock).connect().await.expect("connect");
         let admin = admin(&env.url).await;
         // Written by a reserve at T0 (with its audit events at T0) beside 250 imported ones.
-        let Reservation::Acquired(lease) = store.reserve(&scope(), &key("old-early"), &FP).await.expect("reserve")
+        let Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(&scope(), &key("old-early"), &FP)).await.expect("reserve")
         else {
             panic!("a new key is acquired")
         };
@@ -95,16 +98,19 @@ pub fn batches_keep_the_rules(env: &Env) -> Result<(), Failed> {
         assert!(events.iter().all(|e| e.at.as_millis() >= T0 + 5_000), "no event older than the retention is left");
         assert_eq!(tombstones(&admin, S).await, 251);
         assert_eq!(records(&admin, S).await, 251);
-        let answer = store.reserve(&scope(), &key("old-00007"), &FP).await.expect("reserve");
+        let answer = store.reserve(Reserve::new(&scope(), &key("old-00007"), &FP)).await.expect("reserve");
         assert!(matches!(answer, Reservation::Expired { .. }), "a tombstone still answers: {answer:?}");
 
         // Written at T0 + 25 s: a result due at T0 + 35 s, a released record forgotten later.
         clock.set(T0 + 25_000);
-        let Reservation::Acquired(lease) = store.reserve(&scope(), &key("young"), &FP).await.expect("reserve") else {
+        let Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(&scope(), &key("young"), &FP)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
         store.complete(&lease, b"young".to_vec()).await.expect("complete");
-        let Reservation::Acquired(lease) = store.reserve(&scope(), &key("released"), &FP).await.expect("reserve")
+        let Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(&scope(), &key("released"), &FP)).await.expect("reserve")
         else {
             panic!("a new key is acquired")
         };
@@ -270,12 +276,13 @@ pub fn an_older_instance_beside_a_newer_schema(env: &Env) -> Result<(), Failed> 
             .await
             .expect("a newer migration's table");
 
-        let Reservation::Acquired(lease) = running.reserve(&scope(), &key("during"), &FP).await.expect("reserve")
+        let Reservation::Acquired(lease) =
+            running.reserve(Reserve::new(&scope(), &key("during"), &FP)).await.expect("reserve")
         else {
             panic!("a new key is acquired")
         };
         running.complete(&lease, b"ok".to_vec()).await.expect("complete");
-        let replay = running.reserve(&scope(), &key("during"), &FP).await.expect("reserve");
+        let replay = running.reserve(Reserve::new(&scope(), &key("during"), &FP)).await.expect("reserve");
         assert!(matches!(replay, Reservation::Replay { .. }), "{replay:?}");
 
         match open(env, S, &clock).connect().await {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idemdb_postgres::{Fingerprint, IdempotencyKey, PgStore, Reservation, Scope, State};
+use idemdb_postgres::{Fingerprint, IdempotencyKey, PgStore, Reservation, Reserve, Scope, State};
 use libtest_mimic::Failed;
 
 use crate::support::{Env, admin, block_on, builder, count, fresh_schema};
@@ -170,7 +170,7 @@ async fn one_key(store: &PgStore, index: usize, writer: &str) -> Result<bool, St
     let (scope, key) = (scope(), key(index));
     let effects = format!("INSERT INTO {SCHEMA}.effects (key, writer) VALUES ($1, $2)");
     for _ in 0..10_000 {
-        match store.reserve(&scope, &key, &fingerprint).await.map_err(|e| e.to_string())? {
+        match store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.map_err(|e| e.to_string())? {
             Reservation::Acquired(lease) => {
                 if index.is_multiple_of(2) {
                     // The effect and the completion in one transaction.

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-use idemdb_postgres::{Fingerprint, IdempotencyKey, PgStore, Reservation, Scope};
+use idemdb_postgres::{Fingerprint, IdempotencyKey, PgStore, Reservation, Reserve, Scope};
 use libtest_mimic::Failed;
 
 use crate::support::{Env, block_on, fresh_schema};
@@ -151,23 +151,27 @@ pub fn statements_per_call(env: &Env) -> Result<(), Failed> {
         // Warm up: the statements are prepared once per connection.
         for name in ["warm-1", "warm-2"] {
             let key = IdempotencyKey::new(name).expect("key");
-            let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint).await.expect("reserve") else {
+            let Reservation::Acquired(lease) =
+                store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve")
+            else {
                 panic!("a new key is acquired")
             };
             store.complete(&lease, b"ok".to_vec()).await.expect("complete");
-            store.reserve(&scope, &key, &fingerprint).await.expect("replay");
+            store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("replay");
         }
         store.flush().await.expect("flush");
         counter.take();
 
         let key = IdempotencyKey::new("order-842").expect("key");
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint).await.expect("reserve") else {
+        let Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
         let reserve = counter.take();
         store.complete(&lease, br#"{"charge":"ch_1"}"#.to_vec()).await.expect("complete");
         let complete = counter.take();
-        let replay = store.reserve(&scope, &key, &fingerprint).await.expect("replay");
+        let replay = store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("replay");
         let replayed = counter.take();
         assert!(matches!(replay, Reservation::Replay { .. }), "{replay:?}");
         println!(
@@ -224,7 +228,9 @@ pub fn read_only_work_takes_no_transaction_id(env: &Env) -> Result<(), Failed> {
         let scope = Scope::new("acme", "create_payment").expect("scope");
         let fingerprint = Fingerprint::from_bytes([2; 32]);
         let key = IdempotencyKey::new("paid").expect("key");
-        let Reservation::Acquired(lease) = store.reserve(&scope, &key, &fingerprint).await.expect("reserve") else {
+        let Reservation::Acquired(lease) =
+            store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("reserve")
+        else {
             panic!("a new key is acquired")
         };
         store.complete(&lease, b"ok".to_vec()).await.expect("complete");
@@ -232,7 +238,7 @@ pub fn read_only_work_takes_no_transaction_id(env: &Env) -> Result<(), Failed> {
         let wal = || async { crate::support::count(&admin, "SELECT (pg_current_wal_lsn() - '0/0')::bigint").await };
         let (before, wal_before) = (xid().await, wal().await);
         for _ in 0..20 {
-            let replay = store.reserve(&scope, &key, &fingerprint).await.expect("replay");
+            let replay = store.reserve(Reserve::new(&scope, &key, &fingerprint)).await.expect("replay");
             assert!(matches!(replay, Reservation::Replay { .. }), "{replay:?}");
             assert!(store.get(&scope, &key).await.expect("get").is_some());
             assert!(store.claim_effects(8).await.expect("claim").is_empty());

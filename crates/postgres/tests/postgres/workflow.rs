@@ -9,7 +9,7 @@ use std::time::Duration;
 use idemdb_interface::{InspectStore, conformance};
 use idemdb_postgres::{
     Attention, Delivery, EffectName, EffectReport, ErrorCode, Fingerprint, IdempotencyKey, InboxAnswer, ManualClock,
-    NewEffect, NewerVersion, OutboxStateKind, PgStore, Policy, Reservation, Scope, TimeSource,
+    NewEffect, NewerVersion, OutboxStateKind, PgStore, Policy, Reservation, Reserve, Scope, TimeSource,
 };
 use libtest_mimic::Failed;
 
@@ -94,14 +94,14 @@ fn key(name: &str) -> IdempotencyKey {
 }
 
 async fn acquire(store: &PgStore, key: &IdempotencyKey) -> idemdb_postgres::Lease {
-    match store.reserve(&scope(), key, &FP).await.expect("reserve") {
+    match store.reserve(Reserve::new(&scope(), key, &FP)).await.expect("reserve") {
         Reservation::Acquired(lease) => lease,
         other => panic!("expected a lease, got {other:?}"),
     }
 }
 
-/// `reserve_enqueuing`: the acquiring reservation and its effect are one commit; any other
-/// answer enqueues nothing; no effects is a plain reservation.
+/// A reservation with effects (`Reserve::enqueuing`): the acquiring reservation and its effect
+/// are one commit; any other answer enqueues nothing; no effects is a plain reservation.
 pub fn reserve_enqueuing(env: &Env) -> Result<(), Failed> {
     block_on(async {
         const S: &str = "idemdb_wf_reserve_enqueue";
@@ -109,24 +109,22 @@ pub fn reserve_enqueuing(env: &Env) -> Result<(), Failed> {
         let store = builder(env, S).connect().await.expect("connect");
         let charge = EffectName::new("charge").expect("effect");
         let effect = || vec![NewEffect { effect: charge.clone(), version: 1, payload: b"10.50".to_vec() }];
-        // An invalid correlation id is refused before anything is reserved or enqueued.
-        let bad = store.reserve_enqueuing(&scope(), &key("pay-1"), &FP, Some("has space"), effect()).await;
-        assert_eq!(bad.expect_err("bad correlation").code(), ErrorCode::InvalidKey);
-        assert!(store.effect(&scope(), &key("pay-1"), &charge).await.expect("effect").is_none(), "nothing enqueued");
-        let answer = store.reserve_enqueuing(&scope(), &key("pay-1"), &FP, None, effect()).await.expect("reserve");
+        let (s, k1, k2) = (scope(), key("pay-1"), key("pay-2"));
+        let request = |k, fp| Reserve::new(&s, k, fp).traced("req-1").expect("a valid id").enqueuing(effect());
+        let answer = store.reserve(request(&k1, &FP)).await.expect("reserve");
         assert!(matches!(answer, Reservation::Acquired(_)), "a new key: {answer:?}");
         let item = store.effect(&scope(), &key("pay-1"), &charge).await.expect("effect").expect("enqueued with it");
         assert_eq!((item.provider_key.as_str(), item.payload.as_slice()), ("pay-1:charge-v1", &b"10.50"[..]));
         // A duplicate while it runs: in progress, and still one effect.
-        let again = store.reserve_enqueuing(&scope(), &key("pay-1"), &FP, None, effect()).await.expect("again");
+        let again = store.reserve(request(&k1, &FP)).await.expect("again");
         assert!(matches!(again, Reservation::InProgress { .. }), "{again:?}");
         assert_eq!(store.claim_effects(8).await.expect("claim").len(), 1, "one effect to dispatch");
         // Another request under the key: refused, nothing enqueued for it.
         let other = Fingerprint::from_bytes([2; 32]);
-        let mismatch = store.reserve_enqueuing(&scope(), &key("pay-1"), &other, None, effect()).await.expect("other");
+        let mismatch = store.reserve(request(&k1, &other)).await.expect("other");
         assert!(matches!(mismatch, Reservation::Mismatch { .. }), "{mismatch:?}");
         // No effects: a plain reservation, nothing in the outbox.
-        let plain = store.reserve_enqueuing(&scope(), &key("pay-2"), &FP, None, Vec::new()).await.expect("plain");
+        let plain = store.reserve(Reserve::new(&s, &k2, &FP)).await.expect("plain");
         assert!(matches!(plain, Reservation::Acquired(_)), "{plain:?}");
         assert!(store.effect(&scope(), &key("pay-2"), &charge).await.expect("effect").is_none());
         drop(store);
@@ -170,13 +168,13 @@ pub fn effect_in_application_transaction(env: &Env) -> Result<(), Failed> {
         // Dispatch and confirm: the record completes with the result, in the same transaction.
         let claims = store.claim_effects(8).await.expect("claim");
         assert_eq!(claims.len(), 1);
-        let retry = store.reserve(&scope(), &key("order-1"), &FP).await.expect("reserve");
+        let retry = store.reserve(Reserve::new(&scope(), &key("order-1"), &FP)).await.expect("reserve");
         assert!(matches!(retry, Reservation::InProgress { .. }), "a retry waits for the effect: {retry:?}");
         let report = EffectReport::Confirmed { reference: "auth_1".into(), result: b"authorized".to_vec() };
         store.report_effect(&claims[0], report.clone()).await.expect("report");
         let stale = store.report_effect(&claims[0], report).await.expect_err("reported twice");
         assert_eq!(stale.code(), ErrorCode::WrongState, "{stale}");
-        let replay = store.reserve(&scope(), &key("order-1"), &FP).await.expect("reserve");
+        let replay = store.reserve(Reserve::new(&scope(), &key("order-1"), &FP)).await.expect("reserve");
         assert!(matches!(replay, Reservation::Replay { ref body, .. } if body == b"authorized"), "{replay:?}");
 
         // The audit trail names the effect's steps.

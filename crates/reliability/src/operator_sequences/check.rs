@@ -287,7 +287,7 @@ mod tests {
     #[test]
     fn the_final_check_counts_lost_foreign_and_given_up_keys() {
         use super::super::model::Node;
-        use idemdb::{Reservation, Store};
+        use idemdb::{Reservation, Reserve, Store};
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("a.idemdb");
         let scope = scope().expect("scope");
@@ -296,7 +296,7 @@ mod tests {
             for name in ["L00-00000", "L01-00000"] {
                 let key = IdempotencyKey::new(name).expect("key");
                 let Ok(Reservation::Acquired(lease)) =
-                    store.reserve(&scope, &key, &super::super::writer::fingerprint())
+                    store.reserve(Reserve::new(&scope, &key, &super::super::writer::fingerprint()))
                 else {
                     panic!("{name} was not new");
                 };

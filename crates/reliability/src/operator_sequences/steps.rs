@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::check::{changes, exists, final_check, snapshot, typed_refusal};
 use super::model::{Model, Node};
+use super::report::{SequenceConfig, SequenceReport};
 use super::writer::{self, Opened, Writer};
-use super::{SequenceConfig, SequenceReport};
 use crate::rng::Rng;
 
 /// The store names a sequence uses.

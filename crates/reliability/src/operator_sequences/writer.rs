@@ -14,7 +14,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
-use idemdb::{Fingerprint, IdempotencyKey, Reservation, Scope, Store, StoreBuilder};
+use idemdb::{Fingerprint, IdempotencyKey, Reservation, Reserve, Scope, Store, StoreBuilder};
 
 /// How long the parent waits for one answer of the writer before it gives up on it.
 const ANSWER_WAIT: Duration = Duration::from_secs(20);
@@ -68,8 +68,9 @@ pub fn child_main(args: &[String]) -> Result<(), String> {
                 for n in from..from + count {
                     let name = key_name(prefix, n);
                     let key = IdempotencyKey::new(name.as_str()).map_err(|error| error.to_string())?;
-                    let Reservation::Acquired(lease) =
-                        store.reserve(&scope, &key, &fingerprint()).map_err(|e| format!("reserve {name}: {e}"))?
+                    let Reservation::Acquired(lease) = store
+                        .reserve(Reserve::new(&scope, &key, &fingerprint()))
+                        .map_err(|e| format!("reserve {name}: {e}"))?
                     else {
                         return Err(format!("{name} was not new"));
                     };

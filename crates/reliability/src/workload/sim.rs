@@ -7,14 +7,14 @@ use std::time::Duration;
 use idemdb::redb::{ReadableTable, TableDefinition};
 use idemdb::{
     Error, Executed, Failure, Fingerprint, FingerprintBuilder, IdempotencyKey, Lease, ManualClock, OutcomeClass,
-    Policy, Reservation, Resolution, Scope, State, Store,
+    Policy, Reservation, Reserve, Resolution, Scope, State, Store,
 };
 
 use super::counts::Counts;
 use super::scenario::{Action, Adapter, Injection, JOURNAL_BYTES, LEASE_MS, Scenario, T0, TOMBSTONE_MS, Workload};
 use crate::fault::{Disk, FaultKind, FaultPlan};
 use crate::rng::{Rng, mix};
-use idemdb_effects::EffectLedger as Provider;
+use idemdb_fake_provider::EffectLedger;
 
 /// The application table of the same-database workload: effects per intent.
 const APP_EFFECTS: TableDefinition<u64, u64> = TableDefinition::new("app_effects");
@@ -68,7 +68,7 @@ struct Sim {
     scope: Scope,
     disk: Disk,
     clock: ManualClock,
-    provider: Provider,
+    provider: EffectLedger,
     store: Option<Store>,
     seen: BTreeMap<usize, Seen>,
     done: BTreeSet<usize>,
@@ -92,7 +92,7 @@ impl Sim {
             scope: Scope::new("acme", scenario.workload.name()).unwrap_or_else(|_| unreachable_scope()),
             disk,
             clock: ManualClock::new(T0),
-            provider: Provider::new(),
+            provider: EffectLedger::new(),
             store: None,
             seen: BTreeMap::new(),
             done: BTreeSet::new(),
@@ -173,7 +173,7 @@ impl Sim {
         for _ in 0..16 {
             self.clock.advance(Duration::from_millis(1));
             let store = self.store()?;
-            match check(&self.disk, store.reserve(&self.scope, &key, &fingerprint))? {
+            match check(&self.disk, store.reserve(Reserve::new(&self.scope, &key, &fingerprint)))? {
                 Reservation::Acquired(lease) => {
                     if self.scenario.flushes_before_effect() {
                         // Persist the key before the request leaves.
@@ -241,8 +241,9 @@ impl Sim {
         self.clock.advance(Duration::from_millis(1));
         let (key, fingerprint) = (key(i), fingerprint(i));
         let store = self.store()?;
-        let executed = store.execute(&self.scope, &key, &fingerprint, |tx| -> Result<Vec<u8>, idemdb::redb::Error> {
-            let mut effects = tx.open_table(APP_EFFECTS)?;
+        let request = Reserve::new(&self.scope, &key, &fingerprint);
+        let executed = store.execute(request, |txn| -> Result<Vec<u8>, idemdb::redb::Error> {
+            let mut effects = txn.tables_checkpointing().open_table(APP_EFFECTS)?;
             let n = effects.get(i as u64)?.map_or(0, |v| v.value()) + 1;
             effects.insert(i as u64, n)?;
             Ok(format!("credit:{i}:{n}").into_bytes())

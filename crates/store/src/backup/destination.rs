@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use redb::TableHandle;
 
-use super::BackupError;
+use super::error::{BackupError, io};
 use crate::journal::files::{Access, ReadOnlyFile, journal_path, open_journal};
 use crate::journal::meta::{History, JournalMeta};
 use crate::lockfile;
@@ -61,7 +61,7 @@ impl Held {
 /// # Errors
 /// [`BackupError::DestinationOpen`], [`BackupError::DestinationPending`], and I/O errors.
 pub(super) fn hold(target: &Path) -> Result<Held, BackupError> {
-    let resolved = fs::canonicalize(target).map_err(super::io("resolve", target))?;
+    let resolved = fs::canonicalize(target).map_err(io("resolve", target))?;
     let holder = match lockfile::acquire(&resolved, lockfile::Access::Write) {
         Ok(holder) => holder,
         Err(OpenError::AlreadyOpen) => return Err(open(target, lockfile::lock_path(&resolved), None)),
@@ -70,8 +70,8 @@ pub(super) fn hold(target: &Path) -> Result<Held, BackupError> {
         }
         Err(error) => return Err(BackupError::Open(error)),
     };
-    let file = open_no_wait(&resolved).map_err(super::io("open", target))?;
-    let meta = file.metadata().map_err(super::io("inspect", target))?;
+    let file = open_no_wait(&resolved).map_err(io("open", target))?;
+    let meta = file.metadata().map_err(io("inspect", target))?;
     if let Some(OpenError::NotAFile { kind, .. }) = OpenError::not_a_regular_file(target, &meta) {
         return Err(BackupError::NotAFile { path: target.to_path_buf(), kind });
     }
@@ -117,7 +117,7 @@ fn pending(target: &Path, file: &fs::File, beside: &Path) -> Result<Option<Backu
     let refuse = |journal: PathBuf, reason: &'static str| {
         Ok(Some(BackupError::DestinationPending { path: target.to_path_buf(), journal, reason }))
     };
-    let clone = file.try_clone().map_err(super::io("open", target))?;
+    let clone = file.try_clone().map_err(io("open", target))?;
     let backend = ReadOnlyFile(std::sync::Mutex::new(clone));
     let db = match std::panic::catch_unwind(|| redb::Builder::new().open_read_only_with_backend(backend)) {
         Ok(Ok(db)) => db,
@@ -138,7 +138,7 @@ fn pending(target: &Path, file: &fs::File, beside: &Path) -> Result<Option<Backu
     };
     match meta.history() {
         History::None => Ok(None),
-        History::Legacy | History::Pending => {
+        History::Pending => {
             refuse(meta.path.clone().unwrap_or_else(|| beside.to_path_buf()), "it was not closed cleanly")
         }
     }

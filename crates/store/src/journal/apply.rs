@@ -2,17 +2,16 @@
 //! them: the same code writes a transaction's change and replays a record at recovery.
 //!
 //! Every table the store owns has an id here, so every write the store itself makes rides the
-//! journal. The application's tables share one id, [`T_APPLICATION`]: their mutations carry
+//! journal. The application's tables share one id, [`TableId::Application`]: their mutations carry
 //! the table's name in front of the key (see [`crate::app_table`]), and are replayed through
 //! the table types the application registered with
 //! [`StoreBuilder::journaled_table`](crate::StoreBuilder::journaled_table). Row tables
-//! ([`RowTable`](idemdb_core::RowTable)) share [`T_ROWS`]: they all have one type, so they
+//! ([`RowTable`](idemdb_core::RowTable)) share [`TableId::Rows`]: they all have one type, so they
 //! replay without registration (see [`crate::rows`]).
 //!
-//! Adding an id changes no byte of the journal format (a mutation's table is one byte in
-//! every format), so journals written before an id existed read unchanged; a build that
-//! does not know an id refuses to replay the record (it names no table of the store) instead
-//! of skipping it.
+//! Adding an id changes no byte of the journal format (a mutation's table is one byte), so
+//! journals written before an id existed read unchanged; a build that does not know an id
+//! refuses to replay the record (it names no table of the store) instead of skipping it.
 
 use redb::WriteTransaction;
 
@@ -23,20 +22,13 @@ use crate::tables::{AUDIT, EXPIRY, INTENTS, META, RECONCILE, RECORDS};
 use crate::tables::{DELIVERIES, JOBS, OBJECTS, OUTBOX, OUTBOX_DUE};
 
 // The table ids are listed with the tables (`tables.rs`).
-#[cfg_attr(
-    any(not(feature = "workflow"), all(target_arch = "wasm32", target_os = "unknown")),
-    allow(unused_imports)
-)]
-pub(crate) use crate::tables::{
-    T_APPLICATION, T_AUDIT, T_DELIVERIES, T_EXPIRY, T_INTENTS, T_JOBS, T_META, T_OBJECTS, T_OUTBOX, T_OUTBOX_DUE,
-    T_RECONCILE, T_RECORDS, T_ROWS,
-};
+pub(crate) use crate::tables::TableId;
 
 /// Writes one mutation into its table of `tx`. Application tables are looked up in `apps`.
 pub(crate) fn apply_put(
     tx: &WriteTransaction,
     apps: &crate::app_table::AppTables,
-    table: u8,
+    table: TableId,
     key: &[u8],
     value: &[u8],
 ) -> Result<(), Applied> {
@@ -47,7 +39,7 @@ pub(crate) fn apply_put(
 pub(crate) fn apply_remove(
     tx: &WriteTransaction,
     apps: &crate::app_table::AppTables,
-    table: u8,
+    table: TableId,
     key: &[u8],
 ) -> Result<(), Applied> {
     apply(tx, apps, table, key, None)
@@ -57,7 +49,7 @@ pub(crate) fn apply_remove(
 fn apply(
     tx: &WriteTransaction,
     apps: &crate::app_table::AppTables,
-    table: u8,
+    table: TableId,
     key: &[u8],
     value: Option<&[u8]>,
 ) -> Result<(), Applied> {
@@ -79,7 +71,7 @@ fn apply(
         Ok(())
     };
     match table {
-        T_META => {
+        TableId::Meta => {
             let key = std::str::from_utf8(key).map_err(|_| Applied::Malformed)?;
             let mut meta = tx.open_table(META)?;
             match value {
@@ -88,9 +80,9 @@ fn apply(
             }
             Ok(())
         }
-        T_RECORDS => bytes(RECORDS),
-        T_EXPIRY => index(EXPIRY),
-        T_AUDIT => {
+        TableId::Records => bytes(RECORDS),
+        TableId::Expiry => index(EXPIRY),
+        TableId::Audit => {
             let key: [u8; 16] = key.try_into().map_err(|_| Applied::Malformed)?;
             let mut audit = tx.open_table(AUDIT)?;
             match value {
@@ -99,22 +91,28 @@ fn apply(
             }
             Ok(())
         }
-        T_RECONCILE => bytes(RECONCILE),
-        T_INTENTS => bytes(INTENTS),
+        TableId::Reconcile => bytes(RECONCILE),
+        TableId::Intents => bytes(INTENTS),
         #[cfg(feature = "workflow")]
-        T_OUTBOX => bytes(OUTBOX),
+        TableId::Outbox => bytes(OUTBOX),
         #[cfg(feature = "workflow")]
-        T_OUTBOX_DUE => index(OUTBOX_DUE),
+        TableId::OutboxDue => index(OUTBOX_DUE),
         #[cfg(feature = "workflow")]
-        T_DELIVERIES => bytes(DELIVERIES),
+        TableId::Deliveries => bytes(DELIVERIES),
         #[cfg(feature = "workflow")]
-        T_OBJECTS => bytes(OBJECTS),
+        TableId::Objects => bytes(OBJECTS),
         #[cfg(feature = "workflow")]
-        T_JOBS => bytes(JOBS),
-        T_APPLICATION => Ok(apps.apply(tx, key, value)?),
+        TableId::Jobs => bytes(JOBS),
+        TableId::Application => Ok(apps.apply(tx, key, value)?),
         #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-        T_ROWS => crate::rows::apply(tx, key, value).map_err(Applied::Storage)?.ok_or(Applied::Malformed),
-        _ => Err(Applied::Malformed),
+        TableId::Rows => crate::rows::apply(tx, key, value).map_err(Applied::Storage)?.ok_or(Applied::Malformed),
+        // Tables this build leaves out: a record naming one names no table of the store.
+        #[cfg(not(feature = "workflow"))]
+        TableId::Outbox | TableId::OutboxDue | TableId::Deliveries | TableId::Objects | TableId::Jobs => {
+            Err(Applied::Malformed)
+        }
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        TableId::Rows => Err(Applied::Malformed),
     }
 }
 

@@ -161,7 +161,6 @@ pub(crate) fn owner(header: &Header) -> Option<[u8; 16]> {
         .iter()
         .filter_map(|slot| match slot {
             format::Slot::Current(info) => Some((info.generation.epoch, info.id)),
-            format::Slot::Legacy(id) => Some((0, *id)),
             _ => None,
         })
         .max_by_key(|(epoch, _)| *epoch)

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use redb::WriteTransaction;
 
-use super::commit::{CommitFailure, Wal, WalState};
+use super::commit::{CommitFailure, OpenJournal, OpenJournalState};
 use super::format::Generation;
 use crate::Error;
 use crate::tables::META;
@@ -19,30 +19,19 @@ pub const CHECKPOINT_BYTES: u64 = 4 * 1024 * 1024;
 /// ...or at the first commit this long (store time) after the last checkpoint.
 pub const CHECKPOINT_MS: u64 = 10_000;
 
-impl Wal {
+impl OpenJournal {
     /// Whether the next journaled commit should be a checkpoint instead (the store is
     /// closing, or the journal holds enough records, bytes or time since the last one).
-    pub(super) fn checkpoint_due(&self, state: &WalState, now: u64) -> bool {
+    pub(super) fn checkpoint_due(&self, state: &OpenJournalState, now: u64) -> bool {
         self.closing.load(Ordering::SeqCst)
             || state.journal.last_seq() - state.journal.checkpointed() >= CHECKPOINT_RECORDS
             || state.journal.used() >= CHECKPOINT_BYTES.min(state.journal.capacity() / 2)
             || now.saturating_sub(state.checkpoint_at) >= CHECKPOINT_MS
     }
 
-    /// A durable commit of `tx` that records the journal's last sequence number as applied,
-    /// then starts the journal over. For every `Immediate` commit the engine makes while a
-    /// journal is open.
-    pub(crate) fn checkpoint(&self, tx: WriteTransaction, now: u64) -> Result<(), CommitFailure> {
-        let mut state = self.lock();
-        if self.failed() {
-            return Err(CommitFailure::Refused);
-        }
-        self.checkpoint_locked(&mut state, tx, now)
-    }
-
     pub(super) fn checkpoint_locked(
         &self,
-        state: &mut WalState,
+        state: &mut OpenJournalState,
         mut tx: WriteTransaction,
         now: u64,
     ) -> Result<(), CommitFailure> {

@@ -71,24 +71,24 @@ pub struct JournalStats {
 
 /// Counters for benchmarks and tests.
 #[derive(Debug, Default)]
-pub(crate) struct WalCounters {
+pub(crate) struct JournalCounters {
     pub(crate) appends: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
     pub(crate) recovered: AtomicU64,
 }
 
 /// The journal of an open store.
-pub(crate) struct Wal {
-    state: Mutex<WalState>,
+pub(crate) struct OpenJournal {
+    state: Mutex<OpenJournalState>,
     /// Set when a journal write or the commit after it failed: the handle writes no more.
     failed: AtomicBool,
     /// Set by the last handle's close: the next checkpoint clears the "records may be pending"
     /// marker, and nothing is appended after it.
     pub(super) closing: AtomicBool,
-    pub(crate) counters: WalCounters,
+    pub(crate) counters: JournalCounters,
 }
 
-pub(crate) struct WalState {
+pub(crate) struct OpenJournalState {
     pub(crate) journal: Journal<JournalFile>,
     /// Store time of the last checkpoint.
     pub(crate) checkpoint_at: u64,
@@ -98,19 +98,19 @@ pub(super) fn io(error: std::io::Error) -> Error {
     Error::from(redb::Error::Io(error))
 }
 
-impl Wal {
-    pub(crate) fn new(journal: Journal<JournalFile>, now: u64, recovered: u64) -> Wal {
-        let counters = WalCounters::default();
+impl OpenJournal {
+    pub(crate) fn new(journal: Journal<JournalFile>, now: u64, recovered: u64) -> OpenJournal {
+        let counters = JournalCounters::default();
         counters.recovered.store(recovered, Ordering::Relaxed);
-        Wal {
-            state: Mutex::new(WalState { journal, checkpoint_at: now }),
+        OpenJournal {
+            state: Mutex::new(OpenJournalState { journal, checkpoint_at: now }),
             failed: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             counters,
         }
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, WalState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, OpenJournalState> {
         // Held only around one append or one commit; a panic there leaves the journal's
         // position as it was (it moves only after a successful write).
         self.state.lock().unwrap_or_else(PoisonError::into_inner)

@@ -9,7 +9,7 @@ use redb::{ReadableTable, TableDefinition};
 use crate::test_support::Disk;
 use crate::{
     Canonicalizer, Delivery, EffectName, Error, Fingerprint, IdempotencyKey, JobAnswer, JournalStats, ManualClock,
-    NewerVersion, OpenError, Policy, Reservation, Scope, Store,
+    NewerVersion, OpenError, Policy, Reservation, Reserve, Scope, Store,
 };
 
 const APP: TableDefinition<&str, u64> = TableDefinition::new("app_orders");
@@ -92,7 +92,7 @@ fn the_outbox_and_its_due_index_survive_a_crash_before_the_checkpoint() {
     let effect = EffectName::new("authorize").unwrap();
     fixture.journaled(|store| {
         let Reservation::Acquired(lease) =
-            store.reserve(&scope(), &key("o-1"), &Fingerprint::from_bytes([1; 32])).unwrap()
+            store.reserve(Reserve::new(&scope(), &key("o-1"), &Fingerprint::from_bytes([1; 32]))).unwrap()
         else {
             panic!("acquired")
         };
@@ -132,7 +132,7 @@ fn a_purge_survives_a_crash_before_the_checkpoint() {
     let fixture = Fixture::new();
     let short = Scope::new("acme", "short").unwrap();
     let Reservation::Acquired(lease) =
-        fixture.store.reserve(&short, &key("p-1"), &Fingerprint::from_bytes([4; 32])).unwrap()
+        fixture.store.reserve(Reserve::new(&short, &key("p-1"), &Fingerprint::from_bytes([4; 32]))).unwrap()
     else {
         panic!("acquired")
     };
@@ -236,8 +236,10 @@ fn a_request_with_a_row_and_an_effect_is_four_appends_and_no_checkpoint() {
     let fixture = Fixture::new();
     let effect = EffectName::new("authorize").expect("name");
     let request = |name: &str| {
-        let Reservation::Acquired(lease) =
-            fixture.store.reserve(&scope(), &key(name), &Fingerprint::from_bytes([5; 32])).expect("reserve")
+        let Reservation::Acquired(lease) = fixture
+            .store
+            .reserve(Reserve::new(&scope(), &key(name), &Fingerprint::from_bytes([5; 32])))
+            .expect("reserve")
         else {
             panic!("acquired")
         };

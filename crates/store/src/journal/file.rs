@@ -211,7 +211,7 @@ impl<B: StorageBackend> Journal<B> {
     }
 
     fn seal(&self) -> Seal {
-        Seal::Current { id: self.id, generation: self.generation }
+        Seal { id: self.id, generation: self.generation }
     }
 
     fn write_slot(&mut self) -> Result<(), JournalError> {
@@ -306,7 +306,7 @@ mod tests {
     }
 
     fn read_all(file: &Shared, id: [u8; 16], generation: Generation, from: u64) -> Scan {
-        scan(file, Seal::Current { id, generation }, from, file.len().unwrap(), false).unwrap()
+        scan(file, Seal { id, generation }, from, file.len().unwrap(), false).unwrap()
     }
 
     #[test]
@@ -376,7 +376,7 @@ mod tests {
         journal.append(&put(1)).unwrap();
         // The length field claims 4 GiB.
         file.write(BLOCK as u64, &[0xff, 0xff, 0xff, 0xf0]).unwrap();
-        let found = scan(&file, Seal::Current { id: ID, generation: G1 }, 1, CAP, false).unwrap();
+        let found = scan(&file, Seal { id: ID, generation: G1 }, 1, CAP, false).unwrap();
         assert!(found.batches.is_empty());
         assert_eq!(found.end, ScanEnd::NotARecord);
 

@@ -25,9 +25,8 @@
 //! can never line up with later ones. The file is preallocated with written zeros and never
 //! changes size on the commit path.
 //!
-//! Format 1 (read once, when a store written by an older version is opened): the header is
-//! magic · format (= 1) · a store id derived from the store's secret, and a record's check is
-//! BLAKE3(len ‖ seq ‖ payload).
+//! Format 2 is the first release's journal format (format 1 was a development build's, read as
+//! a format this build does not read).
 
 use std::fmt;
 
@@ -37,8 +36,6 @@ pub(crate) const BLOCK: usize = 4096;
 pub(crate) const MAGIC: &[u8; 16] = b"idemdb-journal\0\0";
 /// The journal format this build writes.
 pub(crate) const JOURNAL_FORMAT: u32 = 2;
-/// The format of journals written before generations and journal ids (read once).
-pub(crate) const LEGACY_FORMAT: u32 = 1;
 /// Bytes of a header slot (the slot's content is shorter; the rest is zeros).
 pub(crate) const SLOT: usize = 512;
 /// Bytes of a slot's content before its check.
@@ -166,8 +163,6 @@ pub(crate) fn slot_offset(generation: Generation) -> u64 {
 pub(crate) enum Slot {
     /// A valid slot of this format.
     Current(SlotInfo),
-    /// A format-1 header (only ever in the first slot): the store id derived from the secret.
-    Legacy([u8; 16]),
     /// A header of a format this build does not read.
     OtherFormat(u32),
     /// All zeros: never written.
@@ -190,9 +185,6 @@ pub(crate) fn read_slot(bytes: &[u8]) -> Slot {
     let format = u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
     let mut id = [0u8; 16];
     id.copy_from_slice(&bytes[20..36]);
-    if format == LEGACY_FORMAT {
-        return Slot::Legacy(id);
-    }
     if format != JOURNAL_FORMAT {
         return Slot::OtherFormat(format);
     }
@@ -210,32 +202,18 @@ pub(crate) fn read_slots(block: &[u8]) -> [Slot; 2] {
     [at(0), at(SLOT)]
 }
 
-/// The header block of a format-1 journal of the store with `store_id` (tests and the
-/// legacy reader's fixtures).
-#[cfg(test)]
-pub(crate) fn legacy_header(store_id: &[u8; 16]) -> Vec<u8> {
-    let mut block = vec![0u8; BLOCK];
-    block[..16].copy_from_slice(MAGIC);
-    block[16..20].copy_from_slice(&LEGACY_FORMAT.to_be_bytes());
-    block[20..36].copy_from_slice(store_id);
-    block
-}
-
-/// What a record's checksum is sealed with: the journal and generation it belongs to
-/// (format 2), or nothing (format 1).
+/// What a record's checksum is sealed with: the journal and generation it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Seal {
-    Legacy,
-    Current { id: [u8; 16], generation: Generation },
+pub(crate) struct Seal {
+    pub(crate) id: [u8; 16],
+    pub(crate) generation: Generation,
 }
 
 fn check(seal: Seal, len: u32, seq: u64, payload: &[u8]) -> [u8; 8] {
     let mut hasher = blake3::Hasher::new();
-    if let Seal::Current { id, generation } = seal {
-        hasher.update(b"idemdb journal record 2");
-        hasher.update(&id);
-        hasher.update(&generation.to_bytes());
-    }
+    hasher.update(b"idemdb journal record 2");
+    hasher.update(&seal.id);
+    hasher.update(&seal.generation.to_bytes());
     hasher.update(&len.to_be_bytes());
     hasher.update(&seq.to_be_bytes());
     hasher.update(payload);
@@ -356,7 +334,7 @@ fn take_bytes(rest: &mut &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
-    const SEAL: Seal = Seal::Current { id: [5; 16], generation: Generation { epoch: 3, salt: 0xdead_beef } };
+    const SEAL: Seal = Seal { id: [5; 16], generation: Generation { epoch: 3, salt: 0xdead_beef } };
 
     fn sample() -> Vec<Mutation> {
         vec![
@@ -376,18 +354,16 @@ mod tests {
         let empty = encode_record(SEAL, 1, &[]);
         assert_eq!(empty.len(), BLOCK);
         assert_eq!(decode_record(&empty, SEAL, 1), Ok(Vec::new()));
-        let legacy = encode_record(Seal::Legacy, 9, &sample());
-        assert_eq!(decode_record(&legacy, Seal::Legacy, 9), Ok(sample()), "format 1 records still read");
     }
 
     #[test]
     fn a_record_of_another_generation_or_journal_is_not_a_record() {
         let record = encode_record(SEAL, 7, &sample());
-        let Seal::Current { id, generation } = SEAL else { unreachable!() };
-        let next = Seal::Current { id, generation: Generation { epoch: generation.epoch + 1, ..generation } };
-        let resalted = Seal::Current { id, generation: Generation { salt: generation.salt ^ 1, ..generation } };
-        let other = Seal::Current { id: [6; 16], generation };
-        for seal in [next, resalted, other, Seal::Legacy] {
+        let Seal { id, generation } = SEAL;
+        let next = Seal { id, generation: Generation { epoch: generation.epoch + 1, ..generation } };
+        let resalted = Seal { id, generation: Generation { salt: generation.salt ^ 1, ..generation } };
+        let other = Seal { id: [6; 16], generation };
+        for seal in [next, resalted, other] {
             assert_eq!(decode_record(&record, seal, 7), Err(Stop::NotARecord), "{seal:?}");
         }
     }
@@ -426,10 +402,12 @@ mod tests {
             let mut damaged = block.clone();
             damaged[byte] ^= 0x40;
             let [first, _] = read_slots(&damaged);
-            assert!(matches!(first, Slot::Invalid | Slot::OtherFormat(_) | Slot::Legacy(_)), "byte {byte}: {first:?}");
+            assert!(matches!(first, Slot::Invalid | Slot::OtherFormat(_)), "byte {byte}: {first:?}");
         }
         assert_eq!(read_slots(&vec![0; BLOCK]), [Slot::Blank, Slot::Blank]);
-        assert_eq!(read_slots(&legacy_header(&[2; 16]))[0], Slot::Legacy([2; 16]));
+        let mut development = slot(&info);
+        development[16..20].copy_from_slice(&1u32.to_be_bytes());
+        assert_eq!(read_slot(&development), Slot::OtherFormat(1), "a development build's format 1 is not read");
         assert_eq!(read_slots(b"SQLite format 3\0 and more bytes")[0], Slot::Invalid, "short and foreign");
         let mut newer = slot(&info);
         newer[16..20].copy_from_slice(&3u32.to_be_bytes());

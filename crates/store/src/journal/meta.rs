@@ -35,8 +35,8 @@ const STATE_OPEN: u8 = 1;
 pub(crate) struct JournalMeta {
     /// The last sequence number a checkpoint applied (`None`: the store never journaled).
     pub(crate) checkpoint: Option<u64>,
-    /// The journal's id (`None` with a checkpoint: a journal of format 1, whose id was derived
-    /// from the store's secret).
+    /// The journal's id (written with the first checkpoint: `None` only while the store never
+    /// journaled).
     pub(crate) id: Option<[u8; 16]>,
     /// The current generation.
     pub(crate) generation: Generation,
@@ -59,8 +59,6 @@ pub(crate) enum History {
     /// The store never journaled, or was closed cleanly, or is a copy: any journal file beside
     /// it is re-created.
     None,
-    /// A format-1 journal (the store was last written by an older version): read once.
-    Legacy,
     /// A format-2 journal that may hold records.
     Pending,
 }
@@ -76,6 +74,11 @@ impl JournalMeta {
             Some(bytes) => Some(u64::from_be_bytes(fixed(&bytes, "journal checkpoint")?)),
         };
         let id = get(META_JOURNAL_ID)?.map(|bytes| fixed::<16>(&bytes, "journal id")).transpose()?;
+        if checkpoint.is_some() && id.is_none() {
+            // Every checkpoint this format writes names its journal: without one the entries
+            // are a development build's (journal format 1), not this format's.
+            return Err(MetaFault::Malformed("journal id"));
+        }
         let generation = match get(META_JOURNAL_GENERATION)? {
             None => Generation::default(),
             Some(bytes) => Generation::from_bytes(fixed(&bytes, "journal generation")?),
@@ -95,10 +98,8 @@ impl JournalMeta {
     /// What the entries say about records that may be waiting in a journal.
     pub(crate) fn history(&self) -> History {
         match (self.checkpoint, self.id) {
-            (None, _) => History::None,
-            (Some(_), None) => History::Legacy,
             (Some(_), Some(_)) if self.open => History::Pending,
-            (Some(_), Some(_)) => History::None,
+            _ => History::None,
         }
     }
 

@@ -12,33 +12,13 @@
 //! take back (an application table, the raw redb transaction) spoils the transaction instead:
 //! nothing of it commits, and every caller in it gets the error.
 
-use std::collections::HashSet;
-
 use redb::ReadableTable;
 
 use crate::Error;
-use crate::journal::apply::{T_AUDIT, T_EXPIRY, T_INTENTS, T_META, T_RECONCILE, T_RECORDS};
+use crate::journal::apply::TableId;
 use crate::tables::{AUDIT, INTENTS, META, RECONCILE};
 
-use super::Txn;
-
-/// What an operation changed in its transaction, to put back if it fails.
-#[derive(Default)]
-pub(super) struct Undo {
-    /// Each key the operation wrote, with its value before the operation's first write to it
-    /// (`None`: absent), in order of first write.
-    previous: Vec<(u8, Vec<u8>, Option<Vec<u8>>)>,
-    /// The keys in `previous`.
-    seen: HashSet<(u8, Vec<u8>)>,
-    /// Lengths at the start: journal mutations, audit events, written records.
-    log_len: usize,
-    audit_len: usize,
-    written_len: usize,
-    /// Entries of the written-records list that existed before and were overwritten.
-    written_before: Vec<(usize, Option<Vec<u8>>)>,
-    /// Set when the operation wrote what the log cannot take back (what, for debugging).
-    irreversible: Option<&'static str>,
-}
+use super::{Txn, Undo};
 
 impl Txn<'_> {
     /// Runs one operation of a batch: its writes stay when it returns `Ok` and are taken back
@@ -84,7 +64,7 @@ impl Txn<'_> {
     }
 
     /// Records the value of `key` in `table` before the running operation's first write to it.
-    pub(super) fn before_write(&mut self, table: u8, key: &[u8]) -> Result<(), Error> {
+    pub(super) fn before_write(&mut self, table: TableId, key: &[u8]) -> Result<(), Error> {
         let Some(undo) = &self.undo else { return Ok(()) };
         if undo.irreversible.is_some() || undo.seen.contains(&(table, key.to_vec())) {
             return Ok(());
@@ -121,27 +101,29 @@ impl Txn<'_> {
 
     /// The value of `key` in `table` as this transaction sees it: `Some(value)` (`None` inside
     /// when absent), or `None` for a table this log does not read.
-    fn read_raw(&self, table: u8, key: &[u8]) -> Result<Option<Option<Vec<u8>>>, Error> {
+    fn read_raw(&self, table: TableId, key: &[u8]) -> Result<Option<Option<Vec<u8>>>, Error> {
         let bytes = |definition: redb::TableDefinition<&[u8], &[u8]>| -> Result<Option<Vec<u8>>, Error> {
             Ok(self.tx.open_table(definition)?.get(key)?.map(|value| value.value().to_vec()))
         };
         Ok(Some(match table {
-            T_RECORDS => self.with_records(|records| Ok(records.get(key)?.map(|value| value.value().to_vec())))?,
-            T_EXPIRY => self.with_expiry(|index| Ok(index.get(key)?.map(|_| Vec::new())))?,
-            T_META => {
+            TableId::Records => {
+                self.with_records(|records| Ok(records.get(key)?.map(|value| value.value().to_vec())))?
+            }
+            TableId::Expiry => self.with_expiry(|index| Ok(index.get(key)?.map(|_| Vec::new())))?,
+            TableId::Meta => {
                 let Ok(name) = std::str::from_utf8(key) else { return Ok(None) };
                 self.tx.open_table(META)?.get(name)?.map(|value| value.value().to_vec())
             }
-            T_AUDIT => {
+            TableId::Audit => {
                 let Ok(key) = <[u8; 16]>::try_from(key) else { return Ok(None) };
                 self.tx.open_table(AUDIT)?.get(key)?.map(|value| value.value().to_vec())
             }
-            T_RECONCILE => bytes(RECONCILE)?,
-            T_INTENTS => bytes(INTENTS)?,
+            TableId::Reconcile => bytes(RECONCILE)?,
+            TableId::Intents => bytes(INTENTS)?,
             #[cfg(feature = "workflow")]
             table => match workflow::bytes_table(table) {
                 Some(definition) => bytes(definition)?,
-                None if table == crate::tables::T_OUTBOX_DUE => {
+                None if table == crate::tables::TableId::OutboxDue => {
                     self.tx.open_table(crate::tables::OUTBOX_DUE)?.get(key)?.map(|_| Vec::new())
                 }
                 None => return Ok(None),
@@ -180,15 +162,15 @@ impl Txn<'_> {
 
 #[cfg(feature = "workflow")]
 mod workflow {
-    use crate::tables::{DELIVERIES, JOBS, OBJECTS, OUTBOX, T_DELIVERIES, T_JOBS, T_OBJECTS, T_OUTBOX};
+    use crate::tables::{DELIVERIES, JOBS, OBJECTS, OUTBOX, TableId};
 
     /// The workflow tables of byte values, by id.
-    pub(super) fn bytes_table(table: u8) -> Option<redb::TableDefinition<'static, &'static [u8], &'static [u8]>> {
+    pub(super) fn bytes_table(table: TableId) -> Option<redb::TableDefinition<'static, &'static [u8], &'static [u8]>> {
         match table {
-            T_OUTBOX => Some(OUTBOX),
-            T_DELIVERIES => Some(DELIVERIES),
-            T_OBJECTS => Some(OBJECTS),
-            T_JOBS => Some(JOBS),
+            TableId::Outbox => Some(OUTBOX),
+            TableId::Deliveries => Some(DELIVERIES),
+            TableId::Objects => Some(OBJECTS),
+            TableId::Jobs => Some(JOBS),
             _ => None,
         }
     }

@@ -5,11 +5,11 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use idemdb_core::{
-    AuditKind, Corrupt, Delivery, DeliveryRecord, DomainGuard, IdempotencyKey, InboxAnswer, ObjectRecord, Scope,
-    ScopedKey, accept, delivery_policy_name,
+    AuditKind, Corrupt, Delivery, DeliveryRecord, DomainGuard, InboxAnswer, ObjectRecord, ScopedKey, accept,
+    delivery_policy_name,
 };
 
-use crate::journal::apply::{T_DELIVERIES, T_EXPIRY, T_OBJECTS};
+use crate::journal::apply::TableId;
 use crate::tables::{DELIVERIES, EXPIRY_DELIVERY, OBJECTS, marked_expiry_key, open_optional};
 use crate::txn::{Begun, Txn};
 use crate::{Error, ExecuteError, Store};
@@ -27,29 +27,25 @@ impl Txn<'_> {
         guard: &impl DomainGuard,
     ) -> Result<(InboxAnswer, Option<ObjectRecord>), Error> {
         let (delivery_key, object_key) = (delivery.delivery_key(), delivery.object_key());
-        let existing = match self.tx().open_table(DELIVERIES)?.get(delivery_key.as_slice())? {
+        let existing = match self.tx_closing_kept_tables().open_table(DELIVERIES)?.get(delivery_key.as_slice())? {
             Some(value) => Some(DeliveryRecord::decode(value.value()).map_err(Corrupt::of("delivery"))?),
             None => None,
         };
-        let object = match self.tx().open_table(OBJECTS)?.get(object_key.as_slice())? {
+        let object = match self.tx_closing_kept_tables().open_table(OBJECTS)?.get(object_key.as_slice())? {
             Some(value) => Some(ObjectRecord::decode(value.value()).map_err(Corrupt::of("object"))?),
             None => None,
         };
         let decision = accept(existing, object.as_ref(), delivery, guard, self.now())?;
         if let Some(record) = &decision.delivery {
-            self.put_logged(T_DELIVERIES, &delivery_key, &record.encode())?;
+            self.put_logged(TableId::Deliveries, &delivery_key, &record.encode())?;
             let policy = self.engine().policy(&delivery_policy_name(&delivery.source)).clone();
-            let forget_at =
-                record.received_at.saturating_add(policy.response_ttl()).saturating_add(policy.tombstone_ttl());
-            let entry = marked_expiry_key(forget_at, EXPIRY_DELIVERY, &delivery_key);
-            self.put_logged(T_EXPIRY, &entry, &[])?;
+            let entry = marked_expiry_key(record.forget_at(&policy), EXPIRY_DELIVERY, &delivery_key);
+            self.put_logged(TableId::Expiry, &entry, &[])?;
         }
         if let Some(object) = &decision.object {
-            self.put_logged(T_OBJECTS, &object_key, &object.encode())?;
+            self.put_logged(TableId::Objects, &object_key, &object.encode())?;
         }
-        if let (Ok(scope), Ok(key)) =
-            (Scope::new(delivery.source.as_str(), "webhook"), IdempotencyKey::new(delivery.delivery_id.as_str()))
-        {
+        if let Some((scope, key)) = delivery.audit_identity() {
             let encoded = ScopedKey::encode_parts(&scope, &key);
             self.event(
                 AuditKind::DeliveryAccepted,

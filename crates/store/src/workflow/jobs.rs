@@ -9,23 +9,23 @@ use idemdb_core::{
     JobRecord, JobRefusal, Scope, ScopedKey, claim_job,
 };
 
-use crate::journal::apply::{T_EXPIRY, T_JOBS};
+use crate::journal::apply::TableId;
 use crate::tables::{EXPIRY_JOB, JOBS, marked_expiry_key};
 use crate::txn::{Begun, Txn};
 use crate::{Error, ExecuteError, Store};
 
 impl Txn<'_> {
     fn load_job(&self, encoded: &[u8]) -> Result<Option<JobRecord>, Error> {
-        let table = self.tx().open_table(JOBS)?;
+        let table = self.tx_closing_kept_tables().open_table(JOBS)?;
         let Some(value) = table.get(encoded)? else { return Ok(None) };
         JobRecord::decode(value.value()).map(Some).map_err(|source| Error::Corrupt(Corrupt { what: "job", source }))
     }
 
     fn put_job(&mut self, encoded: &[u8], previous: Option<&JobRecord>, job: &JobRecord) -> Result<(), Error> {
-        self.put_logged(T_JOBS, encoded, &job.encode())?;
+        self.put_logged(TableId::Jobs, encoded, &job.encode())?;
         let (old, new) = (previous.and_then(JobRecord::due_at), job.due_at());
         self.move_entry(
-            T_EXPIRY,
+            TableId::Expiry,
             old.map(|old| marked_expiry_key(old, EXPIRY_JOB, encoded)),
             new.map(|new| marked_expiry_key(new, EXPIRY_JOB, encoded)),
         )
@@ -111,7 +111,7 @@ impl Txn<'_> {
     pub fn step_result(&self, lease: &JobLease, step: &EffectName) -> Result<Option<Vec<u8>>, Error> {
         let encoded = ScopedKey::encode_parts(&lease.scope, &lease.job);
         let job = self.load_job(&encoded)?.ok_or(JobRefusal::NotFound)?;
-        Ok(job.steps.iter().find(|done| done.name == *step).map(|done| done.result.clone()))
+        Ok(job.step_result(step).map(<[u8]>::to_vec))
     }
 }
 

@@ -5,11 +5,11 @@
 use redb::ReadableTable;
 
 use idemdb_core::{
-    AuditKind, Claim, Corrupt, EffectName, EffectReport, Fingerprint, IdempotencyKey, Lease, NewEffect, OutboxItem,
-    OutboxRefusal, OutboxStateKind, ProviderState, Refusal, Reservation, Scope, ScopedKey, Timestamp,
+    AuditKind, Claim, Corrupt, EffectName, EffectReport, IdempotencyKey, Lease, OutboxItem, OutboxRefusal,
+    OutboxStateKind, ProviderState, Refusal, Reservation, Reserve, Scope, ScopedKey, Timestamp,
 };
 
-use crate::journal::apply::{T_EXPIRY, T_OUTBOX, T_OUTBOX_DUE, T_RECONCILE};
+use crate::journal::apply::TableId;
 use crate::tables::{
     EXPIRY_OUTBOX, OUTBOX, OUTBOX_DUE, RECONCILE_EFFECT, expiry_key, marked_expiry_key, open_optional, reconcile_key,
     split_expiry_key,
@@ -75,7 +75,7 @@ impl Txn<'_> {
     }
 
     pub(crate) fn load_effect(&self, storage_key: &[u8]) -> Result<Option<OutboxItem>, Error> {
-        let table = self.tx().open_table(OUTBOX)?;
+        let table = self.tx_closing_kept_tables().open_table(OUTBOX)?;
         let Some(value) = table.get(storage_key)? else { return Ok(None) };
         OutboxItem::decode(storage_key, value.value())
             .map(Some)
@@ -86,10 +86,10 @@ impl Txn<'_> {
     /// retention entries.
     pub(crate) fn put_effect(&mut self, previous: Option<&OutboxItem>, item: &OutboxItem) -> Result<(), Error> {
         let key = item.storage_key();
-        self.put_logged(T_OUTBOX, &key, &item.encode())?;
+        self.put_logged(TableId::Outbox, &key, &item.encode())?;
         let (old_due, new_due) = (previous.and_then(OutboxItem::due_at), item.due_at());
         self.move_entry(
-            T_OUTBOX_DUE,
+            TableId::OutboxDue,
             old_due.map(|old| expiry_key(old, &key)),
             new_due.map(|new| expiry_key(new, &key)),
         )?;
@@ -97,15 +97,15 @@ impl Txn<'_> {
         if was != is {
             let entry = reconcile_key(RECONCILE_EFFECT, &key);
             if is {
-                self.put_logged(T_RECONCILE, &entry, &item.updated_at.as_millis().to_be_bytes())?;
+                self.put_logged(TableId::Reconcile, &entry, &item.updated_at.as_millis().to_be_bytes())?;
             } else {
-                self.remove_logged(T_RECONCILE, &entry)?;
+                self.remove_logged(TableId::Reconcile, &entry)?;
             }
         }
         let policy = self.engine().policy(item.scope.operation()).clone();
         let (old_forget, new_forget) = (previous.and_then(|p| p.forget_at(&policy)), item.forget_at(&policy));
         self.move_entry(
-            T_EXPIRY,
+            TableId::Expiry,
             old_forget.map(|old| marked_expiry_key(old, EXPIRY_OUTBOX, &key)),
             new_forget.map(|new| marked_expiry_key(new, EXPIRY_OUTBOX, &key)),
         )
@@ -118,11 +118,7 @@ impl Txn<'_> {
         let Some(record) = self.load(&encoded)? else { return Ok(()) };
         let policy = self.engine().policy(item.scope.operation()).clone();
         if let Some(next) = item.record_after(&record, result, self.now(), &policy).map_err(OutboxRefusal::from)? {
-            let kind = match next.state.kind() {
-                idemdb_core::StateKind::Completed => AuditKind::Completed,
-                idemdb_core::StateKind::Failed | idemdb_core::StateKind::Uncertain => AuditKind::Failed,
-                _ => AuditKind::Renewed,
-            };
+            let kind = AuditKind::after_effect(next.state.kind());
             self.put(&encoded, Some(&record), &next)?;
             self.event(kind, &item.scope, &encoded, next.fence, Some(&next.fingerprint), None);
         }
@@ -199,35 +195,14 @@ impl Txn<'_> {
 }
 
 impl Store {
-    /// [`Store::reserve`] (with an optional correlation id) that, when it acquires the key,
-    /// enqueues `effects` in the outbox in the same commit: an acquired reservation has its effects in the outbox, any
-    /// other answer enqueued nothing. With no effects it is `reserve_traced`.
-    ///
-    /// # Errors
-    /// As [`Store::reserve_traced`] and [`Txn::enqueue_effect`]; on an error nothing is
-    /// committed.
-    pub fn reserve_enqueuing(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        correlation: Option<&str>,
-        effects: Vec<NewEffect>,
-    ) -> Result<Reservation, Error> {
-        if effects.is_empty() {
-            return self.reserve_with(scope, key, fingerprint, correlation);
-        }
-        idemdb_core::check_correlation(correlation)?;
-        let (scope, key, fingerprint) = (scope.clone(), key.clone(), *fingerprint);
-        let correlation = correlation.map(str::to_string);
+    /// [`Store::reserve`] of a request with effects: when it acquires the key, the effects
+    /// are enqueued in the outbox in the same commit; on an error nothing is committed.
+    pub(crate) fn reserve_enqueuing(&self, request: Reserve<'_>) -> Result<Reservation, Error> {
+        let (scope, key, fingerprint) = (request.scope().clone(), request.key().clone(), *request.fingerprint());
+        let correlation = request.correlation().map(str::to_string);
+        let effects = request.into_effects();
         self.group.run(&self.engine, move |txn| {
-            let answer = txn.reserve_with(&scope, &key, &fingerprint, correlation.as_deref())?;
-            if let Reservation::Acquired(lease) = &answer {
-                for effect in &effects {
-                    txn.enqueue_effect(lease, &effect.effect, effect.version, effect.payload.clone())?;
-                }
-            }
-            Ok(answer)
+            txn.reserve(Reserve::new(&scope, &key, &fingerprint).traced(correlation.as_deref())?.enqueuing(effects))
         })
     }
 
@@ -253,11 +228,11 @@ impl Store {
     /// whose provider window has passed is not returned: it goes to the reconciliation queue.
     ///
     /// ```
-    /// use idemdb::{EffectName, EffectReport, Fingerprint, IdempotencyKey, OutboxStateKind, Reservation, Scope, Store};
+    /// use idemdb::{EffectName, EffectReport, Fingerprint, IdempotencyKey, OutboxStateKind, Reservation, Reserve, Scope, Store};
     ///
     /// let store = Store::in_memory()?;
     /// let (scope, key) = (Scope::new("acme", "pay")?, IdempotencyKey::new("order-842")?);
-    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32]))? else { panic!() };
+    /// let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32])))? else { panic!() };
     /// // In the reserving transaction (or the one that writes the business row):
     /// store.enqueue_effect(&lease, &EffectName::new("authorize")?, 1, b"{\"amount\":\"10.50\"}".to_vec())?;
     ///
@@ -269,7 +244,7 @@ impl Store {
     ///     store.report_effect(&claim, report)?;
     /// }
     /// // The intent's record completed with the result.
-    /// assert!(matches!(store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32]))?, Reservation::Replay { .. }));
+    /// assert!(matches!(store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32])))?, Reservation::Replay { .. }));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -280,7 +255,7 @@ impl Store {
             let now = txn.now();
             let upper = expiry_key(Timestamp::from_millis(now.as_millis().saturating_add(1)), &[]);
             let due: Vec<Vec<u8>> = {
-                let index = txn.tx().open_table(OUTBOX_DUE)?;
+                let index = txn.tx_closing_kept_tables().open_table(OUTBOX_DUE)?;
                 let mut keys = Vec::new();
                 for entry in index.range(..upper.as_slice())? {
                     keys.push(entry?.0.value().to_vec());
@@ -297,7 +272,7 @@ impl Store {
                 }
                 let Some((_, storage_key)) = split_expiry_key(&entry) else { continue };
                 let Some(item) = txn.load_effect(storage_key)? else {
-                    txn.remove_logged(T_OUTBOX_DUE, &entry)?;
+                    txn.remove_logged(TableId::OutboxDue, &entry)?;
                     continue;
                 };
                 let policy = txn.engine().policy(item.scope.operation()).clone();

@@ -13,10 +13,10 @@ impl Store {
     /// The reconciliation queue, oldest first (at most `limit` entries; 0: all).
     ///
     /// ```
-    /// use idemdb::{Attention, Failure, Fingerprint, IdempotencyKey, Reservation, Resolution, ResolutionCause, Scope, Store};
+    /// use idemdb::{Attention, Failure, Fingerprint, IdempotencyKey, Reservation, Reserve, Resolution, ResolutionCause, Scope, Store};
     /// let store = Store::in_memory()?;
     /// let (scope, key) = (Scope::new("acme", "pay")?, IdempotencyKey::new("k-1")?);
-    /// let Reservation::Acquired(lease) = store.reserve(&scope, &key, &Fingerprint::from_bytes([1; 32]))? else { panic!() };
+    /// let Reservation::Acquired(lease) = store.reserve(Reserve::new(&scope, &key, &Fingerprint::from_bytes([1; 32])))? else { panic!() };
     /// store.fail(&lease, Failure::Uncertain)?; // a timeout after sending
     /// let queue = store.reconciliation_queue(0)?;
     /// assert!(matches!(&queue[..], [Attention::Record { .. }]));

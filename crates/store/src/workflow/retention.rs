@@ -7,7 +7,7 @@ use redb::ReadableTable;
 use idemdb_core::{Corrupt, DeliveryRecord, JobRecord, ObjectRecord, OutboxItem, Timestamp};
 
 use crate::Error;
-use crate::journal::apply::{T_DELIVERIES, T_JOBS, T_OUTBOX};
+use crate::journal::apply::TableId;
 use crate::tables::{DELIVERIES, EXPIRY_DELIVERY, EXPIRY_JOB, EXPIRY_OUTBOX, JOBS, OBJECTS, OUTBOX};
 use crate::txn::Txn;
 
@@ -22,25 +22,25 @@ pub(crate) fn forget_entry(txn: &mut Txn<'_>, rest: &[u8], due: Timestamp) -> Re
             if item.forget_at(&policy) != Some(due) {
                 return Ok(false);
             }
-            txn.remove_logged(T_OUTBOX, key)?;
+            txn.remove_logged(TableId::Outbox, key)?;
             Ok(true)
         }
         EXPIRY_DELIVERY => {
-            if txn.tx().open_table(DELIVERIES)?.get(key)?.is_none() {
+            if txn.tx_closing_kept_tables().open_table(DELIVERIES)?.get(key)?.is_none() {
                 return Ok(false);
             }
-            txn.remove_logged(T_DELIVERIES, key)?;
+            txn.remove_logged(TableId::Deliveries, key)?;
             Ok(true)
         }
         EXPIRY_JOB => {
-            let due_now = match txn.tx().open_table(JOBS)?.get(key)? {
+            let due_now = match txn.tx_closing_kept_tables().open_table(JOBS)?.get(key)? {
                 Some(value) => JobRecord::decode(value.value()).map_err(Corrupt::of("job"))?.due_at(),
                 None => return Ok(false),
             };
             if due_now != Some(due) {
                 return Ok(false);
             }
-            txn.remove_logged(T_JOBS, key)?;
+            txn.remove_logged(TableId::Jobs, key)?;
             Ok(true)
         }
         _ => Ok(false),

@@ -54,7 +54,9 @@
 //! Stored under `ScopedKey::encode · len:u8 · effect name`; the value is
 //! `version:u8 (= 1) · bincode-standard(OutboxItem without its identity)`.
 
+mod kind;
 use core::time::Duration;
+pub use kind::OutboxStateKind;
 
 use serde::{Deserialize, Serialize};
 
@@ -102,30 +104,6 @@ pub enum OutboxState {
         cause: EffectDoubt,
     },
 }
-
-/// The name of an [`OutboxState`], without its data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OutboxStateKind {
-    /// [`OutboxState::Pending`].
-    Pending,
-    /// [`OutboxState::Dispatching`].
-    Dispatching,
-    /// [`OutboxState::Confirmed`].
-    Confirmed,
-    /// [`OutboxState::Failed`].
-    Failed,
-    /// [`OutboxState::Uncertain`].
-    Uncertain,
-}
-
-crate::names!(OutboxStateKind, "outbox state", {
-    Pending => "pending",
-    Dispatching => "dispatching",
-    Confirmed => "confirmed",
-    Failed => "failed",
-    Uncertain => "uncertain",
-});
 
 impl OutboxStateKind {
     /// Whether the effect's outcome is still open (pending, being dispatched, or uncertain):
@@ -346,7 +324,7 @@ impl OutboxRefusal {
 crate::coded!(OutboxRefusal);
 
 /// An effect to enqueue in the outbox in the same transaction as the reservation that
-/// acquires its key (see `IdempotencyStore::reserve_enqueuing`): if the key is acquired, the
+/// acquires its key (see [`Reserve::enqueuing`](crate::Reserve::enqueuing)): if the key is acquired, the
 /// effect is in the outbox; if not, nothing is enqueued. No window exists in which a record is
 /// in progress while its effect is still to be written.
 #[derive(Debug, Clone, PartialEq, Eq)]

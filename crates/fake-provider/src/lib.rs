@@ -8,7 +8,7 @@
 //! repeat after it, which is exactly what an outbox must never let happen.
 //!
 //! ```
-//! use idemdb_effects::{Provider, ProviderAnswer};
+//! use idemdb_fake_provider::{Provider, ProviderAnswer};
 //! let provider = Provider::new(3_600_000); // keys kept for an hour
 //! let first = provider.call("order-842:authorize-v1", 0);
 //! assert!(matches!(first, ProviderAnswer::Performed { .. }));

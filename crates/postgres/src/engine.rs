@@ -13,7 +13,8 @@ use deadpool_postgres::tokio_postgres::types::ToSql;
 use deadpool_postgres::tokio_postgres::{NoTls, Row};
 
 use idemdb_core::{
-    AuditEvent, AuditKind, Fingerprint, IdempotencyKey, KeyHash, Policies, Policy, Scope, ScopedKey, Timestamp,
+    AuditBatch, AuditEvent, AuditKind, Fingerprint, IdempotencyKey, KeyHash, Policies, Policy, Scope, ScopedKey,
+    Timestamp,
 };
 use idemdb_interface::Clock;
 
@@ -47,7 +48,7 @@ pub(crate) struct Settings {
 }
 
 /// What every handle shares.
-pub(crate) struct Inner {
+pub(crate) struct Engine {
     pub(crate) pool: Pool,
     pub(crate) sql: Sql,
     pub(crate) secret: [u8; 32],
@@ -55,7 +56,7 @@ pub(crate) struct Inner {
     /// The highest decision time this instance has used: time never goes back within it.
     high_water: AtomicU64,
     /// What predicts the database's clock from this host's monotonic clock: the database's
-    /// milliseconds minus [`Inner::started`]'s elapsed milliseconds, at the last reading
+    /// milliseconds minus [`Engine::started`]'s elapsed milliseconds, at the last reading
     /// (`i64::MIN`: never read).
     offset: AtomicI64,
     started: std::time::Instant,
@@ -100,8 +101,8 @@ const MAX_BACKENDS: usize = 1024;
 /// decides at the database's time.
 pub(crate) const PREDICTION_TOLERANCE_MS: i64 = 250;
 
-impl Inner {
-    pub(crate) fn new(pool: Pool, sql: Sql, secret: [u8; 32], settings: Settings, statements: Statements) -> Inner {
+impl Engine {
+    pub(crate) fn new(pool: Pool, sql: Sql, secret: [u8; 32], settings: Settings, statements: Statements) -> Engine {
         let begin = if statements.is_unnamed() {
             format!(
                 "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = {}",
@@ -110,7 +111,7 @@ impl Inner {
         } else {
             "BEGIN ISOLATION LEVEL READ COMMITTED".to_string()
         };
-        Inner {
+        Engine {
             statements,
             begin,
             pool,
@@ -299,7 +300,7 @@ impl Inner {
         }
     }
 
-    /// The deadline of the running call (a call outside [`Inner::within_call`] gets a fresh
+    /// The deadline of the running call (a call outside [`Engine::within_call`] gets a fresh
     /// one of `operation_timeout`).
     pub(crate) fn deadline(&self) -> tokio::time::Instant {
         DEADLINE
@@ -349,4 +350,19 @@ impl Inner {
             }
         }
     }
+}
+
+/// Writes the buffer of `inner` once [`AuditBatch::DELAY_MS`] have passed, on a task of the
+/// current tokio runtime (none: the next call or commit writes it). Holds the store weakly: a
+/// store dropped meanwhile is not kept open.
+pub(crate) fn write_audit_later(inner: &std::sync::Arc<Engine>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    let inner = std::sync::Arc::downgrade(inner);
+    runtime.spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(AuditBatch::DELAY_MS)).await;
+        if let Some(inner) = inner.upgrade() {
+            // On failure the events go back to the buffer; the next call or commit writes them.
+            let _ = inner.write_buffered(inner.audit.take()).await;
+        }
+    });
 }
